@@ -1,0 +1,88 @@
+"""Atomic file writes: a unique temporary name in the target folder, fsync, then ``os.replace``.
+
+Every artifact episodekit writes goes through here, so a reader never sees a half-written file
+under its final name, and several writers (ranks, processes) racing on one path leave exactly one
+complete file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+TMP_MARKER = ".tmp-"
+
+
+def temp_path_for(path: str | os.PathLike) -> Path:
+    """A unique temporary sibling of ``path`` (same folder, so ``os.replace`` is atomic)."""
+    p = Path(path)
+    return p.with_name(f".{p.name}{TMP_MARKER}{uuid.uuid4().hex}")
+
+
+def is_temp_name(name: str) -> bool:
+    """True for names produced by :func:`temp_path_for`."""
+    return name.startswith(".") and TMP_MARKER in name
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Flush a folder's entry table so a rename survives a power cut (best effort)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path to write; on success fsync it and move it over ``path``.
+
+    On any exception the temporary is removed and ``path`` is left as it was.
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(final)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def remove_temporaries(folder: str | os.PathLike, recursive: bool = True) -> list[Path]:
+    """Delete leftover temporaries (from a crashed writer) under ``folder``; return what went."""
+    root = Path(folder)
+    if not root.exists():
+        return []
+    pattern = "**/.*" if recursive else ".*"
+    removed = []
+    for p in root.glob(pattern):
+        if p.is_file() and is_temp_name(p.name):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                removed.append(p)
+    return removed

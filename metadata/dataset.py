@@ -1,0 +1,478 @@
+"""Reading a LeRobot dataset root (v3.0, and v2.1 for the metadata commands) into one episode table.
+
+The root may be a local path or any fsspec URL (``file://``, ``memory://``,
+``hf://datasets/owner/name``). Only the columns needed are read from the episodes parquet files
+(their many ``stats/*`` columns are skipped). The result is a :class:`Dataset` whose ``episodes``
+table holds one row per episode in episode order, plus the **episodes fingerprint** that every
+artifact records so a stale artifact can be told from a fresh one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import fsspec
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+V3 = "v3.0"
+V2 = ("v2.0", "v2.1")
+SUPPORTED_VERSIONS = (V3, *V2)
+
+# Columns of the episode table (video columns are added per camera when present).
+EPISODE_COLUMNS = (
+    "episode_index",
+    "length",
+    "dataset_from_index",
+    "dataset_to_index",
+    "data/chunk_index",
+    "data/file_index",
+    "tasks",
+)
+VIDEO_FIELDS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+DEFAULT_V2_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+DEFAULT_V2_VIDEO_PATH = (
+    "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+)
+
+
+class DatasetError(Exception):
+    """A dataset root that cannot be read as a LeRobot dataset; names the file at fault."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+
+class MissingFileError(DatasetError):
+    """A file the layout requires (info.json, tasks, episodes, a data file) does not exist."""
+
+
+class UnsupportedVersionError(DatasetError):
+    """``codebase_version`` is not one episodekit reads."""
+
+
+class InconsistentDatasetError(DatasetError):
+    """The metadata contradicts itself (ranges, lengths, totals)."""
+
+
+def resolve_root(root: str | Any) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Return ``(filesystem, path)`` for a local path or fsspec URL (``hf://``, ``memory://``...)."""
+    root = str(root)
+    fs, path = fsspec.core.url_to_fs(root)
+    return fs, path.rstrip("/") or "/"
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """True when ``fs`` is the local disk (pyarrow can then open paths directly)."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def _read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
+    if not fs.exists(path):
+        raise MissingFileError("file is missing", path)
+    try:
+        with fs.open(path, "rb") as fh:
+            return json.loads(fh.read())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"not valid JSON ({exc})", path) from exc
+
+
+def _read_parquet(fs, path: str, columns: list[str] | None = None) -> pa.Table:
+    try:
+        if is_local(fs):
+            return pq.read_table(path, columns=columns)
+        return pq.read_table(path, columns=columns, filesystem=fs)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+
+
+def _read_schema(fs, path: str) -> pa.Schema:
+    try:
+        if is_local(fs):
+            return pq.read_schema(path)
+        with fs.open(path, "rb") as fh:
+            return pq.read_schema(fh)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+
+
+def _normalize_tasks_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Tasks as ``list<string>`` in one chunk, whatever string/list flavour the file used."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks else pa.array([], pa.list_(pa.string()))
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        # A single task string per episode (some tools write that): wrap it.
+        col = pa.ListArray.from_arrays(pa.array(np.arange(len(col) + 1, dtype=np.int32)), col)
+    return col.cast(pa.list_(pa.string()))
+
+
+def read_tasks_table(fs, path: str, version: str) -> pa.Table:
+    """Tasks as a table (task_index int64, task string) sorted by task_index."""
+    if version in V2:
+        tpath = posixpath.join(path, "meta/tasks.jsonl")
+        if not fs.exists(tpath):
+            raise MissingFileError("file is missing", tpath)
+        with fs.open(tpath, "rb") as fh:
+            raw = fh.read()
+        df = pl.read_ndjson(raw) if raw.strip() else pl.DataFrame({"task_index": [], "task": []})
+        table = df.select(
+            pl.col("task_index").cast(pl.Int64), pl.col("task").cast(pl.String)
+        ).to_arrow()
+    else:
+        tpath = posixpath.join(path, "meta/tasks.parquet")
+        if not fs.exists(tpath):
+            raise MissingFileError("file is missing", tpath)
+        raw = _read_parquet(fs, tpath)
+        names = raw.column_names
+        task_col = next((c for c in ("task", "__index_level_0__") if c in names), None)
+        if task_col is None:
+            pandas_meta = json.loads((raw.schema.metadata or {}).get(b"pandas", b"{}") or b"{}")
+            idx = [c for c in pandas_meta.get("index_columns", []) if isinstance(c, str)]
+            task_col = idx[0] if idx and idx[0] in names else None
+        if task_col is None or "task_index" not in names:
+            raise DatasetError(
+                "expected a task string column ('task' or '__index_level_0__') and 'task_index'; "
+                f"found {names}",
+                tpath,
+            )
+        table = pa.table(
+            {
+                "task_index": raw.column("task_index").cast(pa.int64()),
+                "task": raw.column(task_col).cast(pa.string()),
+            }
+        )
+    return table.sort_by("task_index")
+
+
+def _episodes_v3(fs, path: str) -> pa.Table:
+    folder = posixpath.join(path, "meta/episodes")
+    files = sorted(fs.glob(posixpath.join(folder, "*/*.parquet")))
+    if not files:
+        raise MissingFileError("no episodes parquet files (meta/episodes/*/*.parquet)", folder)
+    tables = []
+    for f in files:
+        schema = _read_schema(fs, f)
+        names = schema.names
+        missing = [c for c in EPISODE_COLUMNS if c not in names]
+        if missing:
+            raise DatasetError(f"episodes file lacks columns {missing}", f)
+        video = [
+            c for c in names if c.startswith("videos/") and c.rsplit("/", 1)[-1] in VIDEO_FIELDS
+        ]
+        t = _read_parquet(fs, f, columns=list(EPISODE_COLUMNS) + video)
+        t = t.set_column(
+            t.schema.get_field_index("tasks"), "tasks", _normalize_tasks_column(t["tasks"])
+        )
+        tables.append(t)
+    table = pa.concat_tables(tables, promote_options="default")
+    for c in EPISODE_COLUMNS[:-1]:
+        table = table.set_column(table.schema.get_field_index(c), c, table[c].cast(pa.int64()))
+    return table.sort_by("episode_index")
+
+
+def _episodes_v2(fs, path: str, info: dict) -> pa.Table:
+    epath = posixpath.join(path, "meta/episodes.jsonl")
+    if not fs.exists(epath):
+        raise MissingFileError("file is missing", epath)
+    with fs.open(epath, "rb") as fh:
+        raw = fh.read()
+    try:
+        df = pl.read_ndjson(raw, schema_overrides={"tasks": pl.List(pl.String)})
+    except Exception as exc:  # polars raises several error types for bad json
+        raise DatasetError(f"not valid JSON lines ({exc})", epath) from exc
+    df = df.select(
+        pl.col("episode_index").cast(pl.Int64), pl.col("tasks"), pl.col("length").cast(pl.Int64)
+    ).sort("episode_index")
+    chunks_size = int(info.get("chunks_size") or 1000)
+    df = df.with_columns(
+        (pl.col("length").cum_sum() - pl.col("length")).alias("dataset_from_index"),
+        pl.col("length").cum_sum().alias("dataset_to_index"),
+        (pl.col("episode_index") // chunks_size).alias("data/chunk_index"),
+        pl.col("episode_index").alias("data/file_index"),
+    )
+    table = df.select(list(EPISODE_COLUMNS)).to_arrow()
+    table = table.set_column(
+        table.schema.get_field_index("tasks"), "tasks", _normalize_tasks_column(table["tasks"])
+    )
+    for key in _video_keys(info):
+        n = table.num_rows
+        table = table.append_column(f"videos/{key}/chunk_index", table["data/chunk_index"])
+        table = table.append_column(f"videos/{key}/file_index", table["data/file_index"])
+        table = table.append_column(f"videos/{key}/from_timestamp", pa.array(np.zeros(n)))
+        to_ts = table["length"].to_numpy() / float(info.get("fps") or 1)
+        table = table.append_column(f"videos/{key}/to_timestamp", pa.array(to_ts))
+    for c in EPISODE_COLUMNS[:-1]:
+        table = table.set_column(table.schema.get_field_index(c), c, table[c].cast(pa.int64()))
+    return table
+
+
+def _video_keys(info: dict) -> list[str]:
+    return [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"]
+
+
+def compute_fingerprint(episode_index: np.ndarray, length: np.ndarray, tasks: pa.Array) -> str:
+    """Hash of (episode_index, length, tasks) over all episodes, in episode order.
+
+    Independent of how the episodes were split into files or which string flavour was used.
+    """
+    h = hashlib.sha256(b"episodekit-episodes-fingerprint-v1\0")
+    h.update(np.ascontiguousarray(episode_index, dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(length, dtype="<i8").tobytes())
+    tasks = _normalize_tasks_column(tasks)
+    h.update(np.ascontiguousarray(pc.list_value_length(tasks).fill_null(-1), dtype="<i8").tobytes())
+    flat = pc.list_flatten(tasks)
+    if len(flat):
+        h.update(np.ascontiguousarray(pc.binary_length(flat).fill_null(-1), dtype="<i8").tobytes())
+        bufs = flat.buffers()
+        offsets = np.frombuffer(bufs[1], dtype=np.int32)[flat.offset : flat.offset + len(flat) + 1]
+        h.update(memoryview(bufs[2])[int(offsets[0]) : int(offsets[-1])])
+    return h.hexdigest()[:32]
+
+
+@dataclass
+class Dataset:
+    """A LeRobot dataset root: info, tasks, one episode table, and the data files it points at.
+
+    ``episodes`` columns: episode_index, length, dataset_from_index, dataset_to_index,
+    data/chunk_index, data/file_index, tasks (list<string>), task_index (of ``tasks[0]``; -1 when
+    unknown), file_id (index into ``data_files``), and ``videos/<key>/*`` when videos exist.
+    """
+
+    root: str
+    fs: fsspec.AbstractFileSystem
+    path: str
+    info: dict
+    tasks: pa.Table
+    episodes: pa.Table
+    data_files: list[str] = field(default_factory=list)
+
+    @property
+    def version(self) -> str:
+        return str(self.info.get("codebase_version"))
+
+    @property
+    def fps(self) -> float:
+        return float(self.info["fps"])
+
+    @property
+    def features(self) -> dict:
+        return dict(self.info.get("features") or {})
+
+    @property
+    def video_keys(self) -> list[str]:
+        return _video_keys(self.info)
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") == "image"]
+
+    @property
+    def num_episodes(self) -> int:
+        return self.episodes.num_rows
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.column("length").sum()) if self.num_episodes else 0
+
+    @property
+    def is_local(self) -> bool:
+        return is_local(self.fs)
+
+    def column(self, name: str) -> np.ndarray:
+        """One episode-table column as numpy (zero-copy where arrow allows)."""
+        return self.episodes.column(name).to_numpy()
+
+    def join(self, relpath: str) -> str:
+        """Full path (in ``fs``) of a path relative to the root."""
+        return posixpath.join(self.path, relpath)
+
+    def data_path(self, file_id: int) -> str:
+        """Full path of data file ``file_id``."""
+        return self.join(self.data_files[file_id])
+
+    def task_strings(self) -> list[str]:
+        """Task strings indexed by task_index position (sorted by task_index)."""
+        return self.tasks.column("task").to_pylist()
+
+    def video_path(self, key: str, chunk_index: int, file_index: int) -> str:
+        """Relative path of a video file (v2.1: ``file_index`` is the episode index)."""
+        if self.version in V2:
+            template = self.info.get("video_path") or DEFAULT_V2_VIDEO_PATH
+            return template.format(
+                video_key=key, episode_chunk=chunk_index, episode_index=file_index
+            )
+        return self.info["video_path"].format(
+            video_key=key, chunk_index=chunk_index, file_index=file_index
+        )
+
+    def episode_rows(self, episodes: np.ndarray | None = None) -> np.ndarray:
+        """Row positions in ``episodes`` for the given episode indices (all when None)."""
+        ep = self.column("episode_index")
+        if episodes is None:
+            return np.arange(len(ep))
+        episodes = np.asarray(episodes, dtype=np.int64)
+        pos = np.searchsorted(ep, episodes)
+        ok = (
+            (pos < len(ep)) & (ep[np.minimum(pos, len(ep) - 1)] == episodes) if len(ep) else pos < 0
+        )
+        if not np.all(ok):
+            raise KeyError(f"episodes not in dataset: {episodes[~ok][:10].tolist()}")
+        return pos
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """The episodes fingerprint (see :func:`compute_fingerprint`)."""
+        return compute_fingerprint(
+            self.column("episode_index"), self.column("length"), self.episodes.column("tasks")
+        )
+
+
+def read_info(root: str) -> dict:
+    """Just ``meta/info.json`` of a root."""
+    fs, path = resolve_root(root)
+    return _read_json(fs, posixpath.join(path, "meta/info.json"))
+
+
+def open_dataset(root: str, check_files: bool = True, check_totals: bool = True) -> Dataset:
+    """Read a LeRobot root (local path or fsspec URL) into a :class:`Dataset`.
+
+    Raises a :class:`DatasetError` subclass naming the file and the problem for a root that is
+    missing files, of an unknown version, or whose metadata contradicts itself. ``check_files``
+    verifies every referenced data file exists; ``check_totals`` compares with info.json.
+    """
+    fs, path = resolve_root(root)
+    info_path = posixpath.join(path, "meta/info.json")
+    info = _read_json(fs, info_path)
+    if not isinstance(info, dict):
+        raise DatasetError("expected a JSON object", info_path)
+    version = info.get("codebase_version")
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedVersionError(
+            f"unknown codebase_version {version!r} (supported: {', '.join(SUPPORTED_VERSIONS)})",
+            info_path,
+        )
+    if "fps" not in info:
+        raise DatasetError("info.json has no 'fps'", info_path)
+    tasks = read_tasks_table(fs, path, version)
+    if version == V3:
+        episodes = _episodes_v3(fs, path)
+        episodes_file = posixpath.join(path, "meta/episodes")
+    else:
+        episodes = _episodes_v2(fs, path, info)
+        episodes_file = posixpath.join(path, "meta/episodes.jsonl")
+
+    _check_ranges(episodes, episodes_file)
+
+    # task_index of tasks[0], resolved through the tasks table (-1 when unknown).
+    first = (
+        pc.list_element(episodes["tasks"], 0) if episodes.num_rows else pa.array([], pa.string())
+    )
+    task_idx = pc.index_in(first, value_set=tasks.column("task"))
+    task_idx = (
+        pc.take(tasks.column("task_index"), task_idx).fill_null(-1)
+        if len(tasks)
+        else (pa.array(np.full(episodes.num_rows, -1, dtype=np.int64)))
+    )
+    episodes = episodes.append_column("task_index", pa.chunked_array([task_idx]).cast(pa.int64()))
+
+    data_files, file_id = _data_files(episodes, info, version)
+    episodes = episodes.append_column("file_id", pa.array(file_id, pa.int32()))
+    ds = Dataset(
+        root=str(root),
+        fs=fs,
+        path=path,
+        info=info,
+        tasks=tasks,
+        episodes=episodes,
+        data_files=data_files,
+    )
+    if check_totals:
+        _check_totals(ds, info_path)
+    if check_files:
+        for rel in data_files:
+            full = ds.join(rel)
+            if not fs.exists(full):
+                eps = ds.column("episode_index")[file_id == data_files.index(rel)]
+                raise MissingFileError(
+                    f"data file referenced by episodes {eps[:5].tolist()} does not exist", full
+                )
+    return ds
+
+
+def _check_ranges(episodes: pa.Table, where: str) -> None:
+    n = episodes.num_rows
+    if n == 0:
+        return
+    ep = episodes["episode_index"].to_numpy()
+    frm = episodes["dataset_from_index"].to_numpy()
+    to = episodes["dataset_to_index"].to_numpy()
+    length = episodes["length"].to_numpy()
+    dup = np.flatnonzero(np.diff(ep) == 0)
+    if len(dup):
+        raise InconsistentDatasetError(f"episode {ep[dup[0]]} appears more than once", where)
+    bad = np.flatnonzero(length != to - frm)
+    if len(bad):
+        i = bad[0]
+        raise InconsistentDatasetError(
+            f"episode {ep[i]}: length {length[i]} != dataset_to_index - dataset_from_index "
+            f"({to[i]} - {frm[i]})",
+            where,
+        )
+    gap = np.flatnonzero(frm[1:] != to[:-1])
+    if len(gap):
+        i = gap[0]
+        raise InconsistentDatasetError(
+            f"episodes not contiguous: episode {ep[i + 1]} starts at dataset_from_index "
+            f"{frm[i + 1]} but episode {ep[i]} ends at dataset_to_index {to[i]}",
+            where,
+        )
+
+
+def _check_totals(ds: Dataset, info_path: str) -> None:
+    info = ds.info
+    checks = (
+        ("total_episodes", ds.num_episodes),
+        ("total_frames", ds.num_frames),
+        ("total_tasks", ds.tasks.num_rows),
+    )
+    for key, actual in checks:
+        if key in info and int(info[key]) != actual:
+            raise InconsistentDatasetError(
+                f"{key} is {info[key]} but the episodes/tasks tables give {actual}", info_path
+            )
+
+
+def _data_files(episodes: pa.Table, info: dict, version: str) -> tuple[list[str], np.ndarray]:
+    """Distinct data files in episode order, and each episode's index into that list."""
+    chunk = episodes["data/chunk_index"].to_numpy()
+    fidx = episodes["data/file_index"].to_numpy()
+    if version in V2:
+        template = info.get("data_path") or DEFAULT_V2_DATA_PATH
+        ep = episodes["episode_index"].to_numpy()
+        files = [
+            template.format(episode_chunk=int(c), episode_index=int(e)) for c, e in zip(chunk, ep)
+        ]
+        return files, np.arange(len(files), dtype=np.int32)
+    template = info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+    if len(chunk) == 0:
+        return [], np.zeros(0, dtype=np.int32)
+    key = chunk.astype(np.int64) * (1 << 32) + fidx.astype(np.int64)
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # files in order of first episode
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    files = [
+        template.format(chunk_index=int(chunk[first[i]]), file_index=int(fidx[first[i]]))
+        for i in order
+    ]
+    return files, rank[inverse].astype(np.int32)

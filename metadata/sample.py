@@ -1,0 +1,583 @@
+"""Write synthetic datasets in the exact LeRobot v3.0 (or v2.1) layout: tests, demo, benchmarks.
+
+What it reproduces from LeRobot's own writers: ``meta/info.json`` with the feature contract,
+``meta/tasks.parquet`` with the task string as the pandas index, ``meta/episodes/`` with the
+per-episode ``stats/*`` columns, data files holding many episodes and rolling over at
+``data_files_size_in_mb`` (chunks at ``chunks_size`` files), the ``huggingface`` schema metadata,
+and the two row-group styles found in the wild: ``recorded`` (one row group per episode, what the
+recorder writes) and ``edited`` (one row group per file, what the editing tools write).
+Everything is generated with column operations, one file at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .atomic import atomic_write_text
+
+STYLES = ("recorded", "edited")
+VERSIONS = ("v3.0", "v2.1")
+STAT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+DATA_PATH_V3 = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH_V3 = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+DATA_PATH_V2 = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+VIDEO_PATH_V2 = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+FAKE_VIDEO_BYTES_PER_FRAME = 64
+TASK_NAMES = (
+    "pick up the red cube and place it in the bin",
+    "open the top drawer",
+    "fold the towel in half",
+    "push the button",
+    "stack the blue block on the green block",
+    "wipe the table with the sponge",
+    "insert the peg into the hole",
+    "pour water into the cup",
+    "hang the mug on the rack",
+    "close the laptop lid",
+)
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """Parameters of a synthetic dataset (see :func:`write_sample`)."""
+
+    episodes: int = 50
+    tasks: int = 6
+    style: str = "recorded"
+    images: bool = False
+    videos: int = 0
+    seed: int = 0
+    fps: int = 30
+    state_dim: int = 14
+    action_dim: int = 14
+    data_files_size_in_mb: float = 100
+    video_files_size_in_mb: float = 200
+    chunks_size: int = 1000
+    version: str = "v3.0"
+    tasks_index_name: str | None = "task"  # None: pandas' unnamed index (__index_level_0__)
+    extra_column: bool = False  # an undeclared variable-length column, as some sources carry
+    mean_length: float = 300.0
+
+
+def tiny_png() -> bytes:
+    """A valid 2x2 RGB PNG (so decoders and header checks accept the image bytes)."""
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    raw = b"".join(b"\x00" + bytes([200, 30, 30] * 2) for _ in range(2))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+def episode_lengths_and_tasks(spec: SampleSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Per-episode lengths and task indices: each task has its own lognormal length distribution
+    (some short, some long); with 4+ tasks the last two are rare (fewer than 10 episodes)."""
+    rng = np.random.default_rng(spec.seed)
+    n, t = spec.episodes, max(1, spec.tasks)
+    # Task medians spread geometrically around the requested mean (x0.25 .. x2.2).
+    medians = (
+        spec.mean_length * np.geomspace(0.25, 2.2, t) if t > 1 else np.array([spec.mean_length])
+    )
+    rng.shuffle(medians)
+    task_of = rng.integers(0, t, size=n)
+    if t >= 4 and n >= 40:
+        common = t - 2
+        task_of = rng.integers(0, common, size=n)
+        rare_counts = (3, 7)
+        slots = rng.choice(n, size=sum(rare_counts), replace=False)
+        task_of[slots[: rare_counts[0]]] = t - 2
+        task_of[slots[rare_counts[0] :]] = t - 1
+    sigma = 0.35
+    lengths = rng.lognormal(np.log(medians[task_of]), sigma)
+    lengths = np.clip(np.round(lengths), 5, None).astype(np.int64)
+    return lengths, task_of.astype(np.int64)
+
+
+def _fixed_list(values: np.ndarray) -> pa.FixedSizeListArray:
+    n, d = values.shape
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), d)
+
+
+def _image_array(n: int, png: bytes) -> pa.StructArray:
+    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * len(png))
+    data = pa.py_buffer(png * n)
+    binary = pa.BinaryArray.from_buffers(pa.binary(), n, [None, offsets.buffers()[1], data])
+    paths = pa.nulls(n, pa.string())
+    return pa.StructArray.from_arrays([binary, paths], names=["bytes", "path"])
+
+
+def features_for(spec: SampleSpec) -> dict:
+    """The ``features`` section of info.json for a spec (LeRobot 0.4 conventions)."""
+    feats: dict = {
+        "action": {
+            "dtype": "float32",
+            "shape": [spec.action_dim],
+            "names": [f"a{i}" for i in range(spec.action_dim)],
+        },
+        "observation.state": {
+            "dtype": "float32",
+            "shape": [spec.state_dim],
+            "names": [f"s{i}" for i in range(spec.state_dim)],
+        },
+    }
+    if spec.images:
+        feats["observation.images.wrist"] = {
+            "dtype": "image",
+            "shape": [2, 2, 3],
+            "names": ["height", "width", "channels"],
+        }
+    for i in range(spec.videos):
+        feats[f"observation.images.cam{i}"] = {
+            "dtype": "video",
+            "shape": [480, 640, 3],
+            "names": ["height", "width", "channels"],
+            "info": {
+                "video.height": 480,
+                "video.width": 640,
+                "video.codec": "av1",
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "video.fps": spec.fps,
+                "video.channels": 3,
+                "has_audio": False,
+            },
+        }
+    for name, dtype in (
+        ("timestamp", "float32"),
+        ("frame_index", "int64"),
+        ("episode_index", "int64"),
+        ("index", "int64"),
+        ("task_index", "int64"),
+    ):
+        feats[name] = {"dtype": dtype, "shape": [1], "names": None}
+    return feats
+
+
+def huggingface_metadata(features: dict) -> bytes:
+    """The ``huggingface`` schema-metadata value (datasets' Features) for the data files."""
+    hf = {}
+    for name, f in features.items():
+        if f["dtype"] == "video":
+            continue
+        if f["dtype"] == "image":
+            hf[name] = {"_type": "Image"}
+        elif f["shape"] == [1]:
+            hf[name] = {"dtype": f["dtype"], "_type": "Value"}
+        else:
+            hf[name] = {
+                "feature": {"dtype": f["dtype"], "_type": "Value"},
+                "length": f["shape"][0],
+                "_type": "Sequence",
+            }
+    return json.dumps({"info": {"features": hf}}).encode()
+
+
+def _frames_table(
+    spec: SampleSpec,
+    rng: np.random.Generator,
+    ep_ids: np.ndarray,
+    lengths: np.ndarray,
+    task_of: np.ndarray,
+    start_index: int,
+    png: bytes | None,
+    hf_meta: bytes,
+) -> pa.Table:
+    n = int(lengths.sum())
+    starts = np.cumsum(lengths) - lengths
+    frame_index = np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
+    state = np.cumsum(rng.standard_normal((n, spec.state_dim), dtype=np.float32) * 0.02, axis=0)
+    noise = rng.standard_normal((n, spec.action_dim), dtype=np.float32) * 0.01
+    action = (
+        state[:, : spec.action_dim]
+        if spec.action_dim <= spec.state_dim
+        else np.pad(state, ((0, 0), (0, spec.action_dim - spec.state_dim)))
+    )
+    action = (action + noise).astype(np.float32)
+    cols: dict[str, pa.Array] = {
+        "action": _fixed_list(action),
+        "observation.state": _fixed_list(state.astype(np.float32)),
+    }
+    if spec.images:
+        cols["observation.images.wrist"] = _image_array(n, png)
+    cols["timestamp"] = pa.array((frame_index / spec.fps).astype(np.float32))
+    cols["frame_index"] = pa.array(frame_index)
+    cols["episode_index"] = pa.array(np.repeat(ep_ids, lengths))
+    cols["index"] = pa.array(np.arange(start_index, start_index + n, dtype=np.int64))
+    cols["task_index"] = pa.array(np.repeat(task_of, lengths))
+    if spec.extra_column:
+        # Sparse variable-length events: every 50th frame carries one.
+        has = (frame_index % 50) == 0
+        offsets = np.concatenate([[0], np.cumsum(has)]).astype(np.int32)
+        values = pa.array(np.where(has[has], "event", ""), pa.string())
+        cols["language_events"] = pa.ListArray.from_arrays(pa.array(offsets), values)
+    table = pa.table(cols)
+    return table.replace_schema_metadata({b"huggingface": hf_meta})
+
+
+STATS_EXCLUDED_DTYPES = ("image", "video", "string")
+
+
+def _episode_stats(table: pa.Table, features: dict, lengths: np.ndarray) -> dict[str, pa.Array]:
+    """Per-episode ``stats/<feature>/<stat>`` columns (lists of doubles, count as list<int64>)."""
+    ep = np.repeat(np.arange(len(lengths)), lengths)
+    frame_cols: dict[str, np.ndarray] = {"__ep": ep}
+    dims: dict[str, int] = {}
+    for name, f in features.items():
+        if f["dtype"] in STATS_EXCLUDED_DTYPES:
+            continue
+        col = table.column(name).combine_chunks()
+        if pa.types.is_fixed_size_list(col.type):
+            d = col.type.list_size
+            values = col.values.to_numpy().reshape(-1, d)
+        else:
+            d = 1
+            values = col.to_numpy().reshape(-1, 1)
+        dims[name] = d
+        for j in range(d):
+            frame_cols[f"{name}\x1f{j}"] = values[:, j].astype(np.float64)
+    df = pl.DataFrame(frame_cols)
+    value_cols = [c for c in df.columns if c != "__ep"]
+    aggs = []
+    for c in value_cols:
+        col = pl.col(c)
+        aggs += [
+            col.min().alias(f"{c}\x1emin"),
+            col.max().alias(f"{c}\x1emax"),
+            col.mean().alias(f"{c}\x1emean"),
+            col.std(ddof=0).alias(f"{c}\x1estd"),
+        ]
+        aggs += [
+            col.quantile(q, interpolation="linear").alias(f"{c}\x1eq{round(q * 100):02d}")
+            for q in STAT_QUANTILES
+        ]
+    per_ep = df.group_by("__ep", maintain_order=True).agg(aggs).sort("__ep")
+    out: dict[str, pa.Array] = {}
+    n_ep = len(lengths)
+    stat_names = ["min", "max", "mean", "std"] + [f"q{round(q * 100):02d}" for q in STAT_QUANTILES]
+    for name, d in dims.items():
+        for stat in stat_names:
+            mat = np.stack(
+                [per_ep[f"{name}\x1f{j}\x1e{stat}"].to_numpy() for j in range(d)], axis=1
+            )
+            offsets = pa.array(np.arange(n_ep + 1, dtype=np.int32) * d)
+            out[f"stats/{name}/{stat}"] = pa.ListArray.from_arrays(
+                offsets, pa.array(mat.reshape(-1))
+            )
+        offsets = pa.array(np.arange(n_ep + 1, dtype=np.int32))
+        out[f"stats/{name}/count"] = pa.ListArray.from_arrays(offsets, pa.array(lengths))
+    for name, f in features.items():
+        if f["dtype"] in ("image", "video"):
+            offsets = pa.array(np.arange(n_ep + 1, dtype=np.int32) * 3)
+            for stat, v in (("min", 0.0), ("max", 1.0), ("mean", 0.5), ("std", 0.25)):
+                out[f"stats/{name}/{stat}"] = pa.ListArray.from_arrays(
+                    offsets, pa.array(np.full(n_ep * 3, v))
+                )
+            out[f"stats/{name}/count"] = pa.ListArray.from_arrays(
+                pa.array(np.arange(n_ep + 1, dtype=np.int32)), pa.array(lengths)
+            )
+    return out
+
+
+def _write_data_file(path: Path, table: pa.Table, lengths: np.ndarray, style: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if style == "edited":
+        pq.write_table(table, path, row_group_size=max(1, table.num_rows), compression="snappy")
+        return
+    with pq.ParquetWriter(path, table.schema, compression="snappy") as writer:
+        start = 0
+        for n in lengths.tolist():
+            writer.write_table(table.slice(start, n), row_group_size=n)
+            start += n
+
+
+def _tasks_table(tasks: list[str], index_name: str | None) -> pa.Table:
+    col = index_name or "__index_level_0__"
+    pandas_meta = {
+        "index_columns": [col],
+        "column_indexes": [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ],
+        "columns": [
+            {
+                "name": "task_index",
+                "field_name": "task_index",
+                "pandas_type": "int64",
+                "numpy_type": "int64",
+                "metadata": None,
+            },
+            {
+                "name": index_name,
+                "field_name": col,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": None,
+            },
+        ],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.3",
+    }
+    table = pa.table(
+        {"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), col: pa.array(tasks)}
+    )
+    return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
+
+
+def _task_names(n: int) -> list[str]:
+    names = list(TASK_NAMES[:n])
+    names += [f"task number {i}" for i in range(len(names), n)]
+    return names
+
+
+def write_sample(root: str | os.PathLike, spec: SampleSpec | None = None, **kwargs) -> Path:
+    """Write a synthetic LeRobot dataset to ``root`` (replaced if it exists) and return its path.
+
+    ``kwargs`` override fields of ``spec`` (e.g. ``write_sample(p, episodes=10, style="edited")``).
+    """
+    spec = spec or SampleSpec()
+    if kwargs:
+        spec = SampleSpec(**{**spec.__dict__, **kwargs})
+    if spec.style not in STYLES:
+        raise ValueError(f"style must be one of {STYLES}, got {spec.style!r}")
+    if spec.version not in VERSIONS:
+        raise ValueError(f"version must be one of {VERSIONS}, got {spec.version!r}")
+    if spec.episodes < 1:
+        raise ValueError("episodes must be >= 1")
+    root = Path(root)
+    if root.exists():
+        shutil.rmtree(root)
+    (root / "meta").mkdir(parents=True)
+    if spec.version == "v2.1":
+        _write_v21(root, spec)
+    else:
+        _write_v30(root, spec)
+    return root
+
+
+def _plan_files(byte_sizes: np.ndarray, limit_bytes: float) -> np.ndarray:
+    """File number per episode: roll over to a new file once the current one reaches the limit
+    (LeRobot's rule: an episode goes to the current file unless that file is already full)."""
+    file_of = np.zeros(len(byte_sizes), dtype=np.int64)
+    current, acc = 0, 0.0
+    for i, b in enumerate(byte_sizes.tolist()):  # per episode, not per frame
+        if acc > 0 and acc + b > limit_bytes:
+            current, acc = current + 1, 0.0
+        file_of[i] = current
+        acc += b
+    return file_of
+
+
+def _bytes_per_frame(spec: SampleSpec, png_len: int) -> float:
+    b = 4 * (spec.state_dim + spec.action_dim) + 4 + 4 * 8
+    if spec.images:
+        b += png_len + 8
+    return float(b)
+
+
+def _write_v30(root: Path, spec: SampleSpec) -> None:
+    lengths, task_of = episode_lengths_and_tasks(spec)
+    rng = np.random.default_rng(spec.seed + 1)
+    features = features_for(spec)
+    hf_meta = huggingface_metadata(features)
+    png = tiny_png() if spec.images else None
+    tasks = _task_names(spec.tasks)
+    n_ep = len(lengths)
+    ep_ids = np.arange(n_ep, dtype=np.int64)
+    to_index = np.cumsum(lengths)
+    from_index = to_index - lengths
+
+    per_frame = _bytes_per_frame(spec, len(png or b""))
+    file_seq = _plan_files(lengths * per_frame, spec.data_files_size_in_mb * 1024 * 1024)
+    data_chunk = file_seq // spec.chunks_size
+    data_file = file_seq % spec.chunks_size
+
+    episode_cols: dict[str, pa.Array] = {}
+    stats_parts: list[dict[str, pa.Array]] = []
+    for f in np.unique(file_seq).tolist():
+        sel = np.flatnonzero(file_seq == f)
+        table = _frames_table(
+            spec,
+            rng,
+            ep_ids[sel],
+            lengths[sel],
+            task_of[sel],
+            int(from_index[sel[0]]),
+            png,
+            hf_meta,
+        )
+        path = root / DATA_PATH_V3.format(
+            chunk_index=int(data_chunk[sel[0]]), file_index=int(data_file[sel[0]])
+        )
+        _write_data_file(path, table, lengths[sel], spec.style)
+        stats_parts.append(_episode_stats(table, features, lengths[sel]))
+
+    for name in stats_parts[0]:
+        episode_cols[name] = pa.concat_arrays([p[name] for p in stats_parts])
+
+    video_cols: dict[str, pa.Array] = {}
+    for i in range(spec.videos):
+        key = f"observation.images.cam{i}"
+        vfile = _plan_files(
+            lengths * FAKE_VIDEO_BYTES_PER_FRAME * 40.0, spec.video_files_size_in_mb * 1024 * 1024
+        )
+        frames_before = np.zeros(n_ep, dtype=np.int64)
+        for f in np.unique(vfile):
+            sel = np.flatnonzero(vfile == f)
+            frames_before[sel] = np.cumsum(lengths[sel]) - lengths[sel]
+            vpath = root / VIDEO_PATH_V3.format(
+                video_key=key,
+                chunk_index=int(f // spec.chunks_size),
+                file_index=int(f % spec.chunks_size),
+            )
+            vpath.parent.mkdir(parents=True, exist_ok=True)
+            header = b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isomiso2"
+            size = int(lengths[sel].sum()) * FAKE_VIDEO_BYTES_PER_FRAME
+            vpath.write_bytes(header + bytes(max(0, size - len(header))))
+        video_cols[f"videos/{key}/chunk_index"] = pa.array(vfile // spec.chunks_size)
+        video_cols[f"videos/{key}/file_index"] = pa.array(vfile % spec.chunks_size)
+        video_cols[f"videos/{key}/from_timestamp"] = pa.array(frames_before / spec.fps)
+        video_cols[f"videos/{key}/to_timestamp"] = pa.array((frames_before + lengths) / spec.fps)
+
+    task_lists = pa.ListArray.from_arrays(
+        pa.array(np.arange(n_ep + 1, dtype=np.int32)),
+        pa.array([tasks[t] for t in task_of.tolist()]),
+    )
+    cols: dict[str, pa.Array] = {
+        "episode_index": pa.array(ep_ids),
+        "data/chunk_index": pa.array(data_chunk),
+        "data/file_index": pa.array(data_file),
+        "dataset_from_index": pa.array(from_index),
+        "dataset_to_index": pa.array(to_index),
+        **video_cols,
+        "tasks": task_lists,
+        "length": pa.array(lengths),
+        **episode_cols,
+    }
+    # Episode metadata files roll over like data files (by an estimate of their row size).
+    meta_row_bytes = 2000 + 300 * (spec.state_dim + spec.action_dim)
+    meta_seq = _plan_files(
+        np.full(n_ep, meta_row_bytes, dtype=np.float64), spec.data_files_size_in_mb * 1024 * 1024
+    )
+    cols["meta/episodes/chunk_index"] = pa.array(meta_seq // spec.chunks_size)
+    cols["meta/episodes/file_index"] = pa.array(meta_seq % spec.chunks_size)
+    episodes = pa.table(cols)
+    for f in np.unique(meta_seq).tolist():
+        sel = np.flatnonzero(meta_seq == f)
+        part = episodes.slice(int(sel[0]), len(sel))
+        chunk, fnum = divmod(f, spec.chunks_size)
+        path = root / f"meta/episodes/chunk-{chunk:03d}/file-{fnum:03d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(part, path)
+
+    pq.write_table(_tasks_table(tasks, spec.tasks_index_name), root / "meta/tasks.parquet")
+    _write_info_and_stats(root, spec, features, lengths, episodes)
+
+
+def _write_info_and_stats(
+    root: Path, spec: SampleSpec, features: dict, lengths: np.ndarray, episodes: pa.Table | None
+) -> None:
+    n_ep = len(lengths)
+    info = {
+        "codebase_version": spec.version,
+        "robot_type": "sample_bot",
+        "total_episodes": n_ep,
+        "total_frames": int(lengths.sum()),
+        "total_tasks": spec.tasks,
+        "chunks_size": spec.chunks_size,
+        "fps": spec.fps,
+        "splits": {"train": f"0:{n_ep}"},
+        "features": features,
+    }
+    if spec.version == "v3.0":
+        info.update(
+            data_files_size_in_mb=spec.data_files_size_in_mb,
+            video_files_size_in_mb=spec.video_files_size_in_mb,
+            data_path=DATA_PATH_V3,
+            video_path=VIDEO_PATH_V3 if spec.videos else None,
+        )
+    else:
+        info.update(
+            total_chunks=int((n_ep - 1) // spec.chunks_size + 1),
+            total_videos=n_ep * spec.videos,
+            data_path=DATA_PATH_V2,
+            video_path=VIDEO_PATH_V2 if spec.videos else None,
+        )
+    atomic_write_text(root / "meta/info.json", json.dumps(info, indent=4))
+    stats = {}
+    if episodes is not None:
+        for name, f in features.items():
+            if f["dtype"] in STATS_EXCLUDED_DTYPES:
+                continue
+            d = 1 if f["shape"] == [1] else f["shape"][0]
+            mins = np.stack(
+                episodes[f"stats/{name}/min"].combine_chunks().values.to_numpy().reshape(-1, d)
+            )
+            maxs = episodes[f"stats/{name}/max"].combine_chunks().values.to_numpy().reshape(-1, d)
+            means = episodes[f"stats/{name}/mean"].combine_chunks().values.to_numpy().reshape(-1, d)
+            stds = episodes[f"stats/{name}/std"].combine_chunks().values.to_numpy().reshape(-1, d)
+            w = lengths[:, None].astype(np.float64)
+            mean = (means * w).sum(0) / w.sum()
+            var = ((stds**2 + (means - mean) ** 2) * w).sum(0) / w.sum()
+            stats[name] = {
+                "min": mins.min(0).tolist(),
+                "max": maxs.max(0).tolist(),
+                "mean": mean.tolist(),
+                "std": np.sqrt(var).tolist(),
+                "count": [int(lengths.sum())],
+            }
+    atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
+
+
+def _write_v21(root: Path, spec: SampleSpec) -> None:
+    lengths, task_of = episode_lengths_and_tasks(spec)
+    rng = np.random.default_rng(spec.seed + 1)
+    features = features_for(spec)
+    hf_meta = huggingface_metadata(features)
+    png = tiny_png() if spec.images else None
+    tasks = _task_names(spec.tasks)
+    start = 0
+    episodes_lines, stats_lines = [], []
+    for e, (n, t) in enumerate(zip(lengths.tolist(), task_of.tolist())):
+        table = _frames_table(
+            spec, rng, np.array([e]), np.array([n]), np.array([t]), start, png, hf_meta
+        )
+        path = root / DATA_PATH_V2.format(episode_chunk=e // spec.chunks_size, episode_index=e)
+        _write_data_file(path, table, np.array([n]), "edited")
+        for i in range(spec.videos):
+            vpath = root / VIDEO_PATH_V2.format(
+                episode_chunk=e // spec.chunks_size,
+                video_key=f"observation.images.cam{i}",
+                episode_index=e,
+            )
+            vpath.parent.mkdir(parents=True, exist_ok=True)
+            vpath.write_bytes(bytes(n * FAKE_VIDEO_BYTES_PER_FRAME))
+        episodes_lines.append(json.dumps({"episode_index": e, "tasks": [tasks[t]], "length": n}))
+        stats_lines.append(json.dumps({"episode_index": e, "stats": {}}))
+        start += n
+    (root / "meta/episodes.jsonl").write_text("\n".join(episodes_lines) + "\n")
+    (root / "meta/episodes_stats.jsonl").write_text("\n".join(stats_lines) + "\n")
+    (root / "meta/tasks.jsonl").write_text(
+        "\n".join(json.dumps({"task_index": i, "task": s}) for i, s in enumerate(tasks)) + "\n"
+    )
+    _write_info_and_stats(root, spec, features, lengths, None)

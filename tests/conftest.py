@@ -1,0 +1,43 @@
+"""Shared fixtures: small datasets in the exact LeRobot layout, written on the fly."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from episodekit.metadata.sample import write_sample
+
+
+@pytest.fixture(scope="session")
+def _sample_cache(tmp_path_factory) -> dict:
+    return {"dir": tmp_path_factory.mktemp("samples"), "made": {}}
+
+
+@pytest.fixture
+def make_sample(_sample_cache, tmp_path):
+    """make_sample(**spec) -> Path of a fresh private copy of a sample dataset.
+
+    Samples are written once per session per spec and copied, so tests may modify their copy.
+    """
+
+    def _make(copy: bool = True, **spec) -> Path:
+        key = tuple(sorted(spec.items()))
+        made = _sample_cache["made"]
+        if key not in made:
+            path = _sample_cache["dir"] / f"s{len(made)}"
+            write_sample(path, **spec)
+            made[key] = path
+        if not copy:
+            return made[key]
+        dst = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(made[key], dst)
+        return dst
+
+    return _make
+
+
+@pytest.fixture
+def small_root(make_sample) -> Path:
+    """A 40-episode recorded-style v3.0 sample (private copy)."""
+    return make_sample(episodes=40, tasks=6, seed=1)
