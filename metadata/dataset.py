@@ -373,10 +373,12 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
 
     _check_ranges(episodes, episodes_file)
 
-    # task_index of tasks[0], resolved through the tasks table (-1 when unknown).
-    first = (
-        pc.list_element(episodes["tasks"], 0) if episodes.num_rows else pa.array([], pa.string())
+    # task_index of tasks[0], resolved through the tasks table (-1 when unknown or tasks is empty).
+    ep_tasks = episodes["tasks"]
+    nonempty = pc.if_else(
+        pc.greater(pc.list_value_length(ep_tasks), 0), ep_tasks, pa.scalar(None, ep_tasks.type)
     )
+    first = pc.list_element(nonempty, 0) if episodes.num_rows else pa.array([], pa.string())
     task_idx = pc.index_in(first, value_set=tasks.column("task"))
     task_idx = (
         pc.take(tasks.column("task_index"), task_idx).fill_null(-1)
