@@ -1,0 +1,414 @@
+"""Per-task speed percentiles: decile boundaries of episode length, and each episode's speed bucket.
+
+A policy conditioned on "speed" should see "a fast/slow example of *this* task", not an absolute
+duration. So each task gets ten boundaries (the 5th, 15th, ..., 95th percentile of its episode
+lengths in frames, numpy's default linear interpolation) and an episode is bucketed against its own
+task: ``searchsorted(boundaries, length, side="right") * 10`` gives a label in {0, 10, ..., 100}
+(a tie on a boundary goes to the upper bucket). A task with fewer than 10 distinct lengths is
+sparse (``percentiles`` null) and its episodes, like those of tasks missing from the file or with
+no resolvable task, get 50.
+
+The table is persisted once per dataset as ``meta/speed_percentiles.jsonl``, one row per task
+sorted by task_index: ``task_index, task, n_episodes, percentiles, version, fingerprint``.
+Writes are atomic (unique temporary + ``os.replace``) and rank-gated (only the global main process
+writes); a read-only or remote root gets the in-memory result and one warning.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import logging
+import math
+import os
+import posixpath
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jsonlines
+import numpy as np
+
+from .atomic import atomic_write_text
+from .dataset import Dataset, DatasetError, is_local, open_dataset, resolve_root
+from .ranks import RankInfo, barrier, rank_info
+
+log = logging.getLogger(__name__)
+
+SPEED_FILE = "meta/speed_percentiles.jsonl"
+SPEED_VERSION = 1
+PERCENTILE_POINTS = tuple(range(5, 100, 10))  # 5, 15, ..., 95: ten boundaries
+NUM_BOUNDARIES = len(PERCENTILE_POINTS)
+MIN_DISTINCT_LENGTHS = 10  # fewer distinct episode lengths than this: the task is sparse
+SPARSE_BUCKET = 50  # bucket of sparse, missing and unresolved tasks
+LABEL_STEP = 10  # bucket label = number of boundaries <= length, times 10
+REQUIRED_KEYS = ("task_index", "task", "n_episodes", "percentiles")
+READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+_warned: set[tuple[str, str]] = set()  # (kind, root): warnings given once per process
+
+
+class SpeedFileError(DatasetError):
+    """``meta/speed_percentiles.jsonl`` exists but is not a valid speed-percentiles file."""
+
+
+def _warn_once(kind: str, root: str, message: str) -> None:
+    if (kind, root) not in _warned:
+        _warned.add((kind, root))
+        log.warning(message)
+
+
+# --------------------------------------------------------------------------------------------
+# Computing
+
+
+def _task_groups(ds: Dataset, warn: bool = True) -> dict[str, np.ndarray]:
+    """Episodes grouped by task_index (unresolved ones dropped, with one warning if ``warn``).
+
+    Returns sorted ``lengths`` (by task, then length), and per present task: ``task_index``,
+    ``start``, ``count`` and ``distinct`` (number of distinct lengths).
+    """
+    task_index = ds.column("task_index").astype(np.int64, copy=False)
+    lengths = ds.column("length").astype(np.int64, copy=False)
+    unresolved = task_index < 0
+    if unresolved.any() and warn:
+        eps = ds.column("episode_index")[unresolved]
+        log.warning(
+            "%s: %d episode(s) have no resolvable task (e.g. episode %s); they are skipped by the "
+            "speed percentiles and get bucket %d",
+            ds.root,
+            len(eps),
+            eps[:5].tolist(),
+            SPARSE_BUCKET,
+        )
+    task_index, lengths = task_index[~unresolved], lengths[~unresolved]
+    order = np.lexsort((lengths, task_index))
+    t, v = task_index[order], lengths[order]
+    tasks, start, count = np.unique(t, return_index=True, return_counts=True)
+    new_value = np.ones(len(t), dtype=np.int64)
+    if len(t) > 1:
+        new_value[1:] = (t[1:] != t[:-1]) | (v[1:] != v[:-1])
+    distinct = np.add.reduceat(new_value, start) if len(start) else np.zeros(0, np.int64)
+    return {"lengths": v, "task_index": tasks, "start": start, "count": count, "distinct": distinct}
+
+
+def compute_speed_rows(ds: Dataset) -> list[dict]:
+    """One row per task of ``ds.tasks`` (sorted by task_index), as stored in the file.
+
+    ``percentiles`` are the 5th..95th percentile (step 10) of the task's episode lengths, or None
+    when the task has fewer than 10 distinct lengths (including tasks without episodes).
+    """
+    g = _task_groups(ds)
+    where = dict(zip(g["task_index"].tolist(), range(len(g["task_index"]))))
+    fingerprint = ds.fingerprint
+    rows = []
+    for task_index, task in zip(ds.tasks.column("task_index").to_pylist(), ds.task_strings()):
+        k = where.get(task_index)
+        n = int(g["count"][k]) if k is not None else 0
+        percentiles = None
+        if k is not None and g["distinct"][k] >= MIN_DISTINCT_LENGTHS:
+            s = int(g["start"][k])
+            values = g["lengths"][s : s + n]
+            percentiles = [float(x) for x in np.percentile(values, PERCENTILE_POINTS)]
+        rows.append(
+            {
+                "task_index": int(task_index),
+                "task": task,
+                "n_episodes": n,
+                "percentiles": percentiles,
+                "version": SPEED_VERSION,
+                "fingerprint": fingerprint,
+            }
+        )
+    rows.sort(key=lambda r: r["task_index"])
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Bucketing
+
+
+def bucket(length: int, boundaries: Sequence[float] | None) -> int:
+    """Speed bucket (0, 10, ..., 100) of one episode against its task's boundaries (None -> 50)."""
+    if boundaries is None:
+        return SPARSE_BUCKET
+    b = np.asarray(boundaries, dtype=np.float64)
+    return int(np.searchsorted(b, length, side="right")) * LABEL_STEP
+
+
+def buckets_for(
+    task_index: np.ndarray, lengths: np.ndarray, rows: Sequence[dict] | None
+) -> np.ndarray:
+    """Vectorized :func:`bucket` for many episodes given their task_index and length (int64).
+
+    One ``np.searchsorted`` over all tasks' boundaries laid end to end: boundary ``b`` of row ``r``
+    becomes the integer key ``r * M + ceil(b)`` (exact, since ``b <= L`` iff ``ceil(b) <= L`` for an
+    integer length ``L``), and an episode of row ``r`` looks up ``r * M + L``.
+    """
+    task_index = np.asarray(task_index, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    out = np.full(len(lengths), SPARSE_BUCKET, dtype=np.int64)
+    dense = [r for r in rows or () if r.get("percentiles") is not None]
+    if not dense or not len(lengths):
+        return out
+    row_task = np.array([r["task_index"] for r in dense], dtype=np.int64)
+    bounds = np.array([r["percentiles"] for r in dense], dtype=np.float64).reshape(len(dense), -1)
+    order = np.argsort(row_task, kind="stable")
+    row_task, bounds = row_task[order], bounds[order]
+    k = len(row_task)
+    pos = np.minimum(np.searchsorted(row_task, task_index), k - 1)
+    hit = row_task[pos] == task_index
+    row, length = pos[hit], lengths[hit]
+    if not len(row):
+        return out
+    top = int(length.max()) + 1
+    modulus = top + 1
+    keys = np.clip(np.ceil(bounds), 0, top).astype(np.int64)
+    keys += np.arange(k, dtype=np.int64)[:, None] * modulus
+    count = np.searchsorted(keys.ravel(), row * modulus + length, side="right")
+    out[hit] = (count - row * bounds.shape[1]) * LABEL_STEP
+    return out
+
+
+def episode_buckets(ds: Dataset, rows: Sequence[dict] | None) -> np.ndarray:
+    """Speed bucket of every episode, in ``ds.episodes`` row order (int64; 50 when unknown)."""
+    return buckets_for(ds.column("task_index"), ds.column("length"), rows)
+
+
+# --------------------------------------------------------------------------------------------
+# The file
+
+
+def _root_of(root_or_ds: Dataset | str | os.PathLike) -> tuple[Any, str, str]:
+    """(fs, root path, display name) of a Dataset or a root."""
+    if isinstance(root_or_ds, Dataset):
+        return root_or_ds.fs, root_or_ds.path, root_or_ds.root
+    fs, path = resolve_root(root_or_ds)
+    return fs, path, str(root_or_ds)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_row(row: Any, line: int, where: str) -> None:
+    def bad(msg: str) -> SpeedFileError:
+        return SpeedFileError(f"line {line}: {msg}", where)
+
+    if not isinstance(row, dict):
+        raise bad(f"expected a JSON object, got {type(row).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in row]
+    if missing:
+        raise bad(f"missing keys {missing}")
+    if "version" in row and row["version"] != SPEED_VERSION:
+        raise bad(f"unsupported version {row['version']!r} (this reader knows {SPEED_VERSION})")
+    if not _is_int(row["task_index"]) or row["task_index"] < 0:
+        raise bad(f"task_index must be a non-negative integer, got {row['task_index']!r}")
+    if not _is_int(row["n_episodes"]) or row["n_episodes"] < 0:
+        raise bad(f"n_episodes must be a non-negative integer, got {row['n_episodes']!r}")
+    p = row["percentiles"]
+    if p is None:
+        return
+    if (
+        not isinstance(p, list)
+        or len(p) != NUM_BOUNDARIES
+        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p)
+        or not all(math.isfinite(x) for x in p)
+    ):
+        raise bad(f"percentiles must be null or {NUM_BOUNDARIES} finite numbers, got {p!r}")
+    if any(b < a for a, b in zip(p, p[1:])):
+        raise bad(f"percentiles must be ascending, got {p!r}")
+
+
+def read_speed_file(root_or_ds: Dataset | str | os.PathLike) -> list[dict] | None:
+    """The rows of ``meta/speed_percentiles.jsonl`` as written (None when the file is absent).
+
+    Raises :class:`SpeedFileError` naming the file and line for a file that is not valid.
+    """
+    fs, path, _ = _root_of(root_or_ds)
+    full = posixpath.join(path, SPEED_FILE)
+    try:
+        with fs.open(full, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return None
+    rows: list[dict] = []
+    seen: set[int] = set()
+    try:
+        reader = jsonlines.Reader(io.BytesIO(raw))
+        for line, row in enumerate(reader.iter(skip_empty=True), start=1):
+            _check_row(row, line, full)
+            if row["task_index"] in seen:
+                raise SpeedFileError(f"line {line}: task_index {row['task_index']} repeated", full)
+            seen.add(row["task_index"])
+            rows.append(row)
+    except jsonlines.InvalidLineError as exc:
+        raise SpeedFileError(f"not valid JSON lines ({exc})", full) from exc
+    return rows
+
+
+def write_speed_file(ds_or_root: Dataset | str | os.PathLike, rows: Sequence[dict]) -> bool:
+    """Write ``rows`` atomically to the root's speed file; return whether it was written.
+
+    Only the global main process writes (other ranks return False). A remote or read-only root is
+    not written: one warning per root, no exception. Other I/O errors propagate.
+    """
+    if not rank_info().is_main:
+        return False
+    fs, path, name = _root_of(ds_or_root)
+    if not is_local(fs):
+        _warn_once("readonly", name, f"{name}: remote root, {SPEED_FILE} kept in memory only")
+        return False
+    buf = io.StringIO()
+    with jsonlines.Writer(buf, compact=True) as writer:
+        writer.write_all(rows)
+    try:
+        atomic_write_text(Path(path) / SPEED_FILE, buf.getvalue())
+    except OSError as exc:
+        if exc.errno not in READ_ONLY_ERRNOS:
+            raise
+        _warn_once(
+            "readonly", name, f"{name}: read-only root ({exc.strerror}), {SPEED_FILE} not written"
+        )
+        return False
+    return True
+
+
+def file_fingerprints(rows: Sequence[dict] | None) -> set[str | None]:
+    """The distinct fingerprints recorded in a file's rows (None for rows without one)."""
+    return {r.get("fingerprint") for r in rows or ()}
+
+
+def is_fresh(ds: Dataset, rows: Sequence[dict] | None) -> bool:
+    """True when every row was computed from exactly ``ds``'s episodes and every task has a row."""
+    if rows is None:
+        return False
+    if file_fingerprints(rows) != {ds.fingerprint}:
+        return False
+    return set(ds.tasks.column("task_index").to_pylist()) <= {r["task_index"] for r in rows}
+
+
+# --------------------------------------------------------------------------------------------
+# The two paths: batch (CLI / prepare) and runtime (training jobs)
+
+
+def ensure_speed_rows(
+    root: Dataset | str | os.PathLike, recompute: bool = False
+) -> tuple[Dataset, list[dict], str]:
+    """Batch path: (dataset, rows, status) where status is "fresh", "written" or "not written".
+
+    The file is recomputed and rewritten when absent, when its fingerprint differs from the
+    dataset's, or when ``recompute``; a fresh file is left alone. A corrupt file raises
+    :class:`SpeedFileError` unless ``recompute``.
+    """
+    ds = root if isinstance(root, Dataset) else open_dataset(str(root))
+    if not recompute:
+        rows = read_speed_file(ds)
+        if is_fresh(ds, rows):
+            return ds, rows, "fresh"
+    rows = compute_speed_rows(ds)
+    wrote = write_speed_file(ds, rows)
+    return ds, rows, "written" if wrote else "not written"
+
+
+def ensure_speed_file(
+    root: Dataset | str | os.PathLike, recompute: bool = False
+) -> tuple[list[dict], bool]:
+    """Batch path for the CLI and ``prepare``: (rows, whether the file was (re)written)."""
+    _, rows, status = ensure_speed_rows(root, recompute=recompute)
+    return rows, status == "written"
+
+
+def _episodes_added(ds: Dataset, rows: Sequence[dict]) -> bool:
+    """True when some task in the file has more episodes now than the file counted."""
+    g = _task_groups(ds, warn=False)
+    now = dict(zip(g["task_index"].tolist(), g["count"].tolist()))
+    return any(now.get(r["task_index"], 0) > r["n_episodes"] for r in rows)
+
+
+def _load_or_compute(ds: Dataset, me: RankInfo) -> list[dict]:
+    try:
+        file_rows = read_speed_file(ds)
+    except SpeedFileError as exc:
+        _warn_once("corrupt", ds.root, f"{exc}; using speed percentiles computed in memory")
+        return compute_speed_rows(ds)
+    if file_rows is None:
+        rows = compute_speed_rows(ds)
+        write_speed_file(ds, rows)
+        return rows
+    if (
+        me.is_main
+        and file_fingerprints(file_rows) != {ds.fingerprint}
+        and _episodes_added(ds, file_rows)
+    ):
+        _warn_once(
+            "stale",
+            ds.root,
+            f"{ds.root}: {SPEED_FILE} was computed before episodes were added; using it as it is "
+            f"(run `episodekit metadata speed {ds.root} --recompute` to refresh)",
+        )
+    # Tasks with episodes here but no row in the file: compute and append them.
+    present = {r["task_index"] for r in file_rows}
+    used = _task_groups(ds, warn=False)["task_index"].tolist()
+    if all(t in present for t in used):
+        return file_rows
+    new = [r for r in compute_speed_rows(ds) if r["task_index"] not in present and r["n_episodes"]]
+    rows = sorted([*file_rows, *new], key=lambda r: r["task_index"])
+    write_speed_file(ds, rows)
+    return rows
+
+
+def load_or_compute(ds: Dataset) -> list[dict]:
+    """Runtime path: the speed rows of ``ds`` for a training job, identical on every rank.
+
+    Uses the file as it is when present (rows verbatim; tasks missing from it are computed and
+    appended), else computes it. Only the global main process writes; a read-only or remote root
+    keeps the result in memory. Warns once (main rank) when episodes were added since the file was
+    written; a subset of the file's episodes is silent. Under torch.distributed every rank reaches
+    one barrier before returning, also on errors.
+    """
+    me = rank_info()
+    try:
+        return _load_or_compute(ds, me)
+    finally:
+        if me.uses_torch:
+            barrier()
+
+
+def speed_table(ds: Dataset, rows: Sequence[dict]) -> list[dict]:
+    """Per-task summary for display: episodes, distinct lengths, p5 / median / p95, sparse."""
+    g = _task_groups(ds, warn=False)
+    where = dict(zip(g["task_index"].tolist(), range(len(g["task_index"]))))
+    table = []
+    for r in rows:
+        k = where.get(r["task_index"])
+        median = None
+        if k is not None:
+            s, n = int(g["start"][k]), int(g["count"][k])
+            median = float(np.median(g["lengths"][s : s + n]))
+        p = r["percentiles"]
+        table.append(
+            {
+                "task_index": r["task_index"],
+                "task": r["task"],
+                "episodes": r["n_episodes"],
+                "distinct_lengths": int(g["distinct"][k]) if k is not None else 0,
+                "p5": p[0] if p else None,
+                "p50": median,
+                "p95": p[-1] if p else None,
+                "sparse": p is None,
+            }
+        )
+    return table
+
+
+def speed_report(root: Dataset | str | os.PathLike, recompute: bool = False) -> dict:
+    """Ensure the root's speed file is fresh and describe it: status and the per-task table."""
+    ds, rows, status = ensure_speed_rows(root, recompute=recompute)
+    return {
+        "root": ds.root,
+        "file": SPEED_FILE,
+        "status": status,
+        "fingerprint": ds.fingerprint,
+        "tasks": speed_table(ds, rows),
+    }
