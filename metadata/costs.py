@@ -1,0 +1,280 @@
+"""Episode cost table ``meta/episode_costs.parquet``: what each episode costs to load and train on.
+
+Episodes differ in length by 10-100x, so shard plans balance *cost*, not episode counts. The table
+has one row per episode: episode_index, task_index, length, num_cameras (image + video features),
+action_dim, data_bytes (the episode's share of its data file, prorated by rows over the compressed
+row-group sizes in the parquet footer: no data pages are read), video_bytes (its share of each
+camera's mp4, prorated by duration), and ``cost`` under one model:
+
+- ``frames``: length (the default: one sample per frame);
+- ``compute``: length x action_dim x cameras (each factor at least 1);
+- ``bytes``: data_bytes + video_bytes (I/O bound training).
+
+The model name, format version and episodes fingerprint are stored in the file's key-value
+metadata (key ``episodekit.costs``) so a reader can tell a stale table from a fresh one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .atomic import atomic_path
+from .dataset import Dataset, DatasetError, MissingFileError, open_dataset
+from .footer import file_layout
+
+COST_FILE = "meta/episode_costs.parquet"
+COST_VERSION = 1
+COST_META_KEY = b"episodekit.costs"
+COST_MODELS = {
+    "frames": "length (one sample per frame)",
+    "compute": "length x action_dim x cameras (each factor at least 1)",
+    "bytes": "data_bytes + video_bytes",
+}
+COST_SCHEMA = pa.schema(
+    [
+        ("episode_index", pa.int64()),
+        ("task_index", pa.int64()),
+        ("length", pa.int64()),
+        ("num_cameras", pa.int32()),
+        ("action_dim", pa.int32()),
+        ("data_bytes", pa.int64()),
+        ("video_bytes", pa.int64()),
+        ("cost", pa.float64()),
+    ]
+)
+
+
+def _as_dataset(root_or_ds: str | Any) -> Dataset:
+    return root_or_ds if isinstance(root_or_ds, Dataset) else open_dataset(str(root_or_ds))
+
+
+def check_model(model: str) -> str:
+    """Return ``model`` or raise a ValueError listing the known cost models."""
+    if model not in COST_MODELS:
+        raise ValueError(f"unknown cost model {model!r} (choose from {', '.join(COST_MODELS)})")
+    return model
+
+
+def _prorate(total: np.ndarray, lo: np.ndarray, hi: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Integer shares of a piecewise-uniform quantity: ``bounds`` are cumulative positions where
+    the cumulative ``total`` is known; an interval [lo, hi) gets round(C(hi)) - round(C(lo)), so
+    the shares of intervals that tile the file add up to the file total exactly."""
+    c_hi = np.rint(np.interp(hi, bounds, total))
+    c_lo = np.rint(np.interp(lo, bounds, total))
+    return (c_hi - c_lo).astype(np.int64)
+
+
+def data_bytes(ds: Dataset) -> np.ndarray:
+    """Per episode (episode-table order): its share of its data file's compressed row-group bytes,
+    prorated by rows inside each row group. Reads parquet footers only."""
+    n = ds.num_episodes
+    out = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return out
+    file_id = ds.column("file_id").astype(np.int64)
+    frm = ds.column("dataset_from_index")
+    to = ds.column("dataset_to_index")
+    order = np.argsort(file_id, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(file_id[order])) + 1)
+    for rows in groups:
+        path = ds.data_path(int(file_id[rows[0]]))
+        try:
+            layout = file_layout(path, ds.fs)
+        except FileNotFoundError as exc:
+            raise MissingFileError("data file is missing", path) from exc
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise DatasetError(f"unreadable parquet footer ({exc})", path) from exc
+        first = frm[rows].min()
+        if to[rows].max() - first > layout.num_rows:
+            raise DatasetError(
+                f"episodes {ds.column('episode_index')[rows][:5].tolist()} need "
+                f"{to[rows].max() - first} rows but the file has {layout.num_rows}",
+                path,
+            )
+        bounds = np.concatenate([[0], np.cumsum(layout.row_group_rows)]).astype(np.float64)
+        cum = np.concatenate([[0], np.cumsum(layout.row_group_compressed)]).astype(np.float64)
+        out[rows] = _prorate(cum, frm[rows] - first, to[rows] - first, bounds)
+    return out
+
+
+def video_bytes(ds: Dataset) -> np.ndarray:
+    """Per episode: the sum over cameras of its share of that camera's mp4, prorated by duration
+    (to_timestamp - from_timestamp) over the episodes stored in the same file."""
+    n = ds.num_episodes
+    out = np.zeros(n, dtype=np.int64)
+    for key in ds.video_keys:
+        cols = [f"videos/{key}/{f}" for f in ("chunk_index", "file_index", "from_timestamp")]
+        cols.append(f"videos/{key}/to_timestamp")
+        if n == 0 or not all(c in ds.episodes.column_names for c in cols):
+            continue
+        df = pl.from_arrow(ds.episodes.select(cols)).rename(
+            dict(zip(cols, ("chunk", "file", "lo", "hi")))
+        )
+        df = df.with_row_index("row").with_columns(
+            (pl.col("hi") - pl.col("lo")).clip(lower_bound=0).alias("dur")
+        )
+        files = df.select("chunk", "file").unique().sort("chunk", "file")
+        sizes = []
+        for chunk, fnum in files.iter_rows():
+            rel = ds.video_path(key, int(chunk), int(fnum))
+            full = ds.join(rel)
+            if not ds.fs.exists(full):
+                raise MissingFileError(f"video file of camera {key!r} is missing", full)
+            sizes.append(int(ds.fs.size(full)))
+        files = files.with_columns(pl.Series("size", sizes, dtype=pl.Int64))
+        df = (
+            df.join(files, on=["chunk", "file"], how="left")
+            .sort("chunk", "file", "lo", "row")
+            .with_columns(
+                pl.col("dur").cum_sum().over("chunk", "file").alias("cum"),
+                pl.col("dur").sum().over("chunk", "file").alias("tot"),
+            )
+            .with_columns(
+                pl.when(pl.col("tot") > 0)
+                .then(pl.col("size") / pl.col("tot"))
+                .otherwise(0.0)
+                .alias("per_s")
+            )
+            .with_columns(
+                (
+                    (pl.col("cum") * pl.col("per_s")).round(0)
+                    - ((pl.col("cum") - pl.col("dur")) * pl.col("per_s")).round(0)
+                )
+                .cast(pl.Int64)
+                .alias("share")
+            )
+        )
+        out[df["row"].to_numpy()] += df["share"].to_numpy()
+    return out
+
+
+def _action_dim(ds: Dataset) -> int:
+    shape = (ds.features.get("action") or {}).get("shape") or [0]
+    return int(np.prod(shape))
+
+
+def compute_costs(ds: Dataset | str, model: str = "frames") -> pa.Table:
+    """The cost table of a dataset (see the module docstring), in episode order."""
+    check_model(model)
+    ds = _as_dataset(ds)
+    n = ds.num_episodes
+    length = ds.column("length").astype(np.int64)
+    cameras = len(ds.image_keys) + len(ds.video_keys)
+    adim = _action_dim(ds)
+    dbytes = data_bytes(ds)
+    vbytes = video_bytes(ds)
+    if model == "frames":
+        cost = length.astype(np.float64)
+    elif model == "compute":
+        cost = length.astype(np.float64) * max(1, adim) * max(1, cameras)
+    else:
+        cost = (dbytes + vbytes).astype(np.float64)
+    table = pa.table(
+        {
+            "episode_index": ds.column("episode_index").astype(np.int64),
+            "task_index": ds.column("task_index").astype(np.int64),
+            "length": length,
+            "num_cameras": np.full(n, cameras, dtype=np.int32),
+            "action_dim": np.full(n, adim, dtype=np.int32),
+            "data_bytes": dbytes,
+            "video_bytes": vbytes,
+            "cost": cost,
+        },
+        schema=COST_SCHEMA,
+    )
+    meta = {"version": COST_VERSION, "model": model, "fingerprint": ds.fingerprint}
+    return table.replace_schema_metadata({COST_META_KEY: json.dumps(meta, sort_keys=True).encode()})
+
+
+def costs_meta(table: pa.Table) -> dict:
+    """The ``episodekit.costs`` metadata of a cost table ({} when absent)."""
+    raw = (table.schema.metadata or {}).get(COST_META_KEY)
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+
+
+def _local_path(ds: Dataset, rel: str) -> str:
+    if not ds.is_local:
+        raise ValueError(f"{ds.root}: artifacts can only be written to a local dataset root")
+    return ds.join(rel)
+
+
+def write_costs(ds: Dataset | str, model: str = "frames", table: pa.Table | None = None) -> str:
+    """Compute (unless ``table`` is given) and atomically write the cost table; return its path."""
+    ds = _as_dataset(ds)
+    table = table if table is not None else compute_costs(ds, model)
+    path = _local_path(ds, COST_FILE)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return path
+
+
+def read_costs(root_or_ds: str | Dataset) -> pa.Table | None:
+    """The stored cost table (with its metadata), or None when the root has none."""
+    if isinstance(root_or_ds, Dataset):
+        fs, path = root_or_ds.fs, root_or_ds.join(COST_FILE)
+    else:
+        from .dataset import resolve_root
+
+        fs, root = resolve_root(root_or_ds)
+        path = f"{root}/{COST_FILE}"
+    if not fs.exists(path):
+        return None
+    try:
+        with fs.open(path, "rb") as fh:
+            return pq.read_table(fh)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"unreadable cost table ({exc})", path) from exc
+
+
+def ensure_costs(
+    root: str | Dataset, model: str = "frames", force: bool = False
+) -> tuple[pa.Table, bool]:
+    """The cost table for ``model``: the stored one when it is fresh (same fingerprint, model and
+    version), else computed and written. Returns ``(table, changed)``."""
+    check_model(model)
+    ds = _as_dataset(root)
+    if not force:
+        table = read_costs(ds)
+        if table is not None and not verify_costs(table, ds, model):
+            return table, False
+    table = compute_costs(ds, model)
+    write_costs(ds, model, table)
+    return table, True
+
+
+def verify_costs(table: pa.Table, ds: Dataset, model: str | None = None) -> list[str]:
+    """Problems with a cost table against ``ds`` (empty when it is fresh and complete)."""
+    problems = []
+    meta = costs_meta(table)
+    if meta.get("version") != COST_VERSION:
+        problems.append(f"cost table version {meta.get('version')!r}, expected {COST_VERSION}")
+    if meta.get("fingerprint") != ds.fingerprint:
+        problems.append(
+            f"cost table is stale: fingerprint {meta.get('fingerprint')!r}, dataset has "
+            f"{ds.fingerprint!r}"
+        )
+    if meta.get("model") not in COST_MODELS:
+        problems.append(f"unknown cost model {meta.get('model')!r}")
+    elif model is not None and meta.get("model") != model:
+        problems.append(f"cost model is {meta.get('model')!r}, wanted {model!r}")
+    missing = [c for c in COST_SCHEMA.names if c not in table.column_names]
+    if missing:
+        return problems + [f"cost table lacks columns {missing}"]
+    ep = table["episode_index"].to_numpy()
+    if not np.array_equal(ep, ds.column("episode_index")):
+        problems.append("cost table rows do not match the dataset's episodes one to one, in order")
+    elif not np.array_equal(table["length"].to_numpy(), ds.column("length")):
+        problems.append("cost table lengths differ from the episodes table")
+    cost = table["cost"].to_numpy()
+    if len(cost) and (not np.all(np.isfinite(cost)) or cost.min() < 0):
+        problems.append("cost table has negative or non-finite costs")
+    return problems

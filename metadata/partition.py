@@ -1,0 +1,215 @@
+"""Number partitioning for shard plans: items with costs into ``k`` bins of near-equal totals.
+
+Items are (episode_index, start_frame, end_frame, cost) rows. All algorithms take items in a fixed
+order (cost descending, ties by episode_index then start_frame), so their output is a pure
+function of the input: no randomness, no dependence on the machine.
+
+- ``lpt``: largest cost first, each to the least-loaded bin (ties: lowest bin). A heap, O(n log k).
+- ``kk``: multi-way Karmarkar-Karp largest differencing: every item starts as a k-tuple
+  (cost, 0, ..., 0); the two tuples with the largest spread are merged, largest sum paired with
+  smallest; k-vectors are numpy arrays and bins are linked lists, so a merge is O(k).
+- ``split_long``: when whole items cannot reach the mean (an item costs more than the mean bin
+  cost, or too few items per bin), the largest items are taken out, the rest partitioned, and the
+  large ones poured, laid end to end as contiguous frame ranges, into the bins' deficits to the
+  mean (least-loaded bin first). Items above the mean are always cut; others at most one per bin
+  boundary.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+ALGOS = ("auto", "lpt", "kk")
+KK_AUTO_MAX_ITEMS = 50_000  # "auto" also tries KK below this many items (KK costs O(n k))
+
+
+@dataclass
+class Items:
+    """Columns of a set of items (episode ranges with costs); ``cost`` is float64."""
+
+    episode: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    cost: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.cost)
+
+    def take(self, idx: np.ndarray) -> Items:
+        return Items(self.episode[idx], self.start[idx], self.end[idx], self.cost[idx])
+
+    @staticmethod
+    def concat(parts: list[Items]) -> Items:
+        return Items(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
+
+
+_FIELDS = ("episode", "start", "end", "cost")
+
+
+def decreasing_order(items: Items) -> np.ndarray:
+    """Positions of items by cost descending, ties by episode_index then start frame."""
+    return np.lexsort((items.start, items.episode, -items.cost))
+
+
+def lpt(costs: np.ndarray, k: int) -> np.ndarray:
+    """Bin per item (items given in processing order): largest first to the least-loaded bin."""
+    n = len(costs)
+    if n <= k:
+        return np.arange(n, dtype=np.int64)
+    values = costs.tolist()
+    heap = [(c, b) for b, c in enumerate(values[:k])]
+    heapq.heapify(heap)
+    out = list(range(k))
+    append, replace = out.append, heapq.heapreplace
+    for c in values[k:]:
+        load, b = heap[0]
+        replace(heap, (load + c, b))
+        append(b)
+    return np.asarray(out, dtype=np.int64)
+
+
+def kk(costs: np.ndarray, k: int) -> np.ndarray:
+    """Bin per item by multi-way Karmarkar-Karp (largest differencing method)."""
+    n = len(costs)
+    if n <= k:
+        return np.arange(n, dtype=np.int64)
+    nxt = np.full(n, -1, dtype=np.int64)  # linked lists: one per bin of a partial solution
+    sums: dict[int, np.ndarray] = {}
+    heads: dict[int, np.ndarray] = {}
+    tails: dict[int, np.ndarray] = {}
+    # Heap key: (-spread, sequence number): deterministic ties. Singletons are built lazily.
+    heap = [(-float(c), i) for i, c in enumerate(costs.tolist())]
+    heapq.heapify(heap)
+    seq = n
+
+    def tuple_of(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if i < n:  # a singleton: (cost, 0, ..., 0)
+            s = np.zeros(k)
+            s[0] = costs[i]
+            h = np.full(k, -1, dtype=np.int64)
+            h[0] = i
+            return s, h, h.copy()
+        return sums.pop(i), heads.pop(i), tails.pop(i)
+
+    while len(heap) > 1:
+        _, a = heapq.heappop(heap)
+        _, b = heapq.heappop(heap)
+        sa, ha, ta = tuple_of(a)  # each kept sorted by sum, descending
+        sb, hb, tb = tuple_of(b)
+        sb, hb, tb = sb[::-1], hb[::-1], tb[::-1]  # ascending: largest meets smallest
+        s = sa + sb
+        both = (ta >= 0) & (hb >= 0)
+        nxt[ta[both]] = hb[both]
+        h = np.where(ha >= 0, ha, hb)
+        t = np.where(tb >= 0, tb, ta)
+        order = np.argsort(-s, kind="stable")
+        s = s[order] - s[order][-1]
+        sums[seq], heads[seq], tails[seq] = s, h[order], t[order]
+        heapq.heappush(heap, (-(float(s[0]) - float(s[-1])), seq))
+        seq += 1
+    _, last = heap[0]
+    _, h, _ = tuple_of(last)
+    out = np.full(n, -1, dtype=np.int64)
+    for b, i in enumerate(h.tolist()):
+        while i >= 0:
+            out[i] = b
+            i = int(nxt[i])
+    return out
+
+
+def assign(items: Items, k: int, algo: str) -> tuple[np.ndarray, str]:
+    """Bin per item (in ``items`` order) by ``algo``; returns (bins, algorithm actually used).
+
+    ``auto`` runs LPT, and also KK when there are at most KK_AUTO_MAX_ITEMS items, keeping the one
+    with the smaller maximum bin (LPT on a tie).
+    """
+    if algo not in ALGOS:
+        raise ValueError(f"unknown algorithm {algo!r} (choose from {', '.join(ALGOS)})")
+    order = decreasing_order(items)
+    costs = items.cost[order]
+    candidates = []
+    if algo in ("auto", "lpt"):
+        candidates.append(("lpt", lpt(costs, k)))
+    if algo == "kk" or (algo == "auto" and len(items) <= KK_AUTO_MAX_ITEMS):
+        candidates.append(("kk", kk(costs, k)))
+    best_name, best, best_max = "", None, np.inf
+    for name, bins in candidates:
+        peak = np.bincount(bins, costs, minlength=k).max() if len(bins) else 0.0
+        if peak < best_max or best is None:
+            best_name, best, best_max = name, bins, peak
+    out = np.empty(len(items), dtype=np.int64)
+    out[order] = best
+    return out, best_name
+
+
+def pour(items: Items, loads: np.ndarray, target: float) -> tuple[Items, np.ndarray]:
+    """Cut ``items`` into contiguous frame ranges that fill each bin up to ``target``.
+
+    Bins are filled least-loaded first (ties: lower bin); the items are laid end to end in
+    (episode, start) order and cut where a bin's deficit is used up (rounded to whole frames).
+    Returns the pieces and the bin of each. The cost of a piece is its frames' share of its item.
+    """
+    order = np.lexsort((items.start, items.episode))
+    items = items.take(order)
+    frames = (items.end - items.start).astype(np.int64)
+    fbound = np.concatenate([[0], np.cumsum(frames)])  # item boundaries on the frame axis
+    cbound = np.concatenate([[0.0], np.cumsum(items.cost)])
+    total = cbound[-1]
+    fill = np.lexsort((np.arange(len(loads)), loads))
+    deficit = np.clip(target - loads[fill], 0.0, None)
+    cum = np.cumsum(deficit)[:-1]  # the last bin in fill order takes any rounding remainder
+    # A bin's span ends at the frame where the cumulative cost reaches its cumulative deficit.
+    cuts = cum[cum < total]
+    cut_frames = np.rint(np.interp(cuts, cbound, fbound)).astype(np.int64)
+    points = np.unique(np.concatenate([fbound, cut_frames]))
+    lo, hi = points[:-1], points[1:]
+    item = np.searchsorted(fbound, lo, side="right") - 1
+    slot = np.searchsorted(cut_frames, lo, side="right")
+    pieces_frames = hi - lo
+    cost = items.cost[item] * pieces_frames / np.maximum(frames[item], 1)
+    start = items.start[item] + (lo - fbound[item])
+    pieces = Items(items.episode[item], start, start + pieces_frames, cost)
+    return pieces, fill[slot]
+
+
+def short_prefix(items: Items, k: int, target: float) -> np.ndarray:
+    """Mask of the items kept whole by ``split_long``: the cheapest ones (cost ascending, ties by
+    episode and start) while their total / k + the item's cost stays <= target. Largest-first
+    placement of these never exceeds ``target`` (a bin receiving an item holds at most the
+    average), so pouring the rest into the deficits leaves every bin within a frame of it."""
+    order = decreasing_order(items)[::-1]
+    c = items.cost[order]
+    ok = np.cumsum(c) / k + c <= target * (1 + 1e-12)
+    keep = int(np.argmin(ok)) if not ok.all() else len(c)
+    mask = np.zeros(len(items), dtype=bool)
+    mask[order[:keep]] = True
+    return mask
+
+
+def partition(
+    items: Items, k: int, algo: str = "auto", split_long: bool = False, tolerance: float = 1e-3
+) -> tuple[Items, np.ndarray, str]:
+    """Items (possibly cut, with ``split_long``) and the bin of each, plus the algorithm used.
+
+    With ``split_long``, a partition of whole items is kept when its largest bin is within
+    ``tolerance`` of the mean; otherwise the largest items are poured as contiguous frame ranges
+    into the deficits left by the others (see :func:`short_prefix` and :func:`pour`): every item
+    costing more than the mean is cut, plus at most one item per bin boundary.
+    """
+    if k == 1:
+        return items, np.zeros(len(items), dtype=np.int64), "none"
+    target = float(items.cost.sum()) / k
+    if not split_long or items.cost.max(initial=0.0) <= target:
+        bins, used = assign(items, k, algo)
+        peak = np.bincount(bins, items.cost, minlength=k).max() if len(items) else 0.0
+        if not split_long or peak <= target * (1 + tolerance):
+            return items, bins, used
+    keep = short_prefix(items, k, target)
+    short = items.take(np.flatnonzero(keep))
+    bins, used = assign(short, k, algo) if len(short) else (np.zeros(0, np.int64), algo)
+    loads = np.bincount(bins, short.cost, minlength=k).astype(np.float64)
+    pieces, piece_bins = pour(items.take(np.flatnonzero(~keep)), loads, target)
+    return Items.concat([short, pieces]), np.concatenate([bins, piece_bins]), used

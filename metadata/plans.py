@@ -1,0 +1,496 @@
+"""Balanced shard plans: every episode to exactly one (rank, worker) bin, equal work per rank.
+
+Splitting episodes across ranks by count (DistributedSampler, ``split_dataset_by_node``) leaves the
+busiest rank 20-80% above the mean when lengths vary 10-100x. A plan balances the episodes' costs
+(``meta/episode_costs.parquet``) first across ``world_size`` ranks, then across ``num_workers``
+bins inside each rank (see :mod:`partition` for the algorithms), and fixes ``samples_per_worker``
+so every bin, hence every rank, yields the same number of samples per epoch.
+
+A plan is a pure function of (costs, world size, workers, algo, split_long, seed, policy). The seed
+is used in one place only: which rank (and which worker inside a rank) receives which bin of the
+partition, so that e.g. rank 0 does not always get the largest episode. Two seeds give the same
+bins with different labels. Ties between equal costs are broken by episode_index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+from episodekit.loaders.plan import (
+    PLAN_DIR,
+    PLAN_FORMAT,
+    PLAN_VERSION,
+    POLICIES,
+    Plan,
+    PlanError,
+    decode_plan,
+    encode_plan,
+    plan_path,
+)
+
+from .atomic import atomic_write_bytes
+from .costs import COST_MODELS, check_model, ensure_costs
+from .dataset import Dataset, open_dataset
+from .partition import ALGOS, Items, partition
+
+__all__ = [
+    "PLAN_DIR",
+    "plan_path",
+    "build_plan",
+    "balance_figures",
+    "write_plan",
+    "read_plan",
+    "ensure_plans",
+    "verify_plan",
+    "format_balance",
+]
+
+_PARAMS = ("world_size", "num_workers", "algo", "split_long", "seed", "policy", "cost_model")
+
+
+def balance_figures(bin_totals: np.ndarray, items_costs: np.ndarray) -> dict:
+    """min/mean/max of the bin totals and max / lower_bound, lower_bound = max(total / bins,
+    largest item): 1.0 is a perfect plan."""
+    t = np.asarray(bin_totals, dtype=np.float64)
+    total = float(t.sum())
+    largest = float(np.max(items_costs)) if len(items_costs) else 0.0
+    lower = max(total / len(t), largest) if len(t) else 0.0
+    return {
+        "min": float(t.min()),
+        "mean": total / len(t),
+        "max": float(t.max()),
+        "lower_bound": lower,
+        "max_over_lower_bound": round(float(t.max()) / lower, 6) if lower > 0 else 1.0,
+        "max_over_mean": round(float(t.max()) / (total / len(t)), 6) if total > 0 else 1.0,
+    }
+
+
+def naive_totals(costs: np.ndarray, num_bins: int) -> dict[str, np.ndarray]:
+    """Bin totals of the count-based splits, for comparison: ``contiguous`` (equal-count runs of
+    episodes in index order, like ``split_dataset_by_node``) and ``round_robin`` (episode i to bin
+    i mod bins, like DistributedSampler)."""
+    n = len(costs)
+    contiguous_bin = (np.arange(n) * num_bins) // max(n, 1)
+    return {
+        "contiguous": np.bincount(contiguous_bin, costs, minlength=num_bins),
+        "round_robin": np.bincount(np.arange(n) % num_bins, costs, minlength=num_bins),
+    }
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer: a portable integer hash (the same on every machine)."""
+    x = x.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def label_permutation(seed: int, groups: int, size: int, salt: int) -> np.ndarray:
+    """(groups, size) array: row g is a seeded permutation of range(size)."""
+    base = _mix(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) ^ np.uint64(salt))[0]
+    keys = _mix(np.arange(groups * size, dtype=np.uint64) + base).reshape(groups, size)
+    return np.argsort(keys, axis=1, kind="stable")
+
+
+def _check_args(
+    costs: np.ndarray | None,
+    lengths: np.ndarray | None,
+    world_size: int,
+    num_workers: int,
+    algo: str,
+    policy: str,
+) -> None:
+    """Raise a ValueError naming the bad argument (costs/lengths None: shape checks only)."""
+    if int(world_size) < 1:
+        raise ValueError(f"world size must be >= 1, got {world_size}")
+    if int(num_workers) < 1:
+        raise ValueError(f"workers must be >= 1, got {num_workers}")
+    if algo not in ALGOS:
+        raise ValueError(f"unknown algorithm {algo!r} (choose from {', '.join(ALGOS)})")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+    if costs is None or lengths is None:
+        return
+    if len(costs) != len(lengths):
+        raise ValueError(f"{len(costs)} costs for {len(lengths)} episodes")
+    if len(costs) and (not np.all(np.isfinite(costs)) or costs.min() < 0):
+        raise ValueError("costs must be finite and >= 0")
+    bins = int(world_size) * int(num_workers)
+    frames = int(lengths.sum())
+    if bins > frames:
+        raise ValueError(
+            f"{bins} bins ({world_size} ranks x {num_workers} workers) but only {frames} frames: "
+            "every bin needs at least one frame"
+        )
+
+
+def build_plan(
+    costs: np.ndarray,
+    lengths: np.ndarray,
+    world_size: int,
+    num_workers: int,
+    algo: str = "auto",
+    split_long: bool = False,
+    seed: int = 0,
+    episode_index: np.ndarray | None = None,
+    policy: str = "trim",
+    cost_model: str = "frames",
+    fingerprint: str = "",
+) -> dict:
+    """Partition episodes (cost, length) over ``world_size x num_workers`` bins; a pure function.
+
+    Returns the plan as a dict: the parameters, ``items`` (n, 3) int64 rows (episode_index,
+    start_frame, end_frame) sorted by bin, ``bin_offsets``, ``bin_cost``, ``bin_frames``,
+    ``samples_per_worker``/``samples_per_rank`` with the frames dropped or repeated by the policy,
+    and the ``balance`` figures next to the naive splits'. Raises ValueError for bad arguments.
+    """
+    costs = np.asarray(costs, dtype=np.float64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    _check_args(costs, lengths, world_size, num_workers, algo, policy)
+    W, K = int(world_size), int(num_workers)
+    B = W * K
+    n = len(costs)
+    ep = np.arange(n, dtype=np.int64) if episode_index is None else np.asarray(episode_index)
+    items = Items(ep.astype(np.int64), np.zeros(n, np.int64), lengths.copy(), costs.copy())
+
+    # Level 1: ranks. Level 2: workers inside each rank.
+    items, rank, used_ranks = partition(items, W, algo, split_long)
+    order = np.argsort(rank, kind="stable")
+    bounds = np.searchsorted(rank[order], np.arange(W + 1))
+    parts, bins, used_workers = [], [], {}
+    for r in range(W):
+        sub = items.take(order[bounds[r] : bounds[r + 1]])
+        sub, worker, used = partition(sub, K, algo, split_long)
+        used_workers[used] = used_workers.get(used, 0) + 1
+        parts.append(sub)
+        bins.append(r * K + worker)
+    items = Items.concat(parts)
+    bin_of = np.concatenate(bins)
+
+    # Seeded labels: permute ranks, and workers inside each rank.
+    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
+    worker_perm = label_permutation(seed, W, K, salt=2)
+    r, w = bin_of // K, bin_of % K
+    bin_of = rank_perm[r] * K + worker_perm[r, w]
+
+    order = np.lexsort((items.start, items.episode, bin_of))
+    items, bin_of = items.take(order), bin_of[order]
+    frames = items.end - items.start
+    bin_cost = np.bincount(bin_of, items.cost, minlength=B)
+    bin_frames = np.bincount(bin_of, frames, minlength=B).astype(np.int64)
+    empty = np.flatnonzero(bin_frames == 0)
+    if len(empty):
+        hint = "" if split_long else " (use --split-long to cut long episodes)"
+        raise ValueError(
+            f"{len(empty)} of {B} bins got no frames: {n} episodes are too few for "
+            f"{W} ranks x {K} workers{hint}"
+        )
+    if policy == "trim":
+        per_worker = int(bin_frames.min())
+    else:
+        per_worker = int(bin_frames.max())
+    naive = naive_totals(costs, B)
+    balance = {
+        "plan": balance_figures(bin_cost, items.cost),
+        "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), items.cost),
+        "contiguous": balance_figures(naive["contiguous"], costs),
+        "round_robin": balance_figures(naive["round_robin"], costs),
+    }
+    return {
+        "format": PLAN_FORMAT,
+        "version": PLAN_VERSION,
+        "fingerprint": fingerprint,
+        "world_size": W,
+        "num_workers": K,
+        "num_bins": B,
+        "algo": algo,
+        "algo_used": {"ranks": used_ranks, "workers": dict(sorted(used_workers.items()))},
+        "cost_model": cost_model,
+        "seed": int(seed),
+        "split_long": bool(split_long),
+        "policy": policy,
+        "num_episodes": n,
+        "num_items": len(items),
+        "split_episodes": _split_count(items),
+        "costs_digest": costs_digest(costs),
+        "total_frames": int(lengths.sum()),
+        "total_cost": float(costs.sum()),
+        "samples_per_worker": per_worker,
+        "samples_per_rank": per_worker * K,
+        "dropped_frames": int(np.clip(bin_frames - per_worker, 0, None).sum()),
+        "repeated_frames": int(np.clip(per_worker - bin_frames, 0, None).sum()),
+        "balance": balance,
+        "bin_offsets": np.searchsorted(bin_of, np.arange(B + 1)).astype(np.int64),
+        "bin_cost": bin_cost,
+        "bin_frames": bin_frames,
+        "items": np.stack([items.episode, items.start, items.end], axis=1).astype(np.int64),
+    }
+
+
+def _split_count(items: Items) -> int:
+    """How many episodes were cut into more than one piece."""
+    counts = np.unique(items.episode, return_counts=True)[1]
+    return int((counts > 1).sum())
+
+
+def costs_digest(costs: np.ndarray) -> str:
+    """Short hash of the cost column a plan was built from (a changed cost table -> new plan)."""
+    data = np.ascontiguousarray(costs, dtype="<f8").tobytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _as_dataset(root: str | Dataset) -> Dataset:
+    return root if isinstance(root, Dataset) else open_dataset(str(root))
+
+
+def write_plan(ds: Dataset | str, plan: dict) -> str:
+    """Write ``plan`` atomically to its path under the dataset root; return that path."""
+    ds = _as_dataset(ds)
+    if not ds.is_local:
+        raise ValueError(f"{ds.root}: artifacts can only be written to a local dataset root")
+    path = ds.join(plan_path(plan["world_size"], plan["num_workers"]))
+    atomic_write_bytes(path, encode_plan(plan))
+    return path
+
+
+def read_plan(ds: Dataset | str, world_size: int, num_workers: int) -> dict | None:
+    """The stored plan for one shape as a dict (no freshness check), or None when absent."""
+    ds = _as_dataset(ds)
+    path = ds.join(plan_path(world_size, num_workers))
+    if not ds.fs.exists(path):
+        return None
+    with ds.fs.open(path, "rb") as fh:
+        return decode_plan(fh.read(), path)
+
+
+def plan_for_dataset(
+    ds: Dataset,
+    costs: pa.Table,
+    world_size: int,
+    num_workers: int,
+    algo: str = "auto",
+    split_long: bool = False,
+    seed: int = 0,
+    policy: str = "trim",
+) -> dict:
+    """:func:`build_plan` on a dataset's cost table (recording its model and fingerprint)."""
+    from .costs import costs_meta
+
+    return build_plan(
+        costs["cost"].to_numpy(),
+        costs["length"].to_numpy(),
+        world_size,
+        num_workers,
+        algo=algo,
+        split_long=split_long,
+        seed=seed,
+        episode_index=costs["episode_index"].to_numpy(),
+        policy=policy,
+        cost_model=costs_meta(costs).get("model", "frames"),
+        fingerprint=ds.fingerprint,
+    )
+
+
+def ensure_plans(
+    root: str | Dataset,
+    world_sizes: list[int],
+    num_workers: int,
+    cost: str = "frames",
+    algo: str = "auto",
+    split_long: bool = False,
+    seed: int = 0,
+    force: bool = False,
+    policy: str = "trim",
+) -> list[tuple[str, dict, bool]]:
+    """Build and write one plan per world size (computing the cost table first if needed).
+
+    A plan that exists with the same fingerprint, parameters and costs is kept (``changed`` is
+    False). Returns ``[(path, plan, changed), ...]`` in the order of ``world_sizes``.
+    """
+    check_model(cost)
+    ds = _as_dataset(root)
+    for w in world_sizes:  # fail on a bad shape before computing anything
+        _check_args(None, None, w, num_workers, algo, policy)
+    costs, _ = ensure_costs(ds, cost)
+    digest = costs_digest(costs["cost"].to_numpy())
+    wanted = {
+        "num_workers": int(num_workers),
+        "algo": algo,
+        "split_long": bool(split_long),
+        "seed": int(seed),
+        "policy": policy,
+        "cost_model": cost,
+    }
+    out = []
+    for w in world_sizes:
+        path = ds.join(plan_path(w, num_workers))
+        if not force:
+            try:
+                old = read_plan(ds, w, num_workers)
+            except PlanError:
+                old = None
+            if (
+                old is not None
+                and old.get("fingerprint") == ds.fingerprint
+                and old.get("costs_digest") == digest
+                and all(old.get(k) == v for k, v in {**wanted, "world_size": int(w)}.items())
+            ):
+                out.append((path, old, False))
+                continue
+        plan = plan_for_dataset(ds, costs, w, num_workers, algo, split_long, seed, policy)
+        out.append((write_plan(ds, plan), plan, True))
+    return out
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -> list[str]:
+    """Problems with a plan against ``ds`` (empty when OK): freshness, every episode covered
+    exactly once by non-overlapping frame ranges, per-bin totals, samples per rank, and the stored
+    balance figures against a recomputation from the cost table (``costs``, else the stored one
+    when its model matches, else computed)."""
+    doc = plan.doc if isinstance(plan, Plan) else plan
+    problems: list[str] = []
+    if doc.get("fingerprint") != ds.fingerprint:
+        problems.append(
+            f"stale plan: fingerprint {doc.get('fingerprint')!r}, dataset has {ds.fingerprint!r}"
+        )
+        return problems
+    W, K, B = int(doc["world_size"]), int(doc["num_workers"]), int(doc["num_bins"])
+    if B != W * K:
+        problems.append(f"num_bins {B} != world_size {W} x num_workers {K}")
+        return problems
+    items = np.asarray(doc["items"], dtype=np.int64).reshape(-1, 3)
+    offsets = np.asarray(doc["bin_offsets"], dtype=np.int64)
+    if len(offsets) != B + 1 or offsets[0] != 0 or offsets[-1] != len(items):
+        return problems + ["bin_offsets do not match the items"]
+    if np.any(np.diff(offsets) < 0):
+        return problems + ["bin_offsets are not ascending"]
+    bin_of = np.repeat(np.arange(B), np.diff(offsets))
+    e, s, t = items[:, 0], items[:, 1], items[:, 2]
+    problems += _coverage_problems(e, s, t, ds)
+    if problems:
+        return problems
+    frames = t - s
+    bin_frames = np.bincount(bin_of, frames, minlength=B)
+    if not np.array_equal(bin_frames, np.asarray(doc["bin_frames"])):
+        problems.append("stored bin_frames differ from the items")
+    per_worker = int(doc["samples_per_worker"])
+    expect = bin_frames.min() if doc["policy"] == "trim" else bin_frames.max()
+    if per_worker != expect:
+        problems.append(
+            f"samples_per_worker {per_worker} but policy {doc['policy']} gives {expect}"
+        )
+    if int(doc["samples_per_rank"]) != per_worker * K:
+        problems.append("samples_per_rank != samples_per_worker x num_workers")
+    if int(doc["dropped_frames"]) != int(np.clip(bin_frames - per_worker, 0, None).sum()):
+        problems.append("dropped_frames does not match the bins")
+    if int(doc["repeated_frames"]) != int(np.clip(per_worker - bin_frames, 0, None).sum()):
+        problems.append("repeated_frames does not match the bins")
+    problems += _balance_problems(doc, ds, costs, e, frames, bin_of)
+    return problems
+
+
+def _coverage_problems(e: np.ndarray, s: np.ndarray, t: np.ndarray, ds: Dataset) -> list[str]:
+    ds_ep, ds_len = ds.column("episode_index"), ds.column("length")
+    order = np.lexsort((s, e))
+    e, s, t = e[order], s[order], t[order]
+    uniq = np.unique(e)
+    problems = []
+    if not np.array_equal(uniq, ds_ep):
+        missing = np.setdiff1d(ds_ep, uniq)
+        extra = np.setdiff1d(uniq, ds_ep)
+        problems.append(
+            f"plan covers {len(uniq)} episodes, dataset has {len(ds_ep)} "
+            f"(missing {missing[:5].tolist()}, unknown {extra[:5].tolist()})"
+        )
+        return problems
+    length = ds_len[np.searchsorted(ds_ep, e)]
+    first = np.r_[True, e[1:] != e[:-1]] if len(e) else np.zeros(0, bool)
+    last = np.r_[e[1:] != e[:-1], True] if len(e) else np.zeros(0, bool)
+    bad = np.flatnonzero(
+        (first & (s != 0)) | (last & (t != length)) | (t < s) | ((t == s) & (length > 0))
+    )
+    cont = np.flatnonzero(~first[1:] & (s[1:] != t[:-1])) + 1 if len(e) else np.zeros(0, int)
+    if len(bad):
+        i = bad[0]
+        problems.append(
+            f"episode {e[i]}: item [{s[i]}, {t[i]}) does not fit its length {length[i]} "
+            "(pieces must start at 0, end at the length, and be non-empty)"
+        )
+    if len(cont):
+        i = cont[0]
+        problems.append(
+            f"episode {e[i]}: pieces overlap or leave a gap at frame {t[i - 1]} / {s[i]}"
+        )
+    return problems
+
+
+def _balance_problems(doc, ds, costs, e, frames, bin_of) -> list[str]:
+    from .costs import compute_costs, costs_meta, read_costs
+
+    model = doc["cost_model"]
+    if costs is None or costs_meta(costs).get("model") != model:
+        stored = read_costs(ds)
+        ok = stored is not None and costs_meta(stored).get("model") == model
+        costs = stored if ok and costs_meta(stored).get("fingerprint") == ds.fingerprint else None
+        costs = costs if costs is not None else compute_costs(ds, model)
+    ep_cost = costs["cost"].to_numpy()
+    length = costs["length"].to_numpy()
+    if doc.get("costs_digest") not in (None, costs_digest(ep_cost)):
+        return ["plan was built from other episode costs than the current cost table"]
+    pos = np.searchsorted(costs["episode_index"].to_numpy(), e)
+    item_cost = ep_cost[pos] * frames / np.maximum(length[pos], 1)
+    B, K = int(doc["num_bins"]), int(doc["num_workers"])
+    bin_cost = np.bincount(bin_of, item_cost, minlength=B)
+    naive = naive_totals(ep_cost, B)
+    expect = {
+        "plan": balance_figures(bin_cost, item_cost),
+        "plan_ranks": balance_figures(bin_cost.reshape(-1, K).sum(1), item_cost),
+        "contiguous": balance_figures(naive["contiguous"], ep_cost),
+        "round_robin": balance_figures(naive["round_robin"], ep_cost),
+    }
+    problems = []
+    stored = doc.get("balance") or {}
+    for name, figs in expect.items():
+        got = stored.get(name) or {}
+        for key, value in figs.items():
+            tol = 1e-5 if key.startswith("max_over") else 0
+            if key not in got or not (abs(got[key] - value) <= tol or _close(got[key], value)):
+                problems.append(f"balance[{name}][{key}] is {got.get(key)}, recomputed {value}")
+    if not np.allclose(np.asarray(doc["bin_cost"], dtype=np.float64), bin_cost, rtol=1e-9):
+        problems.append("stored bin_cost differs from a recomputation")
+    return problems
+
+
+def format_balance(plan: dict) -> str:
+    """A few lines comparing the plan's balance with the naive splits (for the CLI)."""
+    b = plan["balance"]
+    lines = [
+        f"ws={plan['world_size']} x nw={plan['num_workers']}: {plan['num_items']:,} items "
+        f"({plan['split_episodes']} episodes split), algo {plan['algo']} -> "
+        f"{plan['algo_used']['ranks']}/{','.join(plan['algo_used']['workers'])}, "
+        f"cost {plan['cost_model']}",
+        f"  {'split':<12}{'min':>14}{'mean':>14}{'max':>14}{'max/lower_bound':>17}",
+    ]
+    for name in ("plan", "plan_ranks", "contiguous", "round_robin"):
+        f = b[name]
+        label = {"plan_ranks": "plan (ranks)"}.get(name, name)
+        lines.append(
+            f"  {label:<12}{f['min']:>14,.0f}{f['mean']:>14,.1f}{f['max']:>14,.0f}"
+            f"{f['max_over_lower_bound']:>17.4f}"
+        )
+    lines.append(
+        f"  samples_per_rank {plan['samples_per_rank']:,} (= {plan['samples_per_worker']:,} per "
+        f"worker, policy {plan['policy']}): drops {plan['dropped_frames']:,} and repeats "
+        f"{plan['repeated_frames']:,} of {plan['total_frames']:,} frames per epoch"
+    )
+    return "\n".join(lines)
+
+
+COST_CHOICES = tuple(COST_MODELS)
