@@ -1,0 +1,254 @@
+"""Row-group-aware frame reading with a bounded cache of decoded row groups.
+
+At open, the footer of each needed data file is read once: per row group its row count, which,
+anchored on the episodes table (a file holds its episodes' frames contiguously, in index order),
+gives a global sorted array of row-group start frames. A frame then maps to (file, row group) by
+``searchsorted``: O(row groups) memory, and only the row groups that hold requested frames are ever
+read (``ParquetFile.read_row_group``), whatever the file's size.
+
+Decoded row groups live in a **pool**: one preallocated numpy array per column (capacity from
+``cache_mb``), used as a ring: a new row group is written at the head and evicts whatever it
+overlaps (FIFO). Because every resident frame has a pool position, a batch of frames is gathered
+with one numpy fancy index per column, with no per-frame (or per-row-group) Python work.
+Works on local paths and fsspec URLs (file handles stay open, a bounded number at a time).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from episodekit.metadata.dataset import Dataset, DatasetError, InconsistentDatasetError
+
+DEFAULT_CACHE_MB = 128
+MAX_OPEN_FILES = 32
+
+
+def column_to_numpy(arr: pa.Array | pa.ChunkedArray, shape: tuple[int, ...] = ()) -> np.ndarray:
+    """One decoded column as numpy with rows first: ``(n,)`` scalars, ``(n, *shape)`` vectors.
+
+    fixed_size_list (and equal-length list) columns become 2-D (or N-D) numeric arrays; image
+    structs become an object array of their ``bytes``.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    n = len(arr)
+    t = arr.type
+    if pa.types.is_struct(t):
+        name = "bytes" if t.get_field_index("bytes") >= 0 else t.field(0).name
+        return arr.field(name).to_numpy(zero_copy_only=False)
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        values = arr
+        while (
+            pa.types.is_fixed_size_list(values.type)
+            or pa.types.is_list(values.type)
+            or pa.types.is_large_list(values.type)
+        ):
+            values = values.flatten()
+        flat = values.to_numpy(zero_copy_only=False)
+        width = flat.size // n if n else int(np.prod(shape or (1,)))
+        if n and flat.size != n * width:
+            raise ValueError(f"list column of unequal lengths ({flat.size} values, {n} rows)")
+        target = tuple(shape) if shape and int(np.prod(shape)) == width else (width,)
+        return flat.reshape((n, *target))
+    return arr.to_numpy(zero_copy_only=False)
+
+
+class RowGroupReader:
+    """Frames of a dataset's data files, by global frame index, through a bounded row-group pool.
+
+    ``columns`` maps column name -> row shape (``()`` for scalars). ``file_ids`` restricts the
+    reader to some data files (a rank opens only its own); frames outside them are an error.
+    """
+
+    def __init__(
+        self,
+        ds: Dataset,
+        columns: dict[str, tuple[int, ...]],
+        file_ids: np.ndarray | None = None,
+        cache_mb: float = DEFAULT_CACHE_MB,
+    ):
+        self.ds = ds
+        self.columns = dict(columns)
+        self.cache_bytes = max(0, int(cache_mb * 1024 * 1024))
+        file_id = ds.column("file_id").astype(np.int64)
+        frm = ds.column("dataset_from_index")
+        to = ds.column("dataset_to_index")
+        if file_ids is None:
+            file_ids = np.unique(file_id)
+        self.file_ids = np.unique(np.asarray(file_ids, dtype=np.int64))
+        self._handles: OrderedDict[int, pq.ParquetFile] = OrderedDict()
+        self._files_with_handles: dict[int, Any] = {}
+        starts, rows, files, local = [], [], [], []
+        for fid in self.file_ids.tolist():  # per file: read its footer once
+            sel = file_id == fid
+            first, last = int(frm[sel].min()), int(to[sel].max())
+            expected = int((to[sel] - frm[sel]).sum())
+            pf = self._open(fid)
+            path = ds.data_path(fid)
+            names = set(pf.schema_arrow.names)
+            missing = [c for c in self.columns if c not in names]
+            if missing:
+                raise DatasetError(f"data file lacks feature columns {missing}", path)
+            md = pf.metadata
+            if md.num_rows != expected or last - first != expected:
+                raise InconsistentDatasetError(
+                    f"file has {md.num_rows} rows but its episodes cover {expected} frames "
+                    f"[{first}, {last})",
+                    path,
+                )
+            n_rg = md.num_row_groups
+            r = np.fromiter((md.row_group(i).num_rows for i in range(n_rg)), np.int64, n_rg)
+            starts.append(first + np.cumsum(r) - r)
+            rows.append(r)
+            files.append(np.full(n_rg, fid, np.int64))
+            local.append(np.arange(n_rg, dtype=np.int64))
+        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+        order = np.argsort(cat(starts), kind="stable")
+        self.rg_start = cat(starts)[order]
+        self.rg_rows = cat(rows)[order]
+        self.rg_file = cat(files)[order]
+        self.rg_local = cat(local)[order]
+        self.slot = np.full(len(self.rg_start), -1, dtype=np.int64)  # pool position or -1
+        self.pool: dict[str, np.ndarray] = {}
+        self.capacity = 0
+        self._head = 0
+        self.row_groups_read = 0
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def _open(self, fid: int) -> pq.ParquetFile:
+        pf = self._handles.get(fid)
+        if pf is not None:
+            self._handles.move_to_end(fid)
+            return pf
+        path = self.ds.data_path(fid)
+        try:
+            if self.ds.is_local:
+                pf = pq.ParquetFile(path)
+            else:
+                fh = self.ds.fs.open(path, "rb")
+                self._files_with_handles[fid] = fh
+                pf = pq.ParquetFile(fh)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+        self._handles[fid] = pf
+        while len(self._handles) > MAX_OPEN_FILES:
+            old, _ = self._handles.popitem(last=False)
+            fh = self._files_with_handles.pop(old, None)
+            if fh is not None:
+                fh.close()
+        return pf
+
+    def close(self) -> None:
+        """Close open file handles (the pool stays valid)."""
+        for fh in self._files_with_handles.values():
+            fh.close()
+        self._files_with_handles.clear()
+        self._handles.clear()
+
+    def __getstate__(self) -> dict:  # picklable for DataLoader workers: handles reopen lazily
+        state = self.__dict__.copy()
+        state["_handles"] = OrderedDict()
+        state["_files_with_handles"] = {}
+        return state
+
+    # -- lookup --------------------------------------------------------------------------------
+
+    def rg_of(self, frames: np.ndarray) -> np.ndarray:
+        """Row-group id (into ``rg_start``) of each global frame index."""
+        frames = np.asarray(frames, dtype=np.int64)
+        if len(self.rg_start) == 0:
+            raise IndexError("reader holds no data files")
+        rg = np.searchsorted(self.rg_start, frames, side="right") - 1
+        ok = np.maximum(rg, 0)
+        bad = (rg < 0) | (frames >= self.rg_start[ok] + self.rg_rows[ok])
+        if bad.any():
+            raise IndexError(f"frame {int(frames[bad][0])} is not in this reader's data files")
+        return rg
+
+    def single_row_group(self, first: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Per frame range [first, end): the row group holding all of it, or -1 if split."""
+        a = self.rg_of(first)
+        b = self.rg_of(np.maximum(np.asarray(end) - 1, first))
+        return np.where(a == b, a, -1)
+
+    # -- the pool ------------------------------------------------------------------------------
+
+    def _allocate(self, table: dict[str, np.ndarray], rows: int) -> None:
+        row_bytes = 0.0
+        for _name, a in table.items():
+            row_bytes += a.nbytes / max(1, len(a))
+            if a.dtype == object and len(a):
+                row_bytes += sum(len(x or b"") for x in a[:64]) / min(64, len(a))
+        largest = int(self.rg_rows.max()) if len(self.rg_rows) else rows
+        self.capacity = max(int(self.cache_bytes // max(row_bytes, 1.0)), largest, 1)
+        self.pool = {
+            name: np.empty((self.capacity, *a.shape[1:]), dtype=a.dtype)
+            for name, a in table.items()
+        }
+
+    def _decode(self, rg: int) -> dict[str, np.ndarray]:
+        fid = int(self.rg_file[rg])
+        pf = self._open(fid)
+        try:
+            t = pf.read_row_group(int(self.rg_local[rg]), columns=list(self.columns))
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise DatasetError(
+                f"cannot read row group {int(self.rg_local[rg])} ({exc})", self.ds.data_path(fid)
+            ) from exc
+        self.row_groups_read += 1
+        return {c: column_to_numpy(t.column(c), shape) for c, shape in self.columns.items()}
+
+    def load(self, rgs: np.ndarray) -> None:
+        """Make the given row groups resident (read those that are not); may evict others."""
+        for rg in np.unique(np.asarray(rgs, dtype=np.int64)).tolist():
+            if self.slot[rg] >= 0:
+                continue
+            table = self._decode(rg)
+            n = int(self.rg_rows[rg])
+            if not self.pool:
+                self._allocate(table, n)
+            if self._head + n > self.capacity:
+                self._head = 0
+            a, b = self._head, self._head + n
+            s = self.slot
+            overlap = (s >= 0) & (s < b) & (s + self.rg_rows > a)
+            s[overlap] = -1
+            for name, values in table.items():
+                self.pool[name][a:b] = values
+            s[rg] = a
+            self._head = b
+
+    def resident_bytes(self) -> int:
+        """Bytes held by the pool arrays (their capacity)."""
+        return sum(a.nbytes for a in self.pool.values())
+
+    def gather(self, requests: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+        """Values of column ``c`` at global frames ``f`` (any shape) for each ``(c, f)``.
+
+        Reads what is missing. Fully vectorized when the needed row groups fit in the pool
+        together; otherwise one pass per needed row group (each copied out before the next read
+        may evict it).
+        """
+        flat = [np.asarray(f, dtype=np.int64).ravel() for _, f in requests]
+        rgs = [self.rg_of(f) for f in flat]
+        needed = np.unique(np.concatenate(rgs)) if rgs else np.zeros(0, np.int64)
+        self.load(needed)
+        out = []
+        if needed.size == 0 or (self.slot[needed] >= 0).all():
+            for (c, _), f, r in zip(requests, flat, rgs):
+                out.append(np.take(self.pool[c], self.slot[r] + (f - self.rg_start[r]), axis=0))
+        else:  # the request does not fit in the pool at once: row group by row group
+            for (c, _), f in zip(requests, flat):
+                out.append(np.empty((len(f), *self.pool[c].shape[1:]), self.pool[c].dtype))
+            for rg in needed.tolist():
+                self.load(np.array([rg]))
+                base = self.slot[rg] - self.rg_start[rg]
+                for (c, _), f, r, o in zip(requests, flat, rgs, out):
+                    sel = r == rg
+                    o[sel] = self.pool[c][f[sel] + base]
+        return [v.reshape((*np.shape(f), *v.shape[1:])) for (_, f), v in zip(requests, out)]
