@@ -1,9 +1,85 @@
-"""CLI: Validate a dataset root and its artifacts. (placeholder until implemented)."""
+"""CLI: ``episodekit validate ROOT`` — a thin shell over :func:`episodekit.metadata.validate`."""
+
+from __future__ import annotations
+
+import os
+import sys
 
 import click
 
 
 @click.command("validate")
-def validate_command() -> None:
-    """Validate a dataset root and its artifacts. (not implemented yet)"""
-    raise click.ClickException("not implemented yet")
+@click.argument("root")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (for machines).")
+@click.option("--strict", is_flag=True, help="Warnings (layout quality) fail too.")
+@click.option(
+    "--checks",
+    default="all",
+    show_default=True,
+    help="Comma-separated groups or ids to run; '-name' excludes. Groups: info, tasks, episodes, "
+    "data, layout, speed, costs, plans; aliases: all, artifacts. E.g. 'all,-layout' or "
+    "'data.rows,info'.",
+)
+@click.option("--deep", is_flag=True, help="Also check list lengths and image byte headers.")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: one duckdb query over all data files; ray: one task per file.",
+)
+@click.option("--examples", default=5, show_default=True, help="Examples shown per check.")
+@click.option("--list-checks", is_flag=True, help="List every check id and exit.")
+def validate_command(
+    root: str,
+    as_json: bool,
+    strict: bool,
+    checks: str,
+    deep: bool,
+    executor: str,
+    examples: int,
+    list_checks: bool,
+) -> None:
+    """Validate a dataset ROOT (path or fsspec URL) and every artifact under it; never writes.
+
+    Checks info.json against the episodes/tasks tables and the files, the episodes table itself,
+    every data row (one duckdb scan: rows, index, frame_index, timestamp, task_index, nulls,
+    NaN), row-group layout quality, and the speed/cost/shard-plan artifacts. Findings name the
+    check, file and episode. With GITHUB_ACTIONS=true, also prints workflow annotations.
+
+    Exit codes: 0 clean (warnings allowed unless --strict), 1 findings that fail,
+    2 could not run (bad usage, unreadable root or info.json).
+    """
+    from episodekit.metadata.validate import (
+        CHECKS,
+        CannotValidate,
+        format_annotations,
+        format_report,
+        select_checks,
+        validate,
+    )
+
+    if list_checks:
+        click.echo("\n".join(f"{k:<22} {v}" for k, v in CHECKS.items()))
+        return
+    try:
+        select_checks(checks, deep=deep)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--checks") from exc
+
+    def progress(msg: str) -> None:
+        if not as_json:
+            click.echo(msg, err=True)
+
+    try:
+        report = validate(
+            root, checks=checks, deep=deep, strict=strict, executor=executor, progress=progress
+        )
+    except CannotValidate as exc:
+        click.echo(f"Error: could not validate: {exc}", err=True)
+        sys.exit(2)
+    click.echo(report.to_json() if as_json else format_report(report, examples))
+    if os.environ.get("GITHUB_ACTIONS") == "true" and report.findings:
+        # stdout normally; stderr with --json so the JSON stays parseable (the runner reads both).
+        click.echo(format_annotations(report), err=as_json)
+    sys.exit(report.exit_code())

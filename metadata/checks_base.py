@@ -1,0 +1,235 @@
+"""What every validation check shares: the :class:`Finding` it reports and the raw root it reads.
+
+The validator must report *all* problems of a broken root, so it does not go through
+``open_dataset`` (which stops at the first inconsistency): :func:`read_raw` loads info.json, the
+tasks table and the episodes table piece by piece, turning each unreadable piece into a finding
+and carrying on with what could be read.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .dataset import (
+    DEFAULT_V2_DATA_PATH,
+    EPISODE_COLUMNS,
+    SUPPORTED_VERSIONS,
+    V2,
+    V3,
+    VIDEO_FIELDS,
+    DatasetError,
+    _episodes_v2,
+    _normalize_tasks_column,
+    _read_parquet,
+    _read_schema,
+    read_tasks_table,
+    resolve_root,
+)
+
+ERROR = "error"
+WARNING = "warning"
+SEVERITIES = (ERROR, WARNING)
+DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+
+
+class CannotValidate(DatasetError):
+    """The root cannot be validated at all (unreadable root, missing or unparseable info.json)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: which check found it, how bad, what, and where (file relative to the root)."""
+
+    check: str
+    severity: str
+    message: str
+    file: str | None = None
+    episode: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "severity": self.severity,
+            "message": self.message,
+            "file": self.file,
+            "episode": self.episode,
+        }
+
+
+@dataclass
+class RawRoot:
+    """The pieces of a root as far as they could be read; ``None`` where a piece is unreadable.
+
+    ``episodes`` keeps the on-disk order (episodes files sorted by path, rows as stored) and adds
+    ``__file`` (the episodes file it came from), ``task_index`` (of ``tasks[0]``, -1 when unknown)
+    and ``data_file`` (relative path of the data file the episode points at).
+    """
+
+    root: str
+    fs: fsspec.AbstractFileSystem
+    path: str
+    info: dict
+    tasks: pa.Table | None = None
+    episodes: pa.Table | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def version(self) -> str:
+        v = self.info.get("codebase_version")
+        return v if v in SUPPORTED_VERSIONS else V3
+
+    @property
+    def fps(self) -> float | None:
+        fps = self.info.get("fps")
+        return float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
+
+    @property
+    def features(self) -> dict:
+        feats = self.info.get("features")
+        return feats if isinstance(feats, dict) else {}
+
+    def join(self, rel: str) -> str:
+        return posixpath.join(self.path, rel)
+
+    def rel(self, full: str) -> str:
+        full = str(full)
+        prefix = self.path.rstrip("/") + "/"
+        return full[len(prefix) :] if full.startswith(prefix) else full
+
+    def data_files(self) -> list[str]:
+        """Distinct referenced data files (relative), in order of first episode."""
+        if self.episodes is None:
+            return []
+        return list(dict.fromkeys(self.episodes.column("data_file").to_pylist()))
+
+
+def _add(raw: RawRoot, check: str, message: str, file: str | None = None, episode=None) -> None:
+    raw.findings.append(Finding(check, ERROR, message, file, episode))
+
+
+def read_raw(root: str) -> RawRoot:
+    """Read info.json (or raise :class:`CannotValidate`), then tasks and episodes, best effort."""
+    try:
+        fs, path = resolve_root(root)
+        exists = fs.exists(path) and fs.isdir(path)
+    except Exception as exc:  # any fsspec/backend failure means we cannot even start
+        raise CannotValidate(f"cannot open root ({exc})", str(root)) from exc
+    if not exists:
+        raise CannotValidate("root does not exist or is not a folder", str(root))
+    info_path = posixpath.join(path, "meta/info.json")
+    try:
+        with fs.open(info_path, "rb") as fh:
+            info = json.loads(fh.read())
+    except FileNotFoundError as exc:
+        raise CannotValidate("meta/info.json is missing", info_path) from exc
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise CannotValidate(f"meta/info.json is not valid JSON ({exc})", info_path) from exc
+    if not isinstance(info, dict):
+        raise CannotValidate("meta/info.json is not a JSON object", info_path)
+    raw = RawRoot(root=str(root), fs=fs, path=path, info=info)
+    try:
+        raw.tasks = read_tasks_table(fs, path, raw.version)
+    except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
+        rel = "meta/tasks.jsonl" if raw.version in V2 else "meta/tasks.parquet"
+        _add(raw, "tasks.table", f"cannot read the tasks table: {exc}", rel)
+    raw.episodes = _read_episodes(raw)
+    return raw
+
+
+def _read_episodes(raw: RawRoot) -> pa.Table | None:
+    if raw.version in V2:
+        try:
+            table = _episodes_v2(raw.fs, raw.path, raw.info)
+        except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
+            _add(raw, "episodes.read", f"cannot read episodes: {exc}", "meta/episodes.jsonl")
+            return None
+        table = table.append_column(
+            "__file", pa.array(["meta/episodes.jsonl"] * table.num_rows, pa.string())
+        )
+    else:
+        table = _episodes_v3_raw(raw)
+        if table is None:
+            return None
+    return _add_derived(raw, table)
+
+
+def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
+    folder = raw.join("meta/episodes")
+    files = sorted(raw.fs.glob(posixpath.join(folder, "*/*.parquet")))
+    if not files:
+        _add(raw, "episodes.read", "no episodes parquet files", "meta/episodes")
+        return None
+    tables = []
+    for f in files:
+        rel = raw.rel(f)
+        try:
+            names = _read_schema(raw.fs, f).names
+            missing = [c for c in EPISODE_COLUMNS if c not in names]
+            if missing:
+                _add(raw, "episodes.read", f"episodes file lacks columns {missing}", rel)
+                continue
+            video = [
+                c for c in names if c.startswith("videos/") and c.rsplit("/", 1)[-1] in VIDEO_FIELDS
+            ]
+            t = _read_parquet(raw.fs, f, columns=list(EPISODE_COLUMNS) + video)
+            t = t.set_column(
+                t.schema.get_field_index("tasks"), "tasks", _normalize_tasks_column(t["tasks"])
+            )
+            for c in EPISODE_COLUMNS[:-1]:
+                t = t.set_column(t.schema.get_field_index(c), c, t[c].cast(pa.int64()))
+        except (DatasetError, pa.ArrowException, OSError) as exc:
+            _add(raw, "episodes.read", f"unreadable episodes file: {exc}", rel)
+            continue
+        tables.append(t.append_column("__file", pa.array([rel] * t.num_rows, pa.string())))
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="default").combine_chunks()
+
+
+def _add_derived(raw: RawRoot, table: pa.Table) -> pa.Table:
+    """Append ``task_index`` (of tasks[0]) and ``data_file`` (relative path) columns."""
+    n = table.num_rows
+    tasks = table["tasks"]
+    nonempty = pc.if_else(
+        pc.greater(pc.list_value_length(tasks), 0), tasks, pa.scalar(None, tasks.type)
+    )
+    first = pc.list_element(nonempty, 0) if n else pa.array([], pa.string())
+    if raw.tasks is not None and raw.tasks.num_rows:
+        pos = pc.index_in(first, value_set=raw.tasks.column("task"))
+        task_idx = pc.take(raw.tasks.column("task_index"), pos).fill_null(-1)
+    else:
+        task_idx = pa.array(np.full(n, -1, dtype=np.int64))
+    table = table.append_column("task_index", pa.chunked_array([task_idx]).cast(pa.int64()))
+    chunk = table["data/chunk_index"].to_numpy()
+    fidx = table["data/file_index"].to_numpy()
+    if raw.version in V2:
+        template = raw.info.get("data_path") or DEFAULT_V2_DATA_PATH
+        ep = table["episode_index"].to_numpy()
+        paths = [
+            _format(template, episode_chunk=int(c), episode_index=int(e)) for c, e in zip(chunk, ep)
+        ]
+    else:
+        template = raw.info.get("data_path") or DEFAULT_DATA_PATH
+        key = chunk.astype(np.int64) * (1 << 32) + fidx.astype(np.int64)
+        uniq, first_pos, inverse = np.unique(key, return_index=True, return_inverse=True)
+        names = [
+            _format(template, chunk_index=int(chunk[i]), file_index=int(fidx[i])) for i in first_pos
+        ]
+        paths = np.asarray(names, dtype=object)[inverse].tolist() if n else []
+    return table.append_column("data_file", pa.array(paths, pa.string()))
+
+
+def _format(template: str, **kwargs) -> str:
+    """``template.format(**kwargs)``, or a marker path when the template does not resolve."""
+    try:
+        return str(template).format(**kwargs)
+    except (KeyError, IndexError, ValueError):
+        return f"<unresolvable data_path {template!r}>"

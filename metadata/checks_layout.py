@@ -1,0 +1,95 @@
+"""Layout-quality checks (warnings; ``--strict`` makes them fail): row-group sizes, episodes
+split across row groups, missing page index. Footers only, no data pages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .checks_base import WARNING, Finding, RawRoot
+from .footer import FileLayout, file_layout
+
+MiB = 1024 * 1024
+TARGET_BYTES = 32 * MiB
+
+
+def row_group_band(target_bytes: int = TARGET_BYTES) -> tuple[int, int]:
+    """Acceptable uncompressed row-group bytes: prep's band when available, else
+    [target / 2, target * 1.5]."""
+    try:
+        from episodekit.prep import row_group_band as prep_band  # type: ignore[attr-defined]
+    except ImportError:
+        return target_bytes // 2, int(target_bytes * 1.5)
+    lo, hi = prep_band(target_bytes)
+    return int(lo), int(hi)
+
+
+def groups_outside_band(lay: FileLayout, lo: int, hi: int) -> np.ndarray:
+    """Indices of row groups outside [lo, hi]; exempt: the file's last group (it holds the rest)
+    and a too-big group that holds one episode only (an episode is never split)."""
+    b = lay.row_group_bytes
+    n = len(b)
+    small = b < lo
+    big = b > hi
+    if lay.episode_min is not None:
+        big &= lay.episode_min != lay.episode_max
+    out = small | big
+    if n:
+        out[n - 1] = big[n - 1]
+    return np.flatnonzero(out)
+
+
+def check_layout(
+    raw: RawRoot, rels: Sequence[str], target_bytes: int = TARGET_BYTES
+) -> list[Finding]:
+    """``layout.row_groups``, ``layout.split_episode``, ``layout.page_index``, one per file."""
+    lo, hi = row_group_band(target_bytes)
+    out = []
+    for rel in rels:
+        try:
+            lay = file_layout(raw.join(rel), raw.fs)
+        except Exception:  # noqa: BLE001 - unreadable files are reported by data.read
+            continue
+        n = lay.num_row_groups
+        bad = groups_outside_band(lay, lo, hi)
+        if len(bad):
+            b = lay.row_group_bytes / MiB
+            out.append(
+                Finding(
+                    "layout.row_groups",
+                    WARNING,
+                    f"{len(bad)} of {n} row groups outside [{lo / MiB:.0f}, {hi / MiB:.0f}] MiB "
+                    f"(min {b.min():.2f}, median {np.median(b):.2f}, max {b.max():.2f} MiB); "
+                    "run `episodekit prep`",
+                    rel,
+                )
+            )
+        if lay.episode_min is None:
+            if n > 1:
+                out.append(
+                    Finding(
+                        "layout.split_episode",
+                        WARNING,
+                        "no episode_index statistics: readers cannot prune row groups",
+                        rel,
+                    )
+                )
+        else:
+            split = np.flatnonzero(lay.episode_max[:-1] == lay.episode_min[1:])
+            if len(split):
+                eps = lay.episode_max[split]
+                out.append(
+                    Finding(
+                        "layout.split_episode",
+                        WARNING,
+                        f"{len(split)} episodes split across row groups: {eps[:10].tolist()}",
+                        rel,
+                        int(eps[0]),
+                    )
+                )
+        if not lay.has_page_index:
+            out.append(
+                Finding("layout.page_index", WARNING, "no page index (column/offset index)", rel)
+            )
+    return out

@@ -1,0 +1,264 @@
+"""``episodekit validate``: CI-grade validation of a dataset root and of every artifact.
+
+:func:`validate` runs the checks (metadata, one duckdb scan of the data files, footers, artifacts)
+and returns a :class:`Report` of :class:`Finding` s, each with a check id, a severity, a message
+and, where relevant, the file (relative to the root) and the episode. It reads the root piece by
+piece instead of through ``open_dataset`` so that a broken root yields *all* its problems, and it
+never writes: files are opened read-only and duckdb runs in memory.
+
+Exit codes (:meth:`Report.exit_code`): 0 clean (warnings allowed unless strict), 1 findings that
+fail, 2 could not run (raised as :class:`CannotValidate`, or a bad ``checks`` selection).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .checks_base import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
+
+__all__ = [
+    "CHECKS",
+    "GROUPS",
+    "CannotValidate",
+    "Finding",
+    "Report",
+    "select_checks",
+    "validate",
+    "format_report",
+    "format_annotations",
+]
+
+JSON_VERSION = 1
+
+# Every check id and what it guards against (the ids findings carry).
+CHECKS: dict[str, str] = {
+    "info.version": "codebase_version is one episodekit reads",
+    "info.fps": "fps is positive, matches video fps and the data's timestamps",
+    "info.totals": "total_episodes / total_frames / total_tasks match the tables",
+    "info.features": "declared features exist in every data file with matching dtype/shape",
+    "info.paths": "every data/video file the episodes reference exists",
+    "info.unreferenced": "no data file is left unreferenced",
+    "tasks.table": "tasks table readable, task_index 0..T-1, distinct task strings",
+    "episodes.read": "episodes files readable with the required columns",
+    "episodes.index": "episode_index is 0..N-1 in order",
+    "episodes.ranges": "dataset_from_index / dataset_to_index contiguous from 0",
+    "episodes.length": "length == dataset_to_index - dataset_from_index > 0",
+    "episodes.tasks": "every episode's task strings are in the tasks table",
+    "data.read": "data files are readable parquet",
+    "data.file": "every data row belongs to an episode placed in that file",
+    "data.rows": "rows per episode == length",
+    "data.frame_index": "frame_index is 0..length-1",
+    "data.index": "index is contiguous and equals the episode's range",
+    "data.timestamp": "timestamp == frame_index / fps within tolerance",
+    "data.task_index": "task_index valid and equal to the episode's task",
+    "data.nulls": "no nulls in feature columns (nor inside their lists)",
+    "data.nan": "no NaN/inf in float feature columns",
+    "data.shape": "(--deep) list lengths match the declared shape",
+    "data.image": "(--deep) image bytes start with a known image header",
+    "layout.row_groups": "row groups inside the target band (warning)",
+    "layout.split_episode": "no episode split across row groups (warning)",
+    "layout.page_index": "page index written (warning)",
+    "speed.format": "speed_percentiles.jsonl parses, has version, one row per task",
+    "speed.fresh": "speed_percentiles.jsonl fingerprint matches the episodes",
+    "speed.content": "ascending boundaries, null exactly for sparse tasks, matches recomputation",
+    "costs.format": "episode_costs.parquet readable with the documented columns",
+    "costs.fresh": "episode_costs.parquet fingerprint matches the episodes",
+    "costs.content": "one row per episode, figures match a recomputation",
+    "plans.format": "shard plans readable",
+    "plans.fresh": "shard plan fingerprints match the episodes",
+    "plans.content": "every episode assigned exactly once, balance figures match",
+}
+GROUPS = ("info", "tasks", "episodes", "data", "layout", "speed", "costs", "plans")
+ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
+DEEP_ONLY = ("data.shape", "data.image")
+
+
+def select_checks(names: Iterable[str] | str | None = None, deep: bool = False) -> list[str]:
+    """Check ids selected by group names, ids or aliases (``all``, ``artifacts``); a leading
+    ``-`` excludes (``"all,-layout"``). ``None`` selects all. Raises ValueError on unknown names."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    names = list(names or [])
+    include = [n for n in names if not n.startswith("-")]
+    exclude = [n[1:] for n in names if n.startswith("-")]
+    if not include:
+        include = ["all"]
+
+    def expand(name: str) -> set[str]:
+        groups = ALIASES.get(name, (name,))
+        ids = {c for c in CHECKS if c in groups or c.split(".", 1)[0] in groups}
+        if not ids:
+            raise ValueError(
+                f"unknown check {name!r}; use a group ({', '.join(GROUPS)}), "
+                f"'all', 'artifacts' or an id like data.rows"
+            )
+        return ids
+
+    chosen: set[str] = set().union(*(expand(n) for n in include))
+    for n in exclude:
+        chosen -= expand(n)
+    if not deep:
+        chosen -= set(DEEP_ONLY)
+    return [c for c in CHECKS if c in chosen]
+
+
+@dataclass
+class Report:
+    """Findings of one validation run."""
+
+    root: str
+    findings: list[Finding] = field(default_factory=list)
+    checks_run: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    strict: bool = False
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    def exit_code(self, strict: bool | None = None) -> int:
+        """0 when clean (warnings pass unless ``strict``), 1 when something fails."""
+        strict = self.strict if strict is None else strict
+        return 1 if self.errors or (strict and self.warnings) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": JSON_VERSION,
+            "root": self.root,
+            "ok": self.exit_code() == 0,
+            "exit_code": self.exit_code(),
+            "strict": self.strict,
+            "seconds": round(self.seconds, 3),
+            "counts": {ERROR: len(self.errors), WARNING: len(self.warnings)},
+            "checks_run": list(self.checks_run),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+    def to_json(self) -> str:
+        """The report as JSON (schema: see :meth:`to_dict`)."""
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+def validate(
+    root: str,
+    checks: Iterable[str] | str | None = None,
+    deep: bool = False,
+    strict: bool = False,
+    executor: str = "local",
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Validate ``root`` (local path or fsspec URL) and its artifacts; never modifies it.
+
+    ``checks`` selects groups/ids (see :func:`select_checks`); ``deep`` adds list-length and
+    image-header checks; ``executor="ray"`` scans data files one ray task per file.
+    Raises :class:`CannotValidate` when the root or its info.json cannot be read.
+    """
+    from . import checks_artifacts, checks_data, checks_layout, checks_meta
+
+    say = progress or _noop
+    t0 = time.perf_counter()
+    selected = select_checks(checks, deep=deep)
+    want = set(selected)
+
+    def wants(*prefixes: str) -> bool:
+        return any(c.startswith(prefixes) for c in want)
+
+    say(f"reading metadata of {root}")
+    raw: RawRoot = read_raw(root)
+    found: list[Finding] = list(raw.findings)
+    found += checks_meta.check_version(raw)
+    found += checks_meta.check_fps(raw)
+    found += checks_meta.check_totals(raw)
+    found += checks_meta.check_tasks_table(raw)
+    found += checks_meta.check_episode_index(raw)
+    found += checks_meta.check_ranges(raw)
+    found += checks_meta.check_episode_tasks(raw)
+    if wants("info.paths"):
+        found += checks_meta.check_paths(raw)
+    if wants("info.unreferenced"):
+        found += checks_meta.check_unreferenced(raw)
+    rels = [r for r in raw.data_files() if not r.startswith("<")]
+    if wants("info.features", "data", "info.fps"):
+        schemas, problems = checks_data.read_schemas(raw, rels)
+        found += problems
+        found += checks_meta.check_features(raw, schemas)
+        if wants("data", "info.fps"):
+            say(f"scanning {len(schemas)} data files")
+            agg = checks_data.scan_root(raw, schemas, deep=deep, executor=executor)
+            if agg is not None:
+                found += checks_data.compare(raw, agg, set(schemas))
+    if wants("layout"):
+        say(f"reading {len(rels)} footers")
+        found += checks_layout.check_layout(raw, [r for r in rels if raw.fs.exists(raw.join(r))])
+    if wants("speed", "costs", "plans"):
+        say("checking artifacts")
+        found += checks_artifacts.check_artifacts(raw, want)
+    findings = [f for f in found if f.check in want]
+    return Report(
+        root=str(root),
+        findings=findings,
+        checks_run=selected,
+        seconds=time.perf_counter() - t0,
+        strict=strict,
+    )
+
+
+def format_report(report: Report, examples: int = 5) -> str:
+    """Human table grouped by check: counts, then the first ``examples`` findings of each."""
+    lines = [f"validate {report.root}  ({report.seconds:.1f}s, {len(report.checks_run)} checks)"]
+    by_check: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        by_check.setdefault(f.check, []).append(f)
+    if by_check:
+        lines.append(f"{'check':<22} {'severity':<8} {'count':>6}  description")
+    for check in [c for c in CHECKS if c in by_check]:
+        items = by_check[check]
+        sev = ERROR if any(f.severity == ERROR for f in items) else WARNING
+        lines.append(f"{check:<22} {sev:<8} {len(items):>6}  {CHECKS[check]}")
+        for f in items[:examples]:
+            where = f.file or ""
+            if f.episode is not None:
+                where += f" episode {f.episode}"
+            lines.append(f"    {where}: {f.message}" if where else f"    {f.message}")
+        if len(items) > examples:
+            lines.append(f"    ... {len(items) - examples} more (use --json for all)")
+    n_err, n_warn = len(report.errors), len(report.warnings)
+    verdict = "FAILED" if report.exit_code() else "OK"
+    strict = " (strict: warnings fail)" if report.strict and n_warn else ""
+    lines.append(f"{verdict}: {n_err} errors, {n_warn} warnings{strict}")
+    return "\n".join(lines)
+
+
+def _escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_prop(s: str) -> str:
+    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def format_annotations(report: Report) -> str:
+    """GitHub Actions workflow commands (``::error file=...,title=...::message``), one a line."""
+    lines = []
+    for f in report.findings:
+        level = "error" if f.severity == ERROR or report.strict else "warning"
+        props = []
+        if f.file:
+            props.append(f"file={_escape_prop(os.path.join(report.root, f.file))}")
+        props.append(f"title={_escape_prop(f.check)}")
+        msg = f.message if f.episode is None else f"episode {f.episode}: {f.message}"
+        lines.append(f"::{level} {','.join(props)}::{_escape_data(msg)}")
+    return "\n".join(lines)
