@@ -170,7 +170,13 @@ def plain_scale(pf: pq.ParquetFile, layout: FileLayout, batch_rows: int) -> floa
         return 1.0
     for batch in pf.iter_batches(batch_size=min(batch_rows, 1 << 16)):
         if batch.num_rows:
-            ratio = (batch.nbytes / batch.num_rows) / (total / layout.num_rows)
+            # Dictionary-encoded columns (episode/task index) cost next to nothing in the output.
+            plain = sum(
+                c.nbytes
+                for n, c in zip(batch.schema.names, batch.columns)
+                if n not in DICTIONARY_COLUMNS
+            )
+            ratio = (plain / batch.num_rows) / (total / layout.num_rows)
             return float(np.clip(ratio, 0.05, 20.0))
     return 1.0
 

@@ -98,7 +98,7 @@ def format_report(report: PrepReport) -> str:
         rg = f"{d['rg_mib_min']:.2f} / {d['rg_mib_median']:.2f} / {d['rg_mib_max']:.2f}"
         lines.append(
             f"{side:8}{d['files']:>7}{d['row_groups']:>12}{rg:>26}"
-            f"{d['page_index']:>7}/{d['files']:<4}{d['file_mib']:>10.1f}"
+            f"{str(d['page_index']) + '/' + str(d['files']):>12}{d['file_mib']:>10.1f}"
         )
     c = s["counts"]
     lines.append(
