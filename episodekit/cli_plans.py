@@ -1,15 +1,138 @@
-"""CLI: Episode cost table. (placeholder until implemented)."""
+"""CLI: ``episodekit metadata costs ROOT`` and ``episodekit metadata plan ROOT``."""
+
+from __future__ import annotations
+
+import json
+import time
 
 import click
 
+from .cli_common import fail_cleanly, parse_int_list
+
+COST_CHOICES = ("frames", "compute", "bytes")
+
 
 @click.command("costs")
-def costs_command() -> None:
-    """Episode cost table. (not implemented yet)"""
-    raise click.ClickException("not implemented yet")
+@click.argument("root")
+@click.option(
+    "--model",
+    type=click.Choice(COST_CHOICES),
+    default="frames",
+    show_default=True,
+    help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes.",
+)
+@click.option("--force", is_flag=True, help="Recompute even when the stored table is fresh.")
+def costs_command(root: str, model: str, force: bool) -> None:
+    """Write the episode cost table ROOT/meta/episode_costs.parquet.
+
+    One row per episode: episode_index, task_index, length, num_cameras, action_dim, data_bytes
+    (its share of its data file, from the parquet footer: no data is scanned), video_bytes (its
+    share of its mp4s by duration) and cost under --model. The model and the episodes fingerprint
+    are stored in the file metadata; a fresh table is left alone.
+    """
+    import numpy as np
+
+    from episodekit.metadata.costs import COST_FILE, ensure_costs
+
+    with fail_cleanly():
+        table, changed = ensure_costs(root, model=model, force=force)
+    cost = table["cost"].to_numpy()
+    lo, mid, hi = np.percentile(cost, [0, 50, 100]) if len(cost) else (0.0, 0.0, 0.0)
+    status = "written" if changed else "fresh, kept"
+    click.echo(
+        f"{root}/{COST_FILE}: {status}; {table.num_rows:,} episodes, model {model}, "
+        f"cost min {lo:,.0f} median {mid:,.0f} max {hi:,.0f} (max/min {hi / max(lo, 1e-12):.1f}x)"
+    )
 
 
 @click.command("plan")
-def plan_command() -> None:
-    """Balanced shard plans (not implemented yet)"""
-    raise click.ClickException("not implemented yet")
+@click.argument("root")
+@click.option(
+    "--world-size",
+    "world_sizes",
+    required=True,
+    help="Comma-separated world sizes (ranks), one plan each, e.g. 8,16,64.",
+)
+@click.option("--workers", default=1, show_default=True, help="DataLoader workers per rank.")
+@click.option(
+    "--cost",
+    type=click.Choice(COST_CHOICES),
+    default="frames",
+    show_default=True,
+    help="Cost model (the cost table is computed if missing or stale).",
+)
+@click.option(
+    "--algo",
+    type=click.Choice(["auto", "lpt", "kk"]),
+    default="auto",
+    show_default=True,
+    help="lpt: largest first to least-loaded bin; kk: Karmarkar-Karp largest differencing; "
+    "auto: both (KK up to 50k items), keep the better.",
+)
+@click.option(
+    "--split-long",
+    is_flag=True,
+    help="Cut episodes into contiguous frame ranges where whole episodes cannot balance "
+    "(an episode above the mean bin cost, or few episodes per bin).",
+)
+@click.option(
+    "--seed", default=0, show_default=True, help="Which rank/worker gets which bin (labels only)."
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["trim", "wrap"]),
+    default="trim",
+    show_default=True,
+    help="Equal samples per bin: trim heavier bins to the lightest, or wrap lighter ones.",
+)
+@click.option("--force", is_flag=True, help="Recompute even when a plan is fresh.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan headers as JSON.")
+def plan_command(
+    root: str,
+    world_sizes: str,
+    workers: int,
+    cost: str,
+    algo: str,
+    split_long: bool,
+    seed: int,
+    policy: str,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Write balanced shard plans ROOT/meta/shard_plans/ws{W}_nw{K}.json, one per world size.
+
+    Every episode goes to exactly one (rank, worker) bin (b = rank * workers + worker), balanced
+    by cost first across ranks, then across workers inside each rank. Every bin yields the same
+    number of samples per epoch (samples_per_rank = samples_per_worker x workers), so no rank
+    runs out early. Prints the balance (max / lower bound, lower bound = max(total / bins,
+    largest item)) next to the naive contiguous and round-robin splits on the same costs.
+    A plan that exists with the same fingerprint, costs and parameters is kept.
+    """
+    from episodekit.metadata.plans import ensure_plans, format_balance
+
+    sizes = parse_int_list(world_sizes)
+    t0 = time.perf_counter()
+    with fail_cleanly():
+        results = ensure_plans(
+            root,
+            sizes,
+            workers,
+            cost=cost,
+            algo=algo,
+            split_long=split_long,
+            seed=seed,
+            force=force,
+            policy=policy,
+        )
+    if as_json:
+        skip = ("items", "bin_offsets", "bin_cost", "bin_frames")
+        heads = [
+            {"path": p, "changed": c, **{k: v for k, v in plan.items() if k not in skip}}
+            for p, plan, c in results
+        ]
+        click.echo(json.dumps(heads, indent=2, sort_keys=True))
+        return
+    for path, plan, changed in results:
+        click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
+        click.echo(format_balance(plan))
+    click.echo(f"{len(results)} plan(s) in {time.perf_counter() - t0:.1f}s")

@@ -33,7 +33,7 @@ from episodekit.loaders.plan import (
 from .atomic import atomic_write_bytes
 from .costs import COST_MODELS, check_model, ensure_costs
 from .dataset import Dataset, open_dataset
-from .partition import ALGOS, Items, partition
+from .partition import ALGOS, KK_AUTO_MAX_ITEMS, Items, partition
 
 __all__ = [
     "PLAN_DIR",
@@ -156,14 +156,16 @@ def build_plan(
     ep = np.arange(n, dtype=np.int64) if episode_index is None else np.asarray(episode_index)
     items = Items(ep.astype(np.int64), np.zeros(n, np.int64), lengths.copy(), costs.copy())
 
+    # "auto" tries KK next to LPT only for moderate sizes: KK costs O(items x bins) overall.
+    run = "lpt" if algo == "auto" and n > KK_AUTO_MAX_ITEMS else algo
     # Level 1: ranks. Level 2: workers inside each rank.
-    items, rank, used_ranks = partition(items, W, algo, split_long)
+    items, rank, used_ranks = partition(items, W, run, split_long)
     order = np.argsort(rank, kind="stable")
     bounds = np.searchsorted(rank[order], np.arange(W + 1))
     parts, bins, used_workers = [], [], {}
     for r in range(W):
         sub = items.take(order[bounds[r] : bounds[r + 1]])
-        sub, worker, used = partition(sub, K, algo, split_long)
+        sub, worker, used = partition(sub, K, run, split_long)
         used_workers[used] = used_workers.get(used, 0) + 1
         parts.append(sub)
         bins.append(r * K + worker)
