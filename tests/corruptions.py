@@ -24,8 +24,12 @@ INFO = "meta/info.json"
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 TASKS = "meta/tasks.parquet"
 
-# The clean sample the corpus is written for: 12 episodes over 3 data files.
-SAMPLE_SPEC = {"episodes": 12, "tasks": 3, "seed": 3, "data_files_size_in_mb": 0.2}
+# The clean sample the corpus is written for: 30 episodes over 3 data files, 3 tasks (two with
+# enough distinct lengths for speed percentiles, so the speed file has non-null boundaries).
+SAMPLE_SPEC = {"episodes": 30, "tasks": 3, "seed": 3, "data_files_size_in_mb": 0.5}
+SPEED = "meta/speed_percentiles.jsonl"
+COSTS = "meta/episode_costs.parquet"
+PLAN = "meta/shard_plans/ws2_nw2.json"
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,114 @@ def corrupt_rows_in_wrong_file(root: Path) -> Expected:
     extra = extra.filter(pc.equal(extra["episode_index"], 0))
     edit_data(root, dst, lambda t: pa.concat_tables([t, extra.cast(t.schema)]))
     return Expected("data.file", dst, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Artifacts: written by their own modules on the clean copy, then broken.
+
+
+def write_artifacts(root: Path) -> None:
+    """Speed percentiles, the cost table and one shard plan (world size 2 x 2 workers)."""
+    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.speed import ensure_speed_rows
+
+    ensure_speed_rows(str(root))
+    ensure_plans(str(root), [2], 2)
+
+
+def _speed_rows(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / SPEED).read_text().splitlines() if line]
+
+
+def _write_speed_rows(root: Path, rows: list[dict]) -> None:
+    (root / SPEED).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def corrupt_speed_descending(root: Path) -> Expected:
+    write_artifacts(root)
+    rows = _speed_rows(root)
+    dense = next(r for r in rows if r["percentiles"] is not None)
+    dense["percentiles"] = dense["percentiles"][::-1]
+    _write_speed_rows(root, rows)
+    return Expected("speed.content", SPEED)
+
+
+def corrupt_speed_stale(root: Path) -> Expected:
+    write_artifacts(root)
+    rows = _speed_rows(root)
+    for r in rows:
+        r["fingerprint"] = "0" * 32
+    _write_speed_rows(root, rows)
+    return Expected("speed.fresh", SPEED)
+
+
+def corrupt_speed_null_for_dense_task(root: Path) -> Expected:
+    write_artifacts(root)
+    rows = _speed_rows(root)
+    next(r for r in rows if r["percentiles"] is not None)["percentiles"] = None
+    _write_speed_rows(root, rows)
+    return Expected("speed.content", SPEED)
+
+
+def corrupt_speed_unparseable(root: Path) -> Expected:
+    write_artifacts(root)
+    (root / SPEED).write_text('{"task_index": 0,\n')
+    return Expected("speed.format", SPEED)
+
+
+def corrupt_costs_missing_episode(root: Path) -> Expected:
+    write_artifacts(root)
+    t = pq.read_table(root / COSTS)
+    t = t.filter(pc.not_equal(t["episode_index"], 4))
+    pq.write_table(t, root / COSTS)
+    # The plan was built from the full table: its balance figures no longer match either.
+    return Expected("costs.content", COSTS, 4, also=("plans.content",))
+
+
+def corrupt_costs_value(root: Path) -> Expected:
+    write_artifacts(root)
+    t = pq.read_table(root / COSTS)
+    cost = t["cost"].to_numpy().copy()
+    cost[9] *= 3
+    pq.write_table(set_column(t, "cost", cost), root / COSTS)
+    return Expected("costs.content", COSTS, 9, also=("plans.content",))
+
+
+def _edit_plan(root: Path, fn: Callable[[dict], None]) -> None:
+    doc = json.loads((root / PLAN).read_text())
+    fn(doc)
+    (root / PLAN).write_text(json.dumps(doc))
+
+
+def corrupt_plan_missing_episode(root: Path) -> Expected:
+    write_artifacts(root)
+
+    def fn(doc: dict) -> None:
+        items = doc["items"]
+        i = items["episode_index"].index(4)
+        for c in ("episode_index", "start", "end"):
+            del items[c][i]
+        items["count"] -= 1
+        doc["bin_offsets"] = [o - (o > i) for o in doc["bin_offsets"]]
+
+    _edit_plan(root, fn)
+    return Expected("plans.content", PLAN, 4)
+
+
+def corrupt_plan_balance(root: Path) -> Expected:
+    write_artifacts(root)
+
+    def fn(doc: dict) -> None:
+        doc["balance"]["plan"]["max_over_lower_bound"] = 1.0 + 0.5
+
+    _edit_plan(root, fn)
+    return Expected("plans.content", PLAN)
+
+
+def corrupt_plan_stale(root: Path) -> Expected:
+    write_artifacts(root)
+    _edit_plan(root, lambda doc: doc.__setitem__("fingerprint", "f" * 32))
+    return Expected("plans.fresh", PLAN)
 
 
 CORRUPTIONS: dict[str, Callable[[Path], Expected]] = {

@@ -26,7 +26,7 @@ from episodekit.metadata.validate import (
 from episodekit.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
-from corruptions import CORRUPTIONS, SAMPLE_SPEC  # noqa: E402
+from corruptions import CORRUPTIONS, SAMPLE_SPEC, write_artifacts  # noqa: E402
 
 NO_LAYOUT = "all,-layout"
 
@@ -54,6 +54,9 @@ def test_clean_sample_has_no_findings_outside_layout(clean):
     assert report.findings == []
     assert report.exit_code() == 0
     assert "data.rows" in report.checks_run and "layout.page_index" not in report.checks_run
+    write_artifacts(clean)
+    assert (clean / "meta/shard_plans/ws2_nw2.json").exists()
+    assert validate(clean, checks=NO_LAYOUT).findings == []
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
