@@ -1,0 +1,119 @@
+"""torch adapters for the loaders (import this module only when torch is installed).
+
+- :class:`TorchFrameDataset`: a map-style ``torch.utils.data.Dataset`` over a :class:`FrameDataset`;
+  it has ``__getitems__``, so a ``DataLoader(..., collate_fn=collate)`` reads each batch with one
+  vectorized ``get_batch`` call;
+- :class:`TorchShardedDataset`: an ``IterableDataset`` over a :class:`ShardedLoader` that binds
+  each DataLoader worker to its plan bin (``DataLoader(ds, batch_size=None, num_workers=K)`` with a
+  loader made with ``batch_size``), resumable from the number of batches consumed;
+- :func:`collate` / :func:`to_torch`: numpy -> tensors (strings, paths and bytes stay lists).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+from .frames import FrameDataset
+from .sharded import ShardedLoader
+
+
+class Batch(dict):
+    """A batch that is already collated (returned by ``__getitems__``; ``collate`` passes it)."""
+
+
+def to_torch(x: Any) -> Any:
+    """numpy arrays/scalars -> tensors (recursively in dicts); object arrays -> lists."""
+    if isinstance(x, Mapping):
+        out = {k: to_torch(v) for k, v in x.items()}
+        return Batch(out) if isinstance(x, Batch) else out
+    if isinstance(x, np.ndarray):
+        return x.tolist() if x.dtype == object else torch.from_numpy(np.ascontiguousarray(x))
+    if isinstance(x, np.generic):
+        return torch.as_tensor(x.item() if x.dtype == object else x)
+    return x
+
+
+def collate(samples: Sequence[Mapping[str, Any]] | Batch) -> dict[str, Any]:
+    """Stack samples (numpy dicts, as ``FrameDataset[i]`` returns) into a dict of tensors."""
+    if isinstance(samples, Batch):
+        return samples
+    first = samples[0]
+    out: dict[str, Any] = {}
+    for key, v in first.items():
+        values = [s[key] for s in samples]
+        if isinstance(v, Mapping):
+            out[key] = collate(values)
+        elif isinstance(v, (np.ndarray, np.generic, bool, int, float)) and not (
+            isinstance(v, np.ndarray) and v.dtype == object
+        ):
+            out[key] = torch.from_numpy(np.stack([np.asarray(x) for x in values]))
+        elif isinstance(v, torch.Tensor):
+            out[key] = torch.stack(values)
+        else:
+            out[key] = values
+    return out
+
+
+class TorchFrameDataset(Dataset):
+    """Map-style torch dataset over a :class:`FrameDataset` (numpy samples become tensors)."""
+
+    def __init__(self, frames: FrameDataset):
+        self.frames = frames
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return to_torch(self.frames[int(i)])
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        """A whole batch in one vectorized read (use ``collate_fn=collate``)."""
+        return Batch(to_torch(self.frames.get_batch(np.asarray(indices, dtype=np.int64))))
+
+
+class TorchShardedDataset(IterableDataset):
+    """Iterable torch dataset over a :class:`ShardedLoader`; each DataLoader worker reads its bin.
+
+    Call :meth:`set_epoch` before each epoch (workers get fresh copies of this object). To resume,
+    :meth:`load_state_dict` with ``{"epoch": e, "batches": batches consumed this epoch}``: with
+    ``DataLoader(batch_size=None, num_workers=K)`` batches come round-robin from the K workers, so
+    each worker's position follows from that count.
+    """
+
+    def __init__(self, loader: ShardedLoader):
+        self.loader = loader
+        self._resume: tuple[int, int] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+        self._resume = None
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self._resume = (int(state["epoch"]), int(state["batches"]))
+
+    def __len__(self) -> int:
+        spw, k = self.loader.samples_per_worker, self.loader.num_workers
+        bs = self.loader.batch_size
+        return spw * k if not bs else math.ceil(spw / bs) * k
+
+    def __iter__(self) -> Iterator[Any]:
+        loader = self.loader
+        if self._resume is not None:
+            epoch, batches = self._resume
+            workers = loader._workers()
+            step = loader.batch_size or 1
+            if len(workers) == 1 and loader.num_workers > 1:
+                w, k = workers[0], loader.num_workers
+                mine = max(0, math.ceil((batches - w) / k))
+                position = min(mine * step, loader.samples_per_worker)
+            else:
+                position = min(batches * step, len(loader))
+            loader.load_state_dict({"epoch": epoch, "position": position})
+        for item in loader:
+            yield to_torch(item)
