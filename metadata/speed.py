@@ -136,14 +136,28 @@ def bucket(length: int, boundaries: Sequence[float] | None) -> int:
     return int(np.searchsorted(b, length, side="right")) * LABEL_STEP
 
 
+def _row_of(task_index: np.ndarray, row_task: np.ndarray) -> np.ndarray:
+    """Position in ``row_task`` (sorted, unique) of each task_index, -1 when absent."""
+    hi = int(task_index.max()) if len(task_index) else -1
+    if hi < 0:
+        return np.full(len(task_index), -1, dtype=np.int64)
+    if hi <= 4 * len(task_index) + 65536:  # task indices are small: a lookup table
+        table = np.full(hi + 2, -1, dtype=np.int64)  # the last slot answers task_index -1
+        keep = row_task <= hi
+        table[row_task[keep]] = np.flatnonzero(keep)
+        return table[np.where(task_index >= 0, task_index, hi + 1)]
+    pos = np.minimum(np.searchsorted(row_task, task_index), len(row_task) - 1)
+    return np.where(row_task[pos] == task_index, pos, -1)
+
+
 def buckets_for(
     task_index: np.ndarray, lengths: np.ndarray, rows: Sequence[dict] | None
 ) -> np.ndarray:
-    """Vectorized :func:`bucket` for many episodes given their task_index and length (int64).
+    """Vectorized :func:`bucket` for many episodes given their task_index and length.
 
-    One ``np.searchsorted`` over all tasks' boundaries laid end to end: boundary ``b`` of row ``r``
-    becomes the integer key ``r * M + ceil(b)`` (exact, since ``b <= L`` iff ``ceil(b) <= L`` for an
-    integer length ``L``), and an episode of row ``r`` looks up ``r * M + L``.
+    The bucket is the number of boundaries ``<= length`` (what ``searchsorted(side="right")``
+    returns for ascending boundaries) times 10: ten vectorized passes, one per boundary column,
+    each comparing every episode with its own task's boundary.
     """
     task_index = np.asarray(task_index, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -154,19 +168,13 @@ def buckets_for(
     row_task = np.array([r["task_index"] for r in dense], dtype=np.int64)
     bounds = np.array([r["percentiles"] for r in dense], dtype=np.float64).reshape(len(dense), -1)
     order = np.argsort(row_task, kind="stable")
-    row_task, bounds = row_task[order], bounds[order]
-    k = len(row_task)
-    pos = np.minimum(np.searchsorted(row_task, task_index), k - 1)
-    hit = row_task[pos] == task_index
-    row, length = pos[hit], lengths[hit]
-    if not len(row):
-        return out
-    top = int(length.max()) + 1
-    modulus = top + 1
-    keys = np.clip(np.ceil(bounds), 0, top).astype(np.int64)
-    keys += np.arange(k, dtype=np.int64)[:, None] * modulus
-    count = np.searchsorted(keys.ravel(), row * modulus + length, side="right")
-    out[hit] = (count - row * bounds.shape[1]) * LABEL_STEP
+    row = _row_of(task_index, row_task[order])
+    hit = row >= 0
+    row, length = row[hit], lengths[hit]
+    count = np.zeros(len(row), dtype=np.int64)
+    for column in bounds[order].T:
+        count += column[row] <= length
+    out[hit] = count * LABEL_STEP
     return out
 
 

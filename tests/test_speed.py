@@ -524,3 +524,18 @@ def test_cli_table_json_and_recompute(root):
     assert r.exit_code == 0 and "--recompute" in r.output and "fingerprint" in r.output
     r = runner.invoke(main, ["metadata", "speed", str(root / "nope")])
     assert r.exit_code == 1 and "info.json" in r.output
+
+
+def test_buckets_for_large_and_unknown_task_indices():
+    # Task indices far beyond the episode count take the searchsorted path, small ones the table.
+    rows = [
+        {"task_index": 10**9, "percentiles": [float(x) for x in range(10, 110, 10)]},
+        {"task_index": 7, "percentiles": [float(x) for x in range(1, 11)]},
+        {"task_index": 3, "percentiles": None},
+    ]
+    for ti in ([10**9, 7, 3, -1, 8, 10**9], [7, 7, 3, -1, 8, 2]):
+        lengths = [55, 55, 55, 55, 55, 10]
+        by_task = {r["task_index"]: r["percentiles"] for r in rows}
+        ref = [bucket(n, by_task.get(t)) for t, n in zip(ti, lengths)]
+        assert speed.buckets_for(np.array(ti), np.array(lengths), rows).tolist() == ref
+    assert ref == [100, 100, 50, 50, 50, 50]
