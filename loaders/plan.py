@@ -55,7 +55,7 @@ def _encode_column(values: np.ndarray, compressed: bool) -> Any:
     values = np.ascontiguousarray(values, dtype="<i8")
     if not compressed:
         return values.tolist()
-    return base64.b64encode(zlib.compress(values.tobytes(), 6)).decode("ascii")
+    return base64.b64encode(zlib.compress(values.tobytes(), 1)).decode("ascii")
 
 
 def _decode_column(value: Any, n: int, where: str) -> np.ndarray:
