@@ -83,7 +83,8 @@ class TorchShardedDataset(IterableDataset):
     Call :meth:`set_epoch` before each epoch (workers get fresh copies of this object). To resume,
     :meth:`load_state_dict` with ``{"epoch": e, "batches": batches consumed this epoch}``: with
     ``DataLoader(batch_size=None, num_workers=K)`` batches come round-robin from the K workers, so
-    each worker's position follows from that count.
+    each worker's position follows from that count, and the remaining batches come in exactly the
+    original order (the workers' bins are rotated to match the restarted round-robin).
     """
 
     def __init__(self, loader: ShardedLoader):
@@ -106,10 +107,14 @@ class TorchShardedDataset(IterableDataset):
         loader = self.loader
         if self._resume is not None:
             epoch, batches = self._resume
-            workers = loader._workers()
             step = loader.batch_size or 1
-            if len(workers) == 1 and loader.num_workers > 1:
-                w, k = workers[0], loader.num_workers
+            workers = loader._workers()
+            k = loader.num_workers
+            if len(workers) == 1 and k > 1 and loader.worker is None:
+                # DataLoader worker i restarts the round-robin: let it play bin (i + batches) % k,
+                # so the remaining batches come in exactly the original order.
+                w = (workers[0] + batches) % k
+                loader.worker = w
                 mine = max(0, math.ceil((batches - w) / k))
                 position = min(mine * step, loader.samples_per_worker)
             else:
