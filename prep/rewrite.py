@@ -36,7 +36,7 @@ from .plan import (
     read_marker,
 )
 
-READ_BUFFER = 8 * MIB  # parquet read buffer when streaming (pre_buffer off)
+READ_BUFFER = 1 * MIB  # read buffer per column stream (pre_buffer off): bounds memory
 BATCH_BYTES = 8 * MIB  # aim for read batches of about this many uncompressed bytes
 DICTIONARY_COLUMNS = ("episode_index", "task_index")  # low cardinality; others stay plain
 STATUSES = ("rewritten", "skipped", "copied", "planned", "failed")
@@ -168,7 +168,7 @@ def plain_scale(pf: pq.ParquetFile, layout: FileLayout, batch_rows: int) -> floa
     total = float(layout.row_group_bytes.sum())
     if total <= 0 or layout.num_rows == 0:
         return 1.0
-    for batch in pf.iter_batches(batch_size=min(batch_rows, 1 << 16)):
+    for batch in pf.iter_batches(batch_size=min(batch_rows, 8192)):
         if batch.num_rows:
             # Dictionary-encoded columns (episode/task index) cost next to nothing in the output.
             plain = sum(
@@ -240,7 +240,12 @@ def _stream_rewrite(
 
 
 def verify_written(
-    tmp: Path, schema: pa.Schema, num_rows: int, group_rows: np.ndarray, expected: TableChecksum
+    tmp: Path,
+    schema: pa.Schema,
+    num_rows: int,
+    group_rows: np.ndarray,
+    expected: TableChecksum,
+    batch_rows: int,
 ) -> FileLayout:
     """Stream the written file back and compare it with the source; raise on any difference."""
     with _open_parquet(str(tmp), None) as pf:
@@ -253,7 +258,7 @@ def verify_written(
         if not np.array_equal(rows, group_rows):
             raise VerificationError("row groups differ from the plan")
         written = TableChecksum()
-        for batch in pf.iter_batches(batch_size=int(max(1024, np.max(group_rows, initial=1)))):
+        for batch in pf.iter_batches(batch_size=batch_rows):
             written.update(batch)
         if written.num_rows != expected.num_rows:
             raise VerificationError(f"read back {written.num_rows} rows, wrote {num_rows}")
@@ -338,7 +343,7 @@ def _rewrite(job: FileJob, result: FileResult) -> None:
             source_sum = _stream_rewrite(
                 pf, tmp, group_rows, codec, batch_rows, index_sorted, marker
             )
-            after = verify_written(tmp, schema, before.num_rows, group_rows, source_sum)
+            after = verify_written(tmp, schema, before.num_rows, group_rows, source_sum, batch_rows)
         result.after = LayoutStats.of(after)
         result.after.file_size = Path(job.dst).stat().st_size
         result.status = "rewritten"
