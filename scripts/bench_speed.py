@@ -3,7 +3,8 @@
 Compares ``episode_buckets`` (one searchsorted over all tasks' boundaries) with, measured in the
 same run: a plain ``np.searchsorted`` of the same lengths into a single boundary array (the floor:
 one task, no per-task lookup), and the obvious per-episode Python loop over ``bucket`` (timed on a
-slice, scaled). Also times ``compute_speed_rows`` on the same episodes. Nothing is written.
+slice, scaled). Also times ``compute_speed_rows`` against one ``np.percentile`` call per task.
+Nothing is written.
 
     .venv/bin/python scripts/bench_speed.py [--episodes 1000000] [--tasks 1,100,10000]
 """
@@ -43,6 +44,15 @@ def synthetic(n: int, tasks: int, seed: int = 0) -> Dataset:
     return Dataset("memory://bench", None, "/bench", {"fps": 30}, table, episodes)
 
 
+def per_task_percentiles(ds: Dataset) -> list:
+    """Baseline for compute_speed_rows: group with numpy, one np.percentile call per task."""
+    ti, length = ds.column("task_index"), ds.column("length")
+    order = np.argsort(ti, kind="stable")
+    tasks, start = np.unique(ti[order], return_index=True)
+    groups = np.split(length[order], start[1:])
+    return [np.percentile(g, np.arange(5, 100, 10)).tolist() for g in groups]
+
+
 def best(fn, repeat: int = 5) -> float:
     times = []
     for _ in range(repeat):
@@ -66,11 +76,13 @@ def measure(n: int, tasks: int, loop_sample: int) -> None:
     ln = lengths[:loop_sample].tolist()
     t_loop = best(lambda: [bucket(x, by_task.get(t)) for t, x in zip(ti, ln)], repeat=1)
     t_loop *= n / len(ln)
+    t_pct = best(lambda: per_task_percentiles(ds), repeat=3)
     print(
         f"tasks {tasks:>6}: episode_buckets {t_vec * 1e3:7.1f} ms | single searchsorted "
         f"{t_floor * 1e3:6.1f} ms (x{t_vec / t_floor:.1f} of the floor) | per-episode loop "
-        f"~{t_loop:6.2f} s (x{t_loop / t_vec:,.0f} slower) | compute_speed_rows "
-        f"{t_rows * 1e3:7.1f} ms"
+        f"~{t_loop:6.2f} s (x{t_loop / t_vec:,.0f} slower)\n"
+        f"{'':14}compute_speed_rows {t_rows * 1e3:7.1f} ms | np.percentile per task "
+        f"{t_pct * 1e3:7.1f} ms (x{t_pct / t_rows:.1f} of compute_speed_rows)"
     )
 
 

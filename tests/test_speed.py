@@ -539,3 +539,26 @@ def test_buckets_for_large_and_unknown_task_indices():
         ref = [bucket(n, by_task.get(t)) for t, n in zip(ti, lengths)]
         assert speed.buckets_for(np.array(ti), np.array(lengths), rows).tolist() == ref
     assert ref == [100, 100, 50, 50, 50, 50]
+
+
+def test_tasks_with_equal_counts_share_one_percentile_call(root):
+    ds = open_dataset(root)
+    names = ds.task_strings()
+    retask(root, [[names[e % 5]] for e in range(ds.num_episodes)])  # five tasks of 40 episodes
+    ds = open_dataset(root, check_totals=False)
+    rows = compute_speed_rows(ds)
+    by_task = task_lengths(ds)
+    assert [len(by_task[t]) for t in range(5)] == [40] * 5
+    for t in range(5):
+        assert rows[t]["percentiles"] == np.percentile(by_task[t], POINTS).tolist()
+    assert rows[5]["n_episodes"] == 0 and rows[5]["percentiles"] is None
+
+
+def test_sort_by_task_then_length_paths_agree():
+    rng = np.random.default_rng(1)
+    ti, length = rng.integers(0, 50, 1000), rng.integers(0, 3000, 1000)
+    t, v = speed._sort_by_task_then_length(ti, length)  # one key sort
+    big_t, big_v = speed._sort_by_task_then_length(ti + 2**40, length)  # lexsort fallback
+    order = np.lexsort((length, ti))
+    assert t.tolist() == ti[order].tolist() and v.tolist() == length[order].tolist()
+    assert (big_t - 2**40).tolist() == t.tolist() and big_v.tolist() == v.tolist()
