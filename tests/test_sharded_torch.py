@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -14,7 +15,10 @@ import pytest
 from episodekit.metadata.plans import ensure_plans
 from episodekit.metadata.sample import write_sample
 
-torch = pytest.importorskip("torch", reason="torch is optional; these tests need it")
+# find_spec, not import: collecting this file must not pay torch's import time
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is optional; these tests need it"
+)
 
 SPEC = dict(episodes=24, tasks=2, seed=41, mean_length=30)
 
@@ -97,6 +101,7 @@ def test_two_process_gloo_job_equal_counts_disjoint(root, tmp_path):
 
 
 def test_dataloader_workers_each_read_their_bin(root):
+    import torch
     from episodekit.loaders import ShardedLoader, load_plan
     from episodekit.loaders.torch import TorchShardedDataset
     from torch.utils.data import DataLoader
@@ -131,6 +136,7 @@ def test_dataloader_workers_each_read_their_bin(root):
 
 
 def test_map_style_wrapper_and_collate(root):
+    import torch
     from episodekit.loaders import EpisodeAwareSampler, FrameDataset
     from episodekit.loaders.torch import TorchFrameDataset, collate
     from torch.utils.data import DataLoader
