@@ -1,9 +1,124 @@
-"""CLI: Run the whole preparation job. (placeholder until implemented)."""
+"""CLI: ``episodekit prepare`` — the whole job in one command."""
+
+from __future__ import annotations
+
+import json
+import sys
 
 import click
 
+from .cli_common import fail_cleanly, parse_int_list
+
 
 @click.command("prepare")
-def prepare_command() -> None:
-    """Run the whole preparation job. (not implemented yet)"""
-    raise click.ClickException("not implemented yet")
+@click.argument("root")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Prepare a complete copy here instead of in place (required for remote roots).",
+)
+@click.option(
+    "--target-mb",
+    default=32.0,
+    show_default=True,
+    help="Row-group target, MiB of uncompressed data.",
+)
+@click.option(
+    "--world-size",
+    "world_size",
+    default="8,64",
+    show_default=True,
+    help="Comma-separated world sizes (ranks) to write shard plans for.",
+)
+@click.option(
+    "--workers",
+    default=4,
+    show_default=True,
+    help="DataLoader workers per rank in the shard plans.",
+)
+@click.option(
+    "--cost",
+    type=click.Choice(["frames", "compute", "bytes"]),
+    default="frames",
+    show_default=True,
+    help="Cost model for the shard plans.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where per-file rewrites and validation scans run.",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=int,
+    default=None,
+    help="Processes for per-file work (default: number of cores).",
+)
+@click.option(
+    "--push-to-hub",
+    "push_to_hub",
+    default=None,
+    metavar="REPO",
+    help="Upload the changed files to this dataset repo in one commit.",
+)
+@click.option(
+    "--videos",
+    "include_videos",
+    is_flag=True,
+    help="Also copy videos/ into --out (default: meta and data only).",
+)
+@click.option("--force", is_flag=True, help="Redo every step even when its output is fresh.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def prepare_command(
+    root: str,
+    out: str | None,
+    target_mb: float,
+    world_size: str,
+    workers: int,
+    cost: str,
+    executor: str,
+    jobs: int | None,
+    push_to_hub: str | None,
+    include_videos: bool,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Take ROOT from "as recorded" to "ready for training", then prove it.
+
+    Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans, validation.
+    Each step is skipped when its output is already fresh, so a rerun (after a crash, or after
+    adding episodes) only does what is needed. Exits 1 if validation fails.
+
+    ROOT is a local path or a URL such as hf://datasets/owner/name[@revision] (then --out is
+    required: only meta/ and data/ are downloaded).
+    """
+    from episodekit.prepare import format_result, prepare
+
+    sizes = parse_int_list(world_size)
+
+    def say(msg: str) -> None:
+        if not as_json:
+            click.echo(f"... {msg}", err=True)
+
+    with fail_cleanly():
+        result = prepare(
+            root,
+            out=out,
+            target_mb=target_mb,
+            world_sizes=sizes,
+            num_workers=workers,
+            cost=cost,
+            executor=executor,
+            jobs=jobs,
+            push_to_hub=push_to_hub,
+            include_videos=include_videos,
+            force=force,
+            progress=say,
+        )
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
+    if not result.ok:
+        sys.exit(1)

@@ -2,12 +2,13 @@
 
 Rank comes from an initialized ``torch.distributed`` (then collective calls are used), else the
 ``RANK``/``WORLD_SIZE`` environment variables, else a single process. torch is never imported unless
-it is already importable, and nothing here requires it.
+the caller already imported it, and nothing here requires it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 
@@ -29,9 +30,13 @@ class RankInfo:
 
 
 def _torch_dist():
+    # A process group can only be initialized if torch was imported already: never import it
+    # here (that costs seconds and is pointless in a batch job).
+    if "torch" not in sys.modules:
+        return None
     try:
         import torch.distributed as dist  # noqa: PLC0415 - optional dependency
-    except Exception:  # torch absent or broken: behave as if it were not there
+    except Exception:  # torch broken: behave as if it were not there
         return None
     try:
         if dist.is_available() and dist.is_initialized():
