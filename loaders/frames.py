@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
 from episodekit.metadata.dataset import Dataset, open_dataset
 
 from .reader import DEFAULT_CACHE_MB, RowGroupReader
@@ -251,19 +252,15 @@ class FrameDataset:
         requests: list[tuple[str, np.ndarray]] = [(c, g) for c in self._plain]
         pads: dict[str, np.ndarray] = {}
         for key, off in self._windows:
-            q = g[:, None] + off[None, :]
-            qc = np.minimum(np.maximum(q, s), e - 1)
-            requests.append((key, qc))
-            pads[f"{key}_is_pad"] = qc != q
+            q, pads[f"{key}_is_pad"] = _clamped_window(g, off, s, e)
+            requests.append((key, q))
         video_req: dict[str, int] = {}
         for key in self.video_keys:
             win = next((off for vk, off in self._video_windows if vk == key), None)
             if win is None:
                 frames = g
             else:
-                q = g[:, None] + win[None, :]
-                frames = np.minimum(np.maximum(q, s), e - 1)
-                pads[f"{key}_is_pad"] = frames != q
+                frames, pads[f"{key}_is_pad"] = _clamped_window(g, win, s, e)
             video_req[key] = len(requests)
             requests.append(("timestamp", frames))
         values = self._gather(requests, k)
@@ -303,6 +300,24 @@ class FrameDataset:
                     for c, f in requests
                 ]
         return reader.gather(requests)
+
+
+def _clamped_window(
+    g: np.ndarray, off: np.ndarray, s: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Frames ``g + off`` clamped to each episode [s, e) and where they were clamped (is_pad).
+
+    Only rows whose window leaves the episode are clamped (most windows lie inside).
+    """
+    q = g[:, None] + off[None, :]
+    pad = np.zeros(q.shape, dtype=bool)
+    rows = np.flatnonzero((g + off.min() < s[:, 0]) | (g + off.max() >= e[:, 0]))
+    if rows.size:
+        sub = q[rows]
+        clamped = np.minimum(np.maximum(sub, s[rows]), e[rows] - 1)
+        pad[rows] = clamped != sub
+        q[rows] = clamped
+    return q, pad
 
 
 def _squeeze(batch: dict[str, Any]) -> dict[str, Any]:

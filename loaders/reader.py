@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from episodekit.metadata.dataset import Dataset, DatasetError, InconsistentDatasetError
 
 DEFAULT_CACHE_MB = 128

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
 from episodekit.metadata.dataset import Dataset
 from episodekit.metadata.ranks import rank_info
 

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from episodekit.loaders import FrameDataset
 from episodekit.metadata.dataset import open_dataset
 

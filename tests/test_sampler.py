@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from episodekit.loaders import EpisodeAwareSampler, FrameDataset, load_plan
 from episodekit.loaders.sampler import coprime_multipliers, feistel_permute
 from episodekit.metadata.dataset import open_dataset

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from episodekit.loaders import FrameDataset, ShardedLoader, load_plan
 from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.plans import ensure_plans

@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+
 from episodekit.metadata.plans import ensure_plans
 from episodekit.metadata.sample import write_sample
 
@@ -102,9 +103,10 @@ def test_two_process_gloo_job_equal_counts_disjoint(root, tmp_path):
 
 def test_dataloader_workers_each_read_their_bin(root):
     import torch
+    from torch.utils.data import DataLoader
+
     from episodekit.loaders import ShardedLoader, load_plan
     from episodekit.loaders.torch import TorchShardedDataset
-    from torch.utils.data import DataLoader
 
     plan = load_plan(str(root), 1, 2)
     loader = ShardedLoader(root, plan, rank=0, world_size=1, batch_size=20, speed=False)
@@ -137,9 +139,10 @@ def test_dataloader_workers_each_read_their_bin(root):
 
 def test_map_style_wrapper_and_collate(root):
     import torch
+    from torch.utils.data import DataLoader
+
     from episodekit.loaders import EpisodeAwareSampler, FrameDataset
     from episodekit.loaders.torch import TorchFrameDataset, collate
-    from torch.utils.data import DataLoader
 
     fds = FrameDataset(root, delta_timestamps={"action": [0.0, 1 / 30]}, speed=False)
     tds = TorchFrameDataset(fds)
