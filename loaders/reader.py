@@ -58,6 +58,25 @@ def column_to_numpy(arr: pa.Array | pa.ChunkedArray, shape: tuple[int, ...] = ()
     return arr.to_numpy(zero_copy_only=False)
 
 
+def _check_index_statistics(md: pq.FileMetaData, first: int, path: str) -> None:
+    """When the footer has statistics for ``index``, the file must start at frame ``first``
+    (LeRobot's windows use ``index``; a file out of step with the episodes table is an error)."""
+    if md.num_row_groups == 0:
+        return
+    rg = md.row_group(0)
+    for j in range(rg.num_columns):
+        col = rg.column(j)
+        if col.path_in_schema == "index":
+            stats = col.statistics
+            if stats is not None and stats.has_min_max and int(stats.min) != first:
+                raise InconsistentDatasetError(
+                    f"first row has index {stats.min} but the episodes table puts frame {first} "
+                    "there",
+                    path,
+                )
+            return
+
+
 class RowGroupReader:
     """Frames of a dataset's data files, by global frame index, through a bounded row-group pool.
 
@@ -103,6 +122,7 @@ class RowGroupReader:
                 )
             n_rg = md.num_row_groups
             r = np.fromiter((md.row_group(i).num_rows for i in range(n_rg)), np.int64, n_rg)
+            _check_index_statistics(md, first, path)
             starts.append(first + np.cumsum(r) - r)
             rows.append(r)
             files.append(np.full(n_rg, fid, np.int64))
@@ -151,10 +171,12 @@ class RowGroupReader:
         self._files_with_handles.clear()
         self._handles.clear()
 
-    def __getstate__(self) -> dict:  # picklable for DataLoader workers: handles reopen lazily
+    def __getstate__(self) -> dict:
+        """Picklable for DataLoader workers: no file handles, an empty pool (each worker fills
+        its own)."""
         state = self.__dict__.copy()
-        state["_handles"] = OrderedDict()
-        state["_files_with_handles"] = {}
+        state.update(_handles=OrderedDict(), _files_with_handles={}, pool={}, capacity=0, _head=0)
+        state["slot"] = np.full(len(self.rg_start), -1, dtype=np.int64)
         return state
 
     # -- lookup --------------------------------------------------------------------------------

@@ -262,3 +262,27 @@ def test_missing_feature_column_names_the_file(make_sample):
     info_path.write_text(json.dumps(info))
     with pytest.raises(Exception, match=r"file-000\.parquet.*lacks feature columns"):
         FrameDataset(root, speed=False)
+
+
+def test_data_file_out_of_step_with_episodes_table_is_an_error(make_sample):
+    root = make_sample(episodes=4, tasks=1, seed=9, mean_length=20)
+    ds = open_dataset(str(root))
+    path = ds.data_path(0)
+    t = pq.read_table(path)
+    t = t.set_column(t.schema.get_field_index("index"), "index", pa.array(np.arange(len(t)) + 7))
+    pq.write_table(t, path)
+    with pytest.raises(Exception, match=r"file-000\.parquet.*index 7.*frame 0"):
+        FrameDataset(root, speed=False)
+
+
+def test_pickled_dataset_starts_with_an_empty_pool(make_sample):
+    import pickle
+
+    root = make_sample(copy=False, episodes=4, tasks=1, seed=9, mean_length=20)
+    fds = FrameDataset(root, delta_timestamps=WINDOWS, speed=False)
+    before = fds.get_batch(np.arange(len(fds)))
+    clone = pickle.loads(pickle.dumps(fds))
+    assert clone.reader.pool == {} and (clone.reader.slot < 0).all()
+    after = clone.get_batch(np.arange(len(fds)))
+    for key in ("action", "observation.state", "index", "action_is_pad"):
+        np.testing.assert_array_equal(before[key], after[key])
