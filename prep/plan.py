@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from episodekit.metadata.footer import FileLayout
 
 from episodekit import __version__
+from episodekit.metadata.footer import FileLayout
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_MB = 32.0

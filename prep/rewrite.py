@@ -20,6 +20,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from episodekit.metadata.atomic import atomic_path
 from episodekit.metadata.dataset import is_local
 from episodekit.metadata.footer import FileLayout, file_layout
@@ -36,7 +37,7 @@ from .plan import (
     read_marker,
 )
 
-READ_BUFFER = 1 * MIB  # read buffer per column stream (pre_buffer off): bounds memory
+READ_BUFFER_TOTAL = 32 * MIB  # read buffers of all column streams (pre_buffer off) together
 BATCH_BYTES = 8 * MIB  # aim for read batches of about this many uncompressed bytes
 DICTIONARY_COLUMNS = ("episode_index", "task_index")  # low cardinality; others stay plain
 STATUSES = ("rewritten", "skipped", "copied", "planned", "failed")
@@ -111,8 +112,15 @@ def _open_parquet(path: str, fs: fsspec.AbstractFileSystem | None):
     """A streaming ParquetFile (no pre-buffering: memory stays bounded on giant row groups)."""
     with contextlib.ExitStack() as stack:
         source = path if fs is None or is_local(fs) else stack.enter_context(fs.open(path, "rb"))
-        pf = pq.ParquetFile(source, pre_buffer=False, buffer_size=READ_BUFFER)
+        pf = pq.ParquetFile(source, pre_buffer=False, buffer_size=MIB)
         stack.callback(pf.close)
+        # Each column chunk is streamed through its own buffer: share a fixed total between them
+        # (bigger buffers read faster, their sum bounds memory on giant row groups).
+        leaves = max(1, pf.metadata.num_columns)
+        buffer = int(np.clip(READ_BUFFER_TOTAL // leaves, MIB, 8 * MIB))
+        if buffer != MIB:
+            pf = pq.ParquetFile(source, pre_buffer=False, buffer_size=buffer, metadata=pf.metadata)
+            stack.callback(pf.close)
         yield pf
 
 
@@ -274,7 +282,7 @@ def copy_file(src: str, dst: str, fs: fsspec.AbstractFileSystem | None = None) -
     fs = fs or fsspec.filesystem("file")
     with atomic_path(dst) as tmp:
         with fs.open(src, "rb") as r, open(tmp, "wb") as w:
-            shutil.copyfileobj(r, w, READ_BUFFER)
+            shutil.copyfileobj(r, w, 8 * MIB)
 
 
 def _already_in_out(job: FileJob, before: FileLayout) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from episodekit.metadata.atomic import remove_temporaries
 from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.executor import imap_files

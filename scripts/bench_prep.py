@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
 from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.executor import default_workers, map_files
 from episodekit.metadata.footer import file_layout

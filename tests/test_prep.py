@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.footer import file_layout
 from episodekit.prep import (

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from click.testing import CliRunner
+
+from episodekit.cli import main
 from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.footer import file_layout
 from episodekit.prep import MARKER_KEY, rewrite_rowgroups
-
-from episodekit.cli import main
 
 SPEC = dict(episodes=60, style="edited", data_files_size_in_mb=0.6)
 
