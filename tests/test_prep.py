@@ -25,6 +25,7 @@ from episodekit.prep import (
     row_group_band,
 )
 from episodekit.prep import rewrite as rw
+from episodekit.prep.checksum import WordSum
 
 MIB = 1024 * 1024
 TARGET_MB = 0.25
@@ -332,3 +333,27 @@ def test_reader_untouched_by_leftover_temporaries(make_sample):
     shutil.copyfile(root / ds.data_files[0], tmp)
     report = rewrite_rowgroups(str(root), target_mb=TARGET_MB, workers=1)
     assert report.removed_temporaries == 1 and not tmp.exists()
+
+
+def test_word_sum_is_split_independent_and_catches_single_changes():
+    rng = np.random.default_rng(1)
+    data = rng.bytes(20_011)
+    whole = WordSum()
+    whole.update(data)
+    for _ in range(10):
+        cuts = np.sort(rng.integers(0, len(data), size=int(rng.integers(1, 20))))
+        parts = WordSum()
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(data)]):
+            parts.update(data[lo:hi])
+        assert parts.digest() == whole.digest()
+    for pos in (0, 7, 8, 9_999, len(data) - 1):
+        changed = bytearray(data)
+        changed[pos] ^= 0x80
+        other = WordSum()
+        other.update(bytes(changed))
+        assert other.digest() != whole.digest(), pos
+    swapped = bytearray(data)
+    swapped[0:8], swapped[8:16] = data[8:16], data[0:8]
+    other = WordSum()
+    other.update(bytes(swapped))
+    assert other.digest() != whole.digest()
