@@ -22,7 +22,7 @@ import numpy as np
 
 from episodekit.metadata.dataset import Dataset, open_dataset
 
-from .reader import DEFAULT_CACHE_MB, RowGroupReader
+from .reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
 
 DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SPEED = 50
@@ -82,7 +82,9 @@ class FrameDataset:
     """Map-style frames of a LeRobot root (see the module docstring for the sample layout).
 
     ``episodes`` selects episode indices (len() = their frames, in episode order);
-    ``cache_mb`` bounds the decoded row-group pool; ``speed=False`` skips the speed artifact.
+    ``cache_mb`` bounds the decoded row-group pool, ``footer_mb`` the parsed footers of open
+    files (files beyond it are closed and reopened when needed); ``speed=False`` skips the speed
+    artifact (every sample then has speed 50).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class FrameDataset:
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
         speed: bool = True,
+        footer_mb: float = DEFAULT_FOOTER_MB,
     ):
         ds = as_dataset(root)
         self.ds = ds
@@ -116,7 +119,7 @@ class FrameDataset:
         self._windows = [(k, off) for k, off in self.offsets.items() if k not in self.video_keys]
         self._video_windows = [(k, off) for k, off in self.offsets.items() if k in self.video_keys]
         self.reader = RowGroupReader(
-            ds, columns, file_ids=ds.column("file_id")[rows], cache_mb=cache_mb
+            ds, columns, file_ids=ds.column("file_id")[rows], cache_mb=cache_mb, footer_mb=footer_mb
         )
         self._ep_rg = self.reader.single_row_group(self._from, self._from + self._len)
 

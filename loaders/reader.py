@@ -26,6 +26,10 @@ from episodekit.metadata.dataset import Dataset, DatasetError, InconsistentDatas
 
 DEFAULT_CACHE_MB = 128
 MAX_OPEN_FILES = 32
+# Open files keep their parsed footer: ~10x its serialized size in pyarrow (a recorded-layout
+# file with 1,700 row groups holds ~12 MiB). Handles are closed beyond this budget.
+DEFAULT_FOOTER_MB = 32
+FOOTER_EXPANSION = 10
 
 
 def column_to_numpy(arr: pa.Array | pa.ChunkedArray, shape: tuple[int, ...] = ()) -> np.ndarray:
@@ -90,10 +94,14 @@ class RowGroupReader:
         columns: dict[str, tuple[int, ...]],
         file_ids: np.ndarray | None = None,
         cache_mb: float = DEFAULT_CACHE_MB,
+        footer_mb: float = DEFAULT_FOOTER_MB,
     ):
         self.ds = ds
         self.columns = dict(columns)
         self.cache_bytes = max(0, int(cache_mb * 1024 * 1024))
+        self.footer_bytes = max(0, int(footer_mb * 1024 * 1024))
+        self._footer_cost: dict[int, int] = {}
+        self.files_opened = 0
         file_id = ds.column("file_id").astype(np.int64)
         frm = ds.column("dataset_from_index")
         to = ds.column("dataset_to_index")
@@ -156,9 +164,15 @@ class RowGroupReader:
                 pf = pq.ParquetFile(fh)
         except (OSError, pa.ArrowInvalid) as exc:
             raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+        self.files_opened += 1
         self._handles[fid] = pf
-        while len(self._handles) > MAX_OPEN_FILES:
+        self._footer_cost[fid] = pf.metadata.serialized_size * FOOTER_EXPANSION
+        held = sum(self._footer_cost[f] for f in self._handles)
+        while len(self._handles) > 1 and (
+            len(self._handles) > MAX_OPEN_FILES or held > self.footer_bytes
+        ):
             old, _ = self._handles.popitem(last=False)
+            held -= self._footer_cost[old]
             fh = self._files_with_handles.pop(old, None)
             if fh is not None:
                 fh.close()

@@ -286,3 +286,17 @@ def test_pickled_dataset_starts_with_an_empty_pool(make_sample):
     after = clone.get_batch(np.arange(len(fds)))
     for key in ("action", "observation.state", "index", "action_is_pad"):
         np.testing.assert_array_equal(before[key], after[key])
+
+
+def test_open_files_are_bounded_by_the_footer_budget(make_sample):
+    spec = dict(episodes=8, tasks=2, seed=3, mean_length=40, data_files_size_in_mb=0.01)
+    root = make_sample(copy=False, **spec)
+    ref = read_all(root)
+    fds = FrameDataset(root, delta_timestamps=WINDOWS, footer_mb=0, speed=False)
+    n_files = len(fds.reader.file_ids)
+    assert n_files > 3 and len(fds.reader._handles) == 1
+    batch = fds.get_batch(np.arange(len(fds)))  # touches every file again
+    assert len(fds.reader._handles) == 1 and fds.reader.files_opened >= 2 * n_files - 1
+    np.testing.assert_array_equal(batch["action"][:, 1], ref["action"])
+    roomy = FrameDataset(root, speed=False)
+    assert len(roomy.reader._handles) == n_files  # small footers: all stay open
