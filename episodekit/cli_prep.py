@@ -91,7 +91,7 @@ def rowgroups_command(
         state["mb"] += result.bytes / 2**20
         rate = state["mb"] / max(time.perf_counter() - state["t0"], 1e-9)
         bar.length = total
-        bar.label = f"prep: {done}/{total} files, {state['mb']:.0f} MiB, {rate:.0f} MB/s"
+        bar.label = f"prep: {done}/{total} files, {state['mb']:.0f} MiB, {rate:.0f} MiB/s"
         bar.update(1)
 
     with fail_cleanly():

@@ -104,7 +104,7 @@ def format_report(report: PrepReport) -> str:
     c = s["counts"]
     lines.append(
         ", ".join(f"{k} {v}" for k, v in c.items() if v or k in ("rewritten", "failed"))
-        + f"; {report.seconds:.1f} s, {report.mb_per_s:.0f} MB/s"
+        + f"; {report.seconds:.1f} s, {report.mb_per_s:.0f} MiB/s"
         f" ({report.rewritten_bytes / MIB:.0f} MiB uncompressed rewritten)"
     )
     if report.removed_temporaries:
@@ -112,6 +112,10 @@ def format_report(report: PrepReport) -> str:
     for r in report.failed:
         lines.append(f"FAILED {r.reason}")
     return "\n".join(lines)
+
+
+def _protocols(fs) -> tuple[str, ...]:
+    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
 
 
 def _copy_tree(fs, src_root: str, dst_root: Path, sub: str) -> int:
@@ -162,6 +166,8 @@ def rewrite_rowgroups(
         if ds.is_local and out_root == Path(ds.path).resolve():
             out = None  # the same folder: just in place
     src_fs = None if ds.is_local else ds.fs
+    if src_fs is not None and "memory" in _protocols(src_fs):
+        workers = 1  # an in-memory filesystem is not shared with worker processes
     target_bytes = int(round(target_mb * MIB))
     report = PrepReport(str(root), str(out_root), float(target_mb), dry_run)
     if not dry_run:

@@ -6,7 +6,7 @@ Everything is written under --dir (default /tmp/episodekit-bench-prep); nothing 
    uncompressed: the rewrite (verification on, --out to a fresh folder) vs a baseline of
    pyarrow read_table + write_table of the same files (default settings, no verification, no
    alignment) with the same number of processes, measured in the same run, alternating rounds.
-   MB/s = source uncompressed bytes (footer) / wall seconds. The ratio is what counts: the
+   MiB/s = source uncompressed bytes (footer) / wall seconds. The ratio is what counts: the
    machine is shared and noisy.
 2. Peak RSS of rewriting one file whose single row group is ~1 GiB uncompressed (fresh process).
 3. The reader's benefit: time and peak RSS to read one episode's rows with
@@ -156,13 +156,13 @@ def main() -> None:
         base_s.append(run_baseline(multi, files, base / "baseline_out", a.workers))
         prep_s.append(run_rewrite(multi, base / "prep_out", a.workers, target_mb))
         print(
-            f"round {r + 1}: baseline {total / MIB / base_s[-1]:6.0f} MB/s ({base_s[-1]:.1f} s)"
-            f"   prep rowgroups {total / MIB / prep_s[-1]:6.0f} MB/s ({prep_s[-1]:.1f} s)"
+            f"round {r + 1}: baseline {total / MIB / base_s[-1]:6.0f} MiB/s ({base_s[-1]:.1f} s)"
+            f"   prep rowgroups {total / MIB / prep_s[-1]:6.0f} MiB/s ({prep_s[-1]:.1f} s)"
             f"   ratio {base_s[-1] / prep_s[-1]:.2f}"
         )
     b, q = statistics.median(base_s), statistics.median(prep_s)
     print(
-        f"median: baseline {total / MIB / b:.0f} MB/s, prep rowgroups {total / MIB / q:.0f} MB/s,"
+        f"median: baseline {total / MIB / b:.0f} MiB/s, prep rowgroups {total / MIB / q:.0f} MiB/s,"
         f" ratio prep/baseline = {b / q:.2f} (target >= 0.8)\n"
     )
 

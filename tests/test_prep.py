@@ -189,7 +189,7 @@ def test_out_dir_from_memory_root(make_sample, tmp_path):
     with pytest.raises(ValueError, match="out="):
         rewrite_rowgroups(url, target_mb=TARGET_MB)
     out = tmp_path / "out"
-    report = rewrite_rowgroups(url, target_mb=TARGET_MB, out=str(out), workers=1)
+    report = rewrite_rowgroups(url, target_mb=TARGET_MB, out=str(out), workers=2)
     assert report.ok and report.count("rewritten") == len(report.files)
     ds_out = open_dataset(str(out))
     ds_src = open_dataset(str(src))
