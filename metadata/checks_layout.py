@@ -15,8 +15,8 @@ TARGET_BYTES = 32 * MiB
 
 
 def row_group_band(target_bytes: int = TARGET_BYTES) -> tuple[int, int]:
-    """Acceptable uncompressed row-group bytes: prep's band when available, else
-    [target / 2, target * 1.5]."""
+    """Accepted uncompressed row-group bytes: prep's band when available, else
+    [target / 2, target * 1.5]. Files prep rewrote are judged against the target they record."""
     try:
         from episodekit.prep import row_group_band as prep_band  # type: ignore[attr-defined]
     except ImportError:
@@ -33,24 +33,38 @@ def groups_outside_band(lay: FileLayout, lo: int, hi: int) -> np.ndarray:
     small = b < lo
     big = b > hi
     if lay.episode_min is not None:
-        big &= lay.episode_min != lay.episode_max
+        single = lay.episode_min == lay.episode_max
+        big &= ~single
+        # A group just before an oversized one-episode group may stay small (prep's rule).
+        small &= ~np.append((b[1:] > hi) & single[1:], False)
     out = small | big
     if n:
         out[n - 1] = big[n - 1]
     return np.flatnonzero(out)
 
 
+def file_target(lay: FileLayout, default: int) -> int:
+    """The target a file was rewritten for (prep's marker in the footer), else ``default``."""
+    try:
+        from episodekit.prep import read_marker
+    except ImportError:
+        return default
+    marker = read_marker(lay) or {}
+    mb = marker.get("target_mb")
+    return int(float(mb) * MiB) if isinstance(mb, (int, float)) and mb > 0 else default
+
+
 def check_layout(
     raw: RawRoot, rels: Sequence[str], target_bytes: int = TARGET_BYTES
 ) -> list[Finding]:
     """``layout.row_groups``, ``layout.split_episode``, ``layout.page_index``, one per file."""
-    lo, hi = row_group_band(target_bytes)
     out = []
     for rel in rels:
         try:
             lay = file_layout(raw.join(rel), raw.fs)
         except Exception:  # noqa: BLE001 - unreadable files are reported by data.read
             continue
+        lo, hi = row_group_band(file_target(lay, target_bytes))
         n = lay.num_row_groups
         bad = groups_outside_band(lay, lo, hi)
         if len(bad):

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+
+from episodekit.cli import main
 from episodekit.metadata.validate import (
     CHECKS,
     CannotValidate,
@@ -22,8 +24,6 @@ from episodekit.metadata.validate import (
     select_checks,
     validate,
 )
-
-from episodekit.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from corruptions import CORRUPTIONS, SAMPLE_SPEC, write_artifacts  # noqa: E402
@@ -207,3 +207,32 @@ def test_github_annotations(clean, monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     out = CliRunner().invoke(main, ["validate", str(clean)])
     assert "::warning file=" in out.stdout and "title=layout.page_index" in out.stdout
+
+
+def test_prepared_sample_is_clean_even_strict(clean):
+    from episodekit.prep import rewrite_rowgroups
+
+    rewrite_rowgroups(str(clean), target_mb=0.2, workers=1)
+    report = validate(clean, strict=True, deep=True)
+    assert report.findings == [] and report.exit_code() == 0
+
+
+def test_per_file_scan_equals_one_query(clean):
+    """The per-file scan (the unit of work on ray) gives exactly the one-query result."""
+    import polars as pl
+
+    from episodekit.metadata.checks_base import read_raw
+    from episodekit.metadata.checks_data import _scan_job, scan_data_files, scan_root
+    from episodekit.metadata.executor import map_files
+
+    CORRUPTIONS["nan_in_action"](clean)
+    raw = read_raw(str(clean))
+    files = [str(clean / r) for r in raw.data_files()]
+    feats = list(raw.features)
+    whole = scan_data_files(files, raw.fps, feats)
+    jobs = [(f, raw.fps, feats, None, False) for f in files]
+    per_file = pl.concat(map_files(_scan_job, jobs, executor="local", workers=1))
+    assert whole.height == 30 and whole.equals(per_file)
+    assert int(whole["nonfinite:action"].sum()) == 1
+    rooted = scan_root(raw, {r: pq.read_schema(clean / r) for r in raw.data_files()})
+    assert rooted["file"].to_list() == [raw.rel(f) for f in whole["file"].to_list()]
