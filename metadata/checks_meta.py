@@ -250,8 +250,7 @@ def check_unreferenced(raw: RawRoot) -> list[Finding]:
     """``info.unreferenced``: every parquet file under data/ is referenced by some episode."""
     if raw.episodes is None:
         return []
-    pattern = "data/*/*.parquet" if raw.version not in V2 else "data/*/*.parquet"
-    found = {raw.rel(p) for p in raw.fs.glob(raw.join(pattern))}
+    found = {raw.rel(p) for p in raw.fs.glob(raw.join("data/*/*.parquet"))}
     found = {p for p in found if not posixpath.basename(p).startswith(".")}
     referenced = set(raw.data_files())
     return [
