@@ -9,7 +9,7 @@ import click
 
 
 @click.command("validate")
-@click.argument("root")
+@click.argument("root", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (for machines).")
 @click.option("--strict", is_flag=True, help="Warnings (layout quality) fail too.")
 @click.option(
@@ -31,7 +31,7 @@ import click
 @click.option("--examples", default=5, show_default=True, help="Examples shown per check.")
 @click.option("--list-checks", is_flag=True, help="List every check id and exit.")
 def validate_command(
-    root: str,
+    root: str | None,
     as_json: bool,
     strict: bool,
     checks: str,
@@ -62,6 +62,8 @@ def validate_command(
     if list_checks:
         click.echo("\n".join(f"{k:<22} {v}" for k, v in CHECKS.items()))
         return
+    if root is None:
+        raise click.UsageError("missing argument ROOT")
     try:
         select_checks(checks, deep=deep)
     except ValueError as exc:
