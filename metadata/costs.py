@@ -4,7 +4,8 @@ Episodes differ in length by 10-100x, so shard plans balance *cost*, not episode
 has one row per episode: episode_index, task_index, length, num_cameras (image + video features),
 action_dim, data_bytes (the episode's share of its data file, prorated by rows over the compressed
 row-group sizes in the parquet footer: no data pages are read), video_bytes (its share of each
-camera's mp4, prorated by duration), and ``cost`` under one model:
+camera's mp4, prorated by duration; null when the video files are absent, which only the
+``bytes`` model refuses), and ``cost`` under one model:
 
 - ``frames``: length (the default: one sample per frame);
 - ``compute``: length x action_dim x cameras (each factor at least 1);
@@ -103,11 +104,14 @@ def data_bytes(ds: Dataset) -> np.ndarray:
     return out
 
 
-def video_bytes(ds: Dataset) -> np.ndarray:
+def video_bytes(ds: Dataset, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Per episode: the sum over cameras of its share of that camera's mp4, prorated by duration
-    (to_timestamp - from_timestamp) over the episodes stored in the same file."""
+    (to_timestamp - from_timestamp) over the episodes stored in the same file; and a mask of the
+    episodes whose video files are missing (``strict``: raise MissingFileError naming the file
+    instead; a root prepared into a separate folder may hold no videos)."""
     n = ds.num_episodes
     out = np.zeros(n, dtype=np.int64)
+    unknown = np.zeros(n, dtype=bool)
     for key in ds.video_keys:
         cols = [f"videos/{key}/{f}" for f in ("chunk_index", "file_index", "from_timestamp")]
         cols.append(f"videos/{key}/to_timestamp")
@@ -122,11 +126,13 @@ def video_bytes(ds: Dataset) -> np.ndarray:
         files = df.select("chunk", "file").unique().sort("chunk", "file")
         sizes = []
         for chunk, fnum in files.iter_rows():
-            rel = ds.video_path(key, int(chunk), int(fnum))
-            full = ds.join(rel)
-            if not ds.fs.exists(full):
+            full = ds.join(ds.video_path(key, int(chunk), int(fnum)))
+            if ds.fs.exists(full):
+                sizes.append(int(ds.fs.size(full)))
+            elif strict:
                 raise MissingFileError(f"video file of camera {key!r} is missing", full)
-            sizes.append(int(ds.fs.size(full)))
+            else:
+                sizes.append(None)
         files = files.with_columns(pl.Series("size", sizes, dtype=pl.Int64))
         df = (
             df.join(files, on=["chunk", "file"], how="left")
@@ -150,8 +156,10 @@ def video_bytes(ds: Dataset) -> np.ndarray:
                 .alias("share")
             )
         )
-        out[df["row"].to_numpy()] += df["share"].to_numpy()
-    return out
+        rows = df["row"].to_numpy()
+        unknown[rows] |= df["share"].is_null().to_numpy()
+        out[rows] += df["share"].fill_null(0).to_numpy()
+    return out, unknown
 
 
 def _action_dim(ds: Dataset) -> int:
@@ -168,7 +176,7 @@ def compute_costs(ds: Dataset | str, model: str = "frames") -> pa.Table:
     cameras = len(ds.image_keys) + len(ds.video_keys)
     adim = _action_dim(ds)
     dbytes = data_bytes(ds)
-    vbytes = video_bytes(ds)
+    vbytes, unknown = video_bytes(ds, strict=model == "bytes")
     if model == "frames":
         cost = length.astype(np.float64)
     elif model == "compute":
@@ -183,7 +191,7 @@ def compute_costs(ds: Dataset | str, model: str = "frames") -> pa.Table:
             "num_cameras": np.full(n, cameras, dtype=np.int32),
             "action_dim": np.full(n, adim, dtype=np.int32),
             "data_bytes": dbytes,
-            "video_bytes": vbytes,
+            "video_bytes": pa.array(vbytes, mask=unknown),
             "cost": cost,
         },
         schema=COST_SCHEMA,

@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+
+from episodekit.cli import main
 from episodekit.metadata.costs import (
     COST_FILE,
     compute_costs,
@@ -19,8 +21,6 @@ from episodekit.metadata.costs import (
 )
 from episodekit.metadata.dataset import MissingFileError, open_dataset
 from episodekit.metadata.sample import FAKE_VIDEO_BYTES_PER_FRAME, write_sample
-
-from episodekit.cli import main
 
 
 def _row_group_bytes(path) -> list[int]:
@@ -133,3 +133,15 @@ def test_cli_costs(make_sample):
     assert res.exit_code == 1 and "info.json" in res.output
     meta = json.loads(pq.read_schema(root / COST_FILE).metadata[b"episodekit.costs"])
     assert meta["model"] == "compute"
+
+
+def test_absent_videos_are_null_unless_the_model_needs_them(make_sample):
+    root = make_sample(episodes=4, tasks=2, videos=1)
+    import shutil
+
+    shutil.rmtree(root / "videos")  # e.g. a root prepared into a separate folder
+    t = compute_costs(root, "frames")
+    assert t["video_bytes"].null_count == 4
+    assert t["cost"].to_pylist() == t["length"].to_numpy().astype(float).tolist()
+    with pytest.raises(MissingFileError, match="video file"):
+        compute_costs(root, "bytes")
