@@ -18,6 +18,7 @@ import hashlib
 
 import numpy as np
 import pyarrow as pa
+
 from episodekit.loaders.plan import (
     PLAN_DIR,
     PLAN_FORMAT,

@@ -18,6 +18,7 @@ import resource
 import time
 
 import numpy as np
+
 from episodekit.loaders.plan import decode_plan, encode_plan
 from episodekit.metadata.plans import build_plan
 from episodekit.metadata.sample import SampleSpec, episode_lengths_and_tasks

@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
+from episodekit.cli import main
 from episodekit.loaders import plan as plan_mod
 from episodekit.loaders.plan import (
     PlanError,
@@ -28,8 +30,6 @@ from episodekit.metadata.plans import (
     write_plan,
 )
 from episodekit.metadata.sample import write_sample
-
-from episodekit.cli import main
 
 
 def lognormal_lengths(n: int, seed: int = 0, sigma: float = 1.0) -> np.ndarray:
