@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from episodekit.metadata.dataset import Dataset, DatasetError, InconsistentDatasetError
 
-DEFAULT_CACHE_MB = 128
+DEFAULT_CACHE_MB = 96
 MAX_OPEN_FILES = 32
 # Open files keep their parsed footer: ~10x its serialized size in pyarrow (a recorded-layout
 # file with 1,700 row groups holds ~12 MiB). Handles are closed beyond this budget.
@@ -242,9 +242,11 @@ class RowGroupReader:
 
     def load(self, rgs: np.ndarray) -> None:
         """Make the given row groups resident (read those that are not); may evict others."""
+        decoded = False
         for rg in np.unique(np.asarray(rgs, dtype=np.int64)).tolist():
             if self.slot[rg] >= 0:
                 continue
+            decoded = True
             table = self._decode(rg)
             n = int(self.rg_rows[rg])
             if not self.pool:
@@ -259,6 +261,8 @@ class RowGroupReader:
                 self.pool[name][a:b] = values
             s[rg] = a
             self._head = b
+        if decoded:  # decoded arrow buffers are copied out: give them back to the OS now,
+            pa.default_memory_pool().release_unused()  # else mimalloc keeps ~50 MiB around
 
     def resident_bytes(self) -> int:
         """Bytes held by the pool arrays (their capacity)."""
