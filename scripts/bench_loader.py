@@ -191,13 +191,19 @@ RSS_CHILD = r"""
 import json, resource, sys, time
 import numpy as np
 from episodekit.loaders import FrameDataset
+def peak_mib():
+    # VmHWM, not ru_maxrss: ru_maxrss survives exec and would count the forking parent's RSS
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 root, reads = sys.argv[1], int(sys.argv[2])
 fps = 30
 deltas = {"action": [k / fps for k in range(50)], "observation.state": [-2 / fps, -1 / fps, 0.0]}
 t = time.perf_counter()
 ds = FrameDataset(root, delta_timestamps=deltas)
 open_s = time.perf_counter() - t
-rss_open = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss_open = peak_mib()
 idx = np.random.default_rng(1).integers(0, len(ds), reads).tolist()
 t = time.perf_counter()
 for i in idx:
@@ -206,7 +212,7 @@ dt = time.perf_counter() - t
 print(json.dumps({
     "frames": len(ds), "row_groups": len(ds.reader.rg_start), "open_s": round(open_s, 2),
     "peak_rss_after_open_mib": round(rss_open), "reads": reads,
-    "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    "peak_rss_mib": peak_mib(),
     "pool_mib": round(ds.reader.resident_bytes() / 2**20),
     "row_groups_read": ds.reader.row_groups_read, "reads_per_s": round(reads / dt),
 }))
