@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+
+from episodekit.cli import main
 from episodekit.metadata import atomic, speed
 from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.speed import (
@@ -27,8 +29,6 @@ from episodekit.metadata.speed import (
     read_speed_file,
     write_speed_file,
 )
-
-from episodekit.cli import main
 
 POINTS = [5, 15, 25, 35, 45, 55, 65, 75, 85, 95]
 

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from episodekit.metadata import atomic
 from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.speed import SPEED_FILE, compute_speed_rows, read_speed_file
