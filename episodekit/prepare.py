@@ -250,7 +250,9 @@ def prepare(
         if not force and stamp and stamp.get("state") == digest and stamp.get("ok"):
             return "skipped", {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}, []
         say("validating")
-        report = validate(str(work), executor=executor)
+        # A copy prepared without its videos cannot have them checked (and is not meant to).
+        checks = "all,-info.videos" if out is not None and not include_videos else None
+        report = validate(str(work), checks=checks, executor=executor)
         d = report.to_dict()
         detail = {
             "ok": d["ok"],

@@ -226,7 +226,7 @@ def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     for col in COST_SCHEMA.names:
         a = table[col].to_numpy().astype(np.float64)
         b = fresh[col].to_numpy().astype(np.float64)
-        bad = np.flatnonzero(~np.isclose(a, b, rtol=1e-9, atol=1e-9))
+        bad = np.flatnonzero(~np.isclose(a, b, rtol=1e-9, atol=1e-9, equal_nan=True))
         if len(bad):
             ep = int(table["episode_index"][int(bad[0])].as_py())
             out.append(

@@ -198,7 +198,7 @@ def check_episode_tasks(raw: RawRoot) -> list[Finding]:
 
 
 def check_paths(raw: RawRoot) -> list[Finding]:
-    """``info.paths``: every referenced data and video file exists."""
+    """``info.paths``: every referenced data file exists; ``info.videos``: every video file."""
     if raw.episodes is None or raw.episodes.num_rows == 0:
         return []
     e = raw.episodes
@@ -221,7 +221,7 @@ def check_paths(raw: RawRoot) -> list[Finding]:
         if not template or any(c not in e.column_names for c in cols):
             out.append(
                 Finding(
-                    "info.paths",
+                    "info.videos",
                     ERROR,
                     f"video feature {key} has no video_path or no {cols[0]} column",
                     INFO,
@@ -235,12 +235,12 @@ def check_paths(raw: RawRoot) -> list[Finding]:
             try:
                 rel = template.format(video_key=key, chunk_index=int(c[i]), file_index=int(fi[i]))
             except (KeyError, IndexError, ValueError):
-                out.append(Finding("info.paths", ERROR, f"bad video_path {template!r}", INFO))
+                out.append(Finding("info.videos", ERROR, f"bad video_path {template!r}", INFO))
                 break
             if not raw.fs.exists(raw.join(rel)):
                 out.append(
                     Finding(
-                        "info.paths", ERROR, "referenced video file is missing", rel, int(ep[i])
+                        "info.videos", ERROR, "referenced video file is missing", rel, int(ep[i])
                     )
                 )
     return out

@@ -8,6 +8,7 @@ starts a local instance; ray is an optional extra (``episodekit[ray]``).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -77,7 +78,9 @@ def imap_files(
         for i, item in enumerate(items):
             yield i, fn(item)
         return
-    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+    # "spawn": forking a process that already runs duckdb's or pyarrow's threads can deadlock.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx) as pool:
         futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()

@@ -41,7 +41,8 @@ CHECKS: dict[str, str] = {
     "info.fps": "fps is positive, matches video fps and the data's timestamps",
     "info.totals": "total_episodes / total_frames / total_tasks match the tables",
     "info.features": "declared features exist in every data file with matching dtype/shape",
-    "info.paths": "every data/video file the episodes reference exists",
+    "info.paths": "every data file the episodes reference exists",
+    "info.videos": "every video file the episodes reference exists",
     "info.unreferenced": "no data file is left unreferenced",
     "tasks.table": "tasks table readable, task_index 0..T-1, distinct task strings",
     "episodes.read": "episodes files readable with the required columns",
@@ -186,7 +187,7 @@ def validate(
     found += checks_meta.check_episode_index(raw)
     found += checks_meta.check_ranges(raw)
     found += checks_meta.check_episode_tasks(raw)
-    if wants("info.paths"):
+    if wants("info.paths", "info.videos"):
         found += checks_meta.check_paths(raw)
     if wants("info.unreferenced"):
         found += checks_meta.check_unreferenced(raw)

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from episodekit.metadata.sample import write_sample
 
 

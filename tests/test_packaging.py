@@ -31,9 +31,20 @@ def test_editable_install_maps_subpackages(tmp_path):
 def test_wheel_install_has_no_generic_top_level(tmp_path):
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(REPO)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
     )
     top = sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info"))
     assert "episodekit" in top

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.sample import write_sample
 

@@ -236,3 +236,21 @@ def test_per_file_scan_equals_one_query(clean):
     assert int(whole["nonfinite:action"].sum()) == 1
     rooted = scan_root(raw, {r: pq.read_schema(clean / r) for r in raw.data_files()})
     assert rooted["file"].to_list() == [raw.rel(f) for f in whole["file"].to_list()]
+
+
+def test_missing_video_file_is_info_videos_and_can_be_excluded(make_sample):
+    from episodekit.metadata.validate import validate as run_validate
+
+    root = make_sample(episodes=12, videos=1)
+    mp4 = sorted((root / "videos").rglob("*.mp4"))[0]
+    mp4.unlink()
+    rel = str(mp4.relative_to(root))
+    report = run_validate(str(root), checks="info")
+    hits = [f for f in report.findings if f.check == "info.videos"]
+    assert hits and hits[0].file == rel and hits[0].episode == 0
+    assert report.exit_code() == 1
+    assert not [
+        f
+        for f in run_validate(str(root), checks="info,-info.videos").findings
+        if f.check == "info.videos"
+    ]
