@@ -20,17 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from episodekit.metadata.dataset import Dataset, open_dataset
+from episodekit.metadata.dataset import Dataset, as_dataset
 
 from .reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
 
 DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SPEED = 50
-
-
-def as_dataset(root: str | os.PathLike | Dataset) -> Dataset:
-    """A :class:`Dataset` from a root path/URL (or the dataset itself)."""
-    return root if isinstance(root, Dataset) else open_dataset(str(root))
 
 
 def delta_offsets(

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from episodekit.metadata.dataset import Dataset
+from episodekit.metadata.dataset import Dataset, as_dataset
 from episodekit.metadata.ranks import rank_info
 
-from .frames import FrameDataset, as_dataset
+from .frames import FrameDataset
 
 FEISTEL_ROUNDS = 4
 CHUNK = 4096

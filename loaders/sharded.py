@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from episodekit.metadata.dataset import Dataset
+from episodekit.metadata.dataset import Dataset, as_dataset
 from episodekit.metadata.ranks import rank_info
 
-from .frames import DEFAULT_TOLERANCE_S, FrameDataset, as_dataset
+from .frames import DEFAULT_TOLERANCE_S, FrameDataset
 from .reader import DEFAULT_CACHE_MB
 from .sampler import FEISTEL_ROUNDS, feistel_permute, items_to_ranges
 

@@ -18,7 +18,6 @@ metadata (key ``episodekit.costs``) so a reader can tell a stale table from a fr
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -26,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .atomic import atomic_path
-from .dataset import Dataset, DatasetError, MissingFileError, open_dataset
+from .dataset import Dataset, DatasetError, MissingFileError, as_dataset
 from .footer import file_layout
 
 COST_FILE = "meta/episode_costs.parquet"
@@ -49,10 +48,6 @@ COST_SCHEMA = pa.schema(
         ("cost", pa.float64()),
     ]
 )
-
-
-def _as_dataset(root_or_ds: str | Any) -> Dataset:
-    return root_or_ds if isinstance(root_or_ds, Dataset) else open_dataset(str(root_or_ds))
 
 
 def check_model(model: str) -> str:
@@ -170,7 +165,7 @@ def _action_dim(ds: Dataset) -> int:
 def compute_costs(ds: Dataset | str, model: str = "frames") -> pa.Table:
     """The cost table of a dataset (see the module docstring), in episode order."""
     check_model(model)
-    ds = _as_dataset(ds)
+    ds = as_dataset(ds)
     n = ds.num_episodes
     length = ds.column("length").astype(np.int64)
     cameras = len(ds.image_keys) + len(ds.video_keys)
@@ -217,7 +212,7 @@ def _local_path(ds: Dataset, rel: str) -> str:
 
 def write_costs(ds: Dataset | str, model: str = "frames", table: pa.Table | None = None) -> str:
     """Compute (unless ``table`` is given) and atomically write the cost table; return its path."""
-    ds = _as_dataset(ds)
+    ds = as_dataset(ds)
     table = table if table is not None else compute_costs(ds, model)
     path = _local_path(ds, COST_FILE)
     with atomic_path(path) as tmp:
@@ -249,7 +244,7 @@ def ensure_costs(
     """The cost table for ``model``: the stored one when it is fresh (same fingerprint, model and
     version), else computed and written. Returns ``(table, changed)``."""
     check_model(model)
-    ds = _as_dataset(root)
+    ds = as_dataset(root)
     if not force:
         table = read_costs(ds)
         if table is not None and not verify_costs(table, ds, model):

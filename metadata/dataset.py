@@ -337,6 +337,11 @@ class Dataset:
         )
 
 
+def as_dataset(root_or_ds: str | Any) -> Dataset:
+    """The dataset itself, or :func:`open_dataset` of a root path/URL (lets APIs take either)."""
+    return root_or_ds if isinstance(root_or_ds, Dataset) else open_dataset(str(root_or_ds))
+
+
 def read_info(root: str) -> dict:
     """Just ``meta/info.json`` of a root."""
     fs, path = resolve_root(root)

@@ -33,7 +33,7 @@ from episodekit.loaders.plan import (
 
 from .atomic import atomic_write_bytes
 from .costs import COST_MODELS, check_model, ensure_costs
-from .dataset import Dataset, open_dataset
+from .dataset import Dataset, as_dataset
 from .partition import ALGOS, KK_AUTO_MAX_ITEMS, Items, partition
 
 __all__ = [
@@ -245,13 +245,9 @@ def costs_digest(costs: np.ndarray) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def _as_dataset(root: str | Dataset) -> Dataset:
-    return root if isinstance(root, Dataset) else open_dataset(str(root))
-
-
 def write_plan(ds: Dataset | str, plan: dict) -> str:
     """Write ``plan`` atomically to its path under the dataset root; return that path."""
-    ds = _as_dataset(ds)
+    ds = as_dataset(ds)
     if not ds.is_local:
         raise ValueError(f"{ds.root}: artifacts can only be written to a local dataset root")
     path = ds.join(plan_path(plan["world_size"], plan["num_workers"]))
@@ -261,7 +257,7 @@ def write_plan(ds: Dataset | str, plan: dict) -> str:
 
 def read_plan(ds: Dataset | str, world_size: int, num_workers: int) -> dict | None:
     """The stored plan for one shape as a dict (no freshness check), or None when absent."""
-    ds = _as_dataset(ds)
+    ds = as_dataset(ds)
     path = ds.join(plan_path(world_size, num_workers))
     if not ds.fs.exists(path):
         return None
@@ -314,7 +310,7 @@ def ensure_plans(
     False). Returns ``[(path, plan, changed), ...]`` in the order of ``world_sizes``.
     """
     check_model(cost)
-    ds = _as_dataset(root)
+    ds = as_dataset(root)
     for w in world_sizes:  # fail on a bad shape before computing anything
         _check_args(None, None, w, num_workers, algo, policy)
     costs, _ = ensure_costs(ds, cost)
