@@ -6,6 +6,8 @@ import json
 
 import click
 
+from episodekit.metadata.sample import STYLES, VERSIONS
+
 from . import __version__
 from .cli_common import fail_cleanly
 from .cli_plans import costs_command, plan_command
@@ -48,7 +50,7 @@ def info_command(root: str, as_json: bool, max_files: int) -> None:
 @click.option("--tasks", "-t", default=6, show_default=True, help="Number of tasks.")
 @click.option(
     "--style",
-    type=click.Choice(["recorded", "edited"]),
+    type=click.Choice(STYLES),
     default="recorded",
     show_default=True,
     help="recorded: one row group per episode (LeRobot's recorder); "
@@ -64,7 +66,7 @@ def info_command(root: str, as_json: bool, max_files: int) -> None:
 @click.option("--chunks-size", default=1000, show_default=True, help="Files per chunk folder.")
 @click.option(
     "--codebase-version",
-    type=click.Choice(["v3.0", "v2.1"]),
+    type=click.Choice(VERSIONS),
     default="v3.0",
     show_default=True,
 )

@@ -7,16 +7,16 @@ import time
 
 import click
 
-from .cli_common import fail_cleanly, parse_int_list
+from episodekit.metadata.costs import COST_MODELS
 
-COST_CHOICES = ("frames", "compute", "bytes")
+from .cli_common import fail_cleanly, parse_int_list
 
 
 @click.command("costs")
 @click.argument("root")
 @click.option(
     "--model",
-    type=click.Choice(COST_CHOICES),
+    type=click.Choice(list(COST_MODELS)),
     default="frames",
     show_default=True,
     help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes.",
@@ -56,7 +56,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
 @click.option("--workers", default=1, show_default=True, help="DataLoader workers per rank.")
 @click.option(
     "--cost",
-    type=click.Choice(COST_CHOICES),
+    type=click.Choice(list(COST_MODELS)),
     default="frames",
     show_default=True,
     help="Cost model (the cost table is computed if missing or stale).",

@@ -8,6 +8,9 @@ import time
 
 import click
 
+from episodekit.metadata.executor import EXECUTORS
+from episodekit.prep.plan import COMPRESSIONS
+
 from .cli_common import fail_cleanly
 
 
@@ -35,14 +38,14 @@ def prep_group() -> None:
 @click.option("--workers", type=int, default=None, help="Processes (default: number of cores).")
 @click.option(
     "--executor",
-    type=click.Choice(["local", "ray"]),
+    type=click.Choice(EXECUTORS),
     default="local",
     show_default=True,
     help="local process pool, or Ray tasks (same bytes either way).",
 )
 @click.option(
     "--compression",
-    type=click.Choice(["keep", "snappy", "zstd", "none"]),
+    type=click.Choice(COMPRESSIONS),
     default="keep",
     show_default=True,
     help="Output codec; keep = the source file's codec.",

@@ -7,6 +7,9 @@ import sys
 
 import click
 
+from episodekit.metadata.costs import COST_MODELS
+from episodekit.metadata.executor import EXECUTORS
+
 from .cli_common import fail_cleanly, parse_int_list
 
 
@@ -39,14 +42,14 @@ from .cli_common import fail_cleanly, parse_int_list
 )
 @click.option(
     "--cost",
-    type=click.Choice(["frames", "compute", "bytes"]),
+    type=click.Choice(list(COST_MODELS)),
     default="frames",
     show_default=True,
     help="Cost model for the shard plans.",
 )
 @click.option(
     "--executor",
-    type=click.Choice(["local", "ray"]),
+    type=click.Choice(EXECUTORS),
     default="local",
     show_default=True,
     help="Where per-file rewrites and validation scans run.",

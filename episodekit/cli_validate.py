@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from episodekit.metadata.executor import EXECUTORS
+
 
 @click.command("validate")
 @click.argument("root", required=False)
@@ -23,7 +25,7 @@ import click
 @click.option("--deep", is_flag=True, help="Also check list lengths and image byte headers.")
 @click.option(
     "--executor",
-    type=click.Choice(["local", "ray"]),
+    type=click.Choice(EXECUTORS),
     default="local",
     show_default=True,
     help="local: one duckdb query over all data files; ray: one task per file.",

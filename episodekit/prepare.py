@@ -189,7 +189,7 @@ def prepare(
         return ("done" if summary["counts"]["rewritten"] else "skipped"), summary, changed
 
     result.steps.append(_timed("rowgroups", rowgroups))
-    work = Path(result.work_root).resolve() if not is_remote(result.work_root) else None
+    work = Path(result.work_root).resolve()  # local: a remote root requires --out
     result.work_root = str(work)
     if result.steps[-1].status == "failed":
         result.seconds = time.perf_counter() - t0
