@@ -1,3 +1,5 @@
 """episodekit: prepare LeRobot-format datasets for large-scale training and load them back."""
 
-__version__ = "0.1.0"
+from episodekit.core.version import __version__
+
+__all__ = ["__version__"]

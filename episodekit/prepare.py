@@ -26,18 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from episodekit import __version__
-from episodekit.metadata.atomic import atomic_write_text
-from episodekit.metadata.dataset import open_dataset
-from episodekit.metadata.hub import is_remote, parse_hub_root, push_files
+from episodekit.core.atomic import atomic_write_text
+from episodekit.core.dataset import open_dataset
+from episodekit.core.hub import is_remote, parse_hub_root, push_files
+from episodekit.core.paths import COST_FILE, DEFAULT_TARGET_MB, PLAN_DIR, SPEED_FILE, STAMP_FILE
+from episodekit.core.version import __version__
 
-STAMP_FILE = "meta/episodekit_validation.json"
 STAMP_VERSION = 1
-ARTIFACT_GLOBS = (
-    "meta/speed_percentiles.jsonl",
-    "meta/episode_costs.parquet",
-    "meta/shard_plans/*",
-)
+ARTIFACT_GLOBS = (SPEED_FILE, COST_FILE, f"{PLAN_DIR}/*")
 
 
 @dataclass
@@ -127,7 +123,7 @@ def _timed(name: str, fn: Callable[[], tuple[str, dict, list[str]]]) -> Step:
 def prepare(
     root: str,
     out: str | None = None,
-    target_mb: float = 32.0,
+    target_mb: float = DEFAULT_TARGET_MB,
     world_sizes: Sequence[int] = (8, 64),
     num_workers: int = 4,
     cost: str = "frames",
@@ -149,8 +145,8 @@ def prepare(
     from episodekit.metadata.costs import ensure_costs
     from episodekit.metadata.plans import ensure_plans
     from episodekit.metadata.speed import ensure_speed_file
-    from episodekit.metadata.validate import validate
     from episodekit.prep import rewrite_rowgroups
+    from episodekit.validate.runner import validate
 
     say = progress or (lambda _msg: None)
     if not world_sizes or any(int(w) < 1 for w in world_sizes):
@@ -204,7 +200,7 @@ def prepare(
         return (
             ("done" if changed else "skipped"),
             detail,
-            (["meta/speed_percentiles.jsonl"] if changed else []),
+            ([SPEED_FILE] if changed else []),
         )
 
     def plans() -> tuple[str, dict, list[str]]:
@@ -237,7 +233,7 @@ def prepare(
         return (
             ("done" if changed else "skipped"),
             detail,
-            (["meta/episode_costs.parquet"] if changed else []),
+            ([COST_FILE] if changed else []),
         )
 
     result.steps.append(_timed("speed", speed))

@@ -8,9 +8,9 @@ numpy + pyarrow only (torch is optional: ``episodekit.loaders.torch`` wraps thes
 - :func:`load_plan` / :class:`Plan`: the shard plan written by ``episodekit metadata plan``.
 """
 
-from .frames import FrameDataset
-from .plan import Plan, load_plan
-from .sampler import EpisodeAwareSampler
-from .sharded import ShardedLoader
+from episodekit.loaders.frames import FrameDataset
+from episodekit.loaders.sampler import EpisodeAwareSampler
+from episodekit.loaders.sharded import ShardedLoader
+from episodekit.metadata.plan_file import Plan, load_plan
 
 __all__ = ["EpisodeAwareSampler", "FrameDataset", "Plan", "ShardedLoader", "load_plan"]

@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from episodekit.metadata.dataset import Dataset, as_dataset
-
-from .reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
+from episodekit.core.dataset import Dataset, as_dataset
+from episodekit.loaders.reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
 
 DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SPEED = 50

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from episodekit.metadata.dataset import Dataset, DatasetError, InconsistentDatasetError
+from episodekit.core.dataset import Dataset, DatasetError, InconsistentDatasetError
 
 DEFAULT_CACHE_MB = 96
 MAX_OPEN_FILES = 32

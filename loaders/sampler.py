@@ -22,23 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from episodekit.metadata.dataset import Dataset, as_dataset
-from episodekit.metadata.ranks import rank_info
-
-from .frames import FrameDataset
+from episodekit.core.dataset import Dataset, as_dataset
+from episodekit.core.hashing import splitmix64
+from episodekit.core.world import rank_info
+from episodekit.loaders.frames import FrameDataset
 
 FEISTEL_ROUNDS = 4
 CHUNK = 4096
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x: np.ndarray, key: np.uint64) -> np.ndarray:
-    """splitmix64-style hash of uint64 values (wrapping arithmetic)."""
-    z = x ^ key
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
 
 
 def feistel_permute(x: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
@@ -54,7 +44,7 @@ def feistel_permute(x: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
     def encrypt(v: np.ndarray) -> np.ndarray:
         left, right = v >> sh, v & mask
         for k in keys:
-            left, right = right, left ^ (_mix(right, k) & mask)
+            left, right = right, left ^ (splitmix64(right, k) & mask)
         return (left << sh) | right
 
     with np.errstate(over="ignore"):

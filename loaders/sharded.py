@@ -21,12 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from episodekit.metadata.dataset import Dataset, as_dataset
-from episodekit.metadata.ranks import rank_info
-
-from .frames import DEFAULT_TOLERANCE_S, FrameDataset
-from .reader import DEFAULT_CACHE_MB
-from .sampler import FEISTEL_ROUNDS, feistel_permute, items_to_ranges
+from episodekit.core.dataset import Dataset, as_dataset
+from episodekit.core.world import rank_info
+from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset
+from episodekit.loaders.reader import DEFAULT_CACHE_MB
+from episodekit.loaders.sampler import FEISTEL_ROUNDS, feistel_permute, items_to_ranges
 
 READ_CHUNK = 256
 
@@ -75,7 +74,8 @@ class BinOrder:
 class ShardedLoader:
     """Iterate one rank's (and worker's) share of a root by its shard plan.
 
-    ``plan`` is a :class:`~episodekit.loaders.plan.Plan` (or None: ``load_plan(root, world_size,
+    ``plan`` is a :class:`~episodekit.metadata.plan_file.Plan` (or None: ``load_plan(root,
+    world_size,
     num_workers)``). ``rank``/``world_size`` default to torch.distributed, else RANK/WORLD_SIZE;
     ``worker`` defaults to the torch DataLoader worker id, else all of the rank's bins in turn.
     Yields samples (dicts like ``FrameDataset[i]``) or, with ``batch_size``, batches (like
@@ -104,7 +104,7 @@ class ShardedLoader:
             rank = info.rank if rank is None else rank
             world_size = info.world_size if world_size is None else world_size
         if plan is None:
-            from .plan import load_plan
+            from episodekit.metadata.plan_file import load_plan
 
             plan = load_plan(ds, world_size, num_workers or 1)
         if int(plan.world_size) != int(world_size):

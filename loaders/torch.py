@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from .frames import FrameDataset
-from .sharded import ShardedLoader
+from episodekit.loaders.frames import FrameDataset
+from episodekit.loaders.sharded import ShardedLoader
 
 
 class Batch(dict):

@@ -24,11 +24,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import atomic_path
-from .dataset import Dataset, DatasetError, MissingFileError, as_dataset
-from .footer import file_layout
+from episodekit.core.atomic import atomic_path
+from episodekit.core.dataset import Dataset, DatasetError, MissingFileError, as_dataset
+from episodekit.core.footer import file_layout
+from episodekit.core.paths import COST_FILE
 
-COST_FILE = "meta/episode_costs.parquet"
 COST_VERSION = 1
 COST_META_KEY = b"episodekit.costs"
 COST_MODELS = {
@@ -225,7 +225,7 @@ def read_costs(root_or_ds: str | Dataset) -> pa.Table | None:
     if isinstance(root_or_ds, Dataset):
         fs, path = root_or_ds.fs, root_or_ds.join(COST_FILE)
     else:
-        from .dataset import resolve_root
+        from episodekit.core.dataset import resolve_root
 
         fs, root = resolve_root(root_or_ds)
         path = f"{root}/{COST_FILE}"

@@ -19,7 +19,12 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-from episodekit.loaders.plan import (
+from episodekit.core.atomic import atomic_write_bytes
+from episodekit.core.dataset import Dataset, as_dataset
+from episodekit.core.hashing import splitmix64
+from episodekit.metadata.costs import COST_MODELS, check_model, ensure_costs
+from episodekit.metadata.partition import ALGOS, KK_AUTO_MAX_ITEMS, Items, partition
+from episodekit.metadata.plan_file import (
     PLAN_DIR,
     PLAN_FORMAT,
     PLAN_VERSION,
@@ -30,11 +35,6 @@ from episodekit.loaders.plan import (
     encode_plan,
     plan_path,
 )
-
-from .atomic import atomic_write_bytes
-from .costs import COST_MODELS, check_model, ensure_costs
-from .dataset import Dataset, as_dataset
-from .partition import ALGOS, KK_AUTO_MAX_ITEMS, Items, partition
 
 __all__ = [
     "PLAN_DIR",
@@ -80,19 +80,10 @@ def naive_totals(costs: np.ndarray, num_bins: int) -> dict[str, np.ndarray]:
     }
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer: a portable integer hash (the same on every machine)."""
-    x = x.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 def label_permutation(seed: int, groups: int, size: int, salt: int) -> np.ndarray:
     """(groups, size) array: row g is a seeded permutation of range(size)."""
-    base = _mix(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) ^ np.uint64(salt))[0]
-    keys = _mix(np.arange(groups * size, dtype=np.uint64) + base).reshape(groups, size)
+    base = splitmix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) ^ np.uint64(salt))[0]
+    keys = splitmix64(np.arange(groups * size, dtype=np.uint64) + base).reshape(groups, size)
     return np.argsort(keys, axis=1, kind="stable")
 
 
@@ -276,7 +267,7 @@ def plan_for_dataset(
     policy: str = "trim",
 ) -> dict:
     """:func:`build_plan` on a dataset's cost table (recording its model and fingerprint)."""
-    from .costs import costs_meta
+    from episodekit.metadata.costs import costs_meta
 
     return build_plan(
         costs["cost"].to_numpy(),
@@ -431,7 +422,7 @@ def _coverage_problems(e: np.ndarray, s: np.ndarray, t: np.ndarray, ds: Dataset)
 
 
 def _balance_problems(doc, ds, costs, e, frames, bin_of) -> list[str]:
-    from .costs import compute_costs, costs_meta, read_costs
+    from episodekit.metadata.costs import compute_costs, costs_meta, read_costs
 
     model = doc["cost_model"]
     if costs is None or costs_meta(costs).get("model") != model:

@@ -29,13 +29,13 @@ from typing import Any
 import jsonlines
 import numpy as np
 
-from .atomic import atomic_write_text
-from .dataset import Dataset, DatasetError, is_local, open_dataset, resolve_root
-from .ranks import RankInfo, barrier, rank_info
+from episodekit.core.atomic import atomic_write_text
+from episodekit.core.dataset import Dataset, DatasetError, is_local, open_dataset, resolve_root
+from episodekit.core.paths import SPEED_FILE
+from episodekit.core.world import RankInfo, barrier, rank_info
 
 log = logging.getLogger(__name__)
 
-SPEED_FILE = "meta/speed_percentiles.jsonl"
 SPEED_VERSION = 1
 PERCENTILE_POINTS = tuple(range(5, 100, 10))  # 5, 15, ..., 95: ten boundaries
 NUM_BOUNDARIES = len(PERCENTILE_POINTS)

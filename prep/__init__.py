@@ -1,33 +1,11 @@
-"""Batch rewrites of a dataset's own files: data parquet into episode-aligned row groups."""
+"""Batch rewrites of a dataset's own files: data parquet into episode-aligned row groups.
 
-from .checksum import TableChecksum
-from .plan import (
-    DEFAULT_TARGET_MB,
-    MARKER_KEY,
-    band_violations,
-    file_needs_rewrite,
-    plan_row_groups,
-    read_marker,
-    row_group_band,
-)
-from .rewrite import FileJob, FileResult, LayoutStats, VerificationError, rewrite_file
-from .rowgroups import PrepReport, format_report, rewrite_rowgroups
+Public face: :func:`rewrite_rowgroups` (what ``episodekit prep rowgroups`` runs), its
+:class:`PrepReport` and :func:`format_report`, and :class:`VerificationError`. The row-group band
+(what a good layout is) lives in :mod:`episodekit.prep.band`.
+"""
 
-__all__ = [
-    "DEFAULT_TARGET_MB",
-    "MARKER_KEY",
-    "FileJob",
-    "FileResult",
-    "LayoutStats",
-    "PrepReport",
-    "TableChecksum",
-    "VerificationError",
-    "band_violations",
-    "file_needs_rewrite",
-    "format_report",
-    "plan_row_groups",
-    "read_marker",
-    "rewrite_file",
-    "rewrite_rowgroups",
-    "row_group_band",
-]
+from episodekit.prep.rewrite import VerificationError
+from episodekit.prep.rowgroups import PrepReport, format_report, rewrite_rowgroups
+
+__all__ = ["PrepReport", "VerificationError", "format_report", "rewrite_rowgroups"]

@@ -21,14 +21,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from episodekit.metadata.atomic import atomic_path
-from episodekit.metadata.dataset import is_local
-from episodekit.metadata.footer import FileLayout, file_layout
-
-from .checksum import TableChecksum
-from .plan import (
+from episodekit.core.atomic import atomic_path
+from episodekit.core.dataset import is_local
+from episodekit.core.footer import FileLayout, file_layout
+from episodekit.core.paths import MIB
+from episodekit.prep.band import (
     MARKER_KEY,
-    MIB,
     codec_name,
     episode_byte_estimate,
     file_needs_rewrite,
@@ -36,6 +34,7 @@ from .plan import (
     plan_row_groups,
     read_marker,
 )
+from episodekit.prep.checksum import TableChecksum
 
 READ_BUFFER_TOTAL = 32 * MIB  # read buffers of all column streams (pre_buffer off) together
 BATCH_BYTES = 8 * MIB  # aim for read batches of about this many uncompressed bytes

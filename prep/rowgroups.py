@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from episodekit.metadata.atomic import remove_temporaries
-from episodekit.metadata.dataset import open_dataset
-from episodekit.metadata.executor import imap_files
-
-from .plan import COMPRESSIONS, DEFAULT_TARGET_MB, MIB
-from .rewrite import FileJob, FileResult, LayoutStats, copy_file, rewrite_file
+from episodekit.core.atomic import remove_temporaries
+from episodekit.core.dataset import open_dataset
+from episodekit.core.executor import imap_files
+from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
+from episodekit.prep.band import COMPRESSIONS
+from episodekit.prep.rewrite import FileJob, FileResult, LayoutStats, copy_file, rewrite_file
 
 
 @dataclass

@@ -35,7 +35,7 @@ DELTAS = {
 
 def ensure_sample(path: Path, episodes: int, style: str) -> Path:
     """Write the sample once (reused when its info.json matches)."""
-    from episodekit.metadata.sample import write_sample
+    from episodekit.sample import write_sample
 
     info = path / "meta/info.json"
     if info.exists():
@@ -51,7 +51,7 @@ def ensure_sample(path: Path, episodes: int, style: str) -> Path:
 
 def in_memory_baseline(root: Path, columns: list[str]):
     """All columns decoded to numpy, plus per-frame episode bounds (O(frames): baseline only)."""
-    from episodekit.metadata.dataset import open_dataset
+    from episodekit.core.dataset import open_dataset
 
     ds = open_dataset(str(root))
     table = pa.concat_tables(

@@ -19,9 +19,9 @@ import time
 
 import numpy as np
 
-from episodekit.loaders.plan import decode_plan, encode_plan
+from episodekit.metadata.plan_file import decode_plan, encode_plan
 from episodekit.metadata.plans import build_plan
-from episodekit.metadata.sample import SampleSpec, episode_lengths_and_tasks
+from episodekit.sample import SampleSpec, episode_lengths_and_tasks
 
 
 def realistic(n: int, seed: int) -> np.ndarray:

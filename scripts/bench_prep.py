@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from episodekit.metadata.dataset import open_dataset
-from episodekit.metadata.executor import default_workers, map_files
-from episodekit.metadata.footer import file_layout
-from episodekit.metadata.sample import write_sample
+from episodekit.core.dataset import open_dataset
+from episodekit.core.executor import default_workers, map_files
+from episodekit.core.footer import file_layout
+from episodekit.sample import write_sample
 
 MIB = 1024 * 1024
 

@@ -13,8 +13,8 @@ import shutil
 import time
 from pathlib import Path
 
-from episodekit.metadata.sample import write_sample
 from episodekit.prepare import prepare
+from episodekit.sample import write_sample
 
 
 def main() -> None:

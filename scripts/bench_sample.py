@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from episodekit.metadata.info import describe
-from episodekit.metadata.sample import write_sample
+from episodekit.info import describe
+from episodekit.sample import write_sample
 
 
 def timed(fn) -> tuple[float, object]:

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from episodekit.metadata.dataset import Dataset
+from episodekit.core.dataset import Dataset
 from episodekit.metadata.speed import bucket, compute_speed_rows, episode_buckets
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import duckdb
 
-from episodekit.metadata.dataset import read_info
-from episodekit.metadata.sample import write_sample
-from episodekit.metadata.validate import validate
+from episodekit.core.dataset import read_info
+from episodekit.sample import write_sample
+from episodekit.validate.runner import validate
 
 SPEC = {"episodes": 25_000, "tasks": 8, "seed": 7, "mean_length": 345}
 

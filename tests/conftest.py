@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from episodekit.metadata.sample import write_sample
+from episodekit.sample import write_sample
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from episodekit.cli import main
+from episodekit.core.dataset import MissingFileError, open_dataset
 from episodekit.metadata.costs import (
     COST_FILE,
     compute_costs,
@@ -19,8 +20,7 @@ from episodekit.metadata.costs import (
     verify_costs,
     write_costs,
 )
-from episodekit.metadata.dataset import MissingFileError, open_dataset
-from episodekit.metadata.sample import FAKE_VIDEO_BYTES_PER_FRAME, write_sample
+from episodekit.sample import FAKE_VIDEO_BYTES_PER_FRAME, write_sample
 
 
 def _row_group_bytes(path) -> list[int]:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from episodekit.metadata.dataset import (
+from episodekit.core.dataset import (
     DatasetError,
     InconsistentDatasetError,
     MissingFileError,

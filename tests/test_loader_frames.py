@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from episodekit.core.dataset import open_dataset
 from episodekit.loaders import FrameDataset
-from episodekit.metadata.dataset import open_dataset
 
 FPS = 30
 WINDOWS = {

@@ -9,8 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from episodekit.cli import main
-from episodekit.loaders import plan as plan_mod
-from episodekit.loaders.plan import (
+from episodekit.core.dataset import open_dataset
+from episodekit.metadata import plan_file as plan_mod
+from episodekit.metadata.partition import Items, assign, kk, lpt
+from episodekit.metadata.plan_file import (
     PlanError,
     PlanNotFoundError,
     StalePlanError,
@@ -19,8 +21,6 @@ from episodekit.loaders.plan import (
     load_plan,
     plan_path,
 )
-from episodekit.metadata.dataset import open_dataset
-from episodekit.metadata.partition import Items, assign, kk, lpt
 from episodekit.metadata.plans import (
     balance_figures,
     build_plan,
@@ -29,7 +29,7 @@ from episodekit.metadata.plans import (
     verify_plan,
     write_plan,
 )
-from episodekit.metadata.sample import write_sample
+from episodekit.sample import write_sample
 
 
 def lognormal_lengths(n: int, seed: int = 0, sigma: float = 1.0) -> np.ndarray:

@@ -13,19 +13,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from episodekit.metadata.dataset import open_dataset
-from episodekit.metadata.footer import file_layout
-from episodekit.prep import (
+from episodekit.core.dataset import open_dataset
+from episodekit.core.footer import file_layout
+from episodekit.prep import rewrite as rw
+from episodekit.prep import rewrite_rowgroups
+from episodekit.prep.band import (
     MARKER_KEY,
-    TableChecksum,
     band_violations,
     file_needs_rewrite,
     plan_row_groups,
-    rewrite_rowgroups,
     row_group_band,
 )
-from episodekit.prep import rewrite as rw
-from episodekit.prep.checksum import WordSum
+from episodekit.prep.checksum import TableChecksum, WordSum
 
 MIB = 1024 * 1024
 TARGET_MB = 0.25

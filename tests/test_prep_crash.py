@@ -13,9 +13,10 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from episodekit.cli import main
-from episodekit.metadata.dataset import open_dataset
-from episodekit.metadata.footer import file_layout
-from episodekit.prep import MARKER_KEY, rewrite_rowgroups
+from episodekit.core.dataset import open_dataset
+from episodekit.core.footer import file_layout
+from episodekit.prep import rewrite_rowgroups
+from episodekit.prep.band import MARKER_KEY
 
 SPEC = dict(episodes=60, style="edited", data_files_size_in_mb=0.6)
 

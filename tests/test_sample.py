@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from episodekit.metadata.dataset import open_dataset
-from episodekit.metadata.sample import write_sample
+from episodekit.core.dataset import open_dataset
+from episodekit.sample import write_sample
 
 
 def test_v30_layout_and_schema(make_sample):

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
+from episodekit.core.dataset import open_dataset
 from episodekit.loaders import EpisodeAwareSampler, FrameDataset, load_plan
 from episodekit.loaders.sampler import coprime_multipliers, feistel_permute
-from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.plans import ensure_plans
 
 SPEC = dict(episodes=30, tasks=3, seed=21, mean_length=40)

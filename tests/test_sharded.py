@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from episodekit.core.dataset import open_dataset
 from episodekit.loaders import FrameDataset, ShardedLoader, load_plan
-from episodekit.metadata.dataset import open_dataset
 from episodekit.metadata.plans import ensure_plans
 
 SPEC = dict(episodes=48, tasks=3, seed=31, mean_length=40, data_files_size_in_mb=0.05)
@@ -16,7 +16,7 @@ FPS = 30
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
     """One sample with trim plans for 8x2 and 2x2 and a wrap plan for 3x1 (shared, read-only)."""
-    from episodekit.metadata.sample import write_sample
+    from episodekit.sample import write_sample
 
     root = write_sample(tmp_path_factory.mktemp("sharded") / "root", **SPEC)
     ensure_plans(str(root), [8, 2], 2)

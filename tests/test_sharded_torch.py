@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from episodekit.metadata.plans import ensure_plans
-from episodekit.metadata.sample import write_sample
+from episodekit.sample import write_sample
 
 # find_spec, not import: collecting this file must not pay torch's import time
 pytestmark = pytest.mark.skipif(

@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from episodekit.cli import main
-from episodekit.metadata import atomic, speed
-from episodekit.metadata.dataset import open_dataset
+from episodekit.core import atomic
+from episodekit.core.dataset import open_dataset
+from episodekit.metadata import speed
 from episodekit.metadata.speed import (
     SPEED_FILE,
     SpeedFileError,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from episodekit.metadata import atomic
-from episodekit.metadata.dataset import open_dataset
+from episodekit.core import atomic
+from episodekit.core.dataset import open_dataset
 from episodekit.metadata.speed import SPEED_FILE, compute_speed_rows, read_speed_file
 
 WORKER = textwrap.dedent(
@@ -25,7 +25,7 @@ WORKER = textwrap.dedent(
 
     def work(root, barrier, rounds, results):
         from episodekit.metadata import speed
-        from episodekit.metadata.dataset import open_dataset
+        from episodekit.core.dataset import open_dataset
 
         try:
             ds = open_dataset(root)
@@ -82,7 +82,7 @@ RANK_SCRIPT = textwrap.dedent(
         timeout=datetime.timedelta(seconds=30),
     )
     from episodekit.metadata import speed
-    from episodekit.metadata.dataset import open_dataset
+    from episodekit.core.dataset import open_dataset
 
     writes = []
     real_write = speed.atomic_write_text

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from episodekit.cli import main
-from episodekit.metadata.validate import (
+from episodekit.validate.runner import (
     CHECKS,
     CannotValidate,
     Finding,
@@ -221,9 +221,9 @@ def test_per_file_scan_equals_one_query(clean):
     """The per-file scan (the unit of work on ray) gives exactly the one-query result."""
     import polars as pl
 
-    from episodekit.metadata.checks_base import read_raw
-    from episodekit.metadata.checks_data import _scan_job, scan_data_files, scan_root
-    from episodekit.metadata.executor import map_files
+    from episodekit.core.executor import map_files
+    from episodekit.validate.data import _scan_job, scan_data_files, scan_root
+    from episodekit.validate.raw import read_raw
 
     CORRUPTIONS["nan_in_action"](clean)
     raw = read_raw(str(clean))
@@ -239,7 +239,7 @@ def test_per_file_scan_equals_one_query(clean):
 
 
 def test_missing_video_file_is_info_videos_and_can_be_excluded(make_sample):
-    from episodekit.metadata.validate import validate as run_validate
+    from episodekit.validate.runner import validate as run_validate
 
     root = make_sample(episodes=12, videos=1)
     mp4 = sorted((root / "videos").rglob("*.mp4"))[0]

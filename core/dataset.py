@@ -23,6 +23,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from episodekit.core.paths import (
+    DATA_PATH_V2,
+    DATA_PATH_V3,
+    INFO_FILE,
+    VIDEO_PATH_V2,
+    UnsafePathError,
+    format_template,
+    inside_root,
+)
+
 V3 = "v3.0"
 V2 = ("v2.0", "v2.1")
 SUPPORTED_VERSIONS = (V3, *V2)
@@ -38,10 +48,6 @@ EPISODE_COLUMNS = (
     "tasks",
 )
 VIDEO_FIELDS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
-DEFAULT_V2_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-DEFAULT_V2_VIDEO_PATH = (
-    "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-)
 
 
 class DatasetError(Exception):
@@ -77,7 +83,7 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return protocol in ("file", "local")
 
 
-def _read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
+def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
     if not fs.exists(path):
         raise MissingFileError("file is missing", path)
     try:
@@ -87,7 +93,7 @@ def _read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
         raise DatasetError(f"not valid JSON ({exc})", path) from exc
 
 
-def _read_parquet(fs, path: str, columns: list[str] | None = None) -> pa.Table:
+def read_parquet(fs, path: str, columns: list[str] | None = None) -> pa.Table:
     try:
         if is_local(fs):
             return pq.read_table(path, columns=columns)
@@ -96,7 +102,7 @@ def _read_parquet(fs, path: str, columns: list[str] | None = None) -> pa.Table:
         raise DatasetError(f"unreadable parquet ({exc})", path) from exc
 
 
-def _read_schema(fs, path: str) -> pa.Schema:
+def read_schema(fs, path: str) -> pa.Schema:
     try:
         if is_local(fs):
             return pq.read_schema(path)
@@ -106,7 +112,7 @@ def _read_schema(fs, path: str) -> pa.Schema:
         raise DatasetError(f"unreadable parquet ({exc})", path) from exc
 
 
-def _normalize_tasks_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+def normalize_tasks_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     """Tasks as ``list<string>`` in one chunk, whatever string/list flavour the file used."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks else pa.array([], pa.list_(pa.string()))
@@ -132,7 +138,7 @@ def read_tasks_table(fs, path: str, version: str) -> pa.Table:
         tpath = posixpath.join(path, "meta/tasks.parquet")
         if not fs.exists(tpath):
             raise MissingFileError("file is missing", tpath)
-        raw = _read_parquet(fs, tpath)
+        raw = read_parquet(fs, tpath)
         names = raw.column_names
         task_col = next((c for c in ("task", "__index_level_0__") if c in names), None)
         if task_col is None:
@@ -154,33 +160,38 @@ def read_tasks_table(fs, path: str, version: str) -> pa.Table:
     return table.sort_by("task_index")
 
 
-def _episodes_v3(fs, path: str) -> pa.Table:
-    folder = posixpath.join(path, "meta/episodes")
-    files = sorted(fs.glob(posixpath.join(folder, "*/*.parquet")))
-    if not files:
-        raise MissingFileError("no episodes parquet files (meta/episodes/*/*.parquet)", folder)
-    tables = []
-    for f in files:
-        schema = _read_schema(fs, f)
-        names = schema.names
-        missing = [c for c in EPISODE_COLUMNS if c not in names]
-        if missing:
-            raise DatasetError(f"episodes file lacks columns {missing}", f)
-        video = [
-            c for c in names if c.startswith("videos/") and c.rsplit("/", 1)[-1] in VIDEO_FIELDS
-        ]
-        t = _read_parquet(fs, f, columns=list(EPISODE_COLUMNS) + video)
-        t = t.set_column(
-            t.schema.get_field_index("tasks"), "tasks", _normalize_tasks_column(t["tasks"])
-        )
-        tables.append(t)
-    table = pa.concat_tables(tables, promote_options="default")
+def episodes_files(fs, path: str) -> list[str]:
+    """The v3.0 episodes parquet files of a root, sorted by path."""
+    return sorted(fs.glob(posixpath.join(path, "meta/episodes/*/*.parquet")))
+
+
+def read_episodes_file(fs, f: str) -> pa.Table:
+    """One v3.0 episodes file: the columns of :data:`EPISODE_COLUMNS` plus video columns, typed."""
+    names = read_schema(fs, f).names
+    missing = [c for c in EPISODE_COLUMNS if c not in names]
+    if missing:
+        raise DatasetError(f"episodes file lacks columns {missing}", f)
+    video = [c for c in names if c.startswith("videos/") and c.rsplit("/", 1)[-1] in VIDEO_FIELDS]
+    t = read_parquet(fs, f, columns=list(EPISODE_COLUMNS) + video)
+    t = t.set_column(t.schema.get_field_index("tasks"), "tasks", normalize_tasks_column(t["tasks"]))
     for c in EPISODE_COLUMNS[:-1]:
-        table = table.set_column(table.schema.get_field_index(c), c, table[c].cast(pa.int64()))
-    return table.sort_by("episode_index")
+        try:
+            t = t.set_column(t.schema.get_field_index(c), c, t[c].cast(pa.int64()))
+        except pa.ArrowException as exc:
+            raise DatasetError(f"column {c} is not an integer column ({exc})", f) from exc
+    return t
 
 
-def _episodes_v2(fs, path: str, info: dict) -> pa.Table:
+def _episodes_v3(fs, path: str) -> pa.Table:
+    files = episodes_files(fs, path)
+    if not files:
+        folder = posixpath.join(path, "meta/episodes")
+        raise MissingFileError("no episodes parquet files (meta/episodes/*/*.parquet)", folder)
+    tables = [read_episodes_file(fs, f) for f in files]
+    return pa.concat_tables(tables, promote_options="default").sort_by("episode_index")
+
+
+def read_episodes_v2(fs, path: str, info: dict) -> pa.Table:
     epath = posixpath.join(path, "meta/episodes.jsonl")
     if not fs.exists(epath):
         raise MissingFileError("file is missing", epath)
@@ -202,9 +213,9 @@ def _episodes_v2(fs, path: str, info: dict) -> pa.Table:
     )
     table = df.select(list(EPISODE_COLUMNS)).to_arrow()
     table = table.set_column(
-        table.schema.get_field_index("tasks"), "tasks", _normalize_tasks_column(table["tasks"])
+        table.schema.get_field_index("tasks"), "tasks", normalize_tasks_column(table["tasks"])
     )
-    for key in _video_keys(info):
+    for key in video_keys_of(info):
         n = table.num_rows
         table = table.append_column(f"videos/{key}/chunk_index", table["data/chunk_index"])
         table = table.append_column(f"videos/{key}/file_index", table["data/file_index"])
@@ -216,7 +227,7 @@ def _episodes_v2(fs, path: str, info: dict) -> pa.Table:
     return table
 
 
-def _video_keys(info: dict) -> list[str]:
+def video_keys_of(info: dict) -> list[str]:
     return [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"]
 
 
@@ -228,7 +239,7 @@ def compute_fingerprint(episode_index: np.ndarray, length: np.ndarray, tasks: pa
     h = hashlib.sha256(b"episodekit-episodes-fingerprint-v1\0")
     h.update(np.ascontiguousarray(episode_index, dtype="<i8").tobytes())
     h.update(np.ascontiguousarray(length, dtype="<i8").tobytes())
-    tasks = _normalize_tasks_column(tasks)
+    tasks = normalize_tasks_column(tasks)
     h.update(np.ascontiguousarray(pc.list_value_length(tasks).fill_null(-1), dtype="<i8").tobytes())
     flat = pc.list_flatten(tasks)
     if len(flat):
@@ -270,7 +281,7 @@ class Dataset:
 
     @property
     def video_keys(self) -> list[str]:
-        return _video_keys(self.info)
+        return video_keys_of(self.info)
 
     @property
     def image_keys(self) -> list[str]:
@@ -307,12 +318,17 @@ class Dataset:
     def video_path(self, key: str, chunk_index: int, file_index: int) -> str:
         """Relative path of a video file (v2.1: ``file_index`` is the episode index)."""
         if self.version in V2:
-            template = self.info.get("video_path") or DEFAULT_V2_VIDEO_PATH
-            return template.format(
-                video_key=key, episode_chunk=chunk_index, episode_index=file_index
+            return format_template(
+                self.info.get("video_path") or VIDEO_PATH_V2,
+                video_key=key,
+                episode_chunk=chunk_index,
+                episode_index=file_index,
             )
-        return self.info["video_path"].format(
-            video_key=key, chunk_index=chunk_index, file_index=file_index
+        return format_template(
+            self.info.get("video_path"),
+            video_key=key,
+            chunk_index=chunk_index,
+            file_index=file_index,
         )
 
     def episode_rows(self, episodes: np.ndarray | None = None) -> np.ndarray:
@@ -345,7 +361,7 @@ def as_dataset(root_or_ds: str | Any) -> Dataset:
 def read_info(root: str) -> dict:
     """Just ``meta/info.json`` of a root."""
     fs, path = resolve_root(root)
-    return _read_json(fs, posixpath.join(path, "meta/info.json"))
+    return read_json(fs, posixpath.join(path, INFO_FILE))
 
 
 def open_dataset(root: str, check_files: bool = True, check_totals: bool = True) -> Dataset:
@@ -356,8 +372,8 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
     verifies every referenced data file exists; ``check_totals`` compares with info.json.
     """
     fs, path = resolve_root(root)
-    info_path = posixpath.join(path, "meta/info.json")
-    info = _read_json(fs, info_path)
+    info_path = posixpath.join(path, INFO_FILE)
+    info = read_json(fs, info_path)
     if not isinstance(info, dict):
         raise DatasetError("expected a JSON object", info_path)
     version = info.get("codebase_version")
@@ -373,26 +389,17 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
         episodes = _episodes_v3(fs, path)
         episodes_file = posixpath.join(path, "meta/episodes")
     else:
-        episodes = _episodes_v2(fs, path, info)
+        episodes = read_episodes_v2(fs, path, info)
         episodes_file = posixpath.join(path, "meta/episodes.jsonl")
 
     _check_ranges(episodes, episodes_file)
 
-    # task_index of tasks[0], resolved through the tasks table (-1 when unknown or tasks is empty).
-    ep_tasks = episodes["tasks"]
-    nonempty = pc.if_else(
-        pc.greater(pc.list_value_length(ep_tasks), 0), ep_tasks, pa.scalar(None, ep_tasks.type)
-    )
-    first = pc.list_element(nonempty, 0) if episodes.num_rows else pa.array([], pa.string())
-    task_idx = pc.index_in(first, value_set=tasks.column("task"))
-    task_idx = (
-        pc.take(tasks.column("task_index"), task_idx).fill_null(-1)
-        if len(tasks)
-        else (pa.array(np.full(episodes.num_rows, -1, dtype=np.int64)))
-    )
-    episodes = episodes.append_column("task_index", pa.chunked_array([task_idx]).cast(pa.int64()))
+    episodes = episodes.append_column("task_index", episode_task_index(episodes["tasks"], tasks))
 
-    data_files, file_id = _data_files(episodes, info, version)
+    try:
+        data_files, file_id = data_file_names(episodes, info, version)
+    except UnsafePathError as exc:
+        raise DatasetError(str(exc), info_path) from exc
     episodes = episodes.append_column("file_id", pa.array(file_id, pa.int32()))
     ds = Dataset(
         root=str(root),
@@ -408,6 +415,11 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
     if check_files:
         for rel in data_files:
             full = ds.join(rel)
+            if ds.is_local:
+                try:
+                    inside_root(path, rel)
+                except UnsafePathError as exc:
+                    raise DatasetError(str(exc), info_path) from exc
             if not fs.exists(full):
                 eps = ds.column("episode_index")[file_id == data_files.index(rel)]
                 raise MissingFileError(
@@ -459,18 +471,35 @@ def _check_totals(ds: Dataset, info_path: str) -> None:
             )
 
 
-def _data_files(episodes: pa.Table, info: dict, version: str) -> tuple[list[str], np.ndarray]:
-    """Distinct data files in episode order, and each episode's index into that list."""
+def episode_task_index(
+    ep_tasks: pa.ChunkedArray | pa.Array, tasks: pa.Table | None
+) -> pa.ChunkedArray:
+    """task_index of each episode's ``tasks[0]`` through the tasks table (-1: unknown or empty)."""
+    n = len(ep_tasks)
+    if tasks is None or not len(tasks) or n == 0:
+        return pa.chunked_array([pa.array(np.full(n, -1, dtype=np.int64))])
+    nonempty = pc.if_else(
+        pc.greater(pc.list_value_length(ep_tasks), 0), ep_tasks, pa.scalar(None, ep_tasks.type)
+    )
+    pos = pc.index_in(pc.list_element(nonempty, 0), value_set=tasks.column("task"))
+    idx = pc.take(tasks.column("task_index"), pos).fill_null(-1)
+    return pa.chunked_array([idx]).cast(pa.int64())
+
+
+def data_file_names(episodes: pa.Table, info: dict, version: str) -> tuple[list[str], np.ndarray]:
+    """Distinct data files (relative, checked by :func:`format_template`) in order of first
+    episode, and each episode's index into that list. Raises :class:`UnsafePathError`."""
     chunk = episodes["data/chunk_index"].to_numpy()
     fidx = episodes["data/file_index"].to_numpy()
     if version in V2:
-        template = info.get("data_path") or DEFAULT_V2_DATA_PATH
+        template = info.get("data_path") or DATA_PATH_V2
         ep = episodes["episode_index"].to_numpy()
         files = [
-            template.format(episode_chunk=int(c), episode_index=int(e)) for c, e in zip(chunk, ep)
+            format_template(template, episode_chunk=int(c), episode_index=int(e))
+            for c, e in zip(chunk, ep)
         ]
         return files, np.arange(len(files), dtype=np.int32)
-    template = info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+    template = info.get("data_path") or DATA_PATH_V3
     if len(chunk) == 0:
         return [], np.zeros(0, dtype=np.int32)
     key = chunk.astype(np.int64) * (1 << 32) + fidx.astype(np.int64)
@@ -479,7 +508,7 @@ def _data_files(episodes: pa.Table, info: dict, version: str) -> tuple[list[str]
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     files = [
-        template.format(chunk_index=int(chunk[first[i]]), file_index=int(fidx[first[i]]))
+        format_template(template, chunk_index=int(chunk[first[i]]), file_index=int(fidx[first[i]]))
         for i in order
     ]
     return files, rank[inverse].astype(np.int32)

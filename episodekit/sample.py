@@ -24,15 +24,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import atomic_write_text
+from episodekit.core.atomic import atomic_write_text
+from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, VIDEO_PATH_V2, VIDEO_PATH_V3
 
 STYLES = ("recorded", "edited")
 VERSIONS = ("v3.0", "v2.1")
 STAT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
-DATA_PATH_V3 = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-VIDEO_PATH_V3 = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-DATA_PATH_V2 = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-VIDEO_PATH_V2 = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 FAKE_VIDEO_BYTES_PER_FRAME = 64
 TASK_NAMES = (
     "pick up the red cube and place it in the bin",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import click
 
-from episodekit.metadata.dataset import DatasetError
+from episodekit.core.dataset import DatasetError
 
 
 @contextlib.contextmanager

@@ -15,8 +15,8 @@ import posixpath
 import numpy as np
 import pyarrow as pa
 
-from .checks_base import ERROR, Finding, RawRoot
-from .dataset import Dataset, DatasetError
+from episodekit.core.dataset import Dataset, DatasetError
+from episodekit.validate.raw import ERROR, Finding, RawRoot
 
 STALE_WORDS = ("stale", "fingerprint")
 
@@ -65,7 +65,12 @@ def check_artifacts(raw: RawRoot, want: set[str]) -> list[Finding]:
 def check_speed(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     """``speed.format``, ``speed.fresh``, ``speed.content``."""
     try:
-        from .speed import NUM_BOUNDARIES, REQUIRED_KEYS, SPEED_FILE, SPEED_VERSION
+        from episodekit.metadata.speed import (
+            NUM_BOUNDARIES,
+            REQUIRED_KEYS,
+            SPEED_FILE,
+            SPEED_VERSION,
+        )
     except ImportError:  # the speed module is not available: nothing to check against
         return []
     import jsonlines
@@ -131,7 +136,7 @@ def check_speed(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
 
 
 def _speed_recomputed(raw: RawRoot, ds: Dataset, rows: list[dict], err) -> list[Finding]:
-    from .speed import compute_speed_rows
+    from episodekit.metadata.speed import compute_speed_rows
 
     try:
         expected = {r["task_index"]: r for r in compute_speed_rows(ds)}
@@ -187,7 +192,13 @@ def _coverage(episodes: np.ndarray, ds: Dataset) -> tuple[np.ndarray, np.ndarray
 def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     """``costs.format``, ``costs.fresh``, ``costs.content``."""
     try:
-        from .costs import COST_FILE, COST_SCHEMA, compute_costs, costs_meta, verify_costs
+        from episodekit.metadata.costs import (
+            COST_FILE,
+            COST_SCHEMA,
+            compute_costs,
+            costs_meta,
+            verify_costs,
+        )
     except ImportError:
         return []
     full = raw.join(COST_FILE)
@@ -249,9 +260,8 @@ def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
 def check_plans(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     """``plans.format``, ``plans.fresh``, ``plans.content`` for every file in the plan folder."""
     try:
-        from episodekit.loaders.plan import PLAN_DIR, PlanError, read_plan_file
-
-        from .plans import verify_plan
+        from episodekit.metadata.plan_file import PLAN_DIR, PlanError, read_plan_file
+        from episodekit.metadata.plans import verify_plan
     except ImportError:
         return []
     folder = raw.join(PLAN_DIR)

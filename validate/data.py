@@ -16,9 +16,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from .checks_base import ERROR, Finding, RawRoot
-from .checks_meta import MAX_PER_KIND, local_or_fs_path
-from .dataset import _read_schema
+from episodekit.core.dataset import read_schema
+from episodekit.validate.meta import MAX_PER_KIND, local_or_fs_path
+from episodekit.validate.raw import ERROR, Finding, RawRoot
 
 CORE = ("episode_index", "index", "frame_index", "timestamp", "task_index")
 FLOAT_TYPES = ("FLOAT", "DOUBLE")
@@ -163,7 +163,7 @@ def read_schemas(raw: RawRoot, rels: Sequence[str]) -> tuple[dict[str, pa.Schema
         if not raw.fs.exists(full):
             continue
         try:
-            schemas[rel] = _read_schema(raw.fs, full)
+            schemas[rel] = read_schema(raw.fs, full)
         except Exception as exc:  # noqa: BLE001 - any reader failure is the file's fault
             out.append(Finding("data.read", ERROR, f"unreadable parquet: {exc}", rel))
     return schemas, out
@@ -205,7 +205,7 @@ def scan_root(
             fs = None if paths[0] == raw.join(rels[0]) else raw.fs
             parts.append(scan_data_files(paths, raw.fps, stored, shapes, deep, fs=fs))
         else:
-            from .executor import map_files
+            from episodekit.core.executor import map_files
 
             jobs = [(p, raw.fps, stored, shapes, deep) for p in paths]
             parts.extend(map_files(_scan_job, jobs, executor=executor))

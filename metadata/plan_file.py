@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from episodekit.core.paths import PLAN_DIR
+
 PLAN_FORMAT = "episodekit.shard_plan"
 PLAN_VERSION = 1
-PLAN_DIR = "meta/shard_plans"
 POLICIES = ("trim", "wrap")
 JSON_ITEMS_MAX = 100_000  # above this many items, columns are stored compressed (base64)
 ITEM_COLUMNS = ("episode_index", "start", "end")
@@ -201,7 +202,7 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
     plan = read_plan_file(fs, path)
     if check_fresh:
         if ds is None:
-            from episodekit.metadata.dataset import open_dataset
+            from episodekit.core.dataset import open_dataset
 
             ds = open_dataset(str(root), check_files=False, check_totals=False)
         if plan.fingerprint != ds.fingerprint:

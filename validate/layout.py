@@ -7,22 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .checks_base import WARNING, Finding, RawRoot
-from .footer import FileLayout, file_layout
+from episodekit.core.footer import FileLayout, file_layout
+from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
+from episodekit.prep.band import read_marker, row_group_band
+from episodekit.validate.raw import WARNING, Finding, RawRoot
 
-MiB = 1024 * 1024
-TARGET_BYTES = 32 * MiB
-
-
-def row_group_band(target_bytes: int = TARGET_BYTES) -> tuple[int, int]:
-    """Accepted uncompressed row-group bytes: prep's band when available, else
-    [target / 2, target * 1.5]. Files prep rewrote are judged against the target they record."""
-    try:
-        from episodekit.prep import row_group_band as prep_band  # type: ignore[attr-defined]
-    except ImportError:
-        return target_bytes // 2, int(target_bytes * 1.5)
-    lo, hi = prep_band(target_bytes)
-    return int(lo), int(hi)
+TARGET_BYTES = int(DEFAULT_TARGET_MB * MIB)
 
 
 def groups_outside_band(lay: FileLayout, lo: int, hi: int) -> np.ndarray:
@@ -45,13 +35,9 @@ def groups_outside_band(lay: FileLayout, lo: int, hi: int) -> np.ndarray:
 
 def file_target(lay: FileLayout, default: int) -> int:
     """The target a file was rewritten for (prep's marker in the footer), else ``default``."""
-    try:
-        from episodekit.prep import read_marker
-    except ImportError:
-        return default
     marker = read_marker(lay) or {}
     mb = marker.get("target_mb")
-    return int(float(mb) * MiB) if isinstance(mb, (int, float)) and mb > 0 else default
+    return int(float(mb) * MIB) if isinstance(mb, (int, float)) and mb > 0 else default
 
 
 def check_layout(
@@ -68,12 +54,12 @@ def check_layout(
         n = lay.num_row_groups
         bad = groups_outside_band(lay, lo, hi)
         if len(bad):
-            b = lay.row_group_bytes / MiB
+            b = lay.row_group_bytes / MIB
             out.append(
                 Finding(
                     "layout.row_groups",
                     WARNING,
-                    f"{len(bad)} of {n} row groups outside [{lo / MiB:.0f}, {hi / MiB:.0f}] MiB "
+                    f"{len(bad)} of {n} row groups outside [{lo / MIB:.0f}, {hi / MIB:.0f}] MiB "
                     f"(min {b.min():.2f}, median {np.median(b):.2f}, max {b.max():.2f} MiB); "
                     "run `episodekit prep`",
                     rel,

@@ -7,9 +7,8 @@ import time
 
 import click
 
+from episodekit.cli.common import fail_cleanly, parse_int_list
 from episodekit.metadata.costs import COST_MODELS
-
-from .cli_common import fail_cleanly, parse_int_list
 
 
 @click.command("costs")

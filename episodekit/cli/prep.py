@@ -8,10 +8,10 @@ import time
 
 import click
 
-from episodekit.metadata.executor import EXECUTORS
-from episodekit.prep.plan import COMPRESSIONS
-
-from .cli_common import fail_cleanly
+from episodekit.cli.common import fail_cleanly
+from episodekit.core.executor import EXECUTORS
+from episodekit.core.paths import DEFAULT_TARGET_MB
+from episodekit.prep.band import COMPRESSIONS
 
 
 @click.group("prep")
@@ -23,7 +23,7 @@ def prep_group() -> None:
 @click.argument("root")
 @click.option(
     "--target-mb",
-    default=32.0,
+    default=DEFAULT_TARGET_MB,
     show_default=True,
     help="Row-group size target in MiB of uncompressed data (accepted band: half to 1.5x).",
 )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.parquet as pq
 
-from .dataset import is_local
+from episodekit.core.dataset import is_local
 
 
 @dataclass

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .checks_base import ERROR, WARNING, Finding, RawRoot
-from .dataset import SUPPORTED_VERSIONS, V2, is_local
+from episodekit.core.dataset import SUPPORTED_VERSIONS, V2, is_local
+from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 
 INFO = "meta/info.json"
 MAX_PER_KIND = 50  # findings of one kind beyond this are summarized in one line

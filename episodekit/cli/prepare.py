@@ -7,10 +7,10 @@ import sys
 
 import click
 
+from episodekit.cli.common import fail_cleanly, parse_int_list
+from episodekit.core.executor import EXECUTORS
+from episodekit.core.paths import DEFAULT_TARGET_MB
 from episodekit.metadata.costs import COST_MODELS
-from episodekit.metadata.executor import EXECUTORS
-
-from .cli_common import fail_cleanly, parse_int_list
 
 
 @click.command("prepare")
@@ -23,7 +23,7 @@ from .cli_common import fail_cleanly, parse_int_list
 )
 @click.option(
     "--target-mb",
-    default=32.0,
+    default=DEFAULT_TARGET_MB,
     show_default=True,
     help="Row-group target, MiB of uncompressed data.",
 )

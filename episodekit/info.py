@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .dataset import open_dataset
-from .footer import file_layout
+from episodekit.core.dataset import open_dataset
+from episodekit.core.footer import file_layout
 
 MiB = 1024 * 1024
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checks_base import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
+from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
 
 __all__ = [
     "CHECKS",
@@ -167,7 +167,10 @@ def validate(
     image-header checks; ``executor="ray"`` scans data files one ray task per file.
     Raises :class:`CannotValidate` when the root or its info.json cannot be read.
     """
-    from . import checks_artifacts, checks_data, checks_layout, checks_meta
+    from episodekit.validate import artifacts as checks_artifacts
+    from episodekit.validate import data as checks_data
+    from episodekit.validate import layout as checks_layout
+    from episodekit.validate import meta as checks_meta
 
     say = progress or _noop
     t0 = time.perf_counter()

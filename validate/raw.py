@@ -16,28 +16,24 @@ from typing import Any
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from .dataset import (
-    DEFAULT_V2_DATA_PATH,
-    EPISODE_COLUMNS,
+from episodekit.core.dataset import (
     SUPPORTED_VERSIONS,
     V2,
     V3,
-    VIDEO_FIELDS,
     DatasetError,
-    _episodes_v2,
-    _normalize_tasks_column,
-    _read_parquet,
-    _read_schema,
+    data_file_names,
+    episode_task_index,
+    episodes_files,
+    read_episodes_file,
+    read_episodes_v2,
     read_tasks_table,
     resolve_root,
 )
+from episodekit.core.paths import INFO_FILE, UnsafePathError
 
 ERROR = "error"
 WARNING = "warning"
-SEVERITIES = (ERROR, WARNING)
-DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 
 
 class CannotValidate(DatasetError):
@@ -124,7 +120,7 @@ def read_raw(root: str) -> RawRoot:
         raise CannotValidate(f"cannot open root ({exc})", str(root)) from exc
     if not exists:
         raise CannotValidate("root does not exist or is not a folder", str(root))
-    info_path = posixpath.join(path, "meta/info.json")
+    info_path = posixpath.join(path, INFO_FILE)
     try:
         with fs.open(info_path, "rb") as fh:
             info = json.loads(fh.read())
@@ -147,7 +143,7 @@ def read_raw(root: str) -> RawRoot:
 def _read_episodes(raw: RawRoot) -> pa.Table | None:
     if raw.version in V2:
         try:
-            table = _episodes_v2(raw.fs, raw.path, raw.info)
+            table = read_episodes_v2(raw.fs, raw.path, raw.info)
         except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
             _add(raw, "episodes.read", f"cannot read episodes: {exc}", "meta/episodes.jsonl")
             return None
@@ -162,8 +158,7 @@ def _read_episodes(raw: RawRoot) -> pa.Table | None:
 
 
 def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
-    folder = raw.join("meta/episodes")
-    files = sorted(raw.fs.glob(posixpath.join(folder, "*/*.parquet")))
+    files = episodes_files(raw.fs, raw.path)
     if not files:
         _add(raw, "episodes.read", "no episodes parquet files", "meta/episodes")
         return None
@@ -171,20 +166,7 @@ def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
     for f in files:
         rel = raw.rel(f)
         try:
-            names = _read_schema(raw.fs, f).names
-            missing = [c for c in EPISODE_COLUMNS if c not in names]
-            if missing:
-                _add(raw, "episodes.read", f"episodes file lacks columns {missing}", rel)
-                continue
-            video = [
-                c for c in names if c.startswith("videos/") and c.rsplit("/", 1)[-1] in VIDEO_FIELDS
-            ]
-            t = _read_parquet(raw.fs, f, columns=list(EPISODE_COLUMNS) + video)
-            t = t.set_column(
-                t.schema.get_field_index("tasks"), "tasks", _normalize_tasks_column(t["tasks"])
-            )
-            for c in EPISODE_COLUMNS[:-1]:
-                t = t.set_column(t.schema.get_field_index(c), c, t[c].cast(pa.int64()))
+            t = read_episodes_file(raw.fs, f)
         except (DatasetError, pa.ArrowException, OSError) as exc:
             _add(raw, "episodes.read", f"unreadable episodes file: {exc}", rel)
             continue
@@ -195,41 +177,13 @@ def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
 
 
 def _add_derived(raw: RawRoot, table: pa.Table) -> pa.Table:
-    """Append ``task_index`` (of tasks[0]) and ``data_file`` (relative path) columns."""
-    n = table.num_rows
-    tasks = table["tasks"]
-    nonempty = pc.if_else(
-        pc.greater(pc.list_value_length(tasks), 0), tasks, pa.scalar(None, tasks.type)
-    )
-    first = pc.list_element(nonempty, 0) if n else pa.array([], pa.string())
-    if raw.tasks is not None and raw.tasks.num_rows:
-        pos = pc.index_in(first, value_set=raw.tasks.column("task"))
-        task_idx = pc.take(raw.tasks.column("task_index"), pos).fill_null(-1)
-    else:
-        task_idx = pa.array(np.full(n, -1, dtype=np.int64))
-    table = table.append_column("task_index", pa.chunked_array([task_idx]).cast(pa.int64()))
-    chunk = table["data/chunk_index"].to_numpy()
-    fidx = table["data/file_index"].to_numpy()
-    if raw.version in V2:
-        template = raw.info.get("data_path") or DEFAULT_V2_DATA_PATH
-        ep = table["episode_index"].to_numpy()
-        paths = [
-            _format(template, episode_chunk=int(c), episode_index=int(e)) for c, e in zip(chunk, ep)
-        ]
-    else:
-        template = raw.info.get("data_path") or DEFAULT_DATA_PATH
-        key = chunk.astype(np.int64) * (1 << 32) + fidx.astype(np.int64)
-        uniq, first_pos, inverse = np.unique(key, return_index=True, return_inverse=True)
-        names = [
-            _format(template, chunk_index=int(chunk[i]), file_index=int(fidx[i])) for i in first_pos
-        ]
-        paths = np.asarray(names, dtype=object)[inverse].tolist() if n else []
-    return table.append_column("data_file", pa.array(paths, pa.string()))
-
-
-def _format(template: str, **kwargs) -> str:
-    """``template.format(**kwargs)``, or a marker path when the template does not resolve."""
+    """Append ``task_index`` (of tasks[0]) and ``data_file`` (relative path) columns; an unsafe
+    or unresolvable ``data_path`` gives an ``info.paths`` finding and marker paths."""
+    table = table.append_column("task_index", episode_task_index(table["tasks"], raw.tasks))
     try:
-        return str(template).format(**kwargs)
-    except (KeyError, IndexError, ValueError):
-        return f"<unresolvable data_path {template!r}>"
+        paths, file_id = data_file_names(table, raw.info, raw.version)
+        names = np.asarray(paths, dtype=object)[file_id].tolist() if table.num_rows else []
+    except (UnsafePathError, TypeError, ValueError, OverflowError) as exc:
+        _add(raw, "info.paths", f"data_path cannot be used: {exc}", INFO_FILE)
+        names = [f"<unresolvable data_path {raw.info.get('data_path')!r}>"] * table.num_rows
+    return table.append_column("data_file", pa.array(names, pa.string()))

@@ -6,15 +6,14 @@ import json
 
 import click
 
-from episodekit.metadata.sample import STYLES, VERSIONS
-
-from . import __version__
-from .cli_common import fail_cleanly
-from .cli_plans import costs_command, plan_command
-from .cli_prep import prep_group
-from .cli_prepare import prepare_command
-from .cli_speed import speed_command
-from .cli_validate import validate_command
+from episodekit import __version__
+from episodekit.cli.common import fail_cleanly
+from episodekit.cli.metadata import costs_command, plan_command
+from episodekit.cli.prep import prep_group
+from episodekit.cli.prepare import prepare_command
+from episodekit.cli.speed import speed_command
+from episodekit.cli.validate import validate_command
+from episodekit.sample import STYLES, VERSIONS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,7 +36,7 @@ def info_command(root: str, as_json: bool, max_files: int) -> None:
     ROOT is a local path or an fsspec URL (hf://datasets/owner/name, memory://...).
     Reads metadata and parquet footers only.
     """
-    from episodekit.metadata.info import describe, format_description
+    from episodekit.info import describe, format_description
 
     with fail_cleanly():
         d = describe(root)
@@ -88,7 +87,7 @@ def sample_command(
     """Write a synthetic dataset in the exact LeRobot layout to ROOT (replacing it)."""
     import time
 
-    from episodekit.metadata.sample import write_sample
+    from episodekit.sample import write_sample
 
     t0 = time.perf_counter()
     with fail_cleanly():
@@ -107,7 +106,7 @@ def sample_command(
             chunks_size=chunks_size,
             version=codebase_version,
         )
-    from episodekit.metadata.dataset import read_info
+    from episodekit.core.dataset import read_info
 
     info = read_info(root)
     click.echo(

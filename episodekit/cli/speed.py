@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .cli_common import fail_cleanly
+from episodekit.cli.common import fail_cleanly
 
 
 def _fmt(x: float | None) -> str:

@@ -1,4 +1,4 @@
-"""CLI: ``episodekit validate ROOT`` — a thin shell over :func:`episodekit.metadata.validate`."""
+"""CLI: ``episodekit validate ROOT`` — a thin shell over :func:`episodekit.validate.runner`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from episodekit.metadata.executor import EXECUTORS
+from episodekit.core.executor import EXECUTORS
 
 
 @click.command("validate")
@@ -52,7 +52,7 @@ def validate_command(
     Exit codes: 0 clean (warnings allowed unless --strict), 1 findings that fail,
     2 could not run (bad usage, unreadable root or info.json).
     """
-    from episodekit.metadata.validate import (
+    from episodekit.validate.runner import (
         CHECKS,
         CannotValidate,
         format_annotations,

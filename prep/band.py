@@ -12,11 +12,10 @@ import json
 
 import numpy as np
 
-from episodekit import __version__
-from episodekit.metadata.footer import FileLayout
+from episodekit.core.footer import FileLayout
+from episodekit.core.paths import MIB
+from episodekit.core.version import __version__
 
-MIB = 1024 * 1024
-DEFAULT_TARGET_MB = 32.0
 MARKER_KEY = "episodekit.prep"  # file key-value metadata written by the rewrite
 COMPRESSIONS = ("keep", "snappy", "zstd", "none")
 
