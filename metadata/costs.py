@@ -28,6 +28,7 @@ from episodekit.core.atomic import atomic_path
 from episodekit.core.dataset import Dataset, DatasetError, MissingFileError, as_dataset
 from episodekit.core.footer import file_layout
 from episodekit.core.paths import COST_FILE
+from episodekit.metadata.artifact import artifact_path, local_target, read_bytes
 
 COST_VERSION = 1
 COST_META_KEY = b"episodekit.costs"
@@ -204,17 +205,11 @@ def costs_meta(table: pa.Table) -> dict:
         return {}
 
 
-def _local_path(ds: Dataset, rel: str) -> str:
-    if not ds.is_local:
-        raise ValueError(f"{ds.root}: artifacts can only be written to a local dataset root")
-    return ds.join(rel)
-
-
 def write_costs(ds: Dataset | str, model: str = "frames", table: pa.Table | None = None) -> str:
     """Compute (unless ``table`` is given) and atomically write the cost table; return its path."""
     ds = as_dataset(ds)
     table = table if table is not None else compute_costs(ds, model)
-    path = _local_path(ds, COST_FILE)
+    path = local_target(ds, COST_FILE)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path
@@ -222,20 +217,16 @@ def write_costs(ds: Dataset | str, model: str = "frames", table: pa.Table | None
 
 def read_costs(root_or_ds: str | Dataset) -> pa.Table | None:
     """The stored cost table (with its metadata), or None when the root has none."""
-    if isinstance(root_or_ds, Dataset):
-        fs, path = root_or_ds.fs, root_or_ds.join(COST_FILE)
-    else:
-        from episodekit.core.dataset import resolve_root
-
-        fs, root = resolve_root(root_or_ds)
-        path = f"{root}/{COST_FILE}"
-    if not fs.exists(path):
+    data = read_bytes(root_or_ds, COST_FILE)
+    if data is None:
         return None
     try:
-        with fs.open(path, "rb") as fh:
-            return pq.read_table(fh)
+        # From bytes, never through a Python file object (apache/arrow#34314: abort at exit).
+        return pq.read_table(pa.BufferReader(data))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DatasetError(f"unreadable cost table ({exc})", path) from exc
+        raise DatasetError(
+            f"unreadable cost table ({exc})", artifact_path(root_or_ds, COST_FILE)
+        ) from exc
 
 
 def ensure_costs(

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from episodekit.core.dataset import Dataset, open_dataset, resolve_root
 from episodekit.core.paths import PLAN_DIR
 
 PLAN_FORMAT = "episodekit.shard_plan"
@@ -185,13 +186,11 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
     exists for that shape and :class:`StalePlanError` when its episodes fingerprint differs from
     the dataset's (checked when ``check_fresh``: this reads the episodes metadata).
     """
-    import fsspec
-
-    ds = root if hasattr(root, "fingerprint") and hasattr(root, "fs") else None
+    ds = root if isinstance(root, Dataset) else None
     if ds is not None:
         fs, base, label = ds.fs, ds.path, ds.root
     else:
-        fs, base = fsspec.core.url_to_fs(str(root))
+        fs, base = resolve_root(root)
         label = str(root)
     path = posixpath.join(base.rstrip("/") or "/", plan_path(world_size, num_workers))
     if not fs.exists(path):
@@ -202,8 +201,6 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
     plan = read_plan_file(fs, path)
     if check_fresh:
         if ds is None:
-            from episodekit.core.dataset import open_dataset
-
             ds = open_dataset(str(root), check_files=False, check_totals=False)
         if plan.fingerprint != ds.fingerprint:
             raise StalePlanError(

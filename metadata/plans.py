@@ -19,9 +19,9 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-from episodekit.core.atomic import atomic_write_bytes
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.hashing import splitmix64
+from episodekit.metadata.artifact import artifact_path, read_bytes, write_bytes
 from episodekit.metadata.costs import COST_MODELS, check_model, ensure_costs
 from episodekit.metadata.partition import ALGOS, KK_AUTO_MAX_ITEMS, Items, partition
 from episodekit.metadata.plan_file import (
@@ -238,22 +238,14 @@ def costs_digest(costs: np.ndarray) -> str:
 
 def write_plan(ds: Dataset | str, plan: dict) -> str:
     """Write ``plan`` atomically to its path under the dataset root; return that path."""
-    ds = as_dataset(ds)
-    if not ds.is_local:
-        raise ValueError(f"{ds.root}: artifacts can only be written to a local dataset root")
-    path = ds.join(plan_path(plan["world_size"], plan["num_workers"]))
-    atomic_write_bytes(path, encode_plan(plan))
-    return path
+    return write_bytes(ds, plan_path(plan["world_size"], plan["num_workers"]), encode_plan(plan))
 
 
 def read_plan(ds: Dataset | str, world_size: int, num_workers: int) -> dict | None:
     """The stored plan for one shape as a dict (no freshness check), or None when absent."""
-    ds = as_dataset(ds)
-    path = ds.join(plan_path(world_size, num_workers))
-    if not ds.fs.exists(path):
-        return None
-    with ds.fs.open(path, "rb") as fh:
-        return decode_plan(fh.read(), path)
+    rel = plan_path(world_size, num_workers)
+    data = read_bytes(ds, rel)
+    return None if data is None else decode_plan(data, artifact_path(ds, rel))
 
 
 def plan_for_dataset(

@@ -21,7 +21,6 @@ import io
 import logging
 import math
 import os
-import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,10 @@ import jsonlines
 import numpy as np
 
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.dataset import Dataset, DatasetError, is_local, open_dataset, resolve_root
+from episodekit.core.dataset import Dataset, DatasetError, as_dataset, is_local
 from episodekit.core.paths import SPEED_FILE
 from episodekit.core.world import RankInfo, barrier, rank_info
+from episodekit.metadata.artifact import artifact_path, locate, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -214,14 +214,6 @@ def episode_buckets(ds: Dataset, rows: Sequence[dict] | None) -> np.ndarray:
 # The file
 
 
-def _root_of(root_or_ds: Dataset | str | os.PathLike) -> tuple[Any, str, str]:
-    """(fs, root path, display name) of a Dataset or a root."""
-    if isinstance(root_or_ds, Dataset):
-        return root_or_ds.fs, root_or_ds.path, root_or_ds.root
-    fs, path = resolve_root(root_or_ds)
-    return fs, path, str(root_or_ds)
-
-
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -260,12 +252,9 @@ def read_speed_file(root_or_ds: Dataset | str | os.PathLike) -> list[dict] | Non
 
     Raises :class:`SpeedFileError` naming the file and line for a file that is not valid.
     """
-    fs, path, _ = _root_of(root_or_ds)
-    full = posixpath.join(path, SPEED_FILE)
-    try:
-        with fs.open(full, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
+    full = artifact_path(root_or_ds, SPEED_FILE)
+    raw = read_bytes(root_or_ds, SPEED_FILE)
+    if raw is None:
         return None
     rows: list[dict] = []
     seen: set[int] = set()
@@ -290,7 +279,7 @@ def write_speed_file(ds_or_root: Dataset | str | os.PathLike, rows: Sequence[dic
     """
     if not rank_info().is_main:
         return False
-    fs, path, name = _root_of(ds_or_root)
+    fs, path, name = locate(ds_or_root)
     if not is_local(fs):
         _warn_once("readonly", name, f"{name}: remote root, {SPEED_FILE} kept in memory only")
         return False
@@ -336,7 +325,7 @@ def ensure_speed_rows(
     dataset's, or when ``recompute``; a fresh file is left alone. A corrupt file raises
     :class:`SpeedFileError` unless ``recompute``.
     """
-    ds = root if isinstance(root, Dataset) else open_dataset(str(root))
+    ds = as_dataset(root)
     if not recompute:
         rows = read_speed_file(ds)
         if is_fresh(ds, rows):
