@@ -28,7 +28,14 @@ from episodekit.core.atomic import atomic_path
 from episodekit.core.dataset import Dataset, DatasetError, MissingFileError, as_dataset
 from episodekit.core.footer import file_layout
 from episodekit.core.paths import COST_FILE
-from episodekit.metadata.artifact import artifact_path, local_target, read_bytes
+from episodekit.metadata.artifact import (
+    FORMAT,
+    FRESH,
+    Problem,
+    artifact_path,
+    local_target,
+    read_bytes,
+)
 
 COST_VERSION = 1
 COST_META_KEY = b"episodekit.costs"
@@ -245,30 +252,37 @@ def ensure_costs(
     return table, True
 
 
-def verify_costs(table: pa.Table, ds: Dataset, model: str | None = None) -> list[str]:
+def verify_costs(table: pa.Table, ds: Dataset, model: str | None = None) -> list[Problem]:
     """Problems with a cost table against ``ds`` (empty when it is fresh and complete)."""
     problems = []
     meta = costs_meta(table)
     if meta.get("version") != COST_VERSION:
-        problems.append(f"cost table version {meta.get('version')!r}, expected {COST_VERSION}")
+        problems.append(
+            Problem(f"cost table version {meta.get('version')!r}, expected {COST_VERSION}", FORMAT)
+        )
     if meta.get("fingerprint") != ds.fingerprint:
         problems.append(
-            f"cost table is stale: fingerprint {meta.get('fingerprint')!r}, dataset has "
-            f"{ds.fingerprint!r}"
+            Problem(
+                f"cost table is stale: fingerprint {meta.get('fingerprint')!r}, dataset has "
+                f"{ds.fingerprint!r}",
+                FRESH,
+            )
         )
     if meta.get("model") not in COST_MODELS:
-        problems.append(f"unknown cost model {meta.get('model')!r}")
+        problems.append(Problem(f"unknown cost model {meta.get('model')!r}", FORMAT))
     elif model is not None and meta.get("model") != model:
-        problems.append(f"cost model is {meta.get('model')!r}, wanted {model!r}")
+        problems.append(Problem(f"cost model is {meta.get('model')!r}, wanted {model!r}", FRESH))
     missing = [c for c in COST_SCHEMA.names if c not in table.column_names]
     if missing:
-        return problems + [f"cost table lacks columns {missing}"]
+        return problems + [Problem(f"cost table lacks columns {missing}", FORMAT)]
     ep = table["episode_index"].to_numpy()
     if not np.array_equal(ep, ds.column("episode_index")):
-        problems.append("cost table rows do not match the dataset's episodes one to one, in order")
+        problems.append(
+            Problem("cost table rows do not match the dataset's episodes one to one, in order")
+        )
     elif not np.array_equal(table["length"].to_numpy(), ds.column("length")):
-        problems.append("cost table lengths differ from the episodes table")
+        problems.append(Problem("cost table lengths differ from the episodes table"))
     cost = table["cost"].to_numpy()
     if len(cost) and (not np.all(np.isfinite(cost)) or cost.min() < 0):
-        problems.append("cost table has negative or non-finite costs")
+        problems.append(Problem("cost table has negative or non-finite costs"))
     return problems

@@ -21,7 +21,14 @@ import pyarrow as pa
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.hashing import splitmix64
-from episodekit.metadata.artifact import artifact_path, read_bytes, write_bytes
+from episodekit.metadata.artifact import (
+    FORMAT,
+    FRESH,
+    Problem,
+    artifact_path,
+    read_bytes,
+    write_bytes,
+)
 from episodekit.metadata.costs import COST_MODELS, check_model, ensure_costs
 from episodekit.metadata.partition import ALGOS, KK_AUTO_MAX_ITEMS, Items, partition
 from episodekit.metadata.plan_file import (
@@ -331,31 +338,35 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
-def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -> list[str]:
+def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -> list[Problem]:
     """Problems with a plan against ``ds`` (empty when OK): freshness, every episode covered
     exactly once by non-overlapping frame ranges, per-bin totals, samples per rank, and the stored
     balance figures against a recomputation from the cost table (``costs``, else the stored one
     when its model matches, else computed)."""
     doc = plan.doc if isinstance(plan, Plan) else plan
-    problems: list[str] = []
+    problems: list[Problem] = []
     if doc.get("fingerprint") != ds.fingerprint:
         problems.append(
-            f"stale plan: fingerprint {doc.get('fingerprint')!r}, dataset has {ds.fingerprint!r}"
+            Problem(
+                f"stale plan: fingerprint {doc.get('fingerprint')!r}, dataset has "
+                f"{ds.fingerprint!r}",
+                FRESH,
+            )
         )
         return problems
     W, K, B = int(doc["world_size"]), int(doc["num_workers"]), int(doc["num_bins"])
     if B != W * K:
-        problems.append(f"num_bins {B} != world_size {W} x num_workers {K}")
+        problems.append(Problem(f"num_bins {B} != world_size {W} x num_workers {K}", FORMAT))
         return problems
     items = np.asarray(doc["items"], dtype=np.int64).reshape(-1, 3)
     offsets = np.asarray(doc["bin_offsets"], dtype=np.int64)
     if len(offsets) != B + 1 or offsets[0] != 0 or offsets[-1] != len(items):
-        return problems + ["bin_offsets do not match the items"]
+        return problems + [Problem("bin_offsets do not match the items", FORMAT)]
     if np.any(np.diff(offsets) < 0):
-        return problems + ["bin_offsets are not ascending"]
+        return problems + [Problem("bin_offsets are not ascending", FORMAT)]
     bin_of = np.repeat(np.arange(B), np.diff(offsets))
     e, s, t = items[:, 0], items[:, 1], items[:, 2]
-    problems += _coverage_problems(e, s, t, ds)
+    problems += [Problem(p) for p in _coverage_problems(e, s, t, ds)]
     if problems:
         return problems
     frames = t - s
@@ -375,7 +386,7 @@ def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -
     if int(doc["repeated_frames"]) != int(np.clip(per_worker - bin_frames, 0, None).sum()):
         problems.append("repeated_frames does not match the bins")
     problems += _balance_problems(doc, ds, costs, e, frames, bin_of)
-    return problems
+    return [p if isinstance(p, Problem) else Problem(p) for p in problems]
 
 
 def _coverage_problems(e: np.ndarray, s: np.ndarray, t: np.ndarray, ds: Dataset) -> list[str]:

@@ -12,13 +12,24 @@ import io
 import math
 import posixpath
 
+import jsonlines
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from episodekit.core.dataset import Dataset, DatasetError
+from episodekit.core.paths import COST_FILE, PLAN_DIR, SPEED_FILE
+from episodekit.metadata.artifact import Problem
+from episodekit.metadata.costs import COST_SCHEMA, compute_costs, costs_meta, verify_costs
+from episodekit.metadata.plan_file import PlanError, read_plan_file
+from episodekit.metadata.plans import verify_plan
+from episodekit.metadata.speed import (
+    NUM_BOUNDARIES,
+    REQUIRED_KEYS,
+    SPEED_VERSION,
+    compute_speed_rows,
+)
 from episodekit.validate.raw import ERROR, Finding, RawRoot
-
-STALE_WORDS = ("stale", "fingerprint")
 
 
 def dataset_from_raw(raw: RawRoot) -> Dataset | None:
@@ -64,17 +75,6 @@ def check_artifacts(raw: RawRoot, want: set[str]) -> list[Finding]:
 
 def check_speed(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     """``speed.format``, ``speed.fresh``, ``speed.content``."""
-    try:
-        from episodekit.metadata.speed import (
-            NUM_BOUNDARIES,
-            REQUIRED_KEYS,
-            SPEED_FILE,
-            SPEED_VERSION,
-        )
-    except ImportError:  # the speed module is not available: nothing to check against
-        return []
-    import jsonlines
-
     full = raw.join(SPEED_FILE)
     if not raw.fs.exists(full):
         return []
@@ -136,8 +136,6 @@ def check_speed(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
 
 
 def _speed_recomputed(raw: RawRoot, ds: Dataset, rows: list[dict], err) -> list[Finding]:
-    from episodekit.metadata.speed import compute_speed_rows
-
     try:
         expected = {r["task_index"]: r for r in compute_speed_rows(ds)}
     except (DatasetError, ValueError, KeyError) as exc:
@@ -173,15 +171,6 @@ def _speed_recomputed(raw: RawRoot, ds: Dataset, rows: list[dict], err) -> list[
 # Episode costs
 
 
-def _classify(problem: str, family: str) -> str:
-    low = problem.lower()
-    if any(w in low for w in STALE_WORDS):
-        return f"{family}.fresh"
-    if "version" in low or "lacks columns" in low or "unknown cost model" in low:
-        return f"{family}.format"
-    return f"{family}.content"
-
-
 def _coverage(episodes: np.ndarray, ds: Dataset) -> tuple[np.ndarray, np.ndarray]:
     """(dataset episodes missing from ``episodes``, episodes listed more than once)."""
     uniq, counts = np.unique(episodes, return_counts=True)
@@ -191,29 +180,17 @@ def _coverage(episodes: np.ndarray, ds: Dataset) -> tuple[np.ndarray, np.ndarray
 
 def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     """``costs.format``, ``costs.fresh``, ``costs.content``."""
-    try:
-        from episodekit.metadata.costs import (
-            COST_FILE,
-            COST_SCHEMA,
-            compute_costs,
-            costs_meta,
-            verify_costs,
-        )
-    except ImportError:
-        return []
     full = raw.join(COST_FILE)
     if not raw.fs.exists(full):
         return []
-    import pyarrow.parquet as pq
-
     try:
         with raw.fs.open(full, "rb") as fh:
-            table = pq.read_table(fh)
+            table = pq.read_table(pa.BufferReader(fh.read()))
     except (pa.ArrowException, OSError) as exc:
         return [Finding("costs.format", ERROR, f"unreadable cost table ({exc})", COST_FILE)]
     if ds is None:
         return []
-    out = [Finding(_classify(p, "costs"), ERROR, p, COST_FILE) for p in verify_costs(table, ds)]
+    out = [Finding(f"costs.{p.kind}", ERROR, str(p), COST_FILE) for p in verify_costs(table, ds)]
     if any(f.check != "costs.content" for f in out):
         return out  # stale or malformed: a content comparison means nothing
     missing, repeated = _coverage(table["episode_index"].to_numpy(), ds)
@@ -259,11 +236,6 @@ def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
 
 def check_plans(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     """``plans.format``, ``plans.fresh``, ``plans.content`` for every file in the plan folder."""
-    try:
-        from episodekit.metadata.plan_file import PLAN_DIR, PlanError, read_plan_file
-        from episodekit.metadata.plans import verify_plan
-    except ImportError:
-        return []
     folder = raw.join(PLAN_DIR)
     if not raw.fs.exists(folder):
         return []
@@ -283,9 +255,9 @@ def check_plans(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
         try:
             problems = verify_plan(plan, ds)
         except (DatasetError, OSError, ValueError, KeyError, pa.ArrowException) as exc:
-            problems = [f"cannot verify the plan: {exc}"]
+            problems = [Problem(f"cannot verify the plan: {exc}")]
         for p in problems:
-            check = _classify(p, "plans")
+            check = f"plans.{p.kind}"
             episode = int(missing[0]) if len(missing) and check == "plans.content" else None
-            out.append(Finding(check, ERROR, p, rel, episode))
+            out.append(Finding(check, ERROR, str(p), rel, episode))
     return out
