@@ -18,11 +18,16 @@ from typing import Any
 
 import fsspec
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from episodekit.core.errors import (
+    DatasetError,
+    InconsistentDatasetError,
+    MissingFileError,
+    UnsupportedVersionError,
+)
 from episodekit.core.paths import (
     DATA_PATH_V2,
     DATA_PATH_V3,
@@ -48,26 +53,6 @@ EPISODE_COLUMNS = (
     "tasks",
 )
 VIDEO_FIELDS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
-
-
-class DatasetError(Exception):
-    """A dataset root that cannot be read as a LeRobot dataset; names the file at fault."""
-
-    def __init__(self, message: str, path: str | None = None):
-        super().__init__(f"{path}: {message}" if path else message)
-        self.path = path
-
-
-class MissingFileError(DatasetError):
-    """A file the layout requires (info.json, tasks, episodes, a data file) does not exist."""
-
-
-class UnsupportedVersionError(DatasetError):
-    """``codebase_version`` is not one episodekit reads."""
-
-
-class InconsistentDatasetError(DatasetError):
-    """The metadata contradicts itself (ranges, lengths, totals)."""
 
 
 def resolve_root(root: str | Any) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -125,6 +110,8 @@ def normalize_tasks_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 def read_tasks_table(fs, path: str, version: str) -> pa.Table:
     """Tasks as a table (task_index int64, task string) sorted by task_index."""
     if version in V2:
+        import polars as pl  # v2.1 only: keeps the loader's import free of polars
+
         tpath = posixpath.join(path, "meta/tasks.jsonl")
         if not fs.exists(tpath):
             raise MissingFileError("file is missing", tpath)
@@ -192,6 +179,9 @@ def _episodes_v3(fs, path: str) -> pa.Table:
 
 
 def read_episodes_v2(fs, path: str, info: dict) -> pa.Table:
+    """The v2.1 episodes table (``meta/episodes.jsonl``) in the v3.0 column layout."""
+    import polars as pl  # v2.1 only: keeps the loader's import free of polars
+
     epath = posixpath.join(path, "meta/episodes.jsonl")
     if not fs.exists(epath):
         raise MissingFileError("file is missing", epath)

@@ -28,6 +28,16 @@ COST_FILE = "meta/episode_costs.parquet"
 PLAN_DIR = "meta/shard_plans"
 STAMP_FILE = "meta/episodekit_validation.json"
 
+# Choices the library accepts (here, so the CLI can offer them without importing the heavy modules).
+COMPRESSIONS = ("keep", "snappy", "zstd", "none")  # prep's output codec
+COST_MODELS = {
+    "frames": "length (one sample per frame)",
+    "compute": "length x action_dim x cameras (each factor at least 1)",
+    "bytes": "data_bytes + video_bytes",
+}
+SAMPLE_STYLES = ("recorded", "edited")  # row-group styles found in the wild
+SAMPLE_VERSIONS = ("v3.0", "v2.1")
+
 INT_FIELDS = ("chunk_index", "file_index", "episode_chunk", "episode_index")
 STR_FIELDS = ("video_key",)
 _SPEC = re.compile(r"^0?[1-9]?\d?d?$")  # "", "d", "3d", "03d", "06d", "010d": plain widths only

@@ -194,7 +194,7 @@ def prepare(
 
     def speed() -> tuple[str, dict, list[str]]:
         say("speed percentiles")
-        rows, changed = ensure_speed_file(ds, recompute=force)
+        rows, changed = ensure_speed_file(ds, force=force)
         sparse = sum(r.get("percentiles") is None for r in rows)
         detail = {"tasks": len(rows), "sparse_tasks": sparse}
         return (

@@ -26,9 +26,9 @@ import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, VIDEO_PATH_V2, VIDEO_PATH_V3
+from episodekit.core.paths import SAMPLE_STYLES as STYLES
+from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
 
-STYLES = ("recorded", "edited")
-VERSIONS = ("v3.0", "v2.1")
 STAT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 FAKE_VIDEO_BYTES_PER_FRAME = 64
 TASK_NAMES = (

@@ -65,10 +65,8 @@ def _row_shape(feature: Mapping[str, Any]) -> tuple[int, ...]:
 
 def _speed_buckets(ds: Dataset) -> np.ndarray:
     """Per-episode speed bucket (ds.episodes row order) from the artifact; 50 when unavailable."""
-    try:
-        from episodekit.metadata.speed import episode_buckets, load_or_compute
-    except ImportError:  # pragma: no cover - the speed module ships with episodekit
-        return np.full(ds.num_episodes, DEFAULT_SPEED, dtype=np.int64)
+    from episodekit.metadata.speed import episode_buckets, load_or_compute
+
     return np.asarray(episode_buckets(ds, load_or_compute(ds)), dtype=np.int64)
 
 
@@ -320,10 +318,5 @@ def _clamped_window(
 def _squeeze(batch: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, v in batch.items():
-        if isinstance(v, dict):
-            out[key] = _squeeze(v)
-        elif isinstance(v, list):
-            out[key] = v[0]
-        else:
-            out[key] = v[0]
+        out[key] = _squeeze(v) if isinstance(v, dict) else v[0]
     return out

@@ -148,7 +148,9 @@ class ShardedLoader:
 
     # -- which bins this process reads ---------------------------------------------------------
 
-    def _workers(self) -> list[int]:
+    def workers(self) -> list[int]:
+        """The bins (worker ids) this process reads: the given worker, the torch DataLoader
+        worker, or all of the rank's bins in turn."""
         if self.worker is not None:
             return [self.worker]
         tw = torch_worker()
@@ -164,7 +166,7 @@ class ShardedLoader:
 
     def __len__(self) -> int:
         """Samples per epoch for this process (samples_per_worker x workers it reads)."""
-        return self.samples_per_worker * len(self._workers())
+        return self.samples_per_worker * len(self.workers())
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning (a no-op when already in it, e.g. after resume)."""
@@ -176,7 +178,7 @@ class ShardedLoader:
     def frame_order(self, epoch: int, start: int = 0) -> Iterator[np.ndarray]:
         """Global frame indices of ``epoch`` from sample ``start`` on, as arrays (no data read)."""
         spw = self.samples_per_worker
-        for j, w in enumerate(self._workers()):
+        for j, w in enumerate(self.workers()):
             lo, hi = j * spw, (j + 1) * spw
             if start >= hi:
                 continue

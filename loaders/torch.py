@@ -108,7 +108,7 @@ class TorchShardedDataset(IterableDataset):
         if self._resume is not None:
             epoch, batches = self._resume
             step = loader.batch_size or 1
-            workers = loader._workers()
+            workers = loader.workers()
             k = loader.num_workers
             if len(workers) == 1 and k > 1 and loader.worker is None:
                 # DataLoader worker i restarts the round-robin: let it play bin (i + batches) % k,

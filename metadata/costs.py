@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from episodekit.core.atomic import atomic_path
 from episodekit.core.dataset import Dataset, DatasetError, MissingFileError, as_dataset
 from episodekit.core.footer import file_layout
-from episodekit.core.paths import COST_FILE
+from episodekit.core.paths import COST_FILE, COST_MODELS
 from episodekit.metadata.artifact import (
     FORMAT,
     FRESH,
@@ -39,11 +39,6 @@ from episodekit.metadata.artifact import (
 
 COST_VERSION = 1
 COST_META_KEY = b"episodekit.costs"
-COST_MODELS = {
-    "frames": "length (one sample per frame)",
-    "compute": "length x action_dim x cameras (each factor at least 1)",
-    "bytes": "data_bytes + video_bytes",
-}
 COST_SCHEMA = pa.schema(
     [
         ("episode_index", pa.int64()),

@@ -29,7 +29,7 @@ from episodekit.metadata.artifact import (
     read_bytes,
     write_bytes,
 )
-from episodekit.metadata.costs import COST_MODELS, check_model, ensure_costs
+from episodekit.metadata.costs import check_model, ensure_costs
 from episodekit.metadata.partition import ALGOS, KK_AUTO_MAX_ITEMS, Items, partition
 from episodekit.metadata.plan_file import (
     PLAN_DIR,
@@ -484,6 +484,3 @@ def format_balance(plan: dict) -> str:
         f"{plan['repeated_frames']:,} of {plan['total_frames']:,} frames per epoch"
     )
     return "\n".join(lines)
-
-
-COST_CHOICES = tuple(COST_MODELS)

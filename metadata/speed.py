@@ -317,16 +317,16 @@ def is_fresh(ds: Dataset, rows: Sequence[dict] | None) -> bool:
 
 
 def ensure_speed_rows(
-    root: Dataset | str | os.PathLike, recompute: bool = False
+    root: Dataset | str | os.PathLike, force: bool = False
 ) -> tuple[Dataset, list[dict], str]:
     """Batch path: (dataset, rows, status) where status is "fresh", "written" or "not written".
 
     The file is recomputed and rewritten when absent, when its fingerprint differs from the
-    dataset's, or when ``recompute``; a fresh file is left alone. A corrupt file raises
-    :class:`SpeedFileError` unless ``recompute``.
+    dataset's, or when ``force``; a fresh file is left alone. A corrupt file raises
+    :class:`SpeedFileError` unless ``force``.
     """
     ds = as_dataset(root)
-    if not recompute:
+    if not force:
         rows = read_speed_file(ds)
         if is_fresh(ds, rows):
             return ds, rows, "fresh"
@@ -336,10 +336,10 @@ def ensure_speed_rows(
 
 
 def ensure_speed_file(
-    root: Dataset | str | os.PathLike, recompute: bool = False
+    root: Dataset | str | os.PathLike, force: bool = False
 ) -> tuple[list[dict], bool]:
     """Batch path for the CLI and ``prepare``: (rows, whether the file was (re)written)."""
-    _, rows, status = ensure_speed_rows(root, recompute=recompute)
+    _, rows, status = ensure_speed_rows(root, force=force)
     return rows, status == "written"
 
 
@@ -369,7 +369,7 @@ def _load_or_compute(ds: Dataset, me: RankInfo) -> list[dict]:
             "stale",
             ds.root,
             f"{ds.root}: {SPEED_FILE} was computed before episodes were added; using it as it is "
-            f"(run `episodekit metadata speed {ds.root} --recompute` to refresh)",
+            f"(run `episodekit metadata speed {ds.root} --force` to refresh)",
         )
     # Tasks with episodes here but no row in the file: compute and append them.
     present = {r["task_index"] for r in file_rows}
@@ -426,9 +426,9 @@ def speed_table(ds: Dataset, rows: Sequence[dict]) -> list[dict]:
     return table
 
 
-def speed_report(root: Dataset | str | os.PathLike, recompute: bool = False) -> dict:
+def speed_report(root: Dataset | str | os.PathLike, force: bool = False) -> dict:
     """Ensure the root's speed file is fresh and describe it: status and the per-task table."""
-    ds, rows, status = ensure_speed_rows(root, recompute=recompute)
+    ds, rows, status = ensure_speed_rows(root, force=force)
     return {
         "root": ds.root,
         "file": SPEED_FILE,

@@ -17,7 +17,6 @@ from episodekit.core.paths import MIB
 from episodekit.core.version import __version__
 
 MARKER_KEY = "episodekit.prep"  # file key-value metadata written by the rewrite
-COMPRESSIONS = ("keep", "snappy", "zstd", "none")
 
 
 def row_group_band(target_bytes: int) -> tuple[int, int]:

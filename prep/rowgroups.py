@@ -19,8 +19,7 @@ import numpy as np
 from episodekit.core.atomic import remove_temporaries
 from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
-from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
-from episodekit.prep.band import COMPRESSIONS
+from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB
 from episodekit.prep.rewrite import FileJob, FileResult, LayoutStats, copy_file, rewrite_file
 
 

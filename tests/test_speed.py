@@ -324,7 +324,7 @@ def test_corrupt_file_runtime_computes_in_memory(root, caplog):
         assert load_or_compute(ds) == compute_speed_rows(ds)
     assert len([r for r in caplog.records if "not valid JSON" in r.getMessage()]) == 1
     assert file_text(root) == "not json\n"  # left for a human to look at
-    rows, changed = ensure_speed_file(root, recompute=True)  # an explicit recompute repairs it
+    rows, changed = ensure_speed_file(root, force=True)  # an explicit recompute repairs it
     assert changed and read_speed_file(root) == rows == compute_speed_rows(ds)
 
 
@@ -337,7 +337,7 @@ def test_ensure_skips_fresh_and_recomputes_stale(root):
     before = os.stat(root / SPEED_FILE).st_ino
     assert ensure_speed_file(root) == (rows, False)
     assert os.stat(root / SPEED_FILE).st_ino == before  # not rewritten
-    assert ensure_speed_file(root, recompute=True) == (rows, True)
+    assert ensure_speed_file(root, force=True) == (rows, True)
     assert os.stat(root / SPEED_FILE).st_ino != before
     # Change the episodes (move one to another task): the fingerprint differs, the CLI recomputes.
     ds = open_dataset(root)
@@ -519,10 +519,15 @@ def test_cli_table_json_and_recompute(root):
     assert t0["p5"] == rows[0]["percentiles"][0] and t0["p95"] == rows[0]["percentiles"][-1]
     assert t0["p50"] == float(np.median(lengths))
     assert t0["distinct_lengths"] == len(np.unique(lengths))
-    r = runner.invoke(main, ["metadata", "speed", str(root), "--json", "--recompute"])
+    r = runner.invoke(main, ["metadata", "speed", str(root), "--json", "--force"])
     assert json.loads(r.output)["status"] == "written"
+    # The old spelling still works for one release, with a deprecation message on stderr.
+    r = runner.invoke(main, ["metadata", "speed", str(root), "--recompute"])
+    assert r.exit_code == 0 and "written" in r.output
+    assert "--recompute is deprecated, use --force" in r.stderr
     r = runner.invoke(main, ["metadata", "speed", "--help"])
-    assert r.exit_code == 0 and "--recompute" in r.output and "fingerprint" in r.output
+    assert r.exit_code == 0 and "--force" in r.output and "fingerprint" in r.output
+    assert "--recompute" not in r.output
     r = runner.invoke(main, ["metadata", "speed", str(root / "nope")])
     assert r.exit_code == 1 and "info.json" in r.output
 

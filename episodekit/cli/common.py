@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import click
 
-from episodekit.core.dataset import DatasetError
+from episodekit.core.errors import DatasetError
+from episodekit.core.executor import EXECUTORS
 
 
 @contextlib.contextmanager
@@ -28,3 +29,54 @@ def parse_int_list(value: str) -> list[int]:
     if not out:
         raise click.BadParameter("expected at least one integer")
     return out
+
+
+# -- options shared by several commands (one definition, one meaning everywhere) ----------------
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table."
+)
+force_option = click.option("--force", is_flag=True, help="Recompute even when fresh.")
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+executor_option = click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="local process pool, or Ray tasks (same results either way; ray is an extra).",
+)
+jobs_option = click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes for per-file work (default: number of cores).",
+)
+
+
+def dataloader_workers_option(default: int = 1):
+    """``--workers``: DataLoader workers per rank (never processes: that is ``--jobs``)."""
+    return click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        default=default,
+        show_default=True,
+        help="DataLoader workers per rank the shard plans are made for.",
+    )
+
+
+def deprecated_alias(old: str, new: str, dest: str, is_flag: bool = False, **kwargs):
+    """A hidden option ``old`` that still works for one release, with a deprecation message
+    naming ``new``; its value lands in ``dest`` (merge it with :func:`pick`)."""
+
+    def warn(ctx: click.Context, param: click.Parameter, value):
+        if value not in (None, False):
+            click.echo(f"warning: {old} is deprecated, use {new}", err=True)
+        return value
+
+    return click.option(old, dest, is_flag=is_flag, hidden=True, callback=warn, **kwargs)
+
+
+def pick(value, deprecated):
+    """The new option's value, else the deprecated alias's."""
+    return deprecated if value in (None, False) and deprecated not in (None, False) else value

@@ -7,8 +7,16 @@ import time
 
 import click
 
-from episodekit.cli.common import fail_cleanly, parse_int_list
-from episodekit.metadata.costs import COST_MODELS
+from episodekit.cli.common import (
+    dataloader_workers_option,
+    deprecated_alias,
+    fail_cleanly,
+    force_option,
+    json_option,
+    parse_int_list,
+    pick,
+)
+from episodekit.core.paths import COST_MODELS
 
 
 @click.command("costs")
@@ -20,7 +28,7 @@ from episodekit.metadata.costs import COST_MODELS
     show_default=True,
     help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes.",
 )
-@click.option("--force", is_flag=True, help="Recompute even when the stored table is fresh.")
+@force_option
 def costs_command(root: str, model: str, force: bool) -> None:
     """Write the episode cost table ROOT/meta/episode_costs.parquet.
 
@@ -52,7 +60,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
     required=True,
     help="Comma-separated world sizes (ranks), one plan each, e.g. 8,16,64.",
 )
-@click.option("--workers", default=1, show_default=True, help="DataLoader workers per rank.")
+@dataloader_workers_option()
 @click.option(
     "--cost",
     type=click.Choice(list(COST_MODELS)),
@@ -84,8 +92,8 @@ def costs_command(root: str, model: str, force: bool) -> None:
     show_default=True,
     help="Equal samples per bin: trim heavier bins to the lightest, or wrap lighter ones.",
 )
-@click.option("--force", is_flag=True, help="Recompute even when a plan is fresh.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan headers as JSON.")
+@force_option
+@json_option
 def plan_command(
     root: str,
     world_sizes: str,
@@ -135,3 +143,58 @@ def plan_command(
         click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
         click.echo(format_balance(plan))
     click.echo(f"{len(results)} plan(s) in {time.perf_counter() - t0:.1f}s")
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+def format_speed_table(report: dict) -> str:
+    """Human-readable table of a ``speed_report`` result."""
+    lines = [
+        f"{report['file']}: {report['status']} (fingerprint {report['fingerprint']})",
+        f"{'task':>5} {'episodes':>9} {'distinct':>9} {'p5':>9} {'p50':>9} {'p95':>9} "
+        f"{'sparse':>6}  task string",
+    ]
+    for t in report["tasks"]:
+        name = t["task"] if len(t["task"]) <= 48 else t["task"][:45] + "..."
+        lines.append(
+            f"{t['task_index']:>5} {t['episodes']:>9} {t['distinct_lengths']:>9} "
+            f"{_fmt(t['p5']):>9} {_fmt(t['p50']):>9} {_fmt(t['p95']):>9} "
+            f"{'yes' if t['sparse'] else 'no':>6}  {name}"
+        )
+    return "\n".join(lines)
+
+
+@click.command("speed")
+@click.argument("root")
+@force_option
+@deprecated_alias("--recompute", "--force", "recompute", is_flag=True)
+@json_option
+def speed_command(root: str, force: bool, recompute: bool, as_json: bool) -> None:
+    """Compute per-task speed percentiles of ROOT into meta/speed_percentiles.jsonl.
+
+    Each task gets ten boundaries (5th, 15th, ..., 95th percentile of its episode lengths in
+    frames); an episode's speed bucket (0, 10, ..., 100) is its length's place among its own
+    task's boundaries. Tasks with fewer than 10 distinct lengths are sparse (bucket 50).
+
+    The file records the episodes fingerprint: it is rewritten (atomically) when absent or when
+    the dataset's episodes changed, and left alone when fresh. ROOT is a local path or an fsspec
+    URL; a read-only or remote root is computed but not written. Status is one of written, fresh,
+    not written.
+    """
+    from episodekit.metadata.speed import speed_report
+
+    with fail_cleanly():
+        report = speed_report(root, force=pick(force, recompute))
+    click.echo(json.dumps(report, indent=2) if as_json else format_speed_table(report))
+
+
+@click.group("metadata")
+def metadata_group() -> None:
+    """Derived tables under meta/: speed percentiles, episode costs, shard plans."""
+
+
+metadata_group.add_command(speed_command)
+metadata_group.add_command(costs_command)
+metadata_group.add_command(plan_command)

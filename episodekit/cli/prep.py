@@ -8,10 +8,17 @@ import time
 
 import click
 
-from episodekit.cli.common import fail_cleanly
-from episodekit.core.executor import EXECUTORS
-from episodekit.core.paths import DEFAULT_TARGET_MB
-from episodekit.prep.band import COMPRESSIONS
+from episodekit.cli.common import (
+    deprecated_alias,
+    executor_option,
+    fail_cleanly,
+    force_option,
+    jobs_option,
+    json_option,
+    pick,
+    quiet_option,
+)
+from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB
 
 
 @click.group("prep")
@@ -35,14 +42,9 @@ def prep_group() -> None:
     help="Write a complete copy of the dataset (meta/ too) here instead of rewriting in place. "
     "Required when ROOT is remote (hf://..., any fsspec URL).",
 )
-@click.option("--workers", type=int, default=None, help="Processes (default: number of cores).")
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="local",
-    show_default=True,
-    help="local process pool, or Ray tasks (same bytes either way).",
-)
+@jobs_option
+@deprecated_alias("--workers", "--jobs", "workers", type=click.IntRange(min=1), default=None)
+@executor_option
 @click.option(
     "--compression",
     type=click.Choice(COMPRESSIONS),
@@ -51,14 +53,15 @@ def prep_group() -> None:
     help="Output codec; keep = the source file's codec.",
 )
 @click.option("--dry-run", is_flag=True, help="Report what would be rewritten; change nothing.")
-@click.option("--force", is_flag=True, help="Rewrite files even when already done.")
+@force_option
 @click.option("--copy-videos", is_flag=True, help="With --out: copy videos/ too.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@json_option
+@quiet_option
 def rowgroups_command(
     root: str,
     target_mb: float,
     out: str | None,
+    jobs: int | None,
     workers: int | None,
     executor: str,
     compression: str,
@@ -103,7 +106,7 @@ def rowgroups_command(
                 root,
                 target_mb=target_mb,
                 out=out,
-                workers=workers,
+                workers=pick(jobs, workers),
                 compression=compression,
                 dry_run=dry_run,
                 force=force,

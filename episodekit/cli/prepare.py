@@ -7,10 +7,16 @@ import sys
 
 import click
 
-from episodekit.cli.common import fail_cleanly, parse_int_list
-from episodekit.core.executor import EXECUTORS
-from episodekit.core.paths import DEFAULT_TARGET_MB
-from episodekit.metadata.costs import COST_MODELS
+from episodekit.cli.common import (
+    dataloader_workers_option,
+    executor_option,
+    fail_cleanly,
+    force_option,
+    jobs_option,
+    json_option,
+    parse_int_list,
+)
+from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
 
 
 @click.command("prepare")
@@ -34,12 +40,7 @@ from episodekit.metadata.costs import COST_MODELS
     show_default=True,
     help="Comma-separated world sizes (ranks) to write shard plans for.",
 )
-@click.option(
-    "--workers",
-    default=4,
-    show_default=True,
-    help="DataLoader workers per rank in the shard plans.",
-)
+@dataloader_workers_option(default=4)
 @click.option(
     "--cost",
     type=click.Choice(list(COST_MODELS)),
@@ -47,20 +48,8 @@ from episodekit.metadata.costs import COST_MODELS
     show_default=True,
     help="Cost model for the shard plans.",
 )
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="local",
-    show_default=True,
-    help="Where per-file rewrites and validation scans run.",
-)
-@click.option(
-    "--jobs",
-    "-j",
-    type=int,
-    default=None,
-    help="Processes for per-file work (default: number of cores).",
-)
+@executor_option
+@jobs_option
 @click.option(
     "--push-to-hub",
     "push_to_hub",
@@ -74,8 +63,8 @@ from episodekit.metadata.costs import COST_MODELS
     is_flag=True,
     help="Also copy videos/ into --out (default: meta and data only).",
 )
-@click.option("--force", is_flag=True, help="Redo every step even when its output is fresh.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@force_option
+@json_option
 def prepare_command(
     root: str,
     out: str | None,

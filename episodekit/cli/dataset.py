@@ -1,0 +1,101 @@
+"""``episodekit info`` and ``episodekit sample``: look at a root, or write a synthetic one."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from episodekit.cli.common import fail_cleanly, json_option
+from episodekit.core.paths import SAMPLE_STYLES as STYLES
+from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
+
+
+@click.command("info")
+@click.argument("root")
+@json_option
+@click.option("--max-files", default=20, show_default=True, help="Data files listed in the table.")
+def info_command(root: str, as_json: bool, max_files: int) -> None:
+    """Describe ROOT: counts, features, data-file row groups, page index, lengths per task.
+
+    ROOT is a local path or an fsspec URL (hf://datasets/owner/name, memory://...).
+    Reads metadata and parquet footers only.
+    """
+    from episodekit.info import describe, format_description
+
+    with fail_cleanly():
+        d = describe(root)
+    click.echo(json.dumps(d, indent=2) if as_json else format_description(d, max_files))
+
+
+@click.command("sample")
+@click.argument("root", type=click.Path(file_okay=False))
+@click.option("--episodes", "-n", default=50, show_default=True, help="Number of episodes.")
+@click.option("--tasks", "-t", default=6, show_default=True, help="Number of tasks.")
+@click.option(
+    "--style",
+    type=click.Choice(STYLES),
+    default="recorded",
+    show_default=True,
+    help="recorded: one row group per episode (LeRobot's recorder); "
+    "edited: one row group per file (LeRobot's editing tools).",
+)
+@click.option("--images", is_flag=True, help="Add an image feature (struct{bytes, path}).")
+@click.option("--videos", default=0, show_default=True, help="Number of (fake) video cameras.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--fps", default=30, show_default=True)
+@click.option("--state-dim", default=14, show_default=True)
+@click.option("--action-dim", default=14, show_default=True)
+@click.option("--file-mb", default=100.0, show_default=True, help="data_files_size_in_mb.")
+@click.option("--chunks-size", default=1000, show_default=True, help="Files per chunk folder.")
+@click.option(
+    "--codebase-version",
+    type=click.Choice(VERSIONS),
+    default="v3.0",
+    show_default=True,
+)
+def sample_command(
+    root: str,
+    episodes: int,
+    tasks: int,
+    style: str,
+    images: bool,
+    videos: int,
+    seed: int,
+    fps: int,
+    state_dim: int,
+    action_dim: int,
+    file_mb: float,
+    chunks_size: int,
+    codebase_version: str,
+) -> None:
+    """Write a synthetic dataset in the exact LeRobot layout to ROOT (replacing it)."""
+    import time
+
+    from episodekit.sample import write_sample
+
+    t0 = time.perf_counter()
+    with fail_cleanly():
+        write_sample(
+            root,
+            episodes=episodes,
+            tasks=tasks,
+            style=style,
+            images=images,
+            videos=videos,
+            seed=seed,
+            fps=fps,
+            state_dim=state_dim,
+            action_dim=action_dim,
+            data_files_size_in_mb=file_mb,
+            chunks_size=chunks_size,
+            version=codebase_version,
+        )
+    from episodekit.core.dataset import read_info
+
+    info = read_info(root)
+    click.echo(
+        f"wrote {root}: {info['total_episodes']:,} episodes, {info['total_frames']:,} frames, "
+        f"{info['total_tasks']} tasks, style {style}, {codebase_version} "
+        f"in {time.perf_counter() - t0:.1f}s"
+    )
