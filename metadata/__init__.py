@@ -1,0 +1,36 @@
+"""The artifacts under ``meta/``: speed percentiles, episode costs, shard plans (and their file
+format). Each ``ensure_*`` computes what is missing or stale and writes it atomically.
+
+Public face below, loaded lazily: importing this package (as the loader does for the plan file
+format) pulls in none of the heavier modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ensure_speed_file": "episodekit.metadata.speed",
+    "load_or_compute": "episodekit.metadata.speed",
+    "read_speed_file": "episodekit.metadata.speed",
+    "SpeedFileError": "episodekit.metadata.speed",
+    "ensure_costs": "episodekit.metadata.costs",
+    "read_costs": "episodekit.metadata.costs",
+    "compute_costs": "episodekit.metadata.costs",
+    "ensure_plans": "episodekit.metadata.plans",
+    "build_plan": "episodekit.metadata.plans",
+    "verify_plan": "episodekit.metadata.plans",
+    "Plan": "episodekit.metadata.plan_file",
+    "load_plan": "episodekit.metadata.plan_file",
+    "PlanError": "episodekit.metadata.plan_file",
+    "PlanNotFoundError": "episodekit.metadata.plan_file",
+    "StalePlanError": "episodekit.metadata.plan_file",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'episodekit.metadata' has no attribute {name!r}")

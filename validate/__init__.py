@@ -1,0 +1,29 @@
+"""CI-grade validation of a dataset root and of every artifact under ``meta/``.
+
+Public face: :func:`validate` returns a :class:`Report` of :class:`Finding` s (check id, severity,
+message, file, episode); :data:`CHECKS` lists every check id. Loaded lazily, so importing this
+package costs nothing until a name is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "validate": "episodekit.validate.runner",
+    "Report": "episodekit.validate.runner",
+    "CHECKS": "episodekit.validate.runner",
+    "select_checks": "episodekit.validate.runner",
+    "format_report": "episodekit.validate.runner",
+    "format_annotations": "episodekit.validate.runner",
+    "Finding": "episodekit.validate.raw",
+    "CannotValidate": "episodekit.validate.raw",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'episodekit.validate' has no attribute {name!r}")

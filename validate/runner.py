@@ -41,7 +41,7 @@ CHECKS: dict[str, str] = {
     "info.fps": "fps is positive, matches video fps and the data's timestamps",
     "info.totals": "total_episodes / total_frames / total_tasks match the tables",
     "info.features": "declared features exist in every data file with matching dtype/shape",
-    "info.paths": "every data file the episodes reference exists",
+    "info.paths": "path templates are plain and stay inside the root; referenced data files exist",
     "info.videos": "every video file the episodes reference exists",
     "info.unreferenced": "no data file is left unreferenced",
     "tasks.table": "tasks table readable, task_index 0..T-1, distinct task strings",
