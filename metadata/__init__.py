@@ -7,8 +7,7 @@ format) pulls in none of the heavier modules.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from episodekit.core.lazy import lazy_getattr
 
 _EXPORTS = {
     "ensure_speed_file": "episodekit.metadata.speed",
@@ -29,8 +28,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'episodekit.metadata' has no attribute {name!r}")
+__getattr__ = lazy_getattr("episodekit.metadata", _EXPORTS)

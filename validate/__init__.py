@@ -7,8 +7,7 @@ package costs nothing until a name is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from episodekit.core.lazy import lazy_getattr
 
 _EXPORTS = {
     "validate": "episodekit.validate.runner",
@@ -22,8 +21,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'episodekit.validate' has no attribute {name!r}")
+__getattr__ = lazy_getattr("episodekit.validate", _EXPORTS)

@@ -9,6 +9,7 @@ import click
 
 from episodekit.core.errors import DatasetError
 from episodekit.core.executor import EXECUTORS
+from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
 
 
 @contextlib.contextmanager
@@ -44,6 +45,26 @@ executor_option = click.option(
     default="local",
     show_default=True,
     help="local process pool, or Ray tasks (same results either way; ray is an extra).",
+)
+
+
+def cost_option(name: str = "--cost"):
+    """The cost model option (``--cost`` on plan/prepare, ``--model`` on costs)."""
+    return click.option(
+        name,
+        type=click.Choice(list(COST_MODELS)),
+        default="frames",
+        show_default=True,
+        help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes.",
+    )
+
+
+target_mb_option = click.option(
+    "--target-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TARGET_MB,
+    show_default=True,
+    help="Row-group size target in MiB of uncompressed data (accepted band: half to 1.5x).",
 )
 jobs_option = click.option(
     "--jobs",

@@ -8,6 +8,7 @@ import time
 import click
 
 from episodekit.cli.common import (
+    cost_option,
     dataloader_workers_option,
     deprecated_alias,
     fail_cleanly,
@@ -16,18 +17,11 @@ from episodekit.cli.common import (
     parse_int_list,
     pick,
 )
-from episodekit.core.paths import COST_MODELS
 
 
 @click.command("costs")
 @click.argument("root")
-@click.option(
-    "--model",
-    type=click.Choice(list(COST_MODELS)),
-    default="frames",
-    show_default=True,
-    help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes.",
-)
+@cost_option("--model")
 @force_option
 def costs_command(root: str, model: str, force: bool) -> None:
     """Write the episode cost table ROOT/meta/episode_costs.parquet.
@@ -61,13 +55,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
     help="Comma-separated world sizes (ranks), one plan each, e.g. 8,16,64.",
 )
 @dataloader_workers_option()
-@click.option(
-    "--cost",
-    type=click.Choice(list(COST_MODELS)),
-    default="frames",
-    show_default=True,
-    help="Cost model (the cost table is computed if missing or stale).",
-)
+@cost_option()
 @click.option(
     "--algo",
     type=click.Choice(["auto", "lpt", "kk"]),

@@ -17,8 +17,9 @@ from episodekit.cli.common import (
     json_option,
     pick,
     quiet_option,
+    target_mb_option,
 )
-from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB
+from episodekit.core.paths import COMPRESSIONS
 
 
 @click.group("prep")
@@ -28,12 +29,7 @@ def prep_group() -> None:
 
 @prep_group.command("rowgroups")
 @click.argument("root")
-@click.option(
-    "--target-mb",
-    default=DEFAULT_TARGET_MB,
-    show_default=True,
-    help="Row-group size target in MiB of uncompressed data (accepted band: half to 1.5x).",
-)
+@target_mb_option
 @click.option(
     "--out",
     "out",

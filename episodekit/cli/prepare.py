@@ -8,6 +8,7 @@ import sys
 import click
 
 from episodekit.cli.common import (
+    cost_option,
     dataloader_workers_option,
     executor_option,
     fail_cleanly,
@@ -15,8 +16,8 @@ from episodekit.cli.common import (
     jobs_option,
     json_option,
     parse_int_list,
+    target_mb_option,
 )
-from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
 
 
 @click.command("prepare")
@@ -27,12 +28,7 @@ from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
     default=None,
     help="Prepare a complete copy here instead of in place (required for remote roots).",
 )
-@click.option(
-    "--target-mb",
-    default=DEFAULT_TARGET_MB,
-    show_default=True,
-    help="Row-group target, MiB of uncompressed data.",
-)
+@target_mb_option
 @click.option(
     "--world-size",
     "world_size",
@@ -41,13 +37,7 @@ from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
     help="Comma-separated world sizes (ranks) to write shard plans for.",
 )
 @dataloader_workers_option(default=4)
-@click.option(
-    "--cost",
-    type=click.Choice(list(COST_MODELS)),
-    default="frames",
-    show_default=True,
-    help="Cost model for the shard plans.",
-)
+@cost_option()
 @executor_option
 @jobs_option
 @click.option(

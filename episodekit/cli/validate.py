@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from episodekit.core.executor import EXECUTORS
+from episodekit.cli.common import executor_option
 
 
 @click.command("validate")
@@ -23,13 +23,7 @@ from episodekit.core.executor import EXECUTORS
     "'data.rows,info'.",
 )
 @click.option("--deep", is_flag=True, help="Also check list lengths and image byte headers.")
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="local",
-    show_default=True,
-    help="local: one duckdb query over all data files; ray: one task per file.",
-)
+@executor_option
 @click.option("--examples", default=5, show_default=True, help="Examples shown per check.")
 @click.option("--list-checks", is_flag=True, help="List every check id and exit.")
 def validate_command(
