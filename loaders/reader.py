@@ -146,6 +146,10 @@ class RowGroupReader:
         self.capacity = 0
         self._head = 0
         self.row_groups_read = 0
+        self.rg_decodes = np.zeros(len(self.rg_start), dtype=np.int64)  # decodes per row group
+        self._min_capacity = 0
+        self._held: np.ndarray | None = None  # the row-group set of the last hold()
+        self._held_at = np.zeros(0, dtype=np.int64)
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -190,6 +194,8 @@ class RowGroupReader:
         its own)."""
         state = self.__dict__.copy()
         state.update(_handles=OrderedDict(), _files_with_handles={}, pool={}, capacity=0, _head=0)
+        state["rg_decodes"] = np.zeros(len(self.rg_start), dtype=np.int64)
+        state["_held"] = None
         state["slot"] = np.full(len(self.rg_start), -1, dtype=np.int64)
         return state
 
@@ -222,7 +228,9 @@ class RowGroupReader:
             if a.dtype == object and len(a):
                 row_bytes += sum(len(x or b"") for x in a[:64]) / min(64, len(a))
         largest = int(self.rg_rows.max()) if len(self.rg_rows) else rows
-        self.capacity = max(int(self.cache_bytes // max(row_bytes, 1.0)), largest, 1)
+        self.capacity = max(
+            int(self.cache_bytes // max(row_bytes, 1.0)), largest, self._min_capacity, 1
+        )
         self.pool = {
             name: np.empty((self.capacity, *a.shape[1:]), dtype=a.dtype)
             for name, a in table.items()
@@ -238,6 +246,7 @@ class RowGroupReader:
                 f"cannot read row group {int(self.rg_local[rg])} ({exc})", self.ds.data_path(fid)
             ) from exc
         self.row_groups_read += 1
+        self.rg_decodes[rg] += 1
         return {c: column_to_numpy(t.column(c), shape) for c, shape in self.columns.items()}
 
     def load(self, rgs: np.ndarray) -> None:
@@ -247,6 +256,7 @@ class RowGroupReader:
             if self.slot[rg] >= 0:
                 continue
             decoded = True
+            self._held = None
             table = self._decode(rg)
             n = int(self.rg_rows[rg])
             if not self.pool:
@@ -263,6 +273,43 @@ class RowGroupReader:
             self._head = b
         if decoded:  # decoded arrow buffers are copied out: give them back to the OS now,
             pa.default_memory_pool().release_unused()  # else mimalloc keeps ~50 MiB around
+
+    def hold(self, rgs: np.ndarray, need: np.ndarray | None = None) -> None:
+        """Reserve room for the row groups ``rgs`` together and decode those of ``need`` (default:
+        all of ``rgs``) that are not resident yet, each once.
+
+        For readers that visit row groups in known sets (the stream's pools): a new set evicts
+        everything and lays its members out from the ring's start, so decoding one member never
+        evicts another; the ring grows when the set exceeds its capacity.
+        """
+        rgs = np.unique(np.asarray(rgs, dtype=np.int64))
+        need = rgs if need is None else np.unique(np.asarray(need, dtype=np.int64))
+        if self._held is None or not np.array_equal(self._held, rgs):
+            if not np.isin(need, rgs).all():
+                raise ValueError("hold: every row group of need must be in rgs")
+            rows = self.rg_rows[rgs]
+            total = int(rows.sum())
+            self.slot[:] = -1
+            self._head = 0
+            self._held = rgs
+            self._held_at = np.cumsum(rows) - rows
+            if total > self._min_capacity:
+                self._min_capacity = total
+                if self.pool and self.capacity < total:
+                    self.pool, self.capacity = {}, 0  # reallocated (larger) on the next decode
+        decoded = False
+        for rg in need[self.slot[need] < 0].tolist():
+            table = self._decode(rg)
+            if not self.pool:
+                self._allocate(table, int(self.rg_rows[rg]))
+            a = int(self._held_at[np.searchsorted(self._held, rg)])
+            b = a + int(self.rg_rows[rg])
+            for name, values in table.items():
+                self.pool[name][a:b] = values
+            self.slot[rg] = a
+            decoded = True
+        if decoded:
+            pa.default_memory_pool().release_unused()
 
     def resident_bytes(self) -> int:
         """Bytes held by the pool arrays (their capacity)."""
