@@ -35,6 +35,7 @@ from episodekit.loaders.reader import DEFAULT_CACHE_MB
 from episodekit.loaders.sampler import FEISTEL_ROUNDS, feistel_permute
 
 READ_CHUNK = 256
+ORDER_CHUNK = 65_536  # positions mapped per step of the order (bounds its temporaries)
 STATE_KEYS = ("plan", "seed", "epoch", "position", "rank", "worker", "pool_rows")
 
 
@@ -157,6 +158,7 @@ class BinOrder:
                 g0 = int(self.pool_cum[j])
                 local0 = start - g0
                 end = min(stop, int(self.pool_cum[j + 1]))
+            end = min(end, start + ORDER_CHUNK)  # bounded temporaries
             n = int(self.pool_cum[j + 1]) - g0
             local = feistel_permute(np.arange(local0, local0 + end - start), n, self.keys[j])
             q = local + g0  # a frame position among the epoch's concatenated items

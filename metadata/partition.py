@@ -220,7 +220,8 @@ def partition(
 
 
 LOCALITIES = ("none", "rowgroup")
-MERGE_ITEMS = 32  # row groups with fewer episodes are joined into units of >= this many
+MERGE_BELOW = 4  # row groups with fewer episodes than this are joined ...
+MERGE_ITEMS = 32  # ... into units of about this many episodes
 
 
 def _fill_shares(costs: np.ndarray, shares: np.ndarray) -> np.ndarray:
@@ -248,11 +249,11 @@ def contiguous(items: Items, unit: np.ndarray, k: int, merge: int = MERGE_ITEMS)
     them by cost (largest first to the bin with the most of its share left): bins stay balanced
     to about one small item while each reads only a contiguous run of row groups.
 
-    Consecutive units are first joined until each holds at least ``merge`` items: with one
-    episode per row group (LeRobot's recorder) cuts would otherwise round whole episodes, 2-8%
-    above the mean at 16-80 episodes per bin even when cut optimally; a bin then also reads
-    small row groups of its neighbours' (none at all when a row group is one episode). Prepared
-    row groups (~32 MiB) hold hundreds of episodes and are not joined.
+    Runs of units holding fewer than MERGE_BELOW items are first joined into units of ``merge``
+    items: with one episode per row group (LeRobot's recorder) cuts would otherwise round whole
+    episodes, 2-8% above the mean at 16-80 episodes per bin even when cut optimally, and such
+    row groups cost no extra reads when shared. Prepared row groups (~32 MiB) hold hundreds of
+    episodes and are never joined.
     """
     n = len(items)
     out = np.zeros(n, dtype=np.int64)
@@ -272,11 +273,17 @@ def contiguous(items: Items, unit: np.ndarray, k: int, merge: int = MERGE_ITEMS)
             k,
         )
     unit_cost = np.bincount(unit, cost)
-    if merge > 1:  # join runs of units with few items until each holds >= merge items
-        count = np.bincount(unit)
+    count = np.bincount(unit)
+    small = count < MERGE_BELOW
+    if merge > 1 and small.any():  # join runs of near-single-episode units, merge items each
+        new_run = ~small | np.r_[True, ~small[:-1]]
+        run = np.cumsum(new_run)
         end = np.cumsum(count)
-        group = (end - count) // merge
-        unit = np.unique(group, return_inverse=True)[1].ravel()[unit]
+        run_start = (end - count)[new_run][run - 1]
+        sub = np.where(small, (end - count - run_start) // merge, 0)
+        key = np.stack([run, sub], axis=1)
+        group = np.unique(key, axis=0, return_inverse=True)[1].ravel()
+        unit = group[unit]
         unit_cost = np.bincount(unit, cost)
     hi = np.cumsum(unit_cost)
     lo = hi - unit_cost
