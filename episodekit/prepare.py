@@ -141,8 +141,8 @@ def prepare(
     ``jobs``: processes for the per-file steps (default: cores). ``hub_api``: an object with
     huggingface_hub's ``create_commit`` (tests pass a fake). ``locality``: the shard plans'
     (``rowgroup`` by default: each bin a contiguous run of row groups; ``none``: LPT/KK).
-    Raises ``ValueError`` for bad arguments and ``DatasetError`` for an unreadable root; a failed validation is reported in
-    the result (``ok`` False), not raised.
+    Raises ``ValueError`` for bad arguments and ``DatasetError`` for an unreadable root; a failed
+    validation is reported in the result (``ok`` False), not raised.
     """
     from episodekit.metadata.costs import ensure_costs
     from episodekit.metadata.plans import ensure_plans
