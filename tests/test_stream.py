@@ -328,3 +328,30 @@ def test_state_carries_identity_and_foreign_states_are_refused(root):
         loader.load_state_dict({})
     with pytest.raises(ValueError, match="position"):
         loader.load_state_dict({**state, "position": 10**9})
+
+
+def test_none_plan_streams_too_each_row_group_once(root):
+    ensure_plans(str(root), [5], 1, locality="none")
+    plan = load_plan(str(root), 5, 1)
+    ds = open_dataset(str(root))
+    loader = make(root, plan, 2, 0, batch_size=30, cache_mb=SMALL_CACHE_MB)
+    got = np.concatenate([b["index"] for b in loader])
+    own = bin_frames(ds, plan.bin_items(2, 0))
+    assert len(got) == plan.samples_per_worker and np.isin(got, own).all()
+    assert len(np.unique(got)) == len(got)
+    reader = loader.frames.reader
+    assert reader.rg_decodes.max() == 1  # scattered episodes: more row groups, still once each
+
+
+def test_torch_adapter_uses_only_public_loader_methods():
+    import ast
+    from pathlib import Path as P
+
+    import episodekit.loaders.sharded as sharded_mod
+
+    src = P(sharded_mod.__file__).with_name("torch.py").read_text()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "loader":
+                assert not node.attr.startswith("_"), node.attr
+                assert not isinstance(node.ctx, ast.Store), f"assigns loader.{node.attr}"
