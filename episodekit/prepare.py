@@ -134,13 +134,15 @@ def prepare(
     force: bool = False,
     hub_api: Any = None,
     progress: Callable[[str], None] | None = None,
+    locality: str = "rowgroup",
 ) -> PrepareResult:
     """Run the whole job on ``root`` (or into ``out``); see the module docstring.
 
     ``jobs``: processes for the per-file steps (default: cores). ``hub_api``: an object with
-    huggingface_hub's ``create_commit`` (tests pass a fake). Raises ``ValueError`` for bad
-    arguments and ``DatasetError`` for an unreadable root; a failed validation is reported in
-    the result (``ok`` False), not raised.
+    huggingface_hub's ``create_commit`` (tests pass a fake). ``locality``: the shard plans'
+    (``rowgroup`` by default: each bin a contiguous run of row groups; ``none``: LPT/KK).
+    Raises ``ValueError`` for bad arguments and ``DatasetError`` for an unreadable root; a failed
+    validation is reported in the result (``ok`` False), not raised.
     """
     from episodekit.metadata.costs import ensure_costs
     from episodekit.metadata.plans import ensure_plans
@@ -206,7 +208,12 @@ def prepare(
     def plans() -> tuple[str, dict, list[str]]:
         say(f"shard plans for world sizes {list(world_sizes)} x {num_workers} workers")
         results = ensure_plans(
-            ds, [int(w) for w in world_sizes], num_workers, cost=cost, force=force
+            ds,
+            [int(w) for w in world_sizes],
+            num_workers,
+            cost=cost,
+            force=force,
+            locality=locality,
         )
         changed, detail = [], {"plans": []}
         for path, plan, was_changed in results:

@@ -16,6 +16,7 @@ Works on local paths and fsspec URLs (file handles stay open, a bounded number a
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ MAX_OPEN_FILES = 32
 # file with 1,700 row groups holds ~12 MiB). Handles are closed beyond this budget.
 DEFAULT_FOOTER_MB = 32
 FOOTER_EXPANSION = 10
+DECODE_BATCH_ROWS = 16_384  # hold() decodes a row group in batches of this many rows
 
 
 def column_to_numpy(arr: pa.Array | pa.ChunkedArray, shape: tuple[int, ...] = ()) -> np.ndarray:
@@ -146,6 +148,10 @@ class RowGroupReader:
         self.capacity = 0
         self._head = 0
         self.row_groups_read = 0
+        self.rg_decodes = np.zeros(len(self.rg_start), dtype=np.int64)  # decodes per row group
+        self._min_capacity = 0
+        self._held: np.ndarray | None = None  # the row-group set of the last hold()
+        self._held_at = np.zeros(0, dtype=np.int64)
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -190,6 +196,8 @@ class RowGroupReader:
         its own)."""
         state = self.__dict__.copy()
         state.update(_handles=OrderedDict(), _files_with_handles={}, pool={}, capacity=0, _head=0)
+        state["rg_decodes"] = np.zeros(len(self.rg_start), dtype=np.int64)
+        state["_held"] = None
         state["slot"] = np.full(len(self.rg_start), -1, dtype=np.int64)
         return state
 
@@ -222,7 +230,9 @@ class RowGroupReader:
             if a.dtype == object and len(a):
                 row_bytes += sum(len(x or b"") for x in a[:64]) / min(64, len(a))
         largest = int(self.rg_rows.max()) if len(self.rg_rows) else rows
-        self.capacity = max(int(self.cache_bytes // max(row_bytes, 1.0)), largest, 1)
+        self.capacity = max(
+            int(self.cache_bytes // max(row_bytes, 1.0)), largest, self._min_capacity, 1
+        )
         self.pool = {
             name: np.empty((self.capacity, *a.shape[1:]), dtype=a.dtype)
             for name, a in table.items()
@@ -238,6 +248,7 @@ class RowGroupReader:
                 f"cannot read row group {int(self.rg_local[rg])} ({exc})", self.ds.data_path(fid)
             ) from exc
         self.row_groups_read += 1
+        self.rg_decodes[rg] += 1
         return {c: column_to_numpy(t.column(c), shape) for c, shape in self.columns.items()}
 
     def load(self, rgs: np.ndarray) -> None:
@@ -247,6 +258,7 @@ class RowGroupReader:
             if self.slot[rg] >= 0:
                 continue
             decoded = True
+            self._held = None
             table = self._decode(rg)
             n = int(self.rg_rows[rg])
             if not self.pool:
@@ -263,6 +275,71 @@ class RowGroupReader:
             self._head = b
         if decoded:  # decoded arrow buffers are copied out: give them back to the OS now,
             pa.default_memory_pool().release_unused()  # else mimalloc keeps ~50 MiB around
+
+    def hold(self, rgs: np.ndarray, need: np.ndarray | None = None) -> None:
+        """Reserve room for the row groups ``rgs`` together and decode those of ``need`` (default:
+        all of ``rgs``) that are not resident yet, each once.
+
+        For readers that visit row groups in known sets (the stream's pools): a new set evicts
+        everything and lays its members out from the ring's start, so decoding one member never
+        evicts another; the ring grows when the set exceeds its capacity.
+        """
+        rgs = np.unique(np.asarray(rgs, dtype=np.int64))
+        need = rgs if need is None else np.unique(np.asarray(need, dtype=np.int64))
+        if self._held is None or not np.array_equal(self._held, rgs):
+            if not np.isin(need, rgs).all():
+                raise ValueError("hold: every row group of need must be in rgs")
+            rows = self.rg_rows[rgs]
+            total = int(rows.sum())
+            self.slot[:] = -1
+            self._head = 0
+            self._held = rgs
+            self._held_at = np.cumsum(rows) - rows
+            if total > self._min_capacity:
+                self._min_capacity = total
+                if self.pool and self.capacity < total:
+                    self.pool, self.capacity = {}, 0  # reallocated (larger) on the next decode
+        decoded = False
+        for rg in need[self.slot[need] < 0].tolist():
+            a = int(self._held_at[np.searchsorted(self._held, rg)])
+            pos = a
+            for part in self._decode_batches(rg):  # bounded temporaries, straight into the ring
+                if not self.pool:
+                    self._allocate(part, int(self.rg_rows[rg]))
+                m = len(next(iter(part.values())))
+                for name, values in part.items():
+                    self.pool[name][pos : pos + m] = values
+                pos += m
+            if pos - a != int(self.rg_rows[rg]):
+                raise InconsistentDatasetError(
+                    f"row group {int(self.rg_local[rg])} gave {pos - a} rows, its footer says "
+                    f"{int(self.rg_rows[rg])}",
+                    self.ds.data_path(int(self.rg_file[rg])),
+                )
+            self.slot[rg] = a
+            decoded = True
+        if decoded:
+            pa.default_memory_pool().release_unused()
+
+    def _decode_batches(self, rg: int) -> Iterator[dict[str, np.ndarray]]:
+        """Row group ``rg`` decoded in record batches of DECODE_BATCH_ROWS rows (a third of the
+        peak memory of decoding it whole), counted like :meth:`_decode`."""
+        fid = int(self.rg_file[rg])
+        pf = self._open(fid)
+        self.row_groups_read += 1
+        self.rg_decodes[rg] += 1
+        try:
+            batches = pf.iter_batches(
+                batch_size=DECODE_BATCH_ROWS,
+                row_groups=[int(self.rg_local[rg])],
+                columns=list(self.columns),
+            )
+            for b in batches:
+                yield {c: column_to_numpy(b.column(c), shape) for c, shape in self.columns.items()}
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise DatasetError(
+                f"cannot read row group {int(self.rg_local[rg])} ({exc})", self.ds.data_path(fid)
+            ) from exc
 
     def resident_bytes(self) -> int:
         """Bytes held by the pool arrays (their capacity)."""

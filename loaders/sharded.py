@@ -1,15 +1,21 @@
-"""Sharded iteration over a shard plan: ``ShardedLoader``, one (rank, worker) bin per reader.
+"""Sharded streaming over a shard plan: ``ShardedLoader``, one (rank, worker) bin per reader.
 
-Each (rank, worker) reads only its bin's items (``plan.bin_items``), so a rank opens only its own
-data files. An epoch's order is a pure function of ``(seed, epoch, bin)``: the bin's items are
-permuted, cut into consecutive *pools* of ``pool_episodes`` items, and the frames of each pool are
-mixed by a keyed bijection (Feistel) before moving on: only one pool's row groups need to be
-resident at a time, and neighbouring samples come from different episodes.
+Each (rank, worker) reads only its bin's items (``plan.bin_items``). An epoch is LeRobot's
+streaming design made exact: the bin's episodes are grouped by the row groups that hold them
+(*segments*: row groups joined by an episode that spans them), the segments are visited in a
+seeded order, consecutive segments are gathered into a *pool* of whole episodes whose row groups
+fit the cache (``cache_mb``), and the frames of each pool are mixed by a keyed bijection
+(Feistel) before the next pool is read. So each row group is decoded at most once per epoch per
+worker, and delta windows are exact (whole episodes are resident, so a window at a pool's edge is
+the one ``FrameDataset[i]`` gives). With a ``rowgroup``-locality plan a bin is a contiguous run of
+row groups, so a worker decodes about its own share of the data.
 
-Every bin yields exactly ``plan.samples_per_worker`` samples per epoch (``trim``: the tail of the
-epoch's order is dropped; ``wrap``: the order starts over), hence ``samples_per_rank`` per rank.
-``state_dict()`` is a few integers; resuming recomputes the order (not the data) and continues at
-the exact sample.
+The order is a pure function of (plan, seed, epoch, bin, pool size); nothing is read to compute
+it. Every bin yields exactly ``plan.samples_per_worker`` samples per epoch (``trim``: the tail of
+the order is dropped; ``wrap``: the last pool's order is repeated, which needs no new decode),
+hence ``samples_per_rank`` per rank. ``state_dict()`` is a few integers naming the plan, seed,
+rank, worker and pool size it belongs to; resuming recomputes the order (not the data) and
+continues at the exact sample.
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
+from episodekit.core.footer import read_footer
 from episodekit.core.world import rank_info
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
-from episodekit.loaders.sampler import FEISTEL_ROUNDS, feistel_permute, items_to_ranges
+from episodekit.loaders.sampler import FEISTEL_ROUNDS, feistel_permute
 
 READ_CHUNK = 256
+ORDER_CHUNK = 65_536  # positions mapped per step of the order (bounds its temporaries)
+STATE_KEYS = ("plan", "seed", "epoch", "position", "rank", "worker", "pool_rows")
 
 
 def torch_worker() -> tuple[int, int] | None:
@@ -42,44 +51,160 @@ def torch_worker() -> tuple[int, int] | None:
     return None if info is None else (int(info.id), int(info.num_workers))
 
 
-class BinOrder:
-    """The order of one bin for one epoch: natural position -> global frame, by pools."""
+class BinLayout:
+    """One bin's items as global frame ranges, with the row groups that hold their episodes.
+
+    ``segments``: items grouped so that no two groups share a row group (an item needs all row
+    groups of its whole episode); ``seg_rgs[j]`` lists segment ``j``'s row groups.
+    """
 
     def __init__(
-        self, base: np.ndarray, size: np.ndarray, seed: int, epoch: int, bin_id: int, pool: int
+        self,
+        items: np.ndarray,
+        episode_index: np.ndarray,
+        length: np.ndarray,
+        first_frame: np.ndarray,
+        rg_start: np.ndarray,
+        rg_rows: np.ndarray,
     ):
+        items = np.asarray(items, dtype=np.int64).reshape(-1, 3)
+        k = np.searchsorted(episode_index, items[:, 0])
+        km = np.minimum(k, max(len(episode_index) - 1, 0))
+        if len(items) and (len(episode_index) == 0 or (episode_index[km] != items[:, 0]).any()):
+            raise ValueError("plan references episodes not in the dataset (stale plan?)")
+        n = length[km]
+        if ((items[:, 1] < 0) | (items[:, 2] > n) | (items[:, 1] > items[:, 2])).any():
+            raise ValueError("plan item frame ranges fall outside their episodes (stale plan?)")
+        keep = items[:, 2] > items[:, 1]
+        items, km = items[keep], km[keep]
+        ep_lo = first_frame[km]
+        ep_hi = ep_lo + np.maximum(length[km], 1)
+        base, size = ep_lo + items[:, 1], items[:, 2] - items[:, 1]
+        rg_lo = np.searchsorted(rg_start, ep_lo, side="right") - 1
+        rg_hi = np.searchsorted(rg_start, ep_hi - 1, side="right") - 1
+        order = np.lexsort((base, rg_lo))  # file order
+        self.base, self.size = base[order], size[order]
+        rg_lo, rg_hi = rg_lo[order], rg_hi[order]
+        reach = np.maximum.accumulate(rg_hi) if len(rg_hi) else rg_hi
+        new = np.r_[True, rg_lo[1:] > reach[:-1]] if len(rg_lo) else np.zeros(0, bool)
+        self.segment = np.cumsum(new) - 1  # per item
+        starts = np.flatnonzero(new)
+        ends = np.r_[starts[1:], len(rg_lo)]
+        self.seg_items = np.stack([starts, ends], axis=1)  # item range of each segment
+        first = rg_lo[starts] if len(starts) else np.zeros(0, np.int64)
+        last = np.array([reach[e - 1] for e in ends.tolist()], dtype=np.int64)
+        self.seg_rgs = [np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]
+        self.seg_rows = np.array(
+            [int(rg_rows[r].sum()) for r in self.seg_rgs], dtype=np.int64
+        ).reshape(-1)
+        self.total = int(self.size.sum())
+
+
+class BinOrder:
+    """The order of one bin for one epoch: natural position -> global frame, pool by pool.
+
+    Segments are permuted with a generator seeded by (seed, epoch, bin); consecutive segments
+    form a pool while their row groups hold at most ``pool_rows`` rows (a larger segment is a pool
+    of its own); each pool's frames are permuted by a keyed Feistel bijection.
+    """
+
+    def __init__(self, layout: BinLayout, seed: int, epoch: int, bin_id: int, pool_rows: int):
         rng = np.random.default_rng([int(seed), int(epoch), int(bin_id), 0x5EED])
-        perm = rng.permutation(len(size))
-        self.base, self.size = base[perm], size[perm]
+        perm = rng.permutation(len(layout.seg_rgs))
+        pools: list[list[int]] = []
+        rows = 0
+        for s in perm.tolist():
+            r = int(layout.seg_rows[s])
+            if not pools or rows + r > pool_rows:
+                pools.append([])
+                rows = 0
+            pools[-1].append(s)
+            rows += r
+        self.pool_rgs = [
+            np.concatenate([layout.seg_rgs[s] for s in p]) if p else np.zeros(0, np.int64)
+            for p in pools
+        ]
+        item_order = [np.arange(*layout.seg_items[s]) for p in pools for s in p]
+        idx = np.concatenate(item_order) if item_order else np.zeros(0, np.int64)
+        self.base, self.size = layout.base[idx], layout.size[idx]
+        self.item_segment = layout.segment[idx]
+        self.seg_rgs = layout.seg_rgs
         self.item_cum = np.concatenate([[0], np.cumsum(self.size)]).astype(np.int64)
         self.total = int(self.item_cum[-1])
-        starts = np.arange(0, len(size), max(1, pool))
-        self.group_item = np.append(starts, len(size))  # item bounds of each pool
-        self.group_cum = self.item_cum[self.group_item]  # frame bounds of each pool
-        self.keys = rng.integers(0, 2**63, size=(len(starts), FEISTEL_ROUNDS), dtype=np.uint64)
+        per_pool = [
+            sum(int(layout.seg_items[s][1] - layout.seg_items[s][0]) for s in p) for p in pools
+        ]
+        self.pool_cum = self.item_cum[np.concatenate([[0], np.cumsum(per_pool)]).astype(np.int64)]
+        self.keys = rng.integers(0, 2**63, size=(len(pools), FEISTEL_ROUNDS), dtype=np.uint64)
 
-    def segments(self, start: int, stop: int) -> Iterator[np.ndarray]:
-        """Global frames for natural positions [start, stop) (< total), one array per pool part."""
+    @property
+    def num_pools(self) -> int:
+        return len(self.pool_rgs)
+
+    def parts(self, start: int, stop: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(pool, global frames, segments they need) for natural positions [start, stop) of the
+        epoch; positions from ``total`` on repeat the last pool's order (``wrap``)."""
+        if self.total == 0:
+            return
+        last = self.num_pools - 1
+        g_last, n_last = int(self.pool_cum[last]), self.total - int(self.pool_cum[last])
         while start < stop:
-            j = int(np.searchsorted(self.group_cum, start, side="right") - 1)
-            g0, g1 = int(self.group_cum[j]), int(self.group_cum[j + 1])
-            end = min(stop, g1)
-            local = feistel_permute(np.arange(start - g0, end - g0), g1 - g0, self.keys[j])
-            q = local + g0  # a frame position among the bin's concatenated items
+            if start >= self.total:  # wrap: cycle through the last pool (resident, no decode)
+                j, g0 = last, g_last
+                local0 = (start - self.total) % n_last
+                end = min(stop, start + (n_last - local0))
+            else:
+                j = int(np.searchsorted(self.pool_cum, start, side="right") - 1)
+                g0 = int(self.pool_cum[j])
+                local0 = start - g0
+                end = min(stop, int(self.pool_cum[j + 1]))
+            end = min(end, start + ORDER_CHUNK)  # bounded temporaries
+            n = int(self.pool_cum[j + 1]) - g0
+            local = feistel_permute(np.arange(local0, local0 + end - start), n, self.keys[j])
+            q = local + g0  # a frame position among the epoch's concatenated items
             slot = np.searchsorted(self.item_cum, q, side="right") - 1
-            yield self.base[slot] + (q - self.item_cum[slot])
+            yield j, self.base[slot] + (q - self.item_cum[slot]), np.unique(self.item_segment[slot])
             start = end
+
+    def rgs_of_segments(self, segments: np.ndarray) -> np.ndarray:
+        """The row groups of some segments (what their frames, windows included, need)."""
+        parts = [self.seg_rgs[s] for s in np.asarray(segments).tolist()]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def row_bytes_estimate(ds: Dataset, columns: Mapping[str, tuple[int, ...]]) -> float:
+    """Decoded bytes per row of ``columns``: exact for numeric features, from the first data
+    file's footer (uncompressed bytes per row) for images and strings."""
+    total, other = 0.0, []
+    for name, shape in columns.items():
+        dtype = (ds.features.get(name) or {}).get("dtype", "float64")
+        try:
+            total += np.dtype(dtype).itemsize * int(np.prod(shape or (1,)))
+        except TypeError:
+            other.append(name)
+    if other and len(ds.data_files):
+        md = read_footer(ds.data_path(0), ds.fs)
+        rows = max(md.num_rows, 1)
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            for j in range(rg.num_columns):
+                col = rg.column(j)
+                if col.path_in_schema.split(".")[0] in other:
+                    total += col.total_uncompressed_size / rows
+        total += 8 * len(other)
+    return max(total, 1.0)
 
 
 class ShardedLoader:
-    """Iterate one rank's (and worker's) share of a root by its shard plan.
+    """Stream one rank's (and worker's) share of a root by its shard plan.
 
     ``plan`` is a :class:`~episodekit.metadata.plan_file.Plan` (or None: ``load_plan(root,
-    world_size,
-    num_workers)``). ``rank``/``world_size`` default to torch.distributed, else RANK/WORLD_SIZE;
-    ``worker`` defaults to the torch DataLoader worker id, else all of the rank's bins in turn.
-    Yields samples (dicts like ``FrameDataset[i]``) or, with ``batch_size``, batches (like
-    ``get_batch``; the epoch's last batch may be shorter).
+    world_size, num_workers)``). ``rank``/``world_size`` default to torch.distributed, else
+    RANK/WORLD_SIZE; ``worker`` defaults to the torch DataLoader worker id, else all of the rank's
+    bins in turn. Yields samples (dicts like ``FrameDataset[i]``) or, with ``batch_size``, batches
+    (like ``get_batch``; the epoch's last batch may be shorter). ``cache_mb`` bounds the decoded
+    row groups held at once, hence the pool: more mixing for more memory. ``pool_episodes`` is
+    accepted for compatibility and ignored (pools are whole row groups now).
     """
 
     def __init__(
@@ -91,7 +216,7 @@ class ShardedLoader:
         worker: int | None = None,
         num_workers: int | None = None,
         batch_size: int | None = None,
-        pool_episodes: int = 8,
+        pool_episodes: int | None = None,
         seed: int = 0,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
@@ -119,21 +244,16 @@ class ShardedLoader:
             raise ValueError(f"worker {worker} is not in [0, {plan.num_workers})")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if pool_episodes < 1:
+        if pool_episodes is not None and pool_episodes < 1:
             raise ValueError(f"pool_episodes must be >= 1, got {pool_episodes}")
+        if cache_mb <= 0:
+            raise ValueError(f"cache_mb must be > 0, got {cache_mb}")
         self.plan, self.rank, self.world_size = plan, int(rank), int(world_size)
         self.num_workers = int(plan.num_workers)
         self.worker = worker
-        self.batch_size, self.pool_episodes, self.seed = batch_size, int(pool_episodes), int(seed)
+        self.batch_size, self.seed = batch_size, int(seed)
         self.samples_per_worker = int(plan.samples_per_worker)
-        episode_index, length = ds.column("episode_index"), ds.column("length")
-        frm = ds.column("dataset_from_index")
-        self._bins = []
-        for w in range(self.num_workers):
-            items = np.asarray(plan.bin_items(self.rank, w), dtype=np.int64).reshape(-1, 3)
-            self._bins.append(items_to_ranges(items, episode_index, length, frm))
-            if self.samples_per_worker and not self._bins[-1][1].sum():
-                raise ValueError(f"bin (rank {self.rank}, worker {w}) of the plan has no frames")
+        self.plan_id = int(plan.digest[:15], 16)
         rank_items = np.concatenate([plan.bin_items(self.rank, w) for w in range(self.num_workers)])
         self.frames = FrameDataset(
             ds,
@@ -143,6 +263,18 @@ class ShardedLoader:
             cache_mb=cache_mb,
             speed=speed,
         )
+        reader = self.frames.reader
+        episode_index, length = ds.column("episode_index"), ds.column("length")
+        frm = ds.column("dataset_from_index")
+        self._bins = []
+        for w in range(self.num_workers):
+            items = np.asarray(plan.bin_items(self.rank, w), dtype=np.int64).reshape(-1, 3)
+            layout = BinLayout(items, episode_index, length, frm, reader.rg_start, reader.rg_rows)
+            if self.samples_per_worker and not layout.total:
+                raise ValueError(f"bin (rank {self.rank}, worker {w}) of the plan has no frames")
+            self._bins.append(layout)
+        row_bytes = row_bytes_estimate(ds, reader.columns)
+        self.pool_rows = max(int(cache_mb * 1024 * 1024 // row_bytes), 1)
         self.epoch = 0
         self.position = 0
 
@@ -164,6 +296,12 @@ class ShardedLoader:
             )
         return [wid]
 
+    def bind_worker(self, worker: int | None) -> None:
+        """Read bin ``worker`` of this rank from now on (None: the default choice)."""
+        if worker is not None and not 0 <= int(worker) < self.num_workers:
+            raise ValueError(f"worker {worker} is not in [0, {self.num_workers})")
+        self.worker = None if worker is None else int(worker)
+
     def __len__(self) -> int:
         """Samples per epoch for this process (samples_per_worker x workers it reads)."""
         return self.samples_per_worker * len(self.workers())
@@ -173,43 +311,66 @@ class ShardedLoader:
         if epoch != self.epoch:
             self.epoch, self.position = int(epoch), 0
 
+    def seek(self, epoch: int, position: int) -> None:
+        """Continue at sample ``position`` of ``epoch`` (this loader's own plan, seed, bins)."""
+        position = int(position)
+        if not 0 <= position <= len(self):
+            raise ValueError(f"position {position} outside [0, {len(self)}]")
+        self.epoch, self.position = int(epoch), position
+
     # -- the order ------------------------------------------------------------------------------
 
-    def frame_order(self, epoch: int, start: int = 0) -> Iterator[np.ndarray]:
-        """Global frame indices of ``epoch`` from sample ``start`` on, as arrays (no data read)."""
+    def bin_order(self, epoch: int, worker: int) -> BinOrder:
+        """The order of bin ``worker`` of this rank in ``epoch`` (no data read)."""
+        bin_id = self.rank * self.num_workers + worker
+        return BinOrder(self._bins[worker], self.seed, epoch, bin_id, self.pool_rows)
+
+    def _parts(self, epoch: int, start: int) -> Iterator[tuple[tuple, np.ndarray]]:
+        """((pool's row groups, row groups needed now), global frames) from sample ``start`` of
+        ``epoch`` on."""
         spw = self.samples_per_worker
         for j, w in enumerate(self.workers()):
             lo, hi = j * spw, (j + 1) * spw
             if start >= hi:
                 continue
-            base, size = self._bins[w]
-            order = BinOrder(
-                base, size, self.seed, epoch, self.rank * self.num_workers + w, self.pool_episodes
-            )
-            p = max(start, lo) - lo
-            while p < spw:  # trim: stop early; wrap: start the order over
-                q = p % order.total
-                stop = min(order.total, q + (spw - p))
-                yield from order.segments(q, stop)
-                p += stop - q
+            order = self.bin_order(epoch, w)
+            for pool, frames, segs in order.parts(max(start, lo) - lo, spw):
+                yield (order.pool_rgs[pool], order.rgs_of_segments(segs)), frames
+
+    def frame_order(self, epoch: int, start: int = 0) -> Iterator[np.ndarray]:
+        """Global frame indices of ``epoch`` from sample ``start`` on, as arrays (no data read)."""
+        for _, frames in self._parts(epoch, start):
+            yield frames
 
     def epoch_frames(self, epoch: int) -> np.ndarray:
         """All global frames of an epoch for this process, in order (for checks and tests)."""
         parts = list(self.frame_order(epoch))
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    def _chunks(self, epoch: int, start: int, size: int) -> Iterator[np.ndarray]:
-        pending: list[np.ndarray] = []
+    def _chunks(self, epoch: int, start: int, size: int) -> Iterator[list[tuple]]:
+        """Batches of ``size`` samples as lists of (pool row groups, frames) parts."""
+        pending: list[tuple[np.ndarray, np.ndarray]] = []
         have = 0
-        for seg in self.frame_order(epoch, start):
-            pending.append(seg)
-            have += len(seg)
-            while have >= size:
-                flat = np.concatenate(pending)
-                yield flat[:size]
-                pending, have = [flat[size:]], have - size
+        for rgs, frames in self._parts(epoch, start):
+            while len(frames):
+                take = min(size - have, len(frames))
+                pending.append((rgs, frames[:take]))
+                have += take
+                frames = frames[take:]
+                if have == size:
+                    yield pending
+                    pending, have = [], 0
         if have:
-            yield np.concatenate(pending)
+            yield pending
+
+    def _read(self, parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+        """One batch: each part's row groups are made resident first (room is reserved for the
+        whole pool, so each row group is decoded once while the pool lasts)."""
+        reader, out = self.frames.reader, []
+        for (rgs, need), frames in parts:
+            reader.hold(rgs, need)
+            out.append(self.frames.get_frames(frames))
+        return out[0] if len(out) == 1 else _concat(out)
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -219,38 +380,74 @@ class ShardedLoader:
             self.epoch, self.position = self.epoch + 1, 0  # the previous epoch was finished
         epoch = self.epoch
         size = self.batch_size or READ_CHUNK
-        for frames in self._chunks(epoch, self.position, size):
-            batch = self.frames.get_frames(frames)
+        for parts in self._chunks(epoch, self.position, size):
+            batch = self._read(parts)
+            n = sum(len(f) for _, f in parts)
             if self.batch_size:
-                self.position += len(frames)
+                self.position += n
                 yield batch
                 continue
-            for j in range(len(frames)):
+            for j in range(n):
                 self.position += 1
                 yield _row(batch, j)
             if epoch != self.epoch:  # set_epoch/load_state_dict while iterating
                 return
 
     def state_dict(self) -> dict[str, int]:
-        """Where this process is in the epoch: a few integers."""
+        """Where this process is in the epoch, and which order that position belongs to: the plan
+        (``plan``: its digest as an integer), seed, rank, worker (-1: all the rank's bins in
+        turn) and pool size in rows (from ``cache_mb``). A few integers."""
+        workers = self.workers()
         return {
+            "plan": self.plan_id,
             "seed": self.seed,
             "epoch": self.epoch,
             "position": self.position,
             "rank": self.rank,
-            "samples_per_worker": self.samples_per_worker,
+            "worker": workers[0] if len(workers) == 1 else -1,
+            "pool_rows": self.pool_rows,
         }
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Resume exactly at ``state`` (recomputes the order; skipped samples are not read)."""
-        spw = int(state.get("samples_per_worker", self.samples_per_worker))
-        if spw != self.samples_per_worker or int(state.get("rank", self.rank)) != self.rank:
-            raise ValueError("state was taken with another plan or rank")
-        position = int(state["position"])
-        if not 0 <= position <= len(self):
-            raise ValueError(f"position {position} outside [0, {len(self)}]")
-        self.seed = int(state.get("seed", self.seed))
-        self.epoch, self.position = int(state["epoch"]), position
+        """Resume exactly at ``state`` (recomputes the order; skipped samples are not read).
+
+        Raises ValueError when ``state`` is not a ShardedLoader state or was taken with another
+        plan, seed, rank, worker or pool size (its position would mean other samples here).
+        """
+        missing = [k for k in STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(
+                f"not a ShardedLoader state: missing {', '.join(missing)} (pass what "
+                "state_dict() returned)"
+            )
+        mine = self.state_dict()
+        for key, what in (
+            ("plan", "another shard plan"),
+            ("seed", "another seed"),
+            ("rank", "another rank"),
+            ("worker", "another worker"),
+            ("pool_rows", "another pool size (cache_mb or columns differ)"),
+        ):
+            if int(state[key]) != mine[key]:
+                raise ValueError(
+                    f"state was taken with {what}: {key}={state[key]}, this loader has "
+                    f"{key}={mine[key]}; resuming would yield other samples"
+                )
+        self.seek(int(state["epoch"]), int(state["position"]))
+
+
+def _concat(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """Concatenate batch dicts along the batch axis (lists are joined, dicts recursed)."""
+    out: dict[str, Any] = {}
+    for key, v in batches[0].items():
+        values = [b[key] for b in batches]
+        if isinstance(v, Mapping):
+            out[key] = _concat(values)
+        elif isinstance(v, list):
+            out[key] = [x for vs in values for x in vs]
+        else:
+            out[key] = np.concatenate(values)
+    return out
 
 
 def _row(batch: Mapping[str, Any], j: int) -> dict[str, Any]:

@@ -114,11 +114,11 @@ class TorchShardedDataset(IterableDataset):
                 # DataLoader worker i restarts the round-robin: let it play bin (i + batches) % k,
                 # so the remaining batches come in exactly the original order.
                 w = (workers[0] + batches) % k
-                loader.worker = w
+                loader.bind_worker(w)
                 mine = max(0, math.ceil((batches - w) / k))
                 position = min(mine * step, loader.samples_per_worker)
             else:
                 position = min(batches * step, len(loader))
-            loader.load_state_dict({"epoch": epoch, "position": position})
+            loader.seek(epoch, position)
         for item in loader:
             yield to_torch(item)

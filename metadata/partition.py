@@ -145,14 +145,18 @@ def assign(items: Items, k: int, algo: str) -> tuple[np.ndarray, str]:
     return out, best_name
 
 
-def pour(items: Items, loads: np.ndarray, target: float) -> tuple[Items, np.ndarray]:
+def pour(
+    items: Items, loads: np.ndarray, target: float, order: np.ndarray | None = None
+) -> tuple[Items, np.ndarray]:
     """Cut ``items`` into contiguous frame ranges that fill each bin up to ``target``.
 
     Bins are filled least-loaded first (ties: lower bin); the items are laid end to end in
-    (episode, start) order and cut where a bin's deficit is used up (rounded to whole frames).
-    Returns the pieces and the bin of each. The cost of a piece is its frames' share of its item.
+    ``order`` (default: (episode, start) order) and cut where a bin's deficit is used up (rounded
+    to whole frames). Returns the pieces and the bin of each. The cost of a piece is its frames'
+    share of its item.
     """
-    order = np.lexsort((items.start, items.episode))
+    if order is None:
+        order = np.lexsort((items.start, items.episode))
     items = items.take(order)
     frames = (items.end - items.start).astype(np.int64)
     fbound = np.concatenate([[0], np.cumsum(frames)])  # item boundaries on the frame axis
@@ -213,3 +217,105 @@ def partition(
     loads = np.bincount(bins, short.cost, minlength=k).astype(np.float64)
     pieces, piece_bins = pour(items.take(np.flatnonzero(~keep)), loads, target)
     return Items.concat([short, pieces]), np.concatenate([bins, piece_bins]), used
+
+
+LOCALITIES = ("none", "rowgroup")
+MERGE_BELOW = 4  # row groups with fewer episodes than this are joined ...
+MERGE_ITEMS = 32  # ... into units of about this many episodes
+
+
+def _fill_shares(costs: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """Slot (into ``shares``) per item: largest item first to the slot with the most of its
+    share left (ties: lowest slot), so every slot ends within about one small item of its share."""
+    heap = [(-float(s), j) for j, s in enumerate(shares.tolist())]
+    heapq.heapify(heap)
+    out = np.empty(len(costs), dtype=np.int64)
+    order = np.argsort(-costs, kind="stable")
+    replace = heapq.heapreplace
+    for i, c in zip(order.tolist(), costs[order].tolist()):
+        left, j = heap[0]
+        out[i] = j
+        replace(heap, (left + c, j))
+    return out
+
+
+def contiguous(items: Items, unit: np.ndarray, k: int, merge: int = MERGE_ITEMS) -> np.ndarray:
+    """Bin per item for a locality-aware plan: bins are consecutive runs of *units* (row groups).
+
+    ``items`` are in file/row-group order and ``unit`` (non-decreasing) is each item's unit: the
+    row group it is read from (row groups joined by an episode that spans them form one unit).
+    Bin ``b`` takes the units whose cost lies in ``[b, b + 1) x total / k`` along that order. A unit
+    that straddles a cut is read by the bins on both sides anyway, so its items are divided among
+    them by cost (largest first to the bin with the most of its share left): bins stay balanced
+    to about one small item while each reads only a contiguous run of row groups.
+
+    Runs of units holding fewer than MERGE_BELOW items are first joined into units of ``merge``
+    items: with one episode per row group (LeRobot's recorder) cuts would otherwise round whole
+    episodes, 2-8% above the mean at 16-80 episodes per bin even when cut optimally, and such
+    row groups cost no extra reads when shared. Prepared row groups (~32 MiB) hold hundreds of
+    episodes and are never joined.
+    """
+    n = len(items)
+    out = np.zeros(n, dtype=np.int64)
+    if k == 1 or n == 0:
+        return out
+    unit = np.asarray(unit, dtype=np.int64)
+    _, unit = np.unique(unit, return_inverse=True)
+    unit = unit.ravel()
+    cost = items.cost
+    target = float(cost.sum()) / k
+    if target <= 0:  # all costs zero: count frames instead
+        return contiguous(
+            Items(
+                items.episode, items.start, items.end, (items.end - items.start).astype(np.float64)
+            ),
+            unit,
+            k,
+        )
+    unit_cost = np.bincount(unit, cost)
+    count = np.bincount(unit)
+    small = count < MERGE_BELOW
+    if merge > 1 and small.any():  # join runs of near-single-episode units, merge items each
+        new_run = ~small | np.r_[True, ~small[:-1]]
+        run = np.cumsum(new_run)
+        end = np.cumsum(count)
+        run_start = (end - count)[new_run][run - 1]
+        sub = np.where(small, (end - count - run_start) // merge, 0)
+        key = np.stack([run, sub], axis=1)
+        group = np.unique(key, axis=0, return_inverse=True)[1].ravel()
+        unit = group[unit]
+        unit_cost = np.bincount(unit, cost)
+    hi = np.cumsum(unit_cost)
+    lo = hi - unit_cost
+    first = np.clip(np.floor(lo / target), 0, k - 1).astype(np.int64)
+    last = np.clip(np.ceil(hi / target) - 1, 0, k - 1).astype(np.int64)
+    last = np.maximum(last, first)
+    out = first[unit]
+    starts = np.searchsorted(unit, np.arange(len(unit_cost)))
+    ends = np.searchsorted(unit, np.arange(len(unit_cost)), side="right")
+    for u in np.flatnonzero(last > first).tolist():  # units shared by several bins
+        b = np.arange(first[u], last[u] + 1)
+        shares = np.minimum(hi[u], (b + 1) * target) - np.maximum(lo[u], b * target)
+        shares[-1] = unit_cost[u] - shares[:-1].sum()  # absorb rounding in the open bin
+        sel = slice(starts[u], ends[u])
+        out[sel] = b[_fill_shares(cost[sel], np.clip(shares, 0.0, None))]
+    return out
+
+
+def partition_contiguous(
+    items: Items, unit: np.ndarray, k: int, split_long: bool = False, tolerance: float = 1e-3
+) -> tuple[Items, np.ndarray, str]:
+    """Locality-aware partition (items in file/row-group order; see :func:`contiguous`).
+
+    With ``split_long``, when whole items leave the largest bin more than ``tolerance`` above the
+    mean, all items are laid end to end in file order and cut into ``k`` contiguous frame ranges
+    of equal cost instead (each cut splits at most one episode; longer ones are cut more).
+    """
+    bins = contiguous(items, unit, k)
+    if not split_long or len(items) == 0 or k == 1:
+        return items, bins, "contiguous"
+    target = float(items.cost.sum()) / k
+    if np.bincount(bins, items.cost, minlength=k).max() <= target * (1 + tolerance):
+        return items, bins, "contiguous"
+    pieces, piece_bins = pour(items, np.zeros(k), target, order=np.arange(len(items)))
+    return pieces, piece_bins, "contiguous-split"

@@ -15,6 +15,7 @@ hang at the end of an epoch. Only numpy, json and fsspec are needed here.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import posixpath
 import zlib
@@ -136,11 +137,26 @@ class Plan:
         self.balance: dict = doc["balance"]
         self.items: np.ndarray = doc["items"]  # (n, 3) int64, sorted by bin, episode, start
         self.bin_offsets: np.ndarray = doc["bin_offsets"]
+        self.locality: str = doc.get("locality", "none")
+        self._digest: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """Hash of what decides the order (items, bins, samples per worker): a loader's state
+        names the plan it was taken with by this."""
+        if self._digest is None:
+            h = hashlib.sha256()
+            h.update(np.ascontiguousarray(self.items, dtype="<i8").tobytes())
+            h.update(np.ascontiguousarray(self.bin_offsets, dtype="<i8").tobytes())
+            h.update(f"{self.world_size}/{self.num_workers}/{self.samples_per_worker}".encode())
+            self._digest = h.hexdigest()[:16]
+        return self._digest
 
     def __repr__(self) -> str:
         return (
             f"Plan(world_size={self.world_size}, num_workers={self.num_workers}, "
             f"items={len(self.items)}, samples_per_worker={self.samples_per_worker}, "
+            f"locality={self.locality!r}, "
             f"max/lower_bound={self.balance['plan']['max_over_lower_bound']})"
         )
 

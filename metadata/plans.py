@@ -6,7 +6,14 @@ busiest rank 20-80% above the mean when lengths vary 10-100x. A plan balances th
 bins inside each rank (see :mod:`partition` for the algorithms), and fixes ``samples_per_worker``
 so every bin, hence every rank, yields the same number of samples per epoch.
 
-A plan is a pure function of (costs, world size, workers, algo, split_long, seed, policy). The seed
+With ``locality="rowgroup"`` the bins are instead consecutive runs of the dataset's row groups in
+file order (see :func:`partition.contiguous`), still balanced by cost: a worker then decodes about
+``rows / bins`` rows plus its two boundary row groups, instead of every row group of the dataset
+(an LPT bin's episodes are scattered over all of them). The row groups come from the parquet
+footers (:func:`rowgroup_units`).
+
+A plan is a pure function of (costs, world size, workers, algo, split_long, seed, policy,
+locality, and for ``rowgroup`` the episodes' file order and row groups). The seed
 is used in one place only: which rank (and which worker inside a rank) receives which bin of the
 partition, so that e.g. rank 0 does not always get the largest episode. Two seeds give the same
 bins with different labels. Ties between equal costs are broken by episode_index.
@@ -19,7 +26,8 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-from episodekit.core.dataset import Dataset, as_dataset
+from episodekit.core.dataset import Dataset, DatasetError, as_dataset
+from episodekit.core.footer import file_layout
 from episodekit.core.hashing import splitmix64
 from episodekit.metadata.artifact import (
     FORMAT,
@@ -30,7 +38,14 @@ from episodekit.metadata.artifact import (
     write_bytes,
 )
 from episodekit.metadata.costs import check_model, ensure_costs
-from episodekit.metadata.partition import ALGOS, KK_AUTO_MAX_ITEMS, Items, partition
+from episodekit.metadata.partition import (
+    ALGOS,
+    KK_AUTO_MAX_ITEMS,
+    LOCALITIES,
+    Items,
+    partition,
+    partition_contiguous,
+)
 from episodekit.metadata.plan_file import (
     PLAN_DIR,
     PLAN_FORMAT,
@@ -53,9 +68,9 @@ __all__ = [
     "ensure_plans",
     "verify_plan",
     "format_balance",
+    "rowgroup_units",
+    "LOCALITIES",
 ]
-
-_PARAMS = ("world_size", "num_workers", "algo", "split_long", "seed", "policy", "cost_model")
 
 
 def balance_figures(bin_totals: np.ndarray, items_costs: np.ndarray) -> dict:
@@ -101,8 +116,11 @@ def _check_args(
     num_workers: int,
     algo: str,
     policy: str,
+    locality: str = "none",
 ) -> None:
     """Raise a ValueError naming the bad argument (costs/lengths None: shape checks only)."""
+    if locality not in LOCALITIES:
+        raise ValueError(f"unknown locality {locality!r} (choose from {', '.join(LOCALITIES)})")
     if int(world_size) < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")
     if int(num_workers) < 1:
@@ -138,8 +156,17 @@ def build_plan(
     policy: str = "trim",
     cost_model: str = "frames",
     fingerprint: str = "",
+    locality: str = "none",
+    position: np.ndarray | None = None,
+    unit: np.ndarray | None = None,
 ) -> dict:
     """Partition episodes (cost, length) over ``world_size x num_workers`` bins; a pure function.
+
+    ``locality="rowgroup"`` builds bins from consecutive runs of episodes in file order
+    (``position`` per episode, e.g. its first global frame; default episode order), cut between
+    or inside row groups (``unit`` per episode: its row-group id in file order, default one unit
+    per episode); ranks get ``num_workers`` consecutive bins. ``unit`` also gives the plan's
+    ``row_groups`` figures (row groups per bin).
 
     Returns the plan as a dict: the parameters, ``items`` (n, 3) int64 rows (episode_index,
     start_frame, end_frame) sorted by bin, ``bin_offsets``, ``bin_cost``, ``bin_frames``,
@@ -148,28 +175,39 @@ def build_plan(
     """
     costs = np.asarray(costs, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)
-    _check_args(costs, lengths, world_size, num_workers, algo, policy)
+    _check_args(costs, lengths, world_size, num_workers, algo, policy, locality)
     W, K = int(world_size), int(num_workers)
     B = W * K
     n = len(costs)
     ep = np.arange(n, dtype=np.int64) if episode_index is None else np.asarray(episode_index)
-    items = Items(ep.astype(np.int64), np.zeros(n, np.int64), lengths.copy(), costs.copy())
+    ep = ep.astype(np.int64)
+    items = Items(ep, np.zeros(n, np.int64), lengths.copy(), costs.copy())
+    unit_of_episode = None if unit is None else np.asarray(unit, dtype=np.int64)
 
-    # "auto" tries KK next to LPT only for moderate sizes: KK costs O(items x bins) overall.
-    run = "lpt" if algo == "auto" and n > KK_AUTO_MAX_ITEMS else algo
-    # Level 1: ranks. Level 2: workers inside each rank.
-    items, rank, used_ranks = partition(items, W, run, split_long)
-    order = np.argsort(rank, kind="stable")
-    bounds = np.searchsorted(rank[order], np.arange(W + 1))
-    parts, bins, used_workers = [], [], {}
-    for r in range(W):
-        sub = items.take(order[bounds[r] : bounds[r + 1]])
-        sub, worker, used = partition(sub, K, run, split_long)
-        used_workers[used] = used_workers.get(used, 0) + 1
-        parts.append(sub)
-        bins.append(r * K + worker)
-    items = Items.concat(parts)
-    bin_of = np.concatenate(bins)
+    if locality == "rowgroup":
+        # One level: B consecutive bins along the file order; rank r holds bins rK..rK+K-1.
+        pos = ep if position is None else np.asarray(position, dtype=np.int64)
+        order = np.lexsort((ep, pos))
+        u = np.arange(n) if unit_of_episode is None else unit_of_episode[order]
+        u = np.maximum.accumulate(u) if n else u  # a unit never comes back in file order
+        items, bin_of, used = partition_contiguous(items.take(order), u, B, split_long)
+        used_ranks, used_workers = used, {used: W}
+    else:
+        # "auto" tries KK next to LPT only for moderate sizes: KK costs O(items x bins) overall.
+        run = "lpt" if algo == "auto" and n > KK_AUTO_MAX_ITEMS else algo
+        # Level 1: ranks. Level 2: workers inside each rank.
+        items, rank, used_ranks = partition(items, W, run, split_long)
+        order = np.argsort(rank, kind="stable")
+        bounds = np.searchsorted(rank[order], np.arange(W + 1))
+        parts, bins, used_workers = [], [], {}
+        for r in range(W):
+            sub = items.take(order[bounds[r] : bounds[r + 1]])
+            sub, worker, used = partition(sub, K, run, split_long)
+            used_workers[used] = used_workers.get(used, 0) + 1
+            parts.append(sub)
+            bins.append(r * K + worker)
+        items = Items.concat(parts)
+        bin_of = np.concatenate(bins)
 
     # Seeded labels: permute ranks, and workers inside each rank.
     rank_perm = label_permutation(seed, 1, W, salt=1)[0]
@@ -200,10 +238,11 @@ def build_plan(
         "contiguous": balance_figures(naive["contiguous"], costs),
         "round_robin": balance_figures(naive["round_robin"], costs),
     }
-    return {
+    plan = {
         "format": PLAN_FORMAT,
         "version": PLAN_VERSION,
         "fingerprint": fingerprint,
+        "locality": locality,
         "world_size": W,
         "num_workers": K,
         "num_bins": B,
@@ -229,6 +268,68 @@ def build_plan(
         "bin_frames": bin_frames,
         "items": np.stack([items.episode, items.start, items.end], axis=1).astype(np.int64),
     }
+    if unit_of_episode is not None:
+        pos_of = np.searchsorted(np.sort(ep), items.episode)
+        unit_sorted = unit_of_episode[np.argsort(ep, kind="stable")]
+        plan["row_groups"] = row_group_figures(unit_sorted[pos_of], bin_of, B)
+    return plan
+
+
+def row_group_figures(item_unit: np.ndarray, bin_of: np.ndarray, num_bins: int) -> dict:
+    """How many row groups (units) each bin reads: min/mean/max, and bins per row group."""
+    pairs = np.unique(np.stack([bin_of, item_unit], axis=1), axis=0)
+    per_bin = np.bincount(pairs[:, 0], minlength=num_bins)
+    per_unit = np.bincount(pairs[:, 1])
+    per_unit = per_unit[per_unit > 0]
+    return {
+        "total": int(len(per_unit)),
+        "per_bin_min": int(per_bin.min()),
+        "per_bin_mean": round(float(per_bin.mean()), 4),
+        "per_bin_max": int(per_bin.max()),
+        "bins_per_row_group_max": int(per_unit.max()) if len(per_unit) else 0,
+    }
+
+
+def rowgroup_units(ds: Dataset, episode_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per episode (in ``episode_index`` order): its file-order position (first global frame)
+    and its row-group unit (row groups numbered in file order, from the parquet footers; row
+    groups joined by an episode that spans them share one unit). Reads footers only."""
+    frm_all = ds.column("dataset_from_index").astype(np.int64)
+    to_all = ds.column("dataset_to_index").astype(np.int64)
+    fid_all = ds.column("file_id").astype(np.int64)
+    files = np.unique(fid_all)
+    first = np.array([frm_all[fid_all == f].min() for f in files], dtype=np.int64)
+    files = files[np.argsort(first, kind="stable")]
+    rg_start, offset = [], 0
+    base = np.zeros(int(fid_all.max()) + 1 if len(fid_all) else 0, dtype=np.int64)
+    starts_of: dict[int, np.ndarray] = {}
+    for f in files.tolist():
+        path = ds.data_path(f)
+        try:
+            rows = file_layout(path, ds.fs).row_group_rows
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"cannot read the parquet footer ({exc})", path) from exc
+        starts_of[f] = np.cumsum(rows) - rows + frm_all[fid_all == f].min()
+        base[f] = offset
+        offset += max(len(rows), 1)
+        rg_start.append(starts_of[f])
+    rows_idx = ds.episode_rows(np.asarray(episode_index))
+    frm, to, fid = frm_all[rows_idx], to_all[rows_idx], fid_all[rows_idx]
+    rg_first = np.zeros(len(frm), np.int64)
+    rg_last = np.zeros(len(frm), np.int64)
+    for f in np.unique(fid).tolist():
+        sel = fid == f
+        s = starts_of[f]
+        rg_first[sel] = base[f] + np.maximum(np.searchsorted(s, frm[sel], side="right") - 1, 0)
+        last = np.maximum(to[sel] - 1, frm[sel])
+        rg_last[sel] = base[f] + np.maximum(np.searchsorted(s, last, side="right") - 1, 0)
+    order = np.lexsort((np.asarray(episode_index), frm))
+    a, b = rg_first[order], rg_last[order]
+    reach = np.maximum.accumulate(b) if len(b) else b
+    new = np.r_[True, a[1:] > reach[:-1]] if len(a) else np.zeros(0, bool)
+    unit = np.empty(len(order), np.int64)
+    unit[order] = np.cumsum(new) - 1
+    return frm, unit
 
 
 def _split_count(items: Items) -> int:
@@ -264,10 +365,15 @@ def plan_for_dataset(
     split_long: bool = False,
     seed: int = 0,
     policy: str = "trim",
+    locality: str = "none",
 ) -> dict:
-    """:func:`build_plan` on a dataset's cost table (recording its model and fingerprint)."""
+    """:func:`build_plan` on a dataset's cost table (recording its model and fingerprint); for
+    ``locality="rowgroup"`` the episodes' row groups come from the data files' footers."""
     from episodekit.metadata.costs import costs_meta
 
+    position = unit = None
+    if locality == "rowgroup":
+        position, unit = rowgroup_units(ds, costs["episode_index"].to_numpy())
     return build_plan(
         costs["cost"].to_numpy(),
         costs["length"].to_numpy(),
@@ -280,6 +386,9 @@ def plan_for_dataset(
         policy=policy,
         cost_model=costs_meta(costs).get("model", "frames"),
         fingerprint=ds.fingerprint,
+        locality=locality,
+        position=position,
+        unit=unit,
     )
 
 
@@ -293,16 +402,19 @@ def ensure_plans(
     seed: int = 0,
     force: bool = False,
     policy: str = "trim",
+    locality: str = "none",
 ) -> list[tuple[str, dict, bool]]:
     """Build and write one plan per world size (computing the cost table first if needed).
 
     A plan that exists with the same fingerprint, parameters and costs is kept (``changed`` is
-    False). Returns ``[(path, plan, changed), ...]`` in the order of ``world_sizes``.
+    False). ``locality`` is ``none`` (LPT/KK over all episodes) or ``rowgroup`` (consecutive
+    runs of row groups, see :func:`build_plan`). Returns ``[(path, plan, changed), ...]`` in the
+    order of ``world_sizes``.
     """
     check_model(cost)
     ds = as_dataset(root)
     for w in world_sizes:  # fail on a bad shape before computing anything
-        _check_args(None, None, w, num_workers, algo, policy)
+        _check_args(None, None, w, num_workers, algo, policy, locality)
     costs, _ = ensure_costs(ds, cost)
     digest = costs_digest(costs["cost"].to_numpy())
     wanted = {
@@ -312,6 +424,7 @@ def ensure_plans(
         "seed": int(seed),
         "policy": policy,
         "cost_model": cost,
+        "locality": locality,
     }
     out = []
     for w in world_sizes:
@@ -325,11 +438,14 @@ def ensure_plans(
                 old is not None
                 and old.get("fingerprint") == ds.fingerprint
                 and old.get("costs_digest") == digest
-                and all(old.get(k) == v for k, v in {**wanted, "world_size": int(w)}.items())
+                and all(
+                    old.get(k, "none" if k == "locality" else None) == v
+                    for k, v in {**wanted, "world_size": int(w)}.items()
+                )
             ):
                 out.append((path, old, False))
                 continue
-        plan = plan_for_dataset(ds, costs, w, num_workers, algo, split_long, seed, policy)
+        plan = plan_for_dataset(ds, costs, w, num_workers, algo, split_long, seed, policy, locality)
         out.append((write_plan(ds, plan), plan, True))
     return out
 
@@ -355,6 +471,9 @@ def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -
         )
         return problems
     W, K, B = int(doc["world_size"]), int(doc["num_workers"]), int(doc["num_bins"])
+    if doc.get("locality", "none") not in LOCALITIES:
+        problems.append(Problem(f"unknown locality {doc.get('locality')!r}", FORMAT))
+        return problems
     if B != W * K:
         problems.append(Problem(f"num_bins {B} != world_size {W} x num_workers {K}", FORMAT))
         return problems
@@ -468,7 +587,7 @@ def format_balance(plan: dict) -> str:
         f"ws={plan['world_size']} x nw={plan['num_workers']}: {plan['num_items']:,} items "
         f"({plan['split_episodes']} episodes split), algo {plan['algo']} -> "
         f"{plan['algo_used']['ranks']}/{','.join(plan['algo_used']['workers'])}, "
-        f"cost {plan['cost_model']}",
+        f"cost {plan['cost_model']}, locality {plan.get('locality', 'none')}",
         f"  {'split':<12}{'min':>14}{'mean':>14}{'max':>14}{'max/lower_bound':>17}",
     ]
     for name in ("plan", "plan_ranks", "contiguous", "round_robin"):
@@ -477,6 +596,13 @@ def format_balance(plan: dict) -> str:
         lines.append(
             f"  {label:<12}{f['min']:>14,.0f}{f['mean']:>14,.1f}{f['max']:>14,.0f}"
             f"{f['max_over_lower_bound']:>17.4f}"
+        )
+    rg = plan.get("row_groups")
+    if rg:
+        lines.append(
+            f"  row groups read per bin: min {rg['per_bin_min']}, mean {rg['per_bin_mean']:g}, "
+            f"max {rg['per_bin_max']} (of {rg['total']}); at most {rg['bins_per_row_group_max']} "
+            "bins share one"
         )
     lines.append(
         f"  samples_per_rank {plan['samples_per_rank']:,} (= {plan['samples_per_worker']:,} per "

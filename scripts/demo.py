@@ -55,7 +55,6 @@ def read_through_loader(root: Path) -> None:
         worker=0,
         num_workers=4,
         batch_size=64,
-        pool_episodes=8,
         seed=0,
     )
     n = 0

@@ -86,6 +86,22 @@ def dataloader_workers_option(default: int = 1):
     )
 
 
+PLAN_LOCALITIES = ("none", "rowgroup")  # episodekit.metadata.partition.LOCALITIES
+
+
+def locality_option(default: str):
+    """``--locality``: how shard plans group episodes (rowgroup: contiguous row-group runs)."""
+    return click.option(
+        "--locality",
+        type=click.Choice(list(PLAN_LOCALITIES)),
+        default=default,
+        show_default=True,
+        help="none: balance episodes anywhere (LPT/KK; a worker reads every row group); "
+        "rowgroup: each bin is a contiguous run of row groups in file order, balanced by cost "
+        "(a worker reads ~1/bins of the data).",
+    )
+
+
 def deprecated_alias(old: str, new: str, dest: str, is_flag: bool = False, **kwargs):
     """A hidden option ``old`` that still works for one release, with a deprecation message
     naming ``new``; its value lands in ``dest`` (merge it with :func:`pick`)."""

@@ -14,6 +14,7 @@ from episodekit.cli.common import (
     fail_cleanly,
     force_option,
     json_option,
+    locality_option,
     parse_int_list,
     pick,
 )
@@ -80,6 +81,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
     show_default=True,
     help="Equal samples per bin: trim heavier bins to the lightest, or wrap lighter ones.",
 )
+@locality_option(default="none")
 @force_option
 @json_option
 def plan_command(
@@ -91,6 +93,7 @@ def plan_command(
     split_long: bool,
     seed: int,
     policy: str,
+    locality: str,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -118,6 +121,7 @@ def plan_command(
             seed=seed,
             force=force,
             policy=policy,
+            locality=locality,
         )
     if as_json:
         skip = ("items", "bin_offsets", "bin_cost", "bin_frames")

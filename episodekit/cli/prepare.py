@@ -15,6 +15,7 @@ from episodekit.cli.common import (
     force_option,
     jobs_option,
     json_option,
+    locality_option,
     parse_int_list,
     target_mb_option,
 )
@@ -53,6 +54,7 @@ from episodekit.cli.common import (
     is_flag=True,
     help="Also copy videos/ into --out (default: meta and data only).",
 )
+@locality_option(default="rowgroup")
 @force_option
 @json_option
 def prepare_command(
@@ -66,6 +68,7 @@ def prepare_command(
     jobs: int | None,
     push_to_hub: str | None,
     include_videos: bool,
+    locality: str,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -100,6 +103,7 @@ def prepare_command(
             include_videos=include_videos,
             force=force,
             progress=say,
+            locality=locality,
         )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:
