@@ -1,0 +1,361 @@
+"""mp4 video through PyAV (the optional ``[video]`` extra): probe, decode in pts order, encode.
+
+One place for the three things every layer needs: ``probe`` demuxes a file without decoding it
+(stream facts + every packet's pts and keyframe flag: what validation and the decoders plan with);
+``VideoFile`` keeps one container open and decodes the frames at given pts in ascending order with
+one seek per run (a seek only when a keyframe lies between the decoder's position and the next
+wanted frame, so a run of nearby frames is decoded forward, never re-sought); ``VideoWriter``
+encodes RGB frames the way LeRobot's recorder does (time base 1/(fps*512), yuv420p, forced
+keyframe at each episode start). Without PyAV every entry point raises
+:class:`EnvironmentProblem` naming what to install.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from episodekit.core.errors import DatasetError, EnvironmentProblem
+
+INSTALL_HINT = "video needs PyAV: pip install 'episodekit[video]' (or: pip install av)"
+TICKS_PER_FRAME = 512  # LeRobot's files: time_base 1/15360 at 30 fps
+ENCODERS = {"av1": "libsvtav1", "h264": "libx264"}
+# Encoder and decoder names that mean the same codec as info.json's ``video.codec``.
+CODEC_ALIASES = {
+    "libsvtav1": "av1",
+    "libaom-av1": "av1",
+    "libdav1d": "av1",
+    "librav1e": "av1",
+    "libx264": "h264",
+    "libopenh264": "h264",
+    "libx265": "hevc",
+    "h265": "hevc",
+    "libvpx-vp9": "vp9",
+}
+
+
+class VideoError(DatasetError):
+    """A video file that cannot be opened, demuxed or decoded, or lacks a requested frame."""
+
+
+class FrameTimestampError(VideoError):
+    """No frame within ``tolerance_s`` of a query (LeRobot's FrameTimestampError)."""
+
+
+def require_av() -> Any:
+    """The ``av`` module, or :class:`EnvironmentProblem` saying what to install."""
+    try:
+        import av
+    except ImportError as exc:  # a third-party optional dependency, not our own module
+        raise EnvironmentProblem(INSTALL_HINT) from exc
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole config otherwise
+    av.logging.set_level(av.logging.ERROR)
+    return av
+
+
+def have_av() -> bool:
+    """Whether PyAV is importable (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("av") is not None
+
+
+def canonical_codec(name: str | None) -> str | None:
+    """``libsvtav1``/``libdav1d``/``av1`` -> ``av1``, ``libx264`` -> ``h264`` (lower case)."""
+    if name is None:
+        return None
+    n = str(name).lower()
+    return CODEC_ALIASES.get(n, n)
+
+
+@dataclass
+class VideoIndex:
+    """What demuxing a file tells without decoding: stream facts, every packet's pts (stream
+    ticks, ascending) and keyframe flag, and the packets' timestamps in seconds."""
+
+    path: str
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str | None
+    fps: float
+    time_base: Fraction
+    pts: np.ndarray
+    keyframe: np.ndarray
+    has_audio: bool
+
+    @property
+    def seconds(self) -> np.ndarray:
+        return self.pts * float(self.time_base)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.pts)
+
+
+def _open(path: str) -> Any:
+    av = require_av()
+    try:
+        return av.open(path)
+    except FileNotFoundError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError) as exc:
+        raise VideoError(f"cannot open video: {exc}", path) from exc
+
+
+def _video_stream(container: Any, path: str) -> Any:
+    if not container.streams.video:
+        raise VideoError("no video stream", path)
+    return container.streams.video[0]
+
+
+def _index_of(container: Any, stream: Any, path: str) -> VideoIndex:
+    av = require_av()
+    pts, key = [], []
+    try:
+        for packet in container.demux(stream):
+            if packet.size == 0 or packet.pts is None:
+                continue
+            pts.append(packet.pts)
+            key.append(packet.is_keyframe)
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"cannot demux video: {exc}", path) from exc
+    p = np.asarray(pts, dtype=np.int64)
+    k = np.asarray(key, dtype=bool)
+    order = np.argsort(p, kind="stable")
+    ctx = stream.codec_context
+    rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+    return VideoIndex(
+        path=path,
+        codec=canonical_codec(ctx.codec.canonical_name) or "",
+        width=int(ctx.width),
+        height=int(ctx.height),
+        pix_fmt=ctx.pix_fmt,
+        fps=float(rate) if rate else 0.0,
+        time_base=Fraction(stream.time_base),
+        pts=p[order],
+        keyframe=k[order],
+        has_audio=bool(container.streams.audio),
+    )
+
+
+def probe(path: str | os.PathLike) -> VideoIndex:
+    """Demux ``path`` (no decoding): stream facts and every packet's pts and keyframe flag.
+    Raises :class:`VideoError` when the file is not a readable video."""
+    path = os.fspath(path)
+    container = _open(path)
+    try:
+        return _index_of(container, _video_stream(container, path), path)
+    finally:
+        container.close()
+
+
+def _to_array(frame: Any, fmt: str, size: tuple[int, int] | None) -> np.ndarray:
+    if size is None:
+        return frame.to_ndarray(format=fmt)
+    return frame.to_ndarray(format=fmt, height=size[0], width=size[1])
+
+
+class VideoFile:
+    """One open mp4 whose frames are decoded in ascending pts order, seeking only when a keyframe
+    lies between the decoder's position and the next wanted frame.
+
+    ``threads``: decoder threads (1 suits small frames and DataLoader workers; 0 = FFmpeg's
+    choice). ``size``: optional (height, width) resize. Frames are uint8 HWC in ``fmt``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        threads: int = 1,
+        size: tuple[int, int] | None = None,
+        fmt: str = "rgb24",
+    ):
+        self.path = os.fspath(path)
+        self.size = size
+        self.fmt = fmt
+        self.container = _open(self.path)
+        stream = _video_stream(self.container, self.path)
+        self.index = _index_of(self.container, stream, self.path)
+        self.container.seek(0, stream=stream)
+        stream.codec_context.thread_count = threads
+        if threads != 1:
+            stream.thread_type = "AUTO"
+        self.stream = stream
+        self._frames: Any = None  # the decode generator since the last seek
+        self._pos = -1  # pts of the last decoded frame (-1: must seek)
+        self.seeks = 0
+        self.decoded = 0
+        self._key_pts = self.index.pts[self.index.keyframe]
+
+    def close(self) -> None:
+        self.container.close()
+
+    def nearest(
+        self, seconds: np.ndarray | Sequence[float], tolerance_s: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """pts of the frame closest to each query time, and |that frame's time - query| (seconds).
+        Raises :class:`FrameTimestampError` when one is farther than ``tolerance_s``."""
+        q = np.asarray(seconds, dtype=np.float64)
+        t = self.index.seconds
+        if len(t) == 0:
+            raise FrameTimestampError("video has no frames", self.path)
+        j = np.clip(np.searchsorted(t, q), 1, max(1, len(t) - 1))
+        left = np.clip(j - 1, 0, len(t) - 1)
+        right = np.clip(j, 0, len(t) - 1)
+        pick = np.where(np.abs(t[left] - q) <= np.abs(t[right] - q), left, right)
+        dist = np.abs(t[pick] - q)
+        bad = dist > tolerance_s
+        if bad.any():
+            b = int(np.flatnonzero(bad)[0])
+            raise FrameTimestampError(
+                f"no frame within tolerance_s={tolerance_s:g} of t={q[b]:.6f}s "
+                f"(closest {t[pick[b]]:.6f}s; {len(t)} frames, {t[0]:.4f}..{t[-1]:.4f}s)",
+                self.path,
+            )
+        return self.index.pts[pick], dist
+
+    def _must_seek(self, target: int) -> bool:
+        if self._pos < 0 or target <= self._pos:
+            return True
+        # A keyframe in (pos, target]: seeking there is never slower than decoding forward.
+        k = np.searchsorted(self._key_pts, self._pos, side="right")
+        return k < len(self._key_pts) and self._key_pts[k] <= target
+
+    def _seek(self, target: int) -> None:
+        av = require_av()
+        try:
+            self.container.seek(int(target), stream=self.stream, backward=True, any_frame=False)
+        except av.error.FFmpegError as exc:
+            raise VideoError(f"cannot seek to pts {target}: {exc}", self.path) from exc
+        self._frames = self.container.decode(self.stream)
+        self._pos = -1
+        self.seeks += 1
+
+    def read_pts(self, pts: Iterable[int]) -> dict[int, np.ndarray]:
+        """Frames at the given pts (each must be in ``index.pts``), decoded in ascending order."""
+        av = require_av()
+        out: dict[int, np.ndarray] = {}
+        for target in sorted(set(int(p) for p in pts)):
+            if self._must_seek(target):
+                self._seek(target)
+            while True:
+                try:
+                    frame = next(self._frames)
+                except StopIteration:
+                    self._pos = -1
+                    raise VideoError(f"frame at pts {target} not found", self.path) from None
+                except av.error.FFmpegError as exc:
+                    self._pos = -1
+                    raise VideoError(f"cannot decode: {exc}", self.path) from exc
+                self.decoded += 1
+                fp = frame.pts if frame.pts is not None else -1
+                self._pos = fp
+                if fp == target:
+                    out[target] = _to_array(frame, self.fmt, self.size)
+                    break
+                if fp > target:
+                    self._pos = -1
+                    raise VideoError(f"frame at pts {target} not decoded (got {fp})", self.path)
+        return out
+
+    def read_seconds(self, seconds: Sequence[float], tolerance_s: float) -> list[np.ndarray]:
+        """Frames closest to each query time (LeRobot's tolerance rule), in query order."""
+        pts, _ = self.nearest(seconds, tolerance_s)
+        frames = self.read_pts(pts.tolist())
+        return [frames[int(p)] for p in pts]
+
+
+def decode_all(path: str | os.PathLike, threads: int = 0) -> int:
+    """Decode every frame of ``path`` (no conversion); the count. :class:`VideoError` on failure."""
+    av = require_av()
+    path = os.fspath(path)
+    container = _open(path)
+    try:
+        stream = _video_stream(container, path)
+        stream.codec_context.thread_count = threads
+        stream.thread_type = "AUTO"
+        n = 0
+        for _ in container.decode(stream):
+            n += 1
+        return n
+    except av.error.FFmpegError as exc:
+        raise VideoError(f"cannot decode: {exc}", path) from exc
+    finally:
+        container.close()
+
+
+class VideoWriter:
+    """Encode RGB uint8 frames into an mp4 the way LeRobot's recorder does: time base
+    1/(fps*512), one packet per frame, ``keyframe=True`` forces a keyframe (episode starts).
+
+    ``codec``: ``av1`` (libsvtav1) or ``h264`` (libx264), or an FFmpeg encoder name; ``gop``:
+    keyframe interval; ``crf``; ``faststart`` moves the index to the front (random access over
+    HTTP starts without reading the file's end). Use as a context manager.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        width: int,
+        height: int,
+        fps: int,
+        codec: str = "av1",
+        gop: int = 2,
+        crf: int = 30,
+        pix_fmt: str = "yuv420p",
+        faststart: bool = False,
+        preset: str | None = None,
+    ):
+        av = require_av()
+        self.path = os.fspath(path)
+        encoder = ENCODERS.get(codec, codec)
+        if encoder not in av.codecs_available:
+            raise EnvironmentProblem(f"this PyAV build has no {encoder} encoder ({INSTALL_HINT})")
+        options = {"movflags": "faststart"} if faststart else {}
+        self.container = av.open(self.path, "w", format="mp4", options=options)
+        stream = self.container.add_stream(encoder, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+        stream.time_base = Fraction(1, int(fps) * TICKS_PER_FRAME)
+        stream.codec_context.gop_size = gop
+        opts = {"crf": str(crf)}
+        if encoder == "libsvtav1":
+            opts["preset"] = preset or "10"
+        elif encoder == "libx264":
+            opts["preset"] = preset or "veryfast"
+        stream.options = opts
+        self.stream = stream
+        self._av = av
+        self._n = 0
+
+    def write(self, frames: np.ndarray, keyframe_first: bool = True) -> None:
+        """Append frames (N, H, W, 3 uint8); the first becomes a keyframe when asked."""
+        av = self._av
+        for j, img in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+            frame.pts = self._n * TICKS_PER_FRAME
+            frame.time_base = self.stream.time_base
+            if j == 0 and keyframe_first:
+                frame.pict_type = av.video.frame.PictureType.I
+            for packet in self.stream.encode(frame):
+                self.container.mux(packet)
+            self._n += 1
+
+    def close(self) -> None:
+        for packet in self.stream.encode():
+            self.container.mux(packet)
+        self.container.close()
+
+    def __enter__(self) -> VideoWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.container.close()
