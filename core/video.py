@@ -59,10 +59,12 @@ def require_av() -> Any:
 
 
 def have_av() -> bool:
-    """Whether PyAV is importable (without importing it)."""
-    import importlib.util
-
-    return importlib.util.find_spec("av") is not None
+    """Whether PyAV can be imported."""
+    try:
+        require_av()
+    except EnvironmentProblem:
+        return False
+    return True
 
 
 def canonical_codec(name: str | None) -> str | None:
@@ -98,10 +100,10 @@ class VideoIndex:
         return len(self.pts)
 
 
-def _open(path: str) -> Any:
+def _open(path: str, fileobj: Any = None) -> Any:
     av = require_av()
     try:
-        return av.open(path)
+        return av.open(path if fileobj is None else fileobj)
     except FileNotFoundError:
         raise
     except (av.error.FFmpegError, OSError, ValueError) as exc:
@@ -144,11 +146,12 @@ def _index_of(container: Any, stream: Any, path: str) -> VideoIndex:
     )
 
 
-def probe(path: str | os.PathLike) -> VideoIndex:
+def probe(path: str | os.PathLike, fileobj: Any = None) -> VideoIndex:
     """Demux ``path`` (no decoding): stream facts and every packet's pts and keyframe flag.
-    Raises :class:`VideoError` when the file is not a readable video."""
+    ``fileobj``: read from this open binary file instead (e.g. an fsspec file; ``path`` then only
+    names it). Raises :class:`VideoError` when the file is not a readable video."""
     path = os.fspath(path)
-    container = _open(path)
+    container = _open(path, fileobj)
     try:
         return _index_of(container, _video_stream(container, path), path)
     finally:
@@ -271,11 +274,11 @@ class VideoFile:
         return [frames[int(p)] for p in pts]
 
 
-def decode_all(path: str | os.PathLike, threads: int = 0) -> int:
+def decode_all(path: str | os.PathLike, threads: int = 0, fileobj: Any = None) -> int:
     """Decode every frame of ``path`` (no conversion); the count. :class:`VideoError` on failure."""
     av = require_av()
     path = os.fspath(path)
-    container = _open(path)
+    container = _open(path, fileobj)
     try:
         stream = _video_stream(container, path)
         stream.codec_context.thread_count = threads

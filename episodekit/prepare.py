@@ -247,7 +247,7 @@ def prepare(
             return "skipped", {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}, []
         say("validating")
         # A copy prepared without its videos cannot have them checked (and is not meant to).
-        checks = "all,-info.videos" if out is not None and not include_videos else None
+        checks = "all,-info.videos,-video" if out is not None and not include_videos else None
         report = validate(str(work), checks=checks, executor=executor)
         d = report.to_dict()
         detail = {
