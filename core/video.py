@@ -24,6 +24,7 @@ from episodekit.core.errors import DatasetError, EnvironmentProblem
 
 INSTALL_HINT = "video needs PyAV: pip install 'episodekit[video]' (or: pip install av)"
 TICKS_PER_FRAME = 512  # LeRobot's files: time_base 1/15360 at 30 fps
+SEEK_COST_FRAMES = 1  # a seek (demuxer reposition + decoder flush) costs about one frame decode
 ENCODERS = {"av1": "libsvtav1", "h264": "libx264"}
 # Encoder and decoder names that mean the same codec as info.json's ``video.codec``.
 CODEC_ALIASES = {
@@ -194,7 +195,7 @@ class VideoFile:
         self._pos = -1  # pts of the last decoded frame (-1: must seek)
         self.seeks = 0
         self.decoded = 0
-        self._key_pts = self.index.pts[self.index.keyframe]
+        self._key_pos = np.flatnonzero(self.index.keyframe)
 
     def close(self) -> None:
         self.container.close()
@@ -224,11 +225,18 @@ class VideoFile:
         return self.index.pts[pick], dist
 
     def _must_seek(self, target: int) -> bool:
+        """Seek when going back, or when decoding forward would pass more unwanted frames than
+        seeking to the last keyframe before ``target`` (plus one frame for the seek itself):
+        consecutive frames are never re-sought, far jumps are."""
         if self._pos < 0 or target <= self._pos:
             return True
-        # A keyframe in (pos, target]: seeking there is never slower than decoding forward.
-        k = np.searchsorted(self._key_pts, self._pos, side="right")
-        return k < len(self._key_pts) and self._key_pts[k] <= target
+        pts = self.index.pts
+        here = int(np.searchsorted(pts, self._pos))
+        there = int(np.searchsorted(pts, target))
+        k = int(np.searchsorted(self._key_pos, there, side="right")) - 1
+        if k < 0 or self._key_pos[k] <= here:
+            return False  # no keyframe in between: forward is the only way
+        return there - here - 1 > there - int(self._key_pos[k]) + SEEK_COST_FRAMES
 
     def _seek(self, target: int) -> None:
         av = require_av()
