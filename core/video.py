@@ -12,8 +12,10 @@ keyframe at each episode start). Without PyAV every entry point raises
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable, Sequence
+import struct
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -117,19 +119,26 @@ def _video_stream(container: Any, path: str) -> Any:
     return container.streams.video[0]
 
 
-def _index_of(container: Any, stream: Any, path: str) -> VideoIndex:
+def _index_of(
+    container: Any, stream: Any, path: str, samples: tuple[np.ndarray, np.ndarray] | None = None
+) -> VideoIndex:
+    """The file's :class:`VideoIndex`: from ``samples`` (the mp4 sample tables) when they agree
+    with the stream's frame count, else by demuxing every packet."""
     av = require_av()
-    pts, key = [], []
-    try:
-        for packet in container.demux(stream):
-            if packet.size == 0 or packet.pts is None:
-                continue
-            pts.append(packet.pts)
-            key.append(packet.is_keyframe)
-    except (av.error.FFmpegError, OSError) as exc:
-        raise VideoError(f"cannot demux video: {exc}", path) from exc
-    p = np.asarray(pts, dtype=np.int64)
-    k = np.asarray(key, dtype=bool)
+    if samples is not None and len(samples[0]) == stream.frames:
+        p, k = samples
+    else:
+        pts, key = [], []
+        try:
+            for packet in container.demux(stream):
+                if packet.size == 0 or packet.pts is None:
+                    continue
+                pts.append(packet.pts)
+                key.append(packet.is_keyframe)
+        except (av.error.FFmpegError, OSError) as exc:
+            raise VideoError(f"cannot demux video: {exc}", path) from exc
+        p = np.asarray(pts, dtype=np.int64)
+        k = np.asarray(key, dtype=bool)
     order = np.argsort(p, kind="stable")
     ctx = stream.codec_context
     rate = stream.average_rate or stream.guessed_rate or stream.base_rate
@@ -147,14 +156,131 @@ def _index_of(container: Any, stream: Any, path: str) -> VideoIndex:
     )
 
 
-def probe(path: str | os.PathLike, fileobj: Any = None) -> VideoIndex:
-    """Demux ``path`` (no decoding): stream facts and every packet's pts and keyframe flag.
-    ``fileobj``: read from this open binary file instead (e.g. an fsspec file; ``path`` then only
-    names it). Raises :class:`VideoError` when the file is not a readable video."""
+def _boxes(buf: bytes, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
+    """ISO-BMFF boxes in buf[start:end]: (type, payload start, box end)."""
+    pos = start
+    while pos + 8 <= end:
+        size, typ = struct.unpack_from(">I4s", buf, pos)
+        head = 8
+        if size == 1:
+            (size,) = struct.unpack_from(">Q", buf, pos + 8)
+            head = 16
+        elif size == 0:
+            size = end - pos
+        if size < head or pos + size > end:
+            raise ValueError(f"box {typ!r} at {pos} overruns its parent")
+        yield typ, pos + head, pos + size
+        pos += size
+
+
+def _child(buf: bytes, start: int, end: int, typ: bytes) -> tuple[int, int] | None:
+    return next(((a, b) for t, a, b in _boxes(buf, start, end) if t == typ), None)
+
+
+def _read_moov(fh: Any, name: str) -> bytes | None:
+    """The ``moov`` payload, walking top-level boxes by their headers only. None for a
+    fragmented file; :class:`VideoError` for a file cut short (a box past the end)."""
+    fh.seek(0, os.SEEK_END)
+    total = fh.tell()
+    pos, moov = 0, None
+    while pos + 8 <= total:
+        fh.seek(pos)
+        head = fh.read(16)
+        size, typ = struct.unpack_from(">I4s", head, 0)
+        hlen = 8
+        if size == 1:
+            (size,) = struct.unpack_from(">Q", head, 8)
+            hlen = 16
+        elif size == 0:
+            size = total - pos
+        if size < hlen:
+            raise VideoError(f"bad box header at byte {pos}", name)
+        if pos + size > total:
+            raise VideoError(
+                f"file is truncated: box {typ.decode('latin-1')!r} ends at byte {pos + size}, "
+                f"the file has {total}",
+                name,
+            )
+        if typ == b"moof":
+            return None
+        if typ == b"moov":
+            fh.seek(pos + hlen)
+            moov = fh.read(size - hlen)
+        pos += size
+    return moov
+
+
+def _u32(buf: bytes, start: int, count: int) -> np.ndarray:
+    return np.frombuffer(buf, dtype=">u4", count=count, offset=start).astype(np.int64)
+
+
+def mp4_samples(fh: Any, name: str = "") -> tuple[np.ndarray, np.ndarray] | None:
+    """(pts in stream ticks, keyframe flags), in decode order, of the first video track of an
+    mp4 read from its sample tables (stts, ctts, stss, elst) with numpy: no packet is read.
+    None when the file is not a plain mp4 this reader understands (fragmented, several edits),
+    so callers fall back to demuxing. Raises :class:`VideoError` for a truncated file."""
+    moov = _read_moov(fh, name)
+    if moov is None:
+        return None
+    for typ, a, b in _boxes(moov, 0, len(moov)):
+        if typ != b"trak":
+            continue
+        mdia = _child(moov, a, b, b"mdia")
+        hdlr = mdia and _child(moov, *mdia, b"hdlr")
+        if not hdlr or moov[hdlr[0] + 8 : hdlr[0] + 12] != b"vide":
+            continue
+        stbl = _child(moov, *_child(moov, *mdia, b"minf"), b"stbl")
+        stts = _child(moov, *stbl, b"stts")
+        (n,) = struct.unpack_from(">I", moov, stts[0] + 4)
+        pairs = _u32(moov, stts[0] + 8, 2 * n).reshape(-1, 2)
+        deltas = np.repeat(pairs[:, 1], pairs[:, 0])
+        dts = np.concatenate([[0], np.cumsum(deltas)[:-1]]) if len(deltas) else deltas
+        pts = dts.copy()
+        ctts = _child(moov, *stbl, b"ctts")
+        if ctts:
+            (n,) = struct.unpack_from(">I", moov, ctts[0] + 4)
+            raw = np.frombuffer(moov, dtype=">u4", count=2 * n, offset=ctts[0] + 8).reshape(-1, 2)
+            off = raw[:, 1].astype(np.uint32).view(np.int32).astype(np.int64)  # v1: signed
+            pts = pts + np.repeat(off, raw[:, 0].astype(np.int64))[: len(pts)]
+        edts = _child(moov, a, b, b"edts")
+        elst = edts and _child(moov, *edts, b"elst")
+        if elst:
+            version = moov[elst[0]]
+            (n,) = struct.unpack_from(">I", moov, elst[0] + 4)
+            if n != 1:
+                return None
+            fmt = ">Qq" if version == 1 else ">Ii"
+            _, media_time = struct.unpack_from(fmt, moov, elst[0] + 8)
+            pts = pts - max(0, media_time)
+        stss = _child(moov, *stbl, b"stss")
+        key = np.ones(len(pts), dtype=bool)
+        if stss:
+            (n,) = struct.unpack_from(">I", moov, stss[0] + 4)
+            key[:] = False
+            key[_u32(moov, stss[0] + 8, n) - 1] = True
+        return pts, key
+    return None
+
+
+def probe(path: str | os.PathLike, fileobj: Any = None, demux: bool = False) -> VideoIndex:
+    """Stream facts and every frame's pts and keyframe flag of ``path``, without decoding: read
+    from the mp4 sample tables (no packet is read; ``demux=True`` or a file those tables do not
+    describe: by demuxing every packet). ``fileobj``: read from this open binary file instead
+    (e.g. an fsspec file; ``path`` then only names it). Raises :class:`VideoError` when the file
+    is not a readable video (cut short, no video stream, not a container FFmpeg reads)."""
     path = os.fspath(path)
+    samples = None
+    if not demux:
+        with contextlib.ExitStack() as stack:
+            fh = fileobj if fileobj is not None else stack.enter_context(open(path, "rb"))
+            try:
+                samples = mp4_samples(fh, path)
+            except (ValueError, TypeError, struct.error, IndexError):
+                samples = None  # not an mp4 these tables describe: demux instead
+            fh.seek(0)
     container = _open(path, fileobj)
     try:
-        return _index_of(container, _video_stream(container, path), path)
+        return _index_of(container, _video_stream(container, path), path, samples)
     finally:
         container.close()
 

@@ -220,3 +220,28 @@ def test_without_pyav_validate_warns_once_on_a_video_root(tmp_path, make_sample)
     [finding] = report["findings"]
     assert finding["check"] == "video.readable" and finding["severity"] == "warning"
     assert "pip install" in finding["message"]
+
+
+@pytest.mark.parametrize("codec,preset,faststart", [("av1", "10", False), ("h264", "medium", True)])
+def test_sample_tables_give_the_demuxed_timestamps(tmp_path, codec, preset, faststart):
+    """The demux-free index (mp4 sample tables) equals demuxing every packet, B-frames too."""
+    pytest.importorskip("av")
+    from episodekit.core.video import VideoWriter, probe
+    from episodekit.sample import synthetic_frames
+
+    path = tmp_path / "v.mp4"
+    with VideoWriter(
+        path, 64, 48, 30, codec=codec, gop=50, preset=preset, faststart=faststart
+    ) as w:
+        for a in range(0, 120, 23):  # episodes of 23 frames, each starting on a keyframe
+            w.write(synthetic_frames(np.arange(a, min(120, a + 23)), 48, 64), True)
+    fast, slow = probe(path), probe(path, demux=True)
+    np.testing.assert_array_equal(fast.pts, slow.pts)
+    np.testing.assert_array_equal(fast.keyframe, slow.keyframe)
+    assert fast.keyframe[np.arange(0, 120, 23)].all() and fast.num_frames == 120
+    # Cut short (index at the front with faststart, or at the end): a clear VideoError.
+    from episodekit.core.video import VideoError
+
+    path.write_bytes(path.read_bytes()[: path.stat().st_size - 100])
+    with pytest.raises(VideoError, match="truncated|cannot"):
+        probe(path)
