@@ -50,14 +50,22 @@ class FrameTimestampError(VideoError):
     """No frame within ``tolerance_s`` of a query (LeRobot's FrameTimestampError)."""
 
 
+_AV: Any = None
+
+
 def require_av() -> Any:
     """The ``av`` module, or :class:`EnvironmentProblem` saying what to install."""
+    global _AV
+    if _AV is not None:
+        return _AV
     try:
         import av
+        import av.video.reformatter
     except ImportError as exc:  # a third-party optional dependency, not our own module
         raise EnvironmentProblem(INSTALL_HINT) from exc
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole config otherwise
     av.logging.set_level(av.logging.ERROR)
+    _AV = av
     return av
 
 
@@ -285,10 +293,15 @@ def probe(path: str | os.PathLike, fileobj: Any = None, demux: bool = False) -> 
         container.close()
 
 
-def _to_array(frame: Any, fmt: str, size: tuple[int, int] | None) -> np.ndarray:
-    if size is None:
-        return frame.to_ndarray(format=fmt)
-    return frame.to_ndarray(format=fmt, height=size[0], width=size[1])
+def _to_array(
+    frame: Any, fmt: str, size: tuple[int, int] | None, reformatter: Any = None
+) -> np.ndarray:
+    """``frame`` as a uint8 array through FFmpeg's default conversion (LeRobot's); a reused
+    ``reformatter`` keeps one conversion context instead of one per frame (~5x faster)."""
+    h, w = (None, None) if size is None else size
+    if reformatter is None:
+        return frame.to_ndarray(format=fmt, width=w, height=h)
+    return reformatter.reformat(frame, format=fmt, width=w, height=h).to_ndarray()
 
 
 class VideoFile:
@@ -309,14 +322,20 @@ class VideoFile:
         self.path = os.fspath(path)
         self.size = size
         self.fmt = fmt
+        with open(self.path, "rb") as fh:
+            try:
+                samples = mp4_samples(fh, self.path)
+            except (ValueError, TypeError, struct.error, IndexError):
+                samples = None
         self.container = _open(self.path)
         stream = _video_stream(self.container, self.path)
-        self.index = _index_of(self.container, stream, self.path)
+        self.index = _index_of(self.container, stream, self.path, samples)
         self.container.seek(0, stream=stream)
         stream.codec_context.thread_count = threads
         if threads != 1:
             stream.thread_type = "AUTO"
         self.stream = stream
+        self._reformatter = require_av().video.reformatter.VideoReformatter()
         self._frames: Any = None  # the decode generator since the last seek
         self._pos = -1  # pts of the last decoded frame (-1: must seek)
         self.seeks = 0
@@ -394,7 +413,7 @@ class VideoFile:
                 fp = frame.pts if frame.pts is not None else -1
                 self._pos = fp
                 if fp == target:
-                    out[target] = _to_array(frame, self.fmt, self.size)
+                    out[target] = _to_array(frame, self.fmt, self.size, self._reformatter)
                     break
                 if fp > target:
                     self._pos = -1

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 BACKENDS = ("pyav",)
-DEFAULT_MAX_OPEN = 8
+DEFAULT_MAX_OPEN = 32  # open files per process (a container, its index and a decoder each)
 
 
 class PyAVBackend:
