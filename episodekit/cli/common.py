@@ -60,7 +60,8 @@ def cost_option(name: str = "--cost"):
         type=click.Choice(list(COST_MODELS)),
         default="frames",
         show_default=True,
-        help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes.",
+        help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes; "
+        "decode: measured video decode seconds (PyAV).",
     )
 
 
