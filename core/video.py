@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -427,6 +428,33 @@ class VideoFile:
         return [frames[int(p)] for p in pts]
 
 
+def container_comment(path: str | os.PathLike) -> str | None:
+    """The container's ``comment`` tag (where ``prep videos`` records its settings)."""
+    container = _open(os.fspath(path))
+    try:
+        return container.metadata.get("comment")
+    finally:
+        container.close()
+
+
+def random_access_seconds(
+    path: str | os.PathLike, frames: int = 16, seed: int = 0, threads: int = 1
+) -> float:
+    """Measured seconds per frame when ``frames`` random frames of ``path`` are read one at a time
+    (each sought: the access pattern of a shuffled epoch), RGB conversion included."""
+    vf = VideoFile(path, threads=threads)
+    try:
+        rng = np.random.default_rng(seed)
+        picks = rng.choice(vf.index.pts, size=min(frames, vf.index.num_frames), replace=False)
+        t0 = time.perf_counter()
+        for p in picks.tolist():
+            vf._pos = -1  # force the seek a random access pays
+            vf.read_pts([p])
+        return (time.perf_counter() - t0) / max(1, len(picks))
+    finally:
+        vf.close()
+
+
 def decode_all(path: str | os.PathLike, threads: int = 0, fileobj: Any = None) -> int:
     """Decode every frame of ``path`` (no conversion); the count. :class:`VideoError` on failure."""
     av = require_av()
@@ -467,6 +495,8 @@ class VideoWriter:
         pix_fmt: str = "yuv420p",
         faststart: bool = False,
         preset: str | None = None,
+        time_base: Fraction | None = None,
+        comment: str | None = None,
     ):
         av = require_av()
         self.path = os.fspath(path)
@@ -475,9 +505,11 @@ class VideoWriter:
             raise EnvironmentProblem(f"this PyAV build has no {encoder} encoder ({INSTALL_HINT})")
         options = {"movflags": "faststart"} if faststart else {}
         self.container = av.open(self.path, "w", format="mp4", options=options)
+        if comment is not None:
+            self.container.metadata["comment"] = comment
         stream = self.container.add_stream(encoder, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
-        stream.time_base = Fraction(1, int(fps) * TICKS_PER_FRAME)
+        stream.time_base = time_base or Fraction(1, int(fps) * TICKS_PER_FRAME)
         stream.codec_context.gop_size = gop
         opts = {"crf": str(crf)}
         if encoder == "libsvtav1":
@@ -501,6 +533,21 @@ class VideoWriter:
             for packet in self.stream.encode(frame):
                 self.container.mux(packet)
             self._n += 1
+
+    def write_frame(self, frame: Any, pts: int, keyframe: bool) -> None:
+        """Append a decoded ``av.VideoFrame`` at ``pts`` (stream ticks), converted to the stream's
+        pixel format when needed; ``keyframe`` forces a keyframe (else the encoder's GOP)."""
+        av = self._av
+        if frame.format.name != self.stream.pix_fmt:
+            frame = frame.reformat(format=self.stream.pix_fmt)
+        frame.pts = int(pts)
+        frame.time_base = self.stream.time_base
+        frame.pict_type = (
+            av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
+        )
+        for packet in self.stream.encode(frame):
+            self.container.mux(packet)
+        self._n += 1
 
     def close(self) -> None:
         for packet in self.stream.encode():

@@ -23,7 +23,6 @@ metadata (key ``episodekit.costs``) so a reader can tell a stale table from a fr
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import polars as pl
@@ -175,9 +174,8 @@ def decode_seconds(
 ) -> dict[str, float]:
     """Measured seconds per frame of every referenced mp4 (relative path -> s/frame): decode
     ``sample_frames`` random frames of it one at a time, as random access does."""
-    from episodekit.core.video import VideoFile
+    from episodekit.core.video import random_access_seconds
 
-    rng = np.random.default_rng(seed)
     out: dict[str, float] = {}
     for key in ds.video_keys:
         chunk = ds.column(f"videos/{key}/chunk_index")
@@ -187,16 +185,9 @@ def decode_seconds(
             full = ds.join(rel)
             if not ds.fs.exists(full):
                 raise MissingFileError(f"video file of camera {key!r} is missing", full)
-            vf = VideoFile(full, threads=DECODE_SETTINGS["threads"])
-            try:
-                picks = rng.choice(vf.index.pts, size=min(sample_frames, vf.index.num_frames))
-                t0 = time.perf_counter()
-                for p in picks.tolist():
-                    vf._pos = -1  # random access: every frame is sought, as in a shuffled epoch
-                    vf.read_pts([p])
-                out[rel] = (time.perf_counter() - t0) / max(1, len(picks))
-            finally:
-                vf.close()
+            out[rel] = random_access_seconds(
+                full, sample_frames, seed=seed, threads=DECODE_SETTINGS["threads"]
+            )
     return out
 
 
