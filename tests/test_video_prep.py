@@ -133,3 +133,17 @@ def test_without_pyav_prep_videos_says_what_to_install(tmp_path, make_sample):
     )
     assert proc.returncode == 2
     assert "pip install 'episodekit[video]'" in proc.stderr
+
+
+def test_prepare_videos_gop_reencodes_once(make_sample):
+    from episodekit.prepare import prepare
+
+    root = make_sample(**SPEC)
+    first = prepare(str(root), world_sizes=(2,), num_workers=1, jobs=1, videos_gop=4)
+    steps = {s.name: s for s in first.steps}
+    assert first.ok and steps["videos"].status == "done"
+    assert "meta/info.json" in steps["videos"].changed
+    for rel in _mp4s(root):
+        assert np.diff(np.flatnonzero(probe(root / rel).keyframe)).max() <= 4
+    second = prepare(str(root), world_sizes=(2,), num_workers=1, jobs=1, videos_gop=4)
+    assert {s.name: s.status for s in second.steps}["videos"] == "skipped"

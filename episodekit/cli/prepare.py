@@ -53,6 +53,14 @@ from episodekit.cli.common import (
     is_flag=True,
     help="Also copy videos/ into --out (default: meta and data only).",
 )
+@click.option(
+    "--videos-gop",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Also re-encode the videos for random access with keyframes every N frames "
+    "(`prep videos`; needs PyAV; with --out also pass --videos).",
+)
 @force_option
 @json_option
 def prepare_command(
@@ -66,6 +74,7 @@ def prepare_command(
     jobs: int | None,
     push_to_hub: str | None,
     include_videos: bool,
+    videos_gop: int | None,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -98,6 +107,7 @@ def prepare_command(
             jobs=jobs,
             push_to_hub=push_to_hub,
             include_videos=include_videos,
+            videos_gop=videos_gop,
             force=force,
             progress=say,
         )
