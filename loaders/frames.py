@@ -229,14 +229,15 @@ class FrameDataset:
                 q = win + g
                 ts = start[k] + pool["timestamp"][np.clip(q, s, e - 1) + base].astype(np.float64)
                 out[f"{key}_is_pad"] = (q < s) | (q >= e)
-            out[key] = self._video_value(paths[k], ts)
+            out[key] = self._video_value(paths[k], ts, start[k], self._len_l[k])
         return out
 
-    def _video_value(self, paths: Any, ts: Any) -> Any:
-        """Video hook: decoded uint8 frames with a backend, else ``{"path", "timestamp"}``."""
+    def _video_value(self, paths: Any, ts: Any, ep_start: Any, ep_len: Any) -> Any:
+        """Video hook: decoded uint8 frames with a backend (told the episode's start in the file
+        and its length), else ``{"path", "timestamp"}``."""
         if self.video_backend is None:
             return {"path": paths, "timestamp": ts}
-        return self.video_backend.decode(paths, ts)
+        return self.video_backend.decode(paths, ts, ep_start, ep_len)
 
     # -- batches -----------------------------------------------------------------------------
 
@@ -283,7 +284,7 @@ class FrameDataset:
         for key, (paths, start) in self._video.items():
             ts = values[video_req[key]].astype(np.float64)
             ts = ts + (start[k] if ts.ndim == 1 else start[k][:, None])
-            out[key] = self._video_value(paths[k], ts)
+            out[key] = self._video_value(paths[k], ts, start[k], self._len[k])
         return out
 
     def _task_strings(self, task_index: np.ndarray) -> list[str]:

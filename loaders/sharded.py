@@ -97,6 +97,7 @@ class ShardedLoader:
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
         speed: bool = True,
+        video_backend: Any = None,
     ):
         ds = as_dataset(root)
         if rank is None or world_size is None:
@@ -142,6 +143,7 @@ class ShardedLoader:
             tolerance_s=tolerance_s,
             cache_mb=cache_mb,
             speed=speed,
+            video_backend=video_backend,  # video hook: a chunk's frames decode in pts order
         )
         self.epoch = 0
         self.position = 0

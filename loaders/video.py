@@ -51,6 +51,7 @@ class PyAVBackend:
         size: tuple[int, int] | None = None,
         channels_first: bool = False,
         threads: int = 1,
+        episode_cache_mb: float = 0,
     ):
         require_av()
         self.tolerance_s = tolerance_s
@@ -60,16 +61,21 @@ class PyAVBackend:
         self.threads = threads
         self._files: OrderedDict[str, VideoFile] = OrderedDict()
         self._pid = os.getpid()
+        self.episode_cache_bytes = int(episode_cache_mb * 1024 * 1024)
+        self._episodes: OrderedDict[tuple[str, int], dict[int, np.ndarray]] = OrderedDict()
+        self._episode_bytes = 0
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_files"] = OrderedDict()  # open files do not cross process boundaries
+        state["_episodes"], state["_episode_bytes"] = OrderedDict(), 0
         return state
 
     def file(self, path: str) -> VideoFile:
         """The open :class:`VideoFile` for ``path`` (opened, and the oldest closed, on a miss)."""
         if os.getpid() != self._pid:  # forked (DataLoader worker): never share decoders
             self._files = OrderedDict()
+            self._episodes, self._episode_bytes = OrderedDict(), 0
             self._pid = os.getpid()
         vf = self._files.get(path)
         if vf is not None:
@@ -90,22 +96,72 @@ class PyAVBackend:
     def _finish(self, frames: np.ndarray) -> np.ndarray:
         return np.moveaxis(frames, -1, -3) if self.channels_first else frames
 
-    def decode(self, path: str | np.ndarray, seconds: float | np.ndarray) -> np.ndarray:
+    def _episode_frames(self, path: str, start_s: float, n: int) -> dict[int, np.ndarray]:
+        """All ``n`` frames of the episode starting at ``start_s`` in ``path`` (pts -> frame),
+        decoded once in timestamp order and kept in an LRU bounded by ``episode_cache_mb``."""
+        vf = self.file(path)
+        (p0,), _ = vf.nearest([start_s], self.tolerance_s)
+        key = (path, int(p0))
+        frames = self._episodes.get(key)
+        if frames is not None:
+            self._episodes.move_to_end(key)
+            return frames
+        j0 = int(np.searchsorted(vf.index.pts, p0))
+        frames = vf.read_pts(vf.index.pts[j0 : j0 + int(n)].tolist())
+        self._episodes[key] = frames
+        self._episode_bytes += sum(f.nbytes for f in frames.values())
+        while self._episode_bytes > self.episode_cache_bytes and len(self._episodes) > 1:
+            _, old = self._episodes.popitem(last=False)
+            self._episode_bytes -= sum(f.nbytes for f in old.values())
+        return frames
+
+    def _read(self, path: str, q: list[float], episode: tuple[float, int] | None) -> list:
+        vf = self.file(path)
+        if episode is None or self.episode_cache_bytes <= 0:
+            return vf.read_seconds(q, self.tolerance_s)
+        pts, _ = vf.nearest(q, self.tolerance_s)
+        cached = self._episode_frames(path, float(episode[0]), int(episode[1]))
+        if all(int(p) in cached for p in pts):
+            return [cached[int(p)] for p in pts]
+        return vf.read_seconds(q, self.tolerance_s)
+
+    def decode(
+        self,
+        path: str | np.ndarray,
+        seconds: float | np.ndarray,
+        episode_start: float | np.ndarray | None = None,
+        episode_frames: int | np.ndarray | None = None,
+    ) -> np.ndarray:
         """Frames at ``seconds`` of ``path``: one path and a scalar -> (H, W, 3); one path and
-        (n,) -> (n, H, W, 3); B paths and (B,) or (B, n) times -> a leading batch axis."""
+        (n,) -> (n, H, W, 3); B paths and (B,) or (B, n) times -> a leading batch axis.
+
+        ``episode_start``/``episode_frames`` (per path): the episode the query belongs to (its
+        first frame's time in the file, its length); with ``episode_cache_mb`` the whole episode
+        is decoded once in timestamp order and its frames served from memory (the stream)."""
         t = np.asarray(seconds, dtype=np.float64)
+        with_ep = episode_start is not None and episode_frames is not None
         if isinstance(path, str):
-            frames = self.file(path).read_seconds(t.reshape(-1).tolist(), self.tolerance_s)
+            ep = (float(episode_start), int(episode_frames)) if with_ep else None
+            frames = self._read(path, t.reshape(-1).tolist(), ep)
             out = np.stack(frames)
             return self._finish(out[0] if t.ndim == 0 else out.reshape(*t.shape, *out.shape[1:]))
         paths = np.asarray(path, dtype=object)
         flat_t = t.reshape(len(paths), -1)
         result: list[np.ndarray | None] = [None] * flat_t.size
-        for p in dict.fromkeys(paths.tolist()):
-            rows = np.flatnonzero(paths == p)
-            q = flat_t[rows].reshape(-1)
-            frames = self.file(p).read_seconds(q.tolist(), self.tolerance_s)
-            slots = (rows[:, None] * flat_t.shape[1] + np.arange(flat_t.shape[1])).reshape(-1)
+        width = flat_t.shape[1]
+        if with_ep:
+            starts = np.asarray(episode_start, dtype=np.float64).reshape(-1)
+            counts = np.asarray(episode_frames, dtype=np.int64).reshape(-1)
+            groups = dict.fromkeys(zip(paths.tolist(), starts.tolist(), counts.tolist()))
+        else:
+            groups = dict.fromkeys((p, None, None) for p in paths.tolist())
+        for p, s0, n in groups:
+            sel = paths == p if s0 is None else (paths == p) & (starts == s0)
+            rows = np.flatnonzero(sel)
+            frames = self._read(
+                p, flat_t[rows].reshape(-1).tolist(), None if s0 is None else (s0, n)
+            )
+            slots = (rows[:, None] * width + np.arange(width)).reshape(-1)
             for s, f in zip(slots.tolist(), frames):
                 result[s] = f
         out = np.stack(result)

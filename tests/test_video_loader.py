@@ -147,3 +147,34 @@ def test_decode_episode_is_one_seek_per_run_and_keeps_query_order(make_sample):
     order = np.random.default_rng(1).permutation(hi - lo)
     again = decode_episode(path, ts[order])
     assert [read_frame_code(f) for f in again] == (lo + order).tolist()
+
+
+def test_sharded_loader_decodes_through_the_backend_in_timestamp_order(make_sample):
+    from episodekit.loaders import ShardedLoader
+    from episodekit.metadata.plans import ensure_plans
+
+    root = make_sample(**{**SPEC, "gop": 4})
+    ensure_plans(str(root), [1], 1)
+    backend = PyAVBackend(episode_cache_mb=16)
+    loader = ShardedLoader(
+        root,
+        rank=0,
+        world_size=1,
+        num_workers=1,
+        worker=0,
+        batch_size=16,
+        speed=False,
+        video_backend=backend,
+    )
+    seen = 0
+    for batch in loader:
+        codes = [read_frame_code(f) for f in batch[CAM0]]
+        assert codes == batch["index"].tolist()
+        seen += len(codes)
+    assert seen == len(loader)
+    vfs = list(backend._files.values())
+    decoded = sum(vf.decoded for vf in vfs if "cam0" in vf.path)
+    seeks = sum(vf.seeks for vf in vfs if "cam0" in vf.path)
+    # The pool's episodes are decoded whole, once, in timestamp order: one seek per episode.
+    n_episodes = len(open_dataset(str(root)).column("length"))
+    assert seeks <= n_episodes and decoded == seen
