@@ -346,6 +346,11 @@ class VideoFile:
     def close(self) -> None:
         self.container.close()
 
+    @property
+    def mean_gop(self) -> float:
+        """Frames per keyframe (1: all intra; LeRobot's AV1: 2)."""
+        return self.index.num_frames / max(1, int(self.index.keyframe.sum()))
+
     def nearest(
         self, seconds: np.ndarray | Sequence[float], tolerance_s: float
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 BACKENDS = ("pyav",)
+SHORT_GOP = 4  # mean frames per keyframe up to which the episode cache is not used
 DEFAULT_MAX_OPEN = 32  # open files per process (a container, its index and a decoder each)
 
 
@@ -117,7 +118,8 @@ class PyAVBackend:
 
     def _read(self, path: str, q: list[float], episode: tuple[float, int] | None) -> list:
         vf = self.file(path)
-        if episode is None or self.episode_cache_bytes <= 0:
+        if episode is None or self.episode_cache_bytes <= 0 or vf.mean_gop <= SHORT_GOP:
+            # Short GOPs: a random frame costs at most a few decodes; whole episodes buy nothing.
             return vf.read_seconds(q, self.tolerance_s)
         pts, _ = vf.nearest(q, self.tolerance_s)
         cached = self._episode_frames(path, float(episode[0]), int(episode[1]))

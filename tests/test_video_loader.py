@@ -153,7 +153,7 @@ def test_sharded_loader_decodes_through_the_backend_in_timestamp_order(make_samp
     from episodekit.loaders import ShardedLoader
     from episodekit.metadata.plans import ensure_plans
 
-    root = make_sample(**{**SPEC, "gop": 4})
+    root = make_sample(**{**SPEC, "gop": 250})
     ensure_plans(str(root), [1], 1)
     backend = PyAVBackend(episode_cache_mb=16)
     loader = ShardedLoader(
