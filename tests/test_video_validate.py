@@ -245,3 +245,13 @@ def test_sample_tables_give_the_demuxed_timestamps(tmp_path, codec, preset, fast
     path.write_bytes(path.read_bytes()[: path.stat().st_size - 100])
     with pytest.raises(VideoError, match="truncated|cannot"):
         probe(path)
+
+
+def test_v21_one_mp4_per_episode(make_sample):
+    pytest.importorskip("av")
+    root = make_sample(episodes=4, tasks=2, seed=2, mean_length=10, videos=1, version="v2.1")
+    assert _video_findings(root) == []
+    rel = "videos/chunk-000/observation.images.cam0/episode_000002.mp4"
+    data = (root / rel).read_bytes()
+    (root / rel).write_bytes(data[: len(data) // 2])
+    assert _hits(_video_findings(root), "video.readable") == [(rel, 2)]
