@@ -126,7 +126,7 @@ def test_without_pyav_prep_videos_says_what_to_install(tmp_path, make_sample):
     root = make_sample(**SPEC)
     shadow = tmp_path / "shadow" / "av"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('hidden')\n")
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError('No module named av')\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "shadow")}
     proc = subprocess.run(
         [*CLI, "prep", "videos", str(root)], env=env, capture_output=True, text=True

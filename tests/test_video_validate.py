@@ -180,7 +180,7 @@ def _without_av(tmp_path: Path) -> dict:
     """An environment in which ``import av`` fails (a shadowing package that raises)."""
     shadow = tmp_path / "shadow" / "av"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('av hidden for this test')\n")
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError('No module named av')\n")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(tmp_path / "shadow")
     return env
