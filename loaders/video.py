@@ -4,10 +4,14 @@
   frames (HWC, or CHW with ``channels_first``) closest to each query time within ``tolerance_s``
   (LeRobot's rule; farther raises :class:`FrameTimestampError`), from a bounded per-process cache
   of open files whose decoders continue forward instead of seeking again when the next query lies
-  in the same keyframe run (a window, or a neighbouring sample).
+  in the same keyframe run (a window, or a neighbouring sample). With ``episode_cache_mb`` (the
+  stream: ``ShardedLoader(..., video_backend=PyAVBackend(episode_cache_mb=N))``) a file with long
+  GOPs has each episode decoded once, whole, in timestamp order, and its frames served from memory.
 - :func:`decode_episode` decodes the frames one episode needs in timestamp order, one seek per
   run of frames that share a keyframe interval: what a stream over whole episodes should use
   instead of a seek per frame.
+
+PyAV opens local files: a hub root is decoded after ``prepare --out DIR --videos``.
 """
 
 from __future__ import annotations

@@ -133,6 +133,21 @@ def test_without_pyav_prep_videos_says_what_to_install(tmp_path, make_sample):
     )
     assert proc.returncode == 2
     assert "pip install 'episodekit[video]'" in proc.stderr
+    # The loader without PyAV: paths and timestamps as before; asking to decode names the extra.
+    code = (
+        "import sys\n"
+        "from episodekit.loaders.frames import FrameDataset\n"
+        "from episodekit.core.errors import EnvironmentProblem\n"
+        f"s = FrameDataset({str(root)!r}, speed=False)[0]['observation.images.cam0']\n"
+        "assert set(s) == {'path', 'timestamp'}\n"
+        "try:\n"
+        f"    FrameDataset({str(root)!r}, speed=False, video_backend='pyav')\n"
+        "except EnvironmentProblem as exc:\n"
+        "    print(exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install 'episodekit[video]'" in proc.stdout
 
 
 def test_prepare_videos_gop_reencodes_once(make_sample):
