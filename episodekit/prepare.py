@@ -101,6 +101,7 @@ def _state_digest(root: Path, fingerprint: str, data_files: Sequence[str]) -> st
         "meta/info.json",
         "meta/tasks.parquet",
         "meta/episodes/*/*.parquet",
+        "videos/*/*/*.mp4",  # video.* checks read them (v3.0 and v2.1 layouts)
         *ARTIFACT_GLOBS,
     ):
         paths += sorted(root.glob(pattern))

@@ -162,3 +162,17 @@ def test_prepare_videos_gop_reencodes_once(make_sample):
         assert np.diff(np.flatnonzero(probe(root / rel).keyframe)).max() <= 4
     second = prepare(str(root), world_sizes=(2,), num_workers=1, jobs=1, videos_gop=4)
     assert {s.name: s.status for s in second.steps}["videos"] == "skipped"
+
+
+def test_prepare_revalidates_after_a_video_changes(make_sample):
+    from episodekit.prepare import prepare
+
+    root = make_sample(**SPEC)
+    args = dict(world_sizes=(2,), num_workers=1, jobs=1)
+    assert prepare(str(root), **args).ok
+    assert {s.name: s.status for s in prepare(str(root), **args).steps}["validate"] == "skipped"
+    mp4 = sorted(root.glob("videos/*/*/*.mp4"))[0]
+    mp4.write_bytes(mp4.read_bytes()[:100])  # cut short after the passing validation
+    again = prepare(str(root), **args)
+    assert not again.ok
+    assert any("video.readable" in str(f) for f in again.steps[-1].detail["first_errors"])
