@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	@# Optional extras for the torch and ray tests: on a machine without them those tests skip.
 	-$(BIN)/pip install -q 'torch==2.13.0' || echo "torch not installed: torch tests will skip"
 	-$(BIN)/pip install -q 'ray>=2.9' || echo "ray not installed: ray tests will skip"
+	-$(BIN)/pip install -q 'av>=14' || echo "PyAV not installed: video tests will skip"
 	touch $(STAMP)
 
 install: $(STAMP)

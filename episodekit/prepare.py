@@ -29,7 +29,14 @@ from typing import Any
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import open_dataset
 from episodekit.core.hub import is_remote, parse_hub_root, push_files
-from episodekit.core.paths import COST_FILE, DEFAULT_TARGET_MB, PLAN_DIR, SPEED_FILE, STAMP_FILE
+from episodekit.core.paths import (
+    COST_FILE,
+    DEFAULT_TARGET_MB,
+    INFO_FILE,
+    PLAN_DIR,
+    SPEED_FILE,
+    STAMP_FILE,
+)
 from episodekit.core.version import __version__
 
 STAMP_VERSION = 1
@@ -94,6 +101,7 @@ def _state_digest(root: Path, fingerprint: str, data_files: Sequence[str]) -> st
         "meta/info.json",
         "meta/tasks.parquet",
         "meta/episodes/*/*.parquet",
+        "videos/*/*/*.mp4",  # video.* checks read them (v3.0 and v2.1 layouts)
         *ARTIFACT_GLOBS,
     ):
         paths += sorted(root.glob(pattern))
@@ -120,6 +128,26 @@ def _timed(name: str, fn: Callable[[], tuple[str, dict, list[str]]]) -> Step:
     return Step(name, status, time.perf_counter() - t0, detail, changed)
 
 
+def _videos_step(
+    work: Path, gop: int, force: bool, say: Callable[[str], None]
+) -> tuple[str, dict, list[str]]:
+    """``prep videos`` on the work root (its mp4s re-encoded in place, verified, resumable)."""
+    from episodekit.prep.videos import rewrite_videos
+
+    say(f"videos: re-encoding for random access (GOP {gop})")
+    rep = rewrite_videos(str(work), gop=gop, force=force, timing_frames=0, progress=say)
+    counts = {s: sum(f.status == s for f in rep.files) for s in ("rewritten", "skipped", "failed")}
+    changed = [f.file for f in rep.files if f.status == "rewritten"]
+    if rep.info_updated:
+        changed.append(INFO_FILE)
+    detail = {"counts": counts, "failed": [f"{f.file}: {f.message}" for f in rep.failed][:10]}
+    if rep.failed or not rep.files:
+        if not rep.files:
+            detail["failed"] = ["no video files (prepared into --out without --videos?)"]
+        return "failed", detail, changed
+    return ("done" if changed else "skipped"), detail, changed
+
+
 def prepare(
     root: str,
     out: str | None = None,
@@ -133,6 +161,7 @@ def prepare(
     include_videos: bool = False,
     force: bool = False,
     hub_api: Any = None,
+    videos_gop: int | None = None,
     progress: Callable[[str], None] | None = None,
     locality: str = "rowgroup",
 ) -> PrepareResult:
@@ -141,7 +170,9 @@ def prepare(
     ``jobs``: processes for the per-file steps (default: cores). ``hub_api``: an object with
     huggingface_hub's ``create_commit`` (tests pass a fake). ``locality``: the shard plans'
     (``rowgroup`` by default: each bin a contiguous run of row groups; ``none``: LPT/KK).
-    Raises ``ValueError`` for bad arguments and ``DatasetError`` for an unreadable root; a failed
+    ``videos_gop``: also re-encode the videos for random access with this GOP (``prep videos``,
+    after the row groups). Raises ``ValueError`` for bad arguments and ``DatasetError`` for an
+    unreadable root; a failed
     validation is reported in the result (``ok`` False), not raised.
     """
     from episodekit.metadata.costs import ensure_costs
@@ -192,6 +223,11 @@ def prepare(
     if result.steps[-1].status == "failed":
         result.seconds = time.perf_counter() - t0
         return result
+    if videos_gop is not None:
+        result.steps.append(_timed("videos", lambda: _videos_step(work, videos_gop, force, say)))
+        if result.steps[-1].status == "failed":
+            result.seconds = time.perf_counter() - t0
+            return result
     ds = open_dataset(str(work))
 
     def speed() -> tuple[str, dict, list[str]]:
@@ -254,7 +290,7 @@ def prepare(
             return "skipped", {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}, []
         say("validating")
         # A copy prepared without its videos cannot have them checked (and is not meant to).
-        checks = "all,-info.videos" if out is not None and not include_videos else None
+        checks = "all,-info.videos,-video" if out is not None and not include_videos else None
         report = validate(str(work), checks=checks, executor=executor)
         d = report.to_dict()
         detail = {
@@ -334,6 +370,13 @@ def _what(s: Step) -> str:
         )
         for f in d.get("failed", [])[:5]:
             txt += f"\n      failed: {f['path']}: {f['reason']}"
+        return txt
+    if s.name == "videos":
+        c = d.get("counts", {})
+        txt = f"{c.get('rewritten', 0)} re-encoded, {c.get('skipped', 0)} skipped, "
+        txt += f"{c.get('failed', 0)} failed"
+        for f in d.get("failed", [])[:5]:
+            txt += f"\n      failed: {f}"
         return txt
     if s.name == "speed":
         return f"{d.get('tasks')} tasks ({d.get('sparse_tasks')} sparse)"

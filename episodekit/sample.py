@@ -28,9 +28,10 @@ from episodekit.core.atomic import atomic_write_text
 from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, VIDEO_PATH_V2, VIDEO_PATH_V3
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
+from episodekit.core.video import ENCODERS, VideoWriter, require_av
 
 STAT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
-FAKE_VIDEO_BYTES_PER_FRAME = 64
+VIDEO_CODE_BITS = 24  # frame code: the dataset ``index`` as 3 rows of 8 black/white blocks
 TASK_NAMES = (
     "pick up the red cube and place it in the bin",
     "open the top drawer",
@@ -65,6 +66,10 @@ class SampleSpec:
     tasks_index_name: str | None = "task"  # None: pandas' unnamed index (__index_level_0__)
     extra_column: bool = False  # an undeclared variable-length column, as some sources carry
     mean_length: float = 300.0
+    video_size: tuple[int, int] = (48, 64)  # (height, width) of the encoded cameras
+    video_codec: str = "av1"  # av1 (libsvtav1, LeRobot's default) or h264 (libx264)
+    gop: int = 2  # keyframe interval (LeRobot: 2)
+    crf: int = 30
 
 
 def tiny_png() -> bytes:
@@ -139,15 +144,16 @@ def features_for(spec: SampleSpec) -> dict:
             "shape": [2, 2, 3],
             "names": ["height", "width", "channels"],
         }
+    h, w = spec.video_size
     for i in range(spec.videos):
         feats[f"observation.images.cam{i}"] = {
             "dtype": "video",
-            "shape": [480, 640, 3],
+            "shape": [h, w, 3],
             "names": ["height", "width", "channels"],
             "info": {
-                "video.height": 480,
-                "video.width": 640,
-                "video.codec": "av1",
+                "video.height": h,
+                "video.width": w,
+                "video.codec": spec.video_codec,
                 "video.pix_fmt": "yuv420p",
                 "video.is_depth_map": False,
                 "video.fps": spec.fps,
@@ -361,6 +367,10 @@ def write_sample(root: str | os.PathLike, spec: SampleSpec | None = None, **kwar
         raise ValueError(f"version must be one of {VERSIONS}, got {spec.version!r}")
     if spec.episodes < 1:
         raise ValueError("episodes must be >= 1")
+    if spec.videos:
+        require_av()  # before anything is written: says what to install
+        if spec.video_codec not in ENCODERS:
+            raise ValueError(f"video_codec must be one of {tuple(ENCODERS)}")
     root = Path(root)
     if root.exists():
         shutil.rmtree(root)
@@ -390,6 +400,94 @@ def _bytes_per_frame(spec: SampleSpec, png_len: int) -> float:
     if spec.images:
         b += png_len + 8
     return float(b)
+
+
+def synthetic_frames(index: np.ndarray, height: int, width: int, camera: int = 0) -> np.ndarray:
+    """Decodable test content, (N, H, W, 3) uint8: a gradient moving with the frame, and the frame's
+    dataset ``index`` written in its top 3/8 as 24 black/white blocks (see :func:`read_frame_code`),
+    which survive lossy coding so tests can tell which frame a decoder returned."""
+    index = np.asarray(index, dtype=np.int64)
+    h, w = height, width
+    bh, bw = max(1, h // 8), max(1, w // 8)
+    y = np.arange(h)[None, :, None]
+    x = np.arange(w)[None, None, :]
+    t = index[:, None, None]
+    img = np.empty((len(index), h, w, 3), dtype=np.uint8)
+    img[..., 0] = ((x * 4 + t * 3) % 256).astype(np.uint8)
+    img[..., 1] = ((y * 4 + t * (2 + camera)) % 256).astype(np.uint8)
+    img[..., 2] = (((x + y) * 2 + 85 * camera) % 256).astype(np.uint8)
+    bits = (index[:, None] >> np.arange(VIDEO_CODE_BITS)[None, :]) & 1  # (N, 24)
+    blocks = bits.reshape(-1, 3, 8).astype(np.uint8) * 255
+    code = np.repeat(np.repeat(blocks, bh, axis=1), bw, axis=2)  # (N, 3*bh, 8*bw)
+    img[:, : 3 * bh, : 8 * bw, :] = code[..., None]
+    return img
+
+
+def read_frame_code(image: np.ndarray) -> int:
+    """The dataset ``index`` :func:`synthetic_frames` wrote into an (H, W, 3) RGB frame (CHW works
+    too) decoded at its original size: the mean of each block's centre, thresholded."""
+    img = np.asarray(image)
+    if img.shape[0] == 3 and img.shape[-1] != 3:
+        img = np.moveaxis(img, 0, -1)
+    h, w = img.shape[:2]
+    bh, bw = max(1, h // 8), max(1, w // 8)
+    gray = img[: 3 * bh, : 8 * bw].astype(np.float64).mean(axis=2)
+    blocks = gray.reshape(3, bh, 8, bw)
+    mh, mw = slice(bh // 4, bh - bh // 4 or 1), slice(bw // 4, bw - bw // 4 or 1)
+    centre = blocks[:, mh][:, :, :, mw].mean(axis=(1, 3)).reshape(-1)
+    return int(((centre > 127).astype(np.int64) << np.arange(VIDEO_CODE_BITS)).sum())
+
+
+def _camera_writer(path: Path, spec: SampleSpec) -> VideoWriter:
+    h, w = spec.video_size
+    return VideoWriter(
+        path,
+        w,
+        h,
+        spec.fps,
+        codec=spec.video_codec,
+        gop=spec.gop,
+        crf=spec.crf,
+        preset="12" if spec.video_codec == "av1" else "ultrafast",
+    )
+
+
+def _encode_episode(writer: VideoWriter, spec: SampleSpec, camera: int, start: int, n: int) -> None:
+    """One episode's frames (dataset index start..start+n), starting on a keyframe."""
+    h, w = spec.video_size
+    step = max(1, (8 << 20) // (h * w * 3))  # ~8 MiB of RGB per call
+    for a in range(0, n, step):
+        idx = np.arange(start + a, start + min(n, a + step))
+        writer.write(synthetic_frames(idx, h, w, camera), keyframe_first=a == 0)
+
+
+def _write_camera_v30(
+    root: Path, spec: SampleSpec, camera: int, lengths: np.ndarray, from_index: np.ndarray
+) -> dict[str, pa.Array]:
+    """Encode one camera as LeRobot v3.0 does: episodes appended to the current mp4 (each starting
+    on a keyframe), a new file once the current one would pass ``video_files_size_in_mb`` (by an
+    estimate that differs per camera, so cameras roll over at different episodes)."""
+    key = f"observation.images.cam{camera}"
+    h, w = spec.video_size
+    est_bytes_per_frame = h * w * 0.05 * (1 + 0.3 * camera)
+    vfile = _plan_files(lengths * est_bytes_per_frame, spec.video_files_size_in_mb * 1024 * 1024)
+    frames_before = np.zeros(len(lengths), dtype=np.int64)
+    for f in np.unique(vfile).tolist():
+        sel = np.flatnonzero(vfile == f)
+        frames_before[sel] = np.cumsum(lengths[sel]) - lengths[sel]
+        vpath = root / VIDEO_PATH_V3.format(
+            video_key=key, chunk_index=f // spec.chunks_size, file_index=f % spec.chunks_size
+        )
+        vpath.parent.mkdir(parents=True, exist_ok=True)
+        with _camera_writer(vpath, spec) as writer:
+            for e in sel.tolist():
+                _encode_episode(writer, spec, camera, int(from_index[e]), int(lengths[e]))
+    return {
+        f"videos/{key}/chunk_index": pa.array(vfile // spec.chunks_size),
+        f"videos/{key}/file_index": pa.array(vfile % spec.chunks_size),
+        f"videos/{key}/from_timestamp": pa.array(frames_before / spec.fps),
+        f"videos/{key}/to_timestamp": pa.array((frames_before + lengths) / spec.fps),
+    }
 
 
 def _write_v30(root: Path, spec: SampleSpec) -> None:
@@ -434,27 +532,7 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
 
     video_cols: dict[str, pa.Array] = {}
     for i in range(spec.videos):
-        key = f"observation.images.cam{i}"
-        vfile = _plan_files(
-            lengths * FAKE_VIDEO_BYTES_PER_FRAME * 40.0, spec.video_files_size_in_mb * 1024 * 1024
-        )
-        frames_before = np.zeros(n_ep, dtype=np.int64)
-        for f in np.unique(vfile):
-            sel = np.flatnonzero(vfile == f)
-            frames_before[sel] = np.cumsum(lengths[sel]) - lengths[sel]
-            vpath = root / VIDEO_PATH_V3.format(
-                video_key=key,
-                chunk_index=int(f // spec.chunks_size),
-                file_index=int(f % spec.chunks_size),
-            )
-            vpath.parent.mkdir(parents=True, exist_ok=True)
-            header = b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isomiso2"
-            size = int(lengths[sel].sum()) * FAKE_VIDEO_BYTES_PER_FRAME
-            vpath.write_bytes(header + bytes(max(0, size - len(header))))
-        video_cols[f"videos/{key}/chunk_index"] = pa.array(vfile // spec.chunks_size)
-        video_cols[f"videos/{key}/file_index"] = pa.array(vfile % spec.chunks_size)
-        video_cols[f"videos/{key}/from_timestamp"] = pa.array(frames_before / spec.fps)
-        video_cols[f"videos/{key}/to_timestamp"] = pa.array((frames_before + lengths) / spec.fps)
+        video_cols.update(_write_camera_v30(root, spec, i, lengths, from_index))
 
     task_lists = pa.ListArray.from_arrays(
         pa.array(np.arange(n_ep + 1, dtype=np.int32)),
@@ -568,7 +646,8 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
                 episode_index=e,
             )
             vpath.parent.mkdir(parents=True, exist_ok=True)
-            vpath.write_bytes(bytes(n * FAKE_VIDEO_BYTES_PER_FRAME))
+            with _camera_writer(vpath, spec) as writer:
+                _encode_episode(writer, spec, i, start, n)
         episodes_lines.append(json.dumps({"episode_index": e, "tasks": [tasks[t]], "length": n}))
         stats_lines.append(json.dumps({"episode_index": e, "stats": {}}))
         start += n

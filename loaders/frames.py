@@ -5,8 +5,10 @@ numpy, ``task`` (string), ``speed`` (the episode's bucket from ``meta/speed_perc
 50 when absent), and for each key of ``delta_timestamps`` the window of values at
 ``t + round(delta * fps)`` frames, clamped to the episode's first/last frame, with
 ``{key}_is_pad`` True exactly where the query fell outside the episode (LeRobot's rules).
-Video features are not decoded: ``sample[key] = {"path": mp4 path, "timestamp": seconds in that
-file}`` (``from_timestamp`` + the frame's timestamp), so any decoder can be plugged in.
+Video features: with ``video_backend="pyav"`` (the ``[video]`` extra) ``sample[key]`` is the
+decoded uint8 frame (or window of frames) closest to ``from_timestamp`` + the frame's timestamp
+within ``tolerance_s``; without a backend it is ``{"path": mp4 path, "timestamp": seconds in that
+file}``, so any decoder can be plugged in.
 ``get_batch(indices)`` does the same for many frames with numpy fancy indexing only.
 """
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
+from episodekit.loaders.video import PyAVBackend, make_backend
 
 DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SPEED = 50
@@ -76,7 +79,9 @@ class FrameDataset:
     ``episodes`` selects episode indices (len() = their frames, in episode order);
     ``cache_mb`` bounds the decoded row-group pool, ``footer_mb`` the parsed footers of open
     files (files beyond it are closed and reopened when needed); ``speed=False`` skips the speed
-    artifact (every sample then has speed 50).
+    artifact (every sample then has speed 50); ``video_backend``: ``"pyav"`` or a
+    :class:`~episodekit.loaders.video.PyAVBackend` (resize, CHW, open-file bound) decodes video
+    features, ``None`` returns their path and timestamp.
     """
 
     def __init__(
@@ -88,9 +93,12 @@ class FrameDataset:
         cache_mb: float = DEFAULT_CACHE_MB,
         speed: bool = True,
         footer_mb: float = DEFAULT_FOOTER_MB,
+        video_backend: str | PyAVBackend | None = None,
     ):
         ds = as_dataset(root)
         self.ds = ds
+        # Video hook: None keeps {"path", "timestamp"}; "pyav" decodes (see loaders/video.py).
+        self.video_backend = make_backend(video_backend, tolerance_s) if ds.video_keys else None
         self.fps = ds.fps
         features = ds.features
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
@@ -221,8 +229,15 @@ class FrameDataset:
                 q = win + g
                 ts = start[k] + pool["timestamp"][np.clip(q, s, e - 1) + base].astype(np.float64)
                 out[f"{key}_is_pad"] = (q < s) | (q >= e)
-            out[key] = {"path": paths[k], "timestamp": ts}
+            out[key] = self._video_value(paths[k], ts, start[k], self._len_l[k])
         return out
+
+    def _video_value(self, paths: Any, ts: Any, ep_start: Any, ep_len: Any) -> Any:
+        """Video hook: decoded uint8 frames with a backend (told the episode's start in the file
+        and its length), else ``{"path", "timestamp"}``."""
+        if self.video_backend is None:
+            return {"path": paths, "timestamp": ts}
+        return self.video_backend.decode(paths, ts, ep_start, ep_len)
 
     # -- batches -----------------------------------------------------------------------------
 
@@ -269,7 +284,7 @@ class FrameDataset:
         for key, (paths, start) in self._video.items():
             ts = values[video_req[key]].astype(np.float64)
             ts = ts + (start[k] if ts.ndim == 1 else start[k][:, None])
-            out[key] = {"path": paths[k], "timestamp": ts}
+            out[key] = self._video_value(paths[k], ts, start[k], self._len[k])
         return out
 
     def _task_strings(self, task_index: np.ndarray) -> list[str]:

@@ -222,6 +222,7 @@ class ShardedLoader:
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
         speed: bool = True,
+        video_backend: Any = None,
     ):
         ds = as_dataset(root)
         if rank is None or world_size is None:
@@ -262,6 +263,7 @@ class ShardedLoader:
             tolerance_s=tolerance_s,
             cache_mb=cache_mb,
             speed=speed,
+            video_backend=video_backend,  # video hook: a chunk's frames decode in pts order
         )
         reader = self.frames.reader
         episode_index, length = ds.column("episode_index"), ds.column("length")

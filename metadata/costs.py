@@ -9,7 +9,12 @@ camera's mp4, prorated by duration; null when the video files are absent, which 
 
 - ``frames``: length (the default: one sample per frame);
 - ``compute``: length x action_dim x cameras (each factor at least 1);
-- ``bytes``: data_bytes + video_bytes (I/O bound training).
+- ``bytes``: data_bytes + video_bytes (I/O bound training);
+- ``decode``: the measured seconds to decode the episode's video frames, summed over cameras
+  (decode-bound training): per mp4, ``DECODE_SAMPLE_FRAMES`` random frames are decoded the way the
+  loader reads them (seek to the keyframe before each, decode forward) and timed; an episode costs
+  length x that file's seconds per frame. The per-file timings, backend and settings are stored
+  in the table's metadata, so a fresh table is never re-measured and its costs can be checked.
 
 The model name, format version and episodes fingerprint are stored in the file's key-value
 metadata (key ``episodekit.costs``) so a reader can tell a stale table from a fresh one.
@@ -160,15 +165,75 @@ def video_bytes(ds: Dataset, strict: bool = True) -> tuple[np.ndarray, np.ndarra
     return out, unknown
 
 
+DECODE_SAMPLE_FRAMES = 16
+DECODE_SETTINGS = {"backend": "pyav", "access": "random", "threads": 1, "seed": 0}
+
+
+def decode_seconds(
+    ds: Dataset, sample_frames: int = DECODE_SAMPLE_FRAMES, seed: int = 0
+) -> dict[str, float]:
+    """Measured seconds per frame of every referenced mp4 (relative path -> s/frame): decode
+    ``sample_frames`` random frames of it one at a time, as random access does."""
+    from episodekit.core.video import random_access_seconds
+
+    out: dict[str, float] = {}
+    for key in ds.video_keys:
+        chunk = ds.column(f"videos/{key}/chunk_index")
+        fidx = ds.column(f"videos/{key}/file_index")
+        for c, f in sorted(set(zip(chunk.tolist(), fidx.tolist()))):
+            rel = ds.video_path(key, int(c), int(f))
+            full = ds.join(rel)
+            if not ds.fs.exists(full):
+                raise MissingFileError(f"video file of camera {key!r} is missing", full)
+            out[rel] = random_access_seconds(
+                full, sample_frames, seed=seed, threads=DECODE_SETTINGS["threads"]
+            )
+    return out
+
+
+def _decode_cost(ds: Dataset, per_file: dict[str, float]) -> np.ndarray:
+    """Per episode: length x seconds per frame of its file, summed over cameras."""
+    length = ds.column("length").astype(np.float64)
+    cost = np.zeros(ds.num_episodes)
+    for key in ds.video_keys:
+        chunk = ds.column(f"videos/{key}/chunk_index")
+        fidx = ds.column(f"videos/{key}/file_index")
+        pairs, inverse = np.unique(np.stack([chunk, fidx], 1), axis=0, return_inverse=True)
+        rels = [ds.video_path(key, int(c), int(f)) for c, f in pairs]
+        missing = [r for r in rels if r not in per_file]
+        if missing:
+            raise DatasetError(f"no decode timing for {missing[0]}", COST_FILE)
+        spf = np.array([per_file[r] for r in rels])
+        cost += length * spf[inverse.ravel()]
+    return cost
+
+
 def _action_dim(ds: Dataset) -> int:
     shape = (ds.features.get("action") or {}).get("shape") or [0]
     return int(np.prod(shape))
 
 
-def compute_costs(ds: Dataset | str, model: str = "frames") -> pa.Table:
-    """The cost table of a dataset (see the module docstring), in episode order."""
+def compute_costs(
+    ds: Dataset | str, model: str = "frames", decode_per_file: dict[str, float] | None = None
+) -> pa.Table:
+    """The cost table of a dataset (see the module docstring), in episode order.
+
+    ``decode_per_file`` (model ``decode``): reuse these seconds per frame instead of measuring."""
     check_model(model)
     ds = as_dataset(ds)
+    decode_meta: dict = {}
+    if model == "decode":
+        if not ds.video_keys:
+            raise ValueError("the decode cost model needs video features; this root has none")
+        if decode_per_file is None:
+            decode_per_file = decode_seconds(ds)
+        decode_meta = {
+            "decode": {
+                **DECODE_SETTINGS,
+                "sample_frames": DECODE_SAMPLE_FRAMES,
+                "seconds_per_frame": decode_per_file,
+            }
+        }
     n = ds.num_episodes
     length = ds.column("length").astype(np.int64)
     cameras = len(ds.image_keys) + len(ds.video_keys)
@@ -179,6 +244,8 @@ def compute_costs(ds: Dataset | str, model: str = "frames") -> pa.Table:
         cost = length.astype(np.float64)
     elif model == "compute":
         cost = length.astype(np.float64) * max(1, adim) * max(1, cameras)
+    elif model == "decode":
+        cost = _decode_cost(ds, decode_per_file)
     else:
         cost = (dbytes + vbytes).astype(np.float64)
     table = pa.table(
@@ -194,8 +261,16 @@ def compute_costs(ds: Dataset | str, model: str = "frames") -> pa.Table:
         },
         schema=COST_SCHEMA,
     )
-    meta = {"version": COST_VERSION, "model": model, "fingerprint": ds.fingerprint}
+    meta = {"version": COST_VERSION, "model": model, "fingerprint": ds.fingerprint, **decode_meta}
     return table.replace_schema_metadata({COST_META_KEY: json.dumps(meta, sort_keys=True).encode()})
+
+
+def recompute_costs(table: pa.Table, ds: Dataset) -> pa.Table:
+    """A stored table recomputed for comparison: same model; ``decode`` reuses the stored
+    per-file timings (a measurement is not repeatable, the arithmetic on it is)."""
+    meta = costs_meta(table)
+    per_file = (meta.get("decode") or {}).get("seconds_per_frame")
+    return compute_costs(ds, meta.get("model", "frames"), decode_per_file=per_file)
 
 
 def costs_meta(table: pa.Table) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from episodekit.core.video import have_av
 from episodekit.sample import write_sample
 
 
@@ -23,6 +24,8 @@ def make_sample(_sample_cache, tmp_path):
     """
 
     def _make(copy: bool = True, **spec) -> Path:
+        if spec.get("videos") and not have_av():
+            pytest.skip("PyAV is not installed (pip install 'episodekit[video]')")
         key = tuple(sorted(spec.items()))
         made = _sample_cache["made"]
         if key not in made:

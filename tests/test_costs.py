@@ -20,7 +20,7 @@ from episodekit.metadata.costs import (
     verify_costs,
     write_costs,
 )
-from episodekit.sample import FAKE_VIDEO_BYTES_PER_FRAME, write_sample
+from episodekit.sample import write_sample
 
 
 def _row_group_bytes(path) -> list[int]:
@@ -47,8 +47,12 @@ def test_costs_by_hand_recorded_with_videos(make_sample):
     for rel in ds.data_files:
         expected += _row_group_bytes(root / rel)
     assert t["data_bytes"].to_pylist() == expected
-    # Fake videos hold 64 bytes per frame; two cameras.
-    assert t["video_bytes"].to_pylist() == (2 * FAKE_VIDEO_BYTES_PER_FRAME * length).tolist()
+    # One mp4 per camera (default 200 MB files): each episode's share is prorated by duration.
+    sizes = [p.stat().st_size for p in sorted(root.glob("videos/*/*/*.mp4"))]
+    assert len(sizes) == 2
+    share = sum(sizes) * length / length.sum()
+    assert np.abs(t["video_bytes"].to_numpy() - share).max() <= 2
+    assert t["video_bytes"].to_numpy().sum() == sum(sizes)
     compute = compute_costs(ds, "compute")["cost"].to_numpy()
     assert compute.tolist() == (length * 14 * 3).astype(float).tolist()
     by_bytes = compute_costs(ds, "bytes")

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from episodekit.core.dataset import Dataset, DatasetError
 from episodekit.core.paths import COST_FILE, PLAN_DIR, SPEED_FILE
 from episodekit.metadata.artifact import Problem
-from episodekit.metadata.costs import COST_SCHEMA, compute_costs, costs_meta, verify_costs
+from episodekit.metadata.costs import COST_SCHEMA, recompute_costs, verify_costs
 from episodekit.metadata.plan_file import PlanError, read_plan_file
 from episodekit.metadata.plans import verify_plan
 from episodekit.metadata.speed import (
@@ -208,7 +208,7 @@ def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     if out:
         return out
     try:
-        fresh = compute_costs(ds, costs_meta(table).get("model", "frames"))
+        fresh = recompute_costs(table, ds)
     except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
         return [Finding("costs.content", ERROR, f"cannot recompute costs: {exc}", COST_FILE)]
     for col in COST_SCHEMA.names:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
+from episodekit.validate.video import CHECKS as VIDEO_CHECKS
+from episodekit.validate.video import DEEP_ONLY as VIDEO_DEEP_ONLY
 
 __all__ = [
     "CHECKS",
@@ -73,10 +75,11 @@ CHECKS: dict[str, str] = {
     "plans.format": "shard plans readable",
     "plans.fresh": "shard plan fingerprints match the episodes",
     "plans.content": "every episode assigned exactly once, balance figures match",
+    **VIDEO_CHECKS,
 }
-GROUPS = ("info", "tasks", "episodes", "data", "layout", "speed", "costs", "plans")
+GROUPS = ("info", "tasks", "episodes", "data", "layout", "speed", "costs", "plans", "video")
 ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
-DEEP_ONLY = ("data.shape", "data.image")
+DEEP_ONLY = ("data.shape", "data.image", *VIDEO_DEEP_ONLY)
 
 
 def select_checks(names: Iterable[str] | str | None = None, deep: bool = False) -> list[str]:
@@ -171,6 +174,7 @@ def validate(
     from episodekit.validate import data as checks_data
     from episodekit.validate import layout as checks_layout
     from episodekit.validate import meta as checks_meta
+    from episodekit.validate import video as checks_video
 
     say = progress or _noop
     t0 = time.perf_counter()
@@ -207,6 +211,9 @@ def validate(
     if wants("layout"):
         say(f"reading {len(rels)} footers")
         found += checks_layout.check_layout(raw, [r for r in rels if raw.fs.exists(raw.join(r))])
+    if wants("video"):
+        say("checking videos")
+        found += checks_video.check_videos(raw, want, deep=deep)
     if wants("speed", "costs", "plans"):
         say("checking artifacts")
         found += checks_artifacts.check_artifacts(raw, want)

@@ -7,16 +7,21 @@ from collections.abc import Iterator
 
 import click
 
-from episodekit.core.errors import DatasetError
+from episodekit.core.errors import EXIT_ENV, DatasetError, EnvironmentProblem
 from episodekit.core.executor import EXECUTORS
 from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
 
 
 @contextlib.contextmanager
 def fail_cleanly() -> Iterator[None]:
-    """Turn a bad dataset root or bad argument into a one-line error (exit 1), not a traceback."""
+    """Turn a bad dataset root or bad argument into a one-line error (exit 1), and an environment
+    problem (missing optional dependency, read-only root, ...) into one (exit 2); no traceback."""
     try:
         yield
+    except EnvironmentProblem as exc:
+        error = click.ClickException(str(exc))
+        error.exit_code = EXIT_ENV
+        raise error from exc
     except (DatasetError, ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -55,7 +60,8 @@ def cost_option(name: str = "--cost"):
         type=click.Choice(list(COST_MODELS)),
         default="frames",
         show_default=True,
-        help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes.",
+        help="frames: length; compute: length x action_dim x cameras; bytes: data + video bytes; "
+        "decode: measured video decode seconds (PyAV).",
     )
 
 

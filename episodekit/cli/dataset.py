@@ -9,6 +9,17 @@ import click
 from episodekit.cli.common import fail_cleanly, json_option
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
+from episodekit.core.paths import VIDEO_CODECS
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not HEIGHTxWIDTH (e.g. 96x128)") from None
+    if h < 8 or w < 8 or h % 2 or w % 2:
+        raise click.BadParameter(f"{text!r}: height and width must be even and >= 8")
+    return h, w
 
 
 @click.command("info")
@@ -41,7 +52,26 @@ def info_command(root: str, as_json: bool, max_files: int) -> None:
     "edited: one row group per file (LeRobot's editing tools).",
 )
 @click.option("--images", is_flag=True, help="Add an image feature (struct{bytes, path}).")
-@click.option("--videos", default=0, show_default=True, help="Number of (fake) video cameras.")
+@click.option(
+    "--videos",
+    default=0,
+    show_default=True,
+    help="Video cameras, encoded as real mp4s (needs PyAV: pip install 'episodekit[video]').",
+)
+@click.option(
+    "--video-size",
+    default="48x64",
+    show_default=True,
+    help="HEIGHTxWIDTH of the encoded cameras.",
+)
+@click.option(
+    "--video-codec",
+    type=click.Choice(VIDEO_CODECS),
+    default="av1",
+    show_default=True,
+    help="av1 (libsvtav1, LeRobot's default) or h264 (libx264).",
+)
+@click.option("--gop", default=2, show_default=True, help="Keyframe interval of the videos.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--fps", default=30, show_default=True)
 @click.option("--state-dim", default=14, show_default=True)
@@ -61,6 +91,9 @@ def sample_command(
     style: str,
     images: bool,
     videos: int,
+    video_size: str,
+    video_codec: str,
+    gop: int,
     seed: int,
     fps: int,
     state_dim: int,
@@ -83,6 +116,9 @@ def sample_command(
             style=style,
             images=images,
             videos=videos,
+            video_size=_parse_size(video_size),
+            video_codec=video_codec,
+            gop=gop,
             seed=seed,
             fps=fps,
             state_dim=state_dim,

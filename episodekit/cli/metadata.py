@@ -43,7 +43,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
     status = "written" if changed else "fresh, kept"
     click.echo(
         f"{root}/{COST_FILE}: {status}; {table.num_rows:,} episodes, model {model}, "
-        f"cost min {lo:,.0f} median {mid:,.0f} max {hi:,.0f} (max/min {hi / max(lo, 1e-12):.1f}x)"
+        f"cost min {lo:,.4g} median {mid:,.4g} max {hi:,.4g} (max/min {hi / max(lo, 1e-12):.1f}x)"
     )
 
 

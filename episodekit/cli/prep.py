@@ -19,7 +19,7 @@ from episodekit.cli.common import (
     quiet_option,
     target_mb_option,
 )
-from episodekit.core.paths import COMPRESSIONS
+from episodekit.core.paths import COMPRESSIONS, VIDEO_CODECS
 
 
 @click.group("prep")
@@ -122,4 +122,75 @@ def rowgroups_command(
                     click.echo(f"would rewrite {r.path}: {r.reason}")
         click.echo(format_report(report))
     if not report.ok:
+        sys.exit(1)
+
+
+@prep_group.command("videos")
+@click.argument("root", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--codec",
+    type=click.Choice(VIDEO_CODECS),
+    default="av1",
+    show_default=True,
+    help="Output codec: av1 (libsvtav1) or h264 (libx264).",
+)
+@click.option(
+    "--gop",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Keyframe interval (random access decodes at most GOP-1 extra frames).",
+)
+@click.option("--crf", type=click.IntRange(min=0, max=63), default=30, show_default=True)
+@click.option("--no-faststart", is_flag=True, help="Keep the index at the end of the file.")
+@click.option(
+    "--min-psnr",
+    default=35.0,
+    show_default=True,
+    help="Refuse a re-encode whose PSNR vs the source decode is lower (dB).",
+)
+@click.option(
+    "--timing-frames",
+    default=16,
+    show_default=True,
+    help="Random frames timed per file before/after (0: no timing).",
+)
+@force_option
+@json_option
+@quiet_option
+def prep_videos_command(
+    root: str,
+    codec: str,
+    gop: int,
+    crf: int,
+    no_faststart: bool,
+    min_psnr: float,
+    timing_frames: int,
+    force: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Re-encode ROOT's mp4s for random access (GOP, codec, CRF, faststart), in place.
+
+    Each file is verified (same frames at the same timestamps, PSNR >= --min-psnr) before it
+    atomically replaces the source; a rerun skips files already done. Needs PyAV
+    (pip install 'episodekit[video]'). Exit 1 when a file fails verification.
+    """
+    from episodekit.prep.videos import format_result, rewrite_videos
+
+    say = None if quiet or as_json else (lambda m: click.echo(m, err=True))
+    with fail_cleanly():
+        result = rewrite_videos(
+            root,
+            codec=codec,
+            gop=gop,
+            crf=crf,
+            faststart=not no_faststart,
+            min_psnr=min_psnr,
+            force=force,
+            timing_frames=timing_frames,
+            progress=say,
+        )
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
+    if result.failed:
         sys.exit(1)

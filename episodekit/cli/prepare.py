@@ -55,6 +55,14 @@ from episodekit.cli.common import (
     help="Also copy videos/ into --out (default: meta and data only).",
 )
 @locality_option(default="rowgroup")
+@click.option(
+    "--videos-gop",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Also re-encode the videos for random access with keyframes every N frames "
+    "(`prep videos`; needs PyAV; with --out also pass --videos).",
+)
 @force_option
 @json_option
 def prepare_command(
@@ -69,6 +77,7 @@ def prepare_command(
     push_to_hub: str | None,
     include_videos: bool,
     locality: str,
+    videos_gop: int | None,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -101,6 +110,7 @@ def prepare_command(
             jobs=jobs,
             push_to_hub=push_to_hub,
             include_videos=include_videos,
+            videos_gop=videos_gop,
             force=force,
             progress=say,
             locality=locality,
