@@ -82,9 +82,10 @@ DEFAULTS: dict[str, float] = {
     # least task_rare_factor times as many.
     "min_task_episodes": 2,
     "task_rare_factor": 10,
-    # quality.shift: first vs last quarter of the episodes (by episode_index): a mean drift with
-    # z > shift_sigmas (episode means as samples) and > shift_effect frame standard deviations,
-    # or a standard-deviation ratio above shift_std_ratio; only with >= shift_min_episodes.
+    # quality.shift: first vs last quarter of the episodes (by episode_index), episodes as
+    # samples, medians and MADs: the median episode mean moves with z > shift_sigmas and by
+    # > shift_effect standard deviations, or the median within-episode standard deviation
+    # changes by > shift_std_ratio with z > shift_sigmas (on log std); >= shift_min_episodes.
     "shift_sigmas": 6.0,
     "shift_effect": 0.5,
     "shift_std_ratio": 2.0,
@@ -880,6 +881,12 @@ def _shift_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
             total = np.sqrt((sf**2 + sl**2) / 2 + (pf**2 + pl_**2) / 2)
             effect = np.abs(ml - mf) / total
             ratio = np.fmax(sl / sf, sf / sl)
+            # the same z-test on log within-episode standard deviations (they vary a lot
+            # between episodes: a ratio of two medians alone is noise for small quarters)
+            logs = np.log(np.maximum(stds, 1e-12))
+            lf, lpf, _, _ = _quarter(logs, logs, first)
+            ll, lpl, _, _ = _quarter(logs, logs, last)
+            z_sd = np.abs(ll - lf) / (1.2533 * np.sqrt(lpf**2 / nf + lpl**2 / nl))
         for j in range(c["sums"].shape[1]):
             label = _dim_label(raw, name, j)
             if z[j] > th["shift_sigmas"] and effect[j] > th["shift_effect"]:
@@ -895,7 +902,11 @@ def _shift_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
                         score=float(effect[j] / max(th["shift_effect"], 1e-9)),
                     )
                 )
-            elif ratio[j] > th["shift_std_ratio"] and min(sf[j], sl[j]) > 0:
+            elif (
+                ratio[j] > th["shift_std_ratio"]
+                and z_sd[j] > th["shift_sigmas"]
+                and min(sf[j], sl[j]) > 0
+            ):
                 out.append(
                     Candidate(
                         "quality.shift",
