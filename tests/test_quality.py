@@ -307,3 +307,8 @@ def test_truncated_data_file_does_not_break_quality(make_sample):
     assert any(f.check == "data.read" for f in report.findings)
     assert not [f for f in report.findings if f.check.startswith("quality.")]
     shutil.rmtree(root)
+
+
+def test_plots_without_report_is_a_usage_error(tmp_path):
+    out = invoke(str(tmp_path), "--plots", str(tmp_path / "p"))
+    assert out.exit_code == 2 and "--plots needs --report" in out.output

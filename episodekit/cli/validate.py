@@ -20,7 +20,7 @@ from episodekit.cli.common import executor_option
     default="all",
     show_default=True,
     help="Comma-separated groups or ids to run; '-name' excludes. Groups: info, tasks, episodes, "
-    "data, layout, speed, costs, plans; aliases: all, artifacts. E.g. 'all,-layout' or "
+    "data, layout, speed, costs, plans, quality; aliases: all, artifacts. E.g. 'all,-layout' or "
     "'data.rows,info'.",
 )
 @click.option("--deep", is_flag=True, help="Also check list lengths and image byte headers.")
@@ -107,6 +107,8 @@ def validate_command(
         select_checks(checks, deep=deep)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--checks") from exc
+    if plots_dir and not report_path:
+        raise click.UsageError("--plots needs --report (the plots are linked from the report)")
     from episodekit.validate.quality import ThresholdsError, load_thresholds
 
     try:
