@@ -191,6 +191,26 @@ def huggingface_metadata(features: dict) -> bytes:
     return json.dumps({"info": {"features": hf}}).encode()
 
 
+def joint_trajectories(
+    rng: np.random.Generator, lengths: np.ndarray, dim: int, fps: float
+) -> np.ndarray:
+    """Smooth, bounded joint positions like a teleoperated arm's: every episode starts at the
+    robot's home pose and each joint moves along a slow sinusoid (0.05-0.3 Hz, amplitude
+    0.2-0.8) in seconds, so steps stay small whatever the episode length; plus encoder noise.
+    (A random walk carried across episodes drifts without bound and jumps at file starts,
+    which no recorded dataset does and which honest data-quality checks rightly flag.)"""
+    n_ep, n = len(lengths), int(lengths.sum())
+    home = np.linspace(-1.0, 1.0, dim, dtype=np.float32)
+    amp = rng.uniform(0.2, 0.8, (n_ep, dim)).astype(np.float32)
+    freq = rng.uniform(0.05, 0.3, (n_ep, dim)).astype(np.float32)
+    phase = rng.uniform(0.0, 2 * np.pi, (n_ep, dim)).astype(np.float32)
+    starts = np.cumsum(lengths) - lengths
+    t = ((np.arange(n) - np.repeat(starts, lengths)) / fps).astype(np.float32)[:, None]
+    a, f, p = (np.repeat(x, lengths, axis=0) for x in (amp, freq, phase))
+    pose = home + a * (np.sin(2 * np.pi * f * t + p) - np.sin(p))
+    return pose + rng.standard_normal((n, dim), dtype=np.float32) * 0.002
+
+
 def _frames_table(
     spec: SampleSpec,
     rng: np.random.Generator,
@@ -204,7 +224,7 @@ def _frames_table(
     n = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths
     frame_index = np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
-    state = np.cumsum(rng.standard_normal((n, spec.state_dim), dtype=np.float32) * 0.02, axis=0)
+    state = joint_trajectories(rng, lengths, spec.state_dim, spec.fps)
     noise = rng.standard_normal((n, spec.action_dim), dtype=np.float32) * 0.01
     action = (
         state[:, : spec.action_dim]

@@ -394,3 +394,285 @@ CORRUPTIONS: dict[str, Callable[[Path], Expected]] = {
     for name, fn in sorted(globals().items())
     if name.startswith("corrupt_") and callable(fn)
 }
+
+
+# =============================================================================================
+# Data-quality corruptions (``quality.*``, warnings): kept out of CORRUPTIONS above, whose test
+# expects exit code 1. Each ``quality_*`` function breaks a private copy of QUALITY_SPEC's sample
+# in one behavioural way and returns a QualityExpected naming the check, file, episode and
+# feature that must be reported. ``also`` lists checks that legitimately fire too.
+
+# 80 episodes (so the shift and rare-task checks have enough), 3 tasks (~27 episodes each, so
+# per-task length outliers are judged), several data files, short episodes to stay fast.
+QUALITY_SPEC = {
+    "episodes": 80,
+    "tasks": 3,
+    "seed": 5,
+    "mean_length": 120,
+    "data_files_size_in_mb": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class QualityExpected:
+    check: str
+    file: str | None
+    episode: int | None
+    feature: str | None = None
+    also: tuple[str, ...] = ()
+
+
+def _matrix_of(t: pa.Table, column: str) -> np.ndarray:
+    col = t[column].combine_chunks()
+    return col.values.to_numpy().reshape(len(col), col.type.list_size).copy()
+
+
+def _with_matrix(t: pa.Table, column: str, x: np.ndarray) -> pa.Table:
+    i = t.schema.get_field_index(column)
+    d = x.shape[1]
+    arr = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1).astype(np.float32)), d)
+    return t.set_column(i, t.schema.field(i), arr)
+
+
+def edit_signal(root: Path, episode: int, column: str, change) -> str:
+    """Apply ``change(x)`` in place to the (frames, d) values of one episode's list column."""
+    rel = data_file_of(root, episode)
+
+    def fn(t: pa.Table) -> pa.Table:
+        x = _matrix_of(t, column)
+        rows = rows_of(t, episode)
+        part = x[rows]
+        change(part)
+        x[rows] = part
+        return _with_matrix(t, column, x)
+
+    edit_data(root, rel, fn)
+    return rel
+
+
+def episode_lengths(root: Path) -> np.ndarray:
+    return pq.read_table(root / EPISODES, columns=["length"])["length"].to_numpy()
+
+
+def resize_last_episode(root: Path, rows_fn: Callable[[pa.Table], pa.Table]) -> tuple[str, int]:
+    """Replace the last episode's rows by ``rows_fn(its rows)`` (any count), renumbering
+    frame_index / index / timestamp and fixing the episodes table and info totals, so that only
+    the behaviour changes, never the structure. Returns (file, episode)."""
+    lengths = episode_lengths(root)
+    last = len(lengths) - 1
+    rel = data_file_of(root, last)
+    fps = json.loads((root / INFO).read_text())["fps"]
+
+    def fn(t: pa.Table) -> pa.Table:
+        rows = rows_of(t, last)
+        assert rows[-1] == t.num_rows - 1, "the last episode ends its file"
+        new = rows_fn(t.slice(int(rows[0]), len(rows)))
+        n = new.num_rows
+        start = t["index"][int(rows[0])].as_py()
+        new = set_column(new, "frame_index", np.arange(n, dtype=np.int64))
+        new = set_column(new, "index", np.arange(start, start + n, dtype=np.int64))
+        new = set_column(new, "timestamp", (np.arange(n) / fps).astype(np.float32))
+        return pa.concat_tables([t.slice(0, int(rows[0])), new.cast(t.schema)])
+
+    edit_data(root, rel, fn)
+    new_len = pq.read_table(root / rel, columns=["episode_index"])["episode_index"].to_numpy()
+    n = int((new_len == last).sum())
+
+    def ep_fn(t: pa.Table) -> pa.Table:
+        length = t["length"].to_numpy().copy()
+        to = t["dataset_to_index"].to_numpy().copy()
+        to[last] += n - length[last]
+        length[last] = n
+        return set_column(set_column(t, "length", length), "dataset_to_index", to)
+
+    edit_episodes(root, ep_fn)
+    info = json.loads((root / INFO).read_text())
+    edit_info(root, total_frames=info["total_frames"] + n - int(lengths[last]))
+    return rel, last
+
+
+def quality_frozen_action(root: Path) -> QualityExpected:
+    rel = edit_signal(root, 5, "action", lambda x: x.__setitem__(slice(None), x[0]))
+    return QualityExpected("quality.frozen", rel, 5, "action")
+
+
+def quality_frozen_run(root: Path) -> QualityExpected:
+    ep = int(np.argmax(episode_lengths(root)))  # long enough for a 4 s run mid-episode
+
+    def change(x):  # a 4 s pause at frame 20, then the motion resumes where it stopped
+        x[:] = np.concatenate([x[:20], np.repeat(x[20:21], 120, axis=0), x[20:-120]])
+
+    rel = edit_signal(root, ep, "observation.state", change)
+    return QualityExpected("quality.frozen_run", rel, ep, "observation.state")
+
+
+def quality_spike(root: Path) -> QualityExpected:
+    rel = edit_signal(root, 9, "action", lambda x: x.__setitem__((10, 3), 1000.0))
+    return QualityExpected(
+        "quality.jump", rel, 9, "action", also=("quality.out_of_range", "quality.action_range")
+    )
+
+
+def quality_offset(root: Path) -> QualityExpected:
+    def change(x):  # a smooth 40-frame excursion to +10 (the rest of the episode untouched)
+        x[10:50, 2] += 10.0 * np.sin(np.linspace(0, np.pi, 40)) ** 2
+
+    ep = int(np.argmax(episode_lengths(root)))
+    rel = edit_signal(root, ep, "observation.state", change)
+    return QualityExpected(
+        "quality.out_of_range", rel, ep, "observation.state", also=("quality.jump",)
+    )
+
+
+def quality_clipping(root: Path) -> QualityExpected:
+    def change(x):  # an oscillating joint saturating at +-0.3 around its mean
+        t = np.arange(len(x)) / len(x)
+        mid = x[:, 1].mean()
+        x[:, 1] = mid + np.clip(0.5 * np.sin(2 * np.pi * 3 * t), -0.3, 0.3)
+
+    rel = edit_signal(root, 13, "action", change)
+    return QualityExpected("quality.clipping", rel, 13, "action")
+
+
+def quality_dead_dimension(root: Path) -> QualityExpected:
+    for p in sorted(root.glob("data/*/*.parquet")):
+        rel = str(p.relative_to(root))
+
+        def fn(t: pa.Table) -> pa.Table:
+            x = _matrix_of(t, "observation.state")
+            x[:, 5] = 0.0
+            return _with_matrix(t, "observation.state", x)
+
+        edit_data(root, rel, fn)
+    return QualityExpected("quality.dead_dimension", None, None, "observation.state")
+
+
+def quality_action_outside_state(root: Path) -> QualityExpected:
+    def change(x):
+        x[:, 4] += 5.0
+
+    rel = edit_signal(root, 37, "action", change)
+    return QualityExpected(
+        "quality.action_range", rel, 37, "action", also=("quality.out_of_range",)
+    )
+
+
+def quality_dropped_frames(root: Path) -> QualityExpected:
+    rel = edit_episode_rows(
+        root, 19, "timestamp", lambda v, r: v.__setitem__(r[10:], v[r[10:]] + 3 / 30)
+    )
+    return QualityExpected("quality.dropped_frames", rel, 19, "timestamp", also=("data.timestamp",))
+
+
+def quality_slow_clock(root: Path) -> QualityExpected:
+    rel = edit_episode_rows(root, 21, "timestamp", lambda v, r: v.__setitem__(r, v[r] * 1.2))
+    return QualityExpected("quality.frame_interval", rel, 21, "timestamp", also=("data.timestamp",))
+
+
+def quality_empty_episode(root: Path) -> QualityExpected:
+    rel = data_file_of(root, 23)
+
+    def fn(t: pa.Table) -> pa.Table:
+        keep = np.ones(t.num_rows, dtype=bool)
+        keep[rows_of(t, 23)] = False
+        return t.filter(pa.array(keep))
+
+    edit_data(root, rel, fn)
+    return QualityExpected("quality.empty_episode", rel, 23, None, also=("data.rows",))
+
+
+def quality_single_frame(root: Path) -> QualityExpected:
+    rel, ep = resize_last_episode(root, lambda t: t.slice(0, 1))
+    return QualityExpected("quality.single_frame", rel, ep, None, also=("quality.length_outlier",))
+
+
+def quality_long_episode(root: Path) -> QualityExpected:
+    # Twelve times longer, played forth and back so the signal stays continuous.
+    rel, ep = resize_last_episode(
+        root,
+        lambda t: pa.concat_tables(
+            [t if k % 2 == 0 else t.take(pa.array(np.arange(t.num_rows)[::-1])) for k in range(12)]
+        ),
+    )
+    return QualityExpected("quality.length_outlier", rel, ep, None)
+
+
+def quality_duplicate(root: Path) -> QualityExpected:
+    tasks = pq.read_table(root / EPISODES, columns=["tasks"])["tasks"].to_pylist()
+    src = tasks.index(tasks[-1])  # the first episode of the last one's task: a plausible length
+    src_rel = data_file_of(root, src)
+    t = pq.read_table(root / src_rel)
+    rows = rows_of(t, src)
+    copy = t.slice(int(rows[0]), len(rows))
+
+    def fn(last: pa.Table) -> pa.Table:
+        out = copy
+        for c in ("episode_index", "task_index"):
+            out = set_column(out, c, np.full(copy.num_rows, last[c][0].as_py()))
+        return out
+
+    rel, ep = resize_last_episode(root, fn)
+    return QualityExpected("quality.duplicate", rel, ep, "action")
+
+
+def quality_placeholder_task(root: Path) -> QualityExpected:
+    t = pq.read_table(root / TASKS)
+    col = [c for c in t.column_names if c != "task_index"][0]
+    old = t[col][1].as_py()
+    names = t[col].to_pylist()
+    names[1] = "TODO"
+    i = t.schema.get_field_index(col)
+    t = t.set_column(i, t.schema.field(i), pa.array(names))
+    pq.write_table(t, root / TASKS)
+
+    def fn(e: pa.Table) -> pa.Table:
+        tasks = [["TODO" if s == old else s for s in ts] for ts in e["tasks"].to_pylist()]
+        i = e.schema.get_field_index("tasks")
+        return e.set_column(i, e.schema.field(i), pa.array(tasks, e.schema.field(i).type))
+
+    edit_episodes(root, fn)
+    return QualityExpected("quality.task_placeholder", TASKS, None, None)
+
+
+def quality_rare_task(root: Path) -> QualityExpected:
+    ep = 30
+    t = pq.read_table(root / TASKS)
+    col = [c for c in t.column_names if c != "task_index"][0]
+    n = t.num_rows
+    extra = pa.table({"task_index": pa.array([n], pa.int64()), col: pa.array(["wave goodbye"])})
+    pq.write_table(
+        pa.concat_tables([t, extra.select(t.column_names)]).replace_schema_metadata(
+            t.schema.metadata
+        ),
+        root / TASKS,
+    )
+
+    def fn(e: pa.Table) -> pa.Table:
+        tasks = e["tasks"].to_pylist()
+        tasks[ep] = ["wave goodbye"]
+        i = e.schema.get_field_index("tasks")
+        return e.set_column(i, e.schema.field(i), pa.array(tasks, e.schema.field(i).type))
+
+    edit_episodes(root, fn)
+    edit_episode_rows(root, ep, "task_index", lambda v, r: v.__setitem__(r, n))
+    edit_info(root, total_tasks=n + 1)
+    return QualityExpected("quality.task_rare", None, None, None)
+
+
+def quality_shift(root: Path) -> QualityExpected:
+    lengths = episode_lengths(root)
+    last_quarter = range(len(lengths) - len(lengths) // 4, len(lengths))
+    for ep in last_quarter:
+
+        def change(x):
+            x[:, 0] += 2.0
+
+        edit_signal(root, ep, "observation.state", change)
+    return QualityExpected("quality.shift", None, None, "observation.state")
+
+
+QUALITY_CORRUPTIONS: dict[str, Callable[[Path], QualityExpected]] = {
+    name[len("quality_") :]: fn
+    for name, fn in sorted(globals().items())
+    if name.startswith("quality_") and callable(fn)
+}

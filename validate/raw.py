@@ -42,22 +42,47 @@ class CannotValidate(DatasetError):
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem: which check found it, how bad, what, and where (file relative to the root)."""
+    """One problem: which check found it, how bad, what, and where (file relative to the root).
+
+    Data-quality findings also name the ``feature`` and ``dimension`` and carry the measured
+    ``value`` plus ``details`` (frame, a short signal, score); these keys appear in
+    :meth:`to_dict` only when set, so the JSON of the other checks is unchanged.
+    """
 
     check: str
     severity: str
     message: str
     file: str | None = None
     episode: int | None = None
+    feature: str | None = None
+    dimension: int | None = None
+    value: float | None = None
+    details: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "check": self.check,
             "severity": self.severity,
             "message": self.message,
             "file": self.file,
             "episode": self.episode,
         }
+        for key in ("feature", "dimension", "value", "details"):
+            v = getattr(self, key)
+            if v is not None:
+                out[key] = _json_safe(v)
+        return out
+
+
+def _json_safe(v: Any) -> Any:
+    """Plain JSON values: non-finite floats become None (JSON has no NaN/inf)."""
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
 
 
 @dataclass

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from episodekit.validate.quality import CHECKS as QUALITY_CHECKS
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
 from episodekit.validate.video import CHECKS as VIDEO_CHECKS
 from episodekit.validate.video import DEEP_ONLY as VIDEO_DEEP_ONLY
@@ -76,8 +77,20 @@ CHECKS: dict[str, str] = {
     "plans.fresh": "shard plan fingerprints match the episodes",
     "plans.content": "every episode assigned exactly once, balance figures match",
     **VIDEO_CHECKS,
+    **QUALITY_CHECKS,
 }
-GROUPS = ("info", "tasks", "episodes", "data", "layout", "speed", "costs", "plans", "video")
+GROUPS = (
+    "info",
+    "tasks",
+    "episodes",
+    "data",
+    "layout",
+    "speed",
+    "costs",
+    "plans",
+    "video",
+    "quality",
+)
 ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
 DEEP_ONLY = ("data.shape", "data.image", *VIDEO_DEEP_ONLY)
 
@@ -163,11 +176,14 @@ def validate(
     strict: bool = False,
     executor: str = "local",
     progress: Callable[[str], None] | None = None,
+    quality_thresholds: dict[str, float] | None = None,
 ) -> Report:
     """Validate ``root`` (local path or fsspec URL) and its artifacts; never modifies it.
 
     ``checks`` selects groups/ids (see :func:`select_checks`); ``deep`` adds list-length and
     image-header checks; ``executor="ray"`` scans data files one ray task per file.
+    ``quality_thresholds`` overrides :data:`episodekit.validate.quality.DEFAULTS` for the
+    ``quality.*`` checks (warnings).
     Raises :class:`CannotValidate` when the root or its info.json cannot be read.
     """
     from episodekit.validate import artifacts as checks_artifacts
@@ -199,15 +215,22 @@ def validate(
     if wants("info.unreferenced"):
         found += checks_meta.check_unreferenced(raw)
     rels = [r for r in raw.data_files() if not r.startswith("<")]
-    if wants("info.features", "data", "info.fps"):
+    schemas: dict = {}
+    if wants("info.features", "data", "info.fps", "quality"):
         schemas, problems = checks_data.read_schemas(raw, rels)
         found += problems
         found += checks_meta.check_features(raw, schemas)
         if wants("data", "info.fps"):
             say(f"scanning {len(schemas)} data files")
-            agg = checks_data.scan_root(raw, schemas, deep=deep, executor=executor)
+            agg, problems = _scan_data(raw, schemas, deep, executor)
+            found += problems
             if agg is not None:
-                found += checks_data.compare(raw, agg, set(schemas))
+                found += checks_data.compare(raw, agg, set(schemas) - {p.file for p in problems})
+    if wants("quality"):
+        from episodekit.validate import quality as checks_quality
+
+        say(f"data-quality checks over {len(schemas)} data files")
+        found += checks_quality.check_quality(raw, list(schemas), want, quality_thresholds)
     if wants("layout"):
         say(f"reading {len(rels)} footers")
         found += checks_layout.check_layout(raw, [r for r in rels if raw.fs.exists(raw.join(r))])
@@ -225,6 +248,32 @@ def validate(
         seconds=time.perf_counter() - t0,
         strict=strict,
     )
+
+
+def _scan_data(raw: RawRoot, schemas: dict, deep: bool, executor: str):
+    """The data scan; when one file breaks the all-files query (a readable footer over corrupt
+    pages), scan file by file so the others are still checked and the broken one is reported."""
+    from episodekit.validate import data as checks_data
+
+    try:
+        return checks_data.scan_root(raw, schemas, deep=deep, executor=executor), []
+    except Exception:  # noqa: BLE001 - narrowed below, file by file
+        if len(schemas) < 1:
+            raise
+    parts, problems = [], []
+    for rel, schema in schemas.items():
+        try:
+            agg = checks_data.scan_root(raw, {rel: schema}, deep=deep, executor="local")
+        except Exception as exc:  # noqa: BLE001 - any reader failure is the file's fault
+            problems.append(Finding("data.read", ERROR, f"unreadable data: {exc}", rel))
+            continue
+        if agg is not None:
+            parts.append(agg)
+    if not parts:
+        return None, problems
+    import polars as pl
+
+    return pl.concat(parts, how="diagonal_relaxed"), problems
 
 
 def format_report(report: Report, examples: int = 5) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -19,13 +20,46 @@ from episodekit.cli.common import executor_option
     default="all",
     show_default=True,
     help="Comma-separated groups or ids to run; '-name' excludes. Groups: info, tasks, episodes, "
-    "data, layout, speed, costs, plans; aliases: all, artifacts. E.g. 'all,-layout' or "
+    "data, layout, speed, costs, plans, quality; aliases: all, artifacts. E.g. 'all,-layout' or "
     "'data.rows,info'.",
 )
 @click.option("--deep", is_flag=True, help="Also check list lengths and image byte headers.")
 @executor_option
 @click.option("--examples", default=5, show_default=True, help="Examples shown per check.")
 @click.option("--list-checks", is_flag=True, help="List every check id and exit.")
+@click.option(
+    "--fail-on",
+    type=click.Choice(["error", "warning"]),
+    default="error",
+    show_default=True,
+    help="Lowest severity that fails (exit 1); 'warning' is --strict, e.g. for CI on quality.",
+)
+@click.option(
+    "--quality-thresholds",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="JSON or TOML file overriding quality.* thresholds (names: see README).",
+)
+@click.option(
+    "--min-length",
+    type=click.IntRange(min=0),
+    default=None,
+    help="quality.short_episode: warn on episodes shorter than N frames (default off).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write a Markdown report (counts, worst episodes, signal sparklines) here.",
+)
+@click.option(
+    "--plots",
+    "plots_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="With --report: small PNG plots of offending signals here (needs episodekit[plots]).",
+)
 def validate_command(
     root: str | None,
     as_json: bool,
@@ -35,6 +69,11 @@ def validate_command(
     executor: str,
     examples: int,
     list_checks: bool,
+    fail_on: str,
+    quality_thresholds: str | None,
+    min_length: int | None,
+    report_path: str | None,
+    plots_dir: str | None,
 ) -> None:
     """Validate a dataset ROOT (path or fsspec URL) and every artifact under it; never writes.
 
@@ -43,8 +82,12 @@ def validate_command(
     NaN), row-group layout quality, and the speed/cost/shard-plan artifacts. Findings name the
     check, file and episode. With GITHUB_ACTIONS=true, also prints workflow annotations.
 
-    Exit codes: 0 clean (warnings allowed unless --strict), 1 findings that fail,
-    2 could not run (bad usage, unreadable root or info.json).
+    Data-quality checks (quality.*, warnings): frozen or jumping actions/states, out-of-range
+    and clipped values, dead dimensions, dropped frames, odd episode lengths, duplicates,
+    placeholder or rare tasks, distribution shift.
+
+    Exit codes: 0 clean (warnings allowed unless --strict / --fail-on warning), 1 findings
+    that fail, 2 could not run (bad usage, unreadable root or info.json).
     """
     from episodekit.validate.runner import (
         CHECKS,
@@ -64,6 +107,15 @@ def validate_command(
         select_checks(checks, deep=deep)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--checks") from exc
+    if plots_dir and not report_path:
+        raise click.UsageError("--plots needs --report (the plots are linked from the report)")
+    from episodekit.validate.quality import ThresholdsError, load_thresholds
+
+    try:
+        thresholds = load_thresholds(quality_thresholds, min_length=min_length)
+    except ThresholdsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--quality-thresholds") from exc
+    strict = strict or fail_on == "warning"
 
     def progress(msg: str) -> None:
         if not as_json:
@@ -71,11 +123,26 @@ def validate_command(
 
     try:
         report = validate(
-            root, checks=checks, deep=deep, strict=strict, executor=executor, progress=progress
+            root,
+            checks=checks,
+            deep=deep,
+            strict=strict,
+            executor=executor,
+            progress=progress,
+            quality_thresholds=thresholds,
         )
     except CannotValidate as exc:
+        if as_json:  # --json always prints JSON, also when nothing could be validated
+            doc = {"version": 1, "root": root, "ok": False, "exit_code": 2, "error": str(exc)}
+            click.echo(json.dumps(doc, indent=2))
         click.echo(f"Error: could not validate: {exc}", err=True)
         sys.exit(2)
+    if report_path:
+        from episodekit.validate.report import write_markdown
+
+        note = write_markdown(report, CHECKS, report_path, plots_dir)
+        if note:
+            click.echo(note, err=True)
     click.echo(report.to_json() if as_json else format_report(report, examples))
     if os.environ.get("GITHUB_ACTIONS") == "true" and report.findings:
         # stdout normally; stderr with --json so the JSON stays parseable (the runner reads both).

@@ -1,0 +1,1186 @@
+"""Data-quality checks (``quality.*``): what silently ruins training although the files are sound.
+
+Actions and states (every float feature named ``action*`` or ``observation.state*``), timing,
+episode lengths, duplicates and dataset-level task / distribution problems. Every check is a
+warning with a documented threshold (:data:`DEFAULTS`, overridable from a JSON/TOML file).
+
+How it reads: one pass over the data files, one file at a time (a thread per core), reading only
+``episode_index``, ``index``, ``timestamp`` and the checked features with pyarrow into numpy.
+Everything per frame is a column operation (``ufunc.reduceat`` over episode boundaries); Python
+loops only over episodes or flagged candidates. The pass yields per-episode summaries plus a
+strided sample of values and steps; the dataset-level thresholds (robust scales) are computed from
+those, then every decision is vectorized over (episode, dimension). Only flagged episodes are read
+again, to confirm near-duplicates exactly and to attach the offending signal to findings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodekit.validate.raw import WARNING, Finding, RawRoot
+
+MAX_PER_CHECK = 50  # findings of one check beyond this are summarized in one line
+SAMPLE_ROWS = 200_000  # rows of the strided sample the dataset-level robust scales come from
+SIGNAL_POINTS = 48  # points of the offending signal attached to a finding (sparkline / plot)
+FEATURE_PREFIXES = ("action", "observation.state")
+
+# Every threshold, with what it means. Units in the name; "share" is a fraction in [0, 1].
+DEFAULTS: dict[str, float] = {
+    # quality.frozen: one identical vector over >= this share of an episode ...
+    "frozen_share": 0.5,
+    # ... and at least this many frames (short episodes can be legitimately still).
+    "frozen_min_frames": 10,
+    # quality.frozen_run: an identical vector held mid-episode (not touching its first or last
+    # frame, where a robot at rest is normal) for >= this many seconds.
+    "frozen_run_seconds": 3.0,
+    # quality.jump: a step |x[t+1] - x[t]| above this many robust step deviations of the
+    # dimension (1.4826 x median |nonzero step| over the dataset, i.e. MAD) ...
+    "jump_sigmas": 20.0,
+    # ... and above this share of the dimension's robust range (q99 - q1 over the dataset),
+    # so heavy-tailed but real motions (a fast gripper) do not fire.
+    "jump_range_share": 0.3,
+    # quality.out_of_range: a value beyond [q1 - k s, q99 + k s] of the dataset, where
+    # s = (q99 - q1) / 4.653 is the robust standard deviation (dimensions with q1 == q99 are
+    # not judged).
+    "range_sigmas": 5.0,
+    # quality.clipping: frames sitting exactly at the episode's min (or max) of a dimension,
+    # outside the constant runs at its start and end, >= this share of the episode ...
+    "clip_share": 0.1,
+    # ... and at least this many frames.
+    "clip_min_frames": 5,
+    # quality.action_range: an action beyond the state's dataset [min, max] of the same joint by
+    # more than this share of the state's range.
+    "action_state_margin": 0.5,
+    # quality.dropped_frames: a timestamp step > this / fps.
+    "drop_factor": 1.5,
+    # quality.frame_interval: |mean timestamp step x fps - 1| above this (episodes without drops).
+    "interval_tolerance": 0.05,
+    # quality.short_episode: fewer frames than this (0 = off; --min-length).
+    "min_length": 0,
+    # quality.length_outlier: |log(length) - task median| above this many robust deviations
+    # (1.4826 x MAD of log lengths, at least length_log_floor) ...
+    "length_sigmas": 5.0,
+    "length_log_floor": 0.25,
+    # ... in tasks with at least this many episodes.
+    "length_min_episodes": 10,
+    # quality.duplicate: another episode of the same length within this share of each
+    # dimension's robust range at every frame (0 = identical).
+    "duplicate_tolerance": 1e-3,
+    # quality.task_rare: a task with fewer episodes than this while the median task has at
+    # least task_rare_factor times as many.
+    "min_task_episodes": 2,
+    "task_rare_factor": 10,
+    # quality.shift: first vs last quarter of the episodes (by episode_index), episodes as
+    # samples, medians and MADs: the median episode mean moves with z > shift_sigmas and by
+    # > shift_effect standard deviations, or the median within-episode standard deviation
+    # changes by > shift_std_ratio with z > shift_sigmas (on log std); >= shift_min_episodes.
+    "shift_sigmas": 6.0,
+    "shift_effect": 0.5,
+    "shift_std_ratio": 2.0,
+    "shift_min_episodes": 40,
+}
+
+CHECKS: dict[str, str] = {
+    "quality.frozen": "identical action/state vector over >= frozen_share of an episode (warning)",
+    "quality.frozen_run": "identical vector held mid-episode >= frozen_run_seconds (warning)",
+    "quality.jump": "a step beyond jump_sigmas robust step deviations and jump_range_share of the "
+    "range (warning)",
+    "quality.out_of_range": "a value beyond range_sigmas robust deviations of the dataset "
+    "(warning)",
+    "quality.clipping": "a dimension stuck at its episode min/max (saturation) (warning)",
+    "quality.dead_dimension": "a dimension constant over the whole dataset (warning)",
+    "quality.action_range": "action far outside the state's range of the same joint (warning)",
+    "quality.dropped_frames": "timestamp steps > drop_factor / fps: frames missing (warning)",
+    "quality.frame_interval": "mean timestamp step differs from 1 / fps (warning)",
+    "quality.empty_episode": "an episode with no frames (warning)",
+    "quality.single_frame": "an episode of one frame (warning)",
+    "quality.short_episode": "an episode shorter than --min-length (warning)",
+    "quality.length_outlier": "episode length far from its task's typical length (warning)",
+    "quality.duplicate": "an episode (near-)identical to an earlier one (warning)",
+    "quality.task_placeholder": "empty or placeholder task string (warning)",
+    "quality.task_rare": "a task with too few episodes (warning)",
+    "quality.shift": "distribution shift between the first and last quarter of episodes (warning)",
+}
+
+PLACEHOLDER_TASKS = {
+    "",
+    "task",
+    "tasks",
+    "default",
+    "default task",
+    "none",
+    "null",
+    "nan",
+    "n/a",
+    "na",
+    "todo",
+    "tbd",
+    "placeholder",
+    "test",
+    "example",
+    "unknown",
+    "dummy",
+    "xxx",
+    "...",
+    "-",
+}
+PLACEHOLDER_PATTERN = re.compile(r"^(task|episode|demo)[ _-]?\d+$|^<.*>$|^\{.*\}$")
+
+
+class ThresholdsError(ValueError):
+    """A thresholds file is unreadable or names an unknown threshold."""
+
+
+def load_thresholds(path: str | Path | None = None, **overrides: Any) -> dict[str, float]:
+    """:data:`DEFAULTS` updated from a JSON or TOML file (``.toml`` by suffix; a top-level
+    ``[quality]`` table is accepted too) and from ``overrides`` (None values are ignored)."""
+    out = dict(DEFAULTS)
+    given: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+            if p.suffix.lower() == ".toml":
+                import tomllib
+
+                given = tomllib.loads(text)
+            else:
+                given = json.loads(text)
+        except (OSError, ValueError) as exc:
+            raise ThresholdsError(f"cannot read thresholds file {p}: {exc}") from exc
+        if isinstance(given, dict) and isinstance(given.get("quality"), dict):
+            given = given["quality"]
+        if not isinstance(given, dict):
+            raise ThresholdsError(f"thresholds file {p} must hold an object of name: number")
+    given = {**given, **{k: v for k, v in overrides.items() if v is not None}}
+    for k, v in given.items():
+        if k not in DEFAULTS:
+            raise ThresholdsError(
+                f"unknown quality threshold {k!r}; known: {', '.join(sorted(DEFAULTS))}"
+            )
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ThresholdsError(f"quality threshold {k!r} must be a number >= 0, got {v!r}")
+        out[k] = float(v)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Features and reading.
+
+
+def quality_features(raw: RawRoot) -> dict[str, int]:
+    """Checked features -> dimension: float ``action*`` / ``observation.state*``, 1-D shape."""
+    out = {}
+    for name, f in raw.features.items():
+        if not isinstance(f, dict) or not name.startswith(FEATURE_PREFIXES):
+            continue
+        shape = f.get("shape")
+        if str(f.get("dtype", "")).startswith("float") and isinstance(shape, list):
+            if len(shape) == 1 and isinstance(shape[0], int) and shape[0] >= 1:
+                out[name] = shape[0]
+    return out
+
+
+def _matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray | None:
+    """(rows, dim) float32 of a fixed-size/variable list (or scalar) column; None if ragged."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    t = col.type
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        if pa.types.is_fixed_size_list(t):
+            if t.list_size != dim:
+                return None
+            values = col.values.slice(col.offset * dim, len(col) * dim)
+        else:
+            lengths = col.value_lengths().to_numpy(zero_copy_only=False)
+            if not np.all(lengths == dim):
+                return None
+            values = col.flatten()
+        x = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, dim)
+        if col.null_count:
+            x = x.copy()
+            x[~col.is_valid().to_numpy(zero_copy_only=False)] = np.nan
+        return x
+    if dim != 1:
+        return None
+    return col.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, 1)
+
+
+def _fill_nonfinite(x: np.ndarray) -> np.ndarray:
+    """Forward-fill NaN/inf per column (reported by ``data.nan``; here they must not look like
+    jumps), leading ones become 0."""
+    ok = np.isfinite(x)
+    if ok.all():
+        return x
+    idx = np.where(ok, np.arange(len(x))[:, None], 0)
+    np.maximum.accumulate(idx, axis=0, out=idx)
+    x = np.take_along_axis(x, idx, axis=0)
+    return np.where(np.isfinite(x), x, 0.0).astype(np.float32)
+
+
+def _read_file(raw: RawRoot, rel: str, features: dict[str, int]) -> pa.Table:
+    with raw.fs.open(raw.join(rel), "rb") as fh:
+        pf = pq.ParquetFile(fh)
+        names = set(pf.schema_arrow.names)
+        cols = [c for c in ("episode_index", "index", "timestamp", *features) if c in names]
+        return pf.read(columns=cols)
+
+
+def _ordered(table: pa.Table) -> tuple[np.ndarray, np.ndarray | None]:
+    """Episode index per row and the permutation putting rows in (episode, index) order (None
+    when they already are, the normal case)."""
+    ep = table["episode_index"].to_numpy(zero_copy_only=False)
+    if len(ep) < 2:
+        return ep, None
+    if "index" in table.column_names:
+        idx = table["index"].to_numpy(zero_copy_only=False)
+        if np.all(ep[1:] >= ep[:-1]) and np.all((ep[1:] != ep[:-1]) | (idx[1:] > idx[:-1])):
+            return ep, None
+        order = np.lexsort((idx, ep))
+    else:
+        if np.all(ep[1:] >= ep[:-1]):
+            return ep, None
+        order = np.argsort(ep, kind="stable")
+    return ep[order], order
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-file pass.
+
+
+@dataclass
+class FeatureStats:
+    """Per-episode summaries of one feature (rows: episodes of the file, columns: dimensions)."""
+
+    mins: np.ndarray
+    maxs: np.ndarray
+    sums: np.ndarray  # float32 per episode, stored as float64
+    sumsq: np.ndarray
+    maxstep: np.ndarray
+    clip: np.ndarray  # frames at the episode's min/max outside its edge runs (the larger side)
+    frozen_longest: np.ndarray  # (E,) longest run of identical vectors
+    frozen_mid: np.ndarray  # (E,) longest such run touching neither the first nor the last frame
+    sample_values: np.ndarray  # strided rows (k, d)
+    sample_steps: np.ndarray  # strided |steps| (k, d), NaN where zero or across episodes
+
+
+@dataclass
+class FileStats:
+    file: str
+    episodes: np.ndarray
+    rows: np.ndarray
+    ts_drops: np.ndarray | None = None  # number of steps > drop_factor / fps
+    ts_missing: np.ndarray | None = None  # frames missing in those steps (round(dt*fps) - 1)
+    ts_maxstep: np.ndarray | None = None  # largest step, in frames
+    ts_interval: np.ndarray | None = None  # mean step x fps (NaN for single frames)
+    features: dict[str, FeatureStats] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _segments(ep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Episode ids, start offsets and lengths of the contiguous runs of ``ep``."""
+    starts = np.flatnonzero(np.concatenate([[True], ep[1:] != ep[:-1]]))
+    lengths = np.diff(np.append(starts, len(ep)))
+    return ep[starts], starts, lengths
+
+
+def _feature_stats(
+    x: np.ndarray, starts: np.ndarray, lengths: np.ndarray, stride: int, th: dict
+) -> FeatureStats:
+    """Per-episode summaries of one (frames, d) feature. Works on the transposed (d, frames)
+    copy: every reduction then runs over contiguous memory (``reduceat`` along the last axis
+    is several times faster than along the first)."""
+    n, d = x.shape
+    xt = np.ascontiguousarray(x.T)
+    sums = np.add.reduceat(xt, starts, axis=1)
+    if not np.isfinite(sums).all():
+        xt = np.ascontiguousarray(_fill_nonfinite(x).T)
+        sums = np.add.reduceat(xt, starts, axis=1)
+    ends = starts + lengths - 1
+    mins = np.minimum.reduceat(xt, starts, axis=1)
+    maxs = np.maximum.reduceat(xt, starts, axis=1)
+    sq = np.square(xt)
+    sumsq = np.add.reduceat(sq, starts, axis=1)
+    # Steps |x[t+1] - x[t]|, zero on the last frame of every episode (none across episodes).
+    step = sq  # reuse the buffer
+    np.subtract(xt[:, 1:], xt[:, :-1], out=step[:, :-1])
+    step[:, ends] = 0
+    np.abs(step, out=step)
+    maxstep = np.maximum.reduceat(step, starts, axis=1)
+    # Runs of identical vectors: a run ends where the vector changes or the episode ends.
+    run_end = step.any(axis=0)
+    run_end[ends] = True
+    re_ = np.flatnonzero(run_end)
+    rs = np.concatenate([[0], re_[:-1] + 1])
+    rl = re_ - rs + 1
+    long_ = rl >= 2
+    rs, re_, rl = rs[long_], re_[long_], rl[long_]
+    e_of = np.searchsorted(starts, rs, side="right") - 1
+    frozen_longest = np.zeros(len(starts), np.int64)
+    frozen_mid = np.zeros(len(starts), np.int64)
+    np.maximum.at(frozen_longest, e_of, rl)
+    mid = (rs > starts[e_of]) & (re_ < ends[e_of])
+    np.maximum.at(frozen_mid, e_of[mid], rl[mid])
+    # Saturation needs at least `need` equal frames, hence `need - 1` zero steps: only those
+    # (dimension, episode) candidates are counted exactly, one by one.
+    need = np.maximum(th["clip_min_frames"], np.ceil(th["clip_share"] * lengths))[None, :]
+    zero_steps = np.add.reduceat(step == 0, starts, axis=1)  # (+1: the episode's last frame)
+    clip = np.zeros((len(starts), d), np.int64)
+    moving = maxs > mins
+    for j, e in zip(*np.nonzero((zero_steps >= np.maximum(1, need // 2)) & moving)):
+        clip[e, j] = _clipped_frames(xt[j, starts[e] : ends[e] + 1], mins[j, e], maxs[j, e])
+    sample_steps = step[:, ::stride].T.copy()
+    sample_steps[sample_steps == 0] = np.nan
+    return FeatureStats(
+        mins.T,
+        maxs.T,
+        sums.T.astype(np.float64),
+        sumsq.T.astype(np.float64),
+        maxstep.T,
+        clip,
+        frozen_longest,
+        frozen_mid,
+        x[::stride].copy(),
+        sample_steps,
+    )
+
+
+def _clipped_frames(v: np.ndarray, lo: float, hi: float) -> int:
+    """Frames of one episode's dimension at its min or max, outside the constant runs at the
+    start and the end (a robot at rest there is not saturation); the larger side."""
+    change = np.flatnonzero(v[1:] != v[:-1])
+    first, last = change[0] + 1, change[-1]  # v[first:last + 1] excludes the edge runs
+    inner = v[first : last + 1]
+    return int(max((inner == lo).sum(), (inner == hi).sum()))
+
+
+def scan_file(raw: RawRoot, rel: str, features: dict[str, int], stride: int, th: dict) -> FileStats:
+    """Per-episode quality summaries of one data file (errors become ``FileStats.error``)."""
+    try:
+        table = _read_file(raw, rel, features)
+    except Exception as exc:  # noqa: BLE001 - an unreadable file is reported, never raised
+        return FileStats(rel, np.zeros(0, np.int64), np.zeros(0, np.int64), error=str(exc))
+    if "episode_index" not in table.column_names:
+        return FileStats(rel, np.zeros(0, np.int64), np.zeros(0, np.int64), error="no episodes")
+    ep, order = _ordered(table)
+    keep = ~np.isnan(ep.astype(np.float64)) if ep.dtype.kind == "f" else None
+    if order is not None:
+        table = table.take(pa.array(order))
+    if keep is not None and not keep.all():
+        table, ep = table.filter(pa.array(keep)), ep[keep]
+    ep = ep.astype(np.int64)
+    if len(ep) == 0:
+        return FileStats(rel, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    ids, starts, lengths = _segments(ep)
+    out = FileStats(rel, ids, lengths)
+    fps = raw.fps
+    if "timestamp" in table.column_names and fps:
+        ts = table["timestamp"].to_numpy(zero_copy_only=False).astype(np.float64)
+        dt = np.zeros(len(ts))
+        dt[:-1] = np.diff(ts) * fps
+        dt[starts + lengths - 1] = 0
+        dt = np.nan_to_num(dt)
+        drop = dt > th["drop_factor"]
+        out.ts_drops = np.add.reduceat(drop, starts)
+        out.ts_missing = np.add.reduceat(np.where(drop, np.round(dt) - 1, 0), starts)
+        out.ts_maxstep = np.maximum.reduceat(dt, starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out.ts_interval = np.add.reduceat(dt, starts) / (lengths - 1)
+    for name, dim in features.items():
+        if name not in table.column_names:
+            continue
+        x = _matrix(table[name], dim)
+        if x is not None:
+            out.features[name] = _feature_stats(x, starts, lengths, stride, th)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Dataset-level decisions.
+
+
+@dataclass
+class Merged:
+    """Per-episode summaries of the whole dataset (one row per scanned episode)."""
+
+    episodes: np.ndarray
+    rows: np.ndarray
+    file: np.ndarray  # object: relative data file
+    ts_drops: np.ndarray
+    ts_missing: np.ndarray
+    ts_maxstep: np.ndarray
+    ts_interval: np.ndarray
+    features: dict[str, dict[str, np.ndarray]]
+    failed: list[tuple[str, str]]
+
+
+def _merge(parts: list[FileStats], features: dict[str, int]) -> Merged:
+    ok = [p for p in parts if p.error is None and len(p.episodes)]
+    failed = [(p.file, p.error) for p in parts if p.error is not None]
+
+    def cat(get: Callable[[FileStats], Any], n_of, fill=np.nan) -> np.ndarray:
+        arrs = [get(p) if get(p) is not None else np.full(n_of(p), fill) for p in ok]
+        return np.concatenate(arrs) if arrs else np.zeros(0)
+
+    n_of = lambda p: len(p.episodes)  # noqa: E731
+    feats: dict[str, dict[str, np.ndarray]] = {}
+    for name, d in features.items():
+        have = [p for p in ok if name in p.features]
+        if not have:
+            continue
+        cols: dict[str, np.ndarray] = {}
+        for key in FeatureStats.__dataclass_fields__:
+            arrs = []
+            for p in ok:
+                fs = p.features.get(name)
+                if fs is not None:
+                    arrs.append(getattr(fs, key))
+                elif not key.startswith("sample"):
+                    shape = (n_of(p),) if key.startswith("frozen") else (n_of(p), d)
+                    arrs.append(np.full(shape, np.nan))
+            cols[key] = np.concatenate(arrs) if arrs else np.zeros((0, d))
+        feats[name] = cols
+    return Merged(
+        episodes=cat(lambda p: p.episodes, n_of).astype(np.int64),
+        rows=cat(lambda p: p.rows, n_of).astype(np.int64),
+        file=np.concatenate([np.full(n_of(p), p.file, dtype=object) for p in ok])
+        if ok
+        else np.zeros(0, dtype=object),
+        ts_drops=cat(lambda p: p.ts_drops, n_of, 0),
+        ts_missing=cat(lambda p: p.ts_missing, n_of, 0),
+        ts_maxstep=cat(lambda p: p.ts_maxstep, n_of),
+        ts_interval=cat(lambda p: p.ts_interval, n_of),
+        features=feats,
+        failed=failed,
+    )
+
+
+@dataclass
+class Candidate:
+    """A flagged (episode, feature, dimension) before it becomes a :class:`Finding`."""
+
+    check: str
+    message: str
+    episode: int | None = None
+    file: str | None = None
+    feature: str | None = None
+    dimension: int | None = None
+    value: float | None = None
+    score: float = 0.0  # how far past the threshold (worst first)
+    locate: str | None = None  # how to find the frame: "step", "max", "min", "extreme"
+    details: dict = field(default_factory=dict)
+
+
+def _robust_scales(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    vals = cols["sample_values"]
+    steps = cols["sample_steps"]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no scale, NaN
+        if len(vals):
+            lo, hi = np.nanquantile(vals, [0.01, 0.99], axis=0)
+        else:
+            lo = hi = np.full(vals.shape[1], np.nan)
+        step_sigma = (
+            1.4826 * np.nanmedian(steps, axis=0)
+            if len(steps) and np.isfinite(steps).any()
+            else np.full(vals.shape[1], np.nan)
+        )
+    return {"lo": lo, "hi": hi, "span": hi - lo, "step_sigma": step_sigma}
+
+
+def _dim_label(raw: RawRoot, feature: str, j: int) -> str:
+    names = raw.features.get(feature, {}).get("names")
+    if isinstance(names, dict):  # older LeRobot: {"motors": [...]}
+        names = next(iter(names.values()), None)
+    if isinstance(names, list) and j < len(names) and isinstance(names[j], str):
+        return f"{feature}[{j}] ({names[j]})"
+    return f"{feature}[{j}]"
+
+
+def _signal_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
+    out: list[Candidate] = []
+    fps = raw.fps or 0.0
+    L = m.rows
+    scales: dict[str, dict[str, np.ndarray]] = {}
+    for name, c in m.features.items():
+        s = scales[name] = _robust_scales(c)
+        # Frozen vectors.
+        longest, midrun = c["frozen_longest"], c["frozen_mid"]
+        with np.errstate(invalid="ignore"):
+            frozen = (longest >= th["frozen_share"] * L) & (longest >= th["frozen_min_frames"])
+            frozen &= L >= 2
+        for i in np.flatnonzero(frozen):
+            out.append(
+                Candidate(
+                    "quality.frozen",
+                    f"{name} holds one vector for {int(longest[i])} of {int(L[i])} frames "
+                    f"({longest[i] / L[i]:.0%}; threshold {th['frozen_share']:.0%})",
+                    feature=name,
+                    value=float(longest[i] / L[i]),
+                    score=float(longest[i] / L[i] / max(th["frozen_share"], 1e-9)),
+                    **_ep(m, i),
+                )
+            )
+        need = max(2, math.ceil(th["frozen_run_seconds"] * fps)) if fps else math.inf
+        for i in np.flatnonzero((midrun >= need) & ~frozen):
+            out.append(
+                Candidate(
+                    "quality.frozen_run",
+                    f"{name} holds one vector for {int(midrun[i])} frames "
+                    f"({midrun[i] / fps:.1f} s) mid-episode "
+                    f"(threshold {th['frozen_run_seconds']} s)",
+                    feature=name,
+                    value=float(midrun[i]),
+                    score=float(midrun[i] / need),
+                    **_ep(m, i),
+                )
+            )
+        # Jumps.
+        with np.errstate(invalid="ignore"):
+            limit = np.fmax(th["jump_sigmas"] * s["step_sigma"], th["jump_range_share"] * s["span"])
+            limit[~(limit > 0)] = np.nan  # no scale to judge by (a near-constant dimension)
+            jump = c["maxstep"] > limit[None, :]
+        for i, j in zip(*np.nonzero(jump)):
+            v = float(c["maxstep"][i, j])
+            out.append(
+                Candidate(
+                    "quality.jump",
+                    f"{_dim_label(raw, name, j)} jumps by {v:.4g} in one step "
+                    f"({v / s['step_sigma'][j]:.0f} robust step deviations, "
+                    f"{v / s['span'][j]:.2f} of its range)"
+                    if s["span"][j] > 0 and s["step_sigma"][j] > 0
+                    else f"{_dim_label(raw, name, j)} jumps by {v:.4g} in one step",
+                    feature=name,
+                    dimension=int(j),
+                    value=v,
+                    score=v / float(limit[j]) if limit[j] > 0 else math.inf,
+                    locate="step",
+                    **_ep(m, i),
+                )
+            )
+        # Out-of-range values.
+        rs = np.where(s["span"] > 0, s["span"] / 4.653 * th["range_sigmas"], np.nan)
+        lo_lim, hi_lim = s["lo"] - rs, s["hi"] + rs
+        with np.errstate(invalid="ignore"):
+            over, under = c["maxs"] > hi_lim, c["mins"] < lo_lim
+        for i, j in zip(*np.nonzero(over | under)):
+            v = float(c["maxs"][i, j] if over[i, j] else c["mins"][i, j])
+            sd = s["span"][j] / 4.653
+            dev = (v - s["hi"][j] if over[i, j] else s["lo"][j] - v) / sd if sd > 0 else math.inf
+            out.append(
+                Candidate(
+                    "quality.out_of_range",
+                    f"{_dim_label(raw, name, j)} reaches {v:.4g}, dataset q1..q99 is "
+                    f"{s['lo'][j]:.4g}..{s['hi'][j]:.4g} ({dev:.0f} robust deviations beyond)",
+                    feature=name,
+                    dimension=int(j),
+                    value=v,
+                    score=dev / th["range_sigmas"] if th["range_sigmas"] else math.inf,
+                    locate="max" if over[i, j] else "min",
+                    **_ep(m, i),
+                )
+            )
+        # Clipping (candidates were counted in the pass).
+        with np.errstate(invalid="ignore"):
+            need_clip = np.maximum(th["clip_min_frames"], th["clip_share"] * L)[:, None]
+            clipped = (c["clip"] >= need_clip) & (c["clip"] > 0)
+        for i, j in zip(*np.nonzero(clipped)):
+            k = int(c["clip"][i, j])
+            out.append(
+                Candidate(
+                    "quality.clipping",
+                    f"{_dim_label(raw, name, j)} sits exactly at its min/max for {k} of "
+                    f"{int(L[i])} frames mid-episode (saturation?)",
+                    feature=name,
+                    dimension=int(j),
+                    value=k / float(L[i]),
+                    score=k / float(need_clip[i, 0]),
+                    locate="extreme",
+                    **_ep(m, i),
+                )
+            )
+        # Dead dimensions.
+        dmin, dmax = np.nanmin(c["mins"], axis=0), np.nanmax(c["maxs"], axis=0)
+        if L.sum() >= 2:
+            for j in np.flatnonzero(dmin == dmax):
+                out.append(
+                    Candidate(
+                        "quality.dead_dimension",
+                        f"{_dim_label(raw, name, j)} is {float(dmin[j]):.4g} in every frame",
+                        feature=name,
+                        dimension=int(j),
+                        value=float(dmin[j]),
+                        score=1.0,
+                    )
+                )
+    out += _action_range(raw, m, th)
+    return out
+
+
+def _ep(m: Merged, i: int) -> dict[str, Any]:
+    return {"episode": int(m.episodes[i]), "file": str(m.file[i])}
+
+
+def _names(raw: RawRoot, feature: str, d: int) -> list[str] | None:
+    names = raw.features.get(feature, {}).get("names")
+    if isinstance(names, dict):
+        names = next(iter(names.values()), None)
+    if isinstance(names, list) and len(names) == d and all(isinstance(n, str) for n in names):
+        return names
+    return None
+
+
+def _action_range(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
+    """Action dimensions against the state dimension of the same joint: by name when the two
+    features share names, else by position when their shapes are equal."""
+    a, st = m.features.get("action"), m.features.get("observation.state")
+    if a is None or st is None:
+        return []
+    da, ds = a["mins"].shape[1], st["mins"].shape[1]
+    na, ns = _names(raw, "action", da), _names(raw, "observation.state", ds)
+    if na and ns and set(na) & set(ns):
+        pairs = [(j, ns.index(n)) for j, n in enumerate(na) if n in ns]
+    elif da == ds:
+        pairs = [(j, j) for j in range(da)]
+    else:
+        return []
+    smin, smax = np.nanmin(st["mins"], axis=0), np.nanmax(st["maxs"], axis=0)
+    out = []
+    for ja, js in pairs:
+        span = smax[js] - smin[js]
+        if not span > 0:
+            continue
+        lo, hi = (
+            smin[js] - th["action_state_margin"] * span,
+            smax[js] + th["action_state_margin"] * span,
+        )
+        amax, amin = a["maxs"][:, ja], a["mins"][:, ja]
+        with np.errstate(invalid="ignore"):
+            bad = (amax > hi) | (amin < lo)
+        for i in np.flatnonzero(bad):
+            over = amax[i] > hi
+            v = float(amax[i] if over else amin[i])
+            beyond = (v - smax[js] if over else smin[js] - v) / span
+            out.append(
+                Candidate(
+                    "quality.action_range",
+                    f"{_dim_label(raw, 'action', ja)} reaches {v:.4g}, {beyond:.2f} state ranges "
+                    f"outside observation.state[{js}] ({smin[js]:.4g}..{smax[js]:.4g})",
+                    feature="action",
+                    dimension=int(ja),
+                    value=v,
+                    score=beyond / th["action_state_margin"]
+                    if th["action_state_margin"]
+                    else math.inf,
+                    locate="max" if over else "min",
+                    **_ep(m, i),
+                )
+            )
+    return out
+
+
+def _timing_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
+    out = []
+    fps = raw.fps
+    if not fps:
+        return out
+    for i in np.flatnonzero(m.ts_drops > 0):
+        out.append(
+            Candidate(
+                "quality.dropped_frames",
+                f"{int(m.ts_drops[i])} timestamp gaps, {int(m.ts_missing[i])} frames missing; "
+                f"largest step {m.ts_maxstep[i]:.2f} frames ({m.ts_maxstep[i] / fps:.3f} s at "
+                f"{fps:g} fps)",
+                feature="timestamp",
+                value=float(m.ts_missing[i]),
+                score=float(m.ts_maxstep[i] / th["drop_factor"]) if th["drop_factor"] else math.inf,
+                **_ep(m, i),
+            )
+        )
+    with np.errstate(invalid="ignore"):
+        off = np.abs(m.ts_interval - 1) > th["interval_tolerance"]
+    for i in np.flatnonzero(off & (m.ts_drops == 0)):
+        out.append(
+            Candidate(
+                "quality.frame_interval",
+                f"mean timestamp step is {m.ts_interval[i] / fps:.5f} s, 1/fps is {1 / fps:.5f} s "
+                f"({m.ts_interval[i]:.3f} frames)",
+                feature="timestamp",
+                value=float(m.ts_interval[i] / fps),
+                score=float(abs(m.ts_interval[i] - 1) / max(th["interval_tolerance"], 1e-9)),
+                **_ep(m, i),
+            )
+        )
+    return out
+
+
+def _episode_table(raw: RawRoot) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """episode_index, length, task_index, data_file of the episodes table (first row wins)."""
+    e = raw.episodes
+    ep = e["episode_index"].to_numpy(zero_copy_only=False)
+    length = e["length"].to_numpy(zero_copy_only=False) if "length" in e.column_names else None
+    if length is None:
+        length = np.full(len(ep), -1)
+    task = e["task_index"].to_numpy(zero_copy_only=False)
+    files = np.asarray(e["data_file"].to_pylist(), dtype=object)
+    _, first = np.unique(ep, return_index=True)
+    first.sort()
+    return (
+        ep[first],
+        np.nan_to_num(length[first].astype(np.float64), nan=-1),
+        task[first],
+        files[first],
+    )
+
+
+def _episode_checks(raw: RawRoot, m: Merged, th: dict, scanned: set[str]) -> list[Candidate]:
+    if raw.episodes is None or raw.episodes.num_rows == 0:
+        return []
+    ep, length, task, files = _episode_table(raw)
+    rows = np.zeros(len(ep), np.int64)
+    pos = {int(e): k for k, e in enumerate(ep.tolist())}
+    for e, r in zip(m.episodes.tolist(), m.rows.tolist()):
+        if e in pos:
+            rows[pos[e]] += r
+    in_scanned = np.array([f in scanned for f in files.tolist()], dtype=bool)
+    out = []
+
+    def add(check: str, mask: np.ndarray, msg: Callable[[int], str], value, score=None) -> None:
+        for k in np.flatnonzero(mask):
+            out.append(
+                Candidate(
+                    check,
+                    msg(k),
+                    episode=int(ep[k]),
+                    file=str(files[k]),
+                    value=float(value[k]),
+                    score=float(score[k]) if score is not None else 1.0,
+                )
+            )
+
+    empty = (length == 0) | (in_scanned & (rows == 0))
+    add(
+        "quality.empty_episode",
+        empty,
+        lambda k: f"no frames (length {int(length[k])}, {int(rows[k])} rows in the data)",
+        rows,
+    )
+    add("quality.single_frame", (length == 1) & ~empty, lambda k: "one frame only", length)
+    if th["min_length"] > 0:
+        short = (length > 1) & (length < th["min_length"])
+        add(
+            "quality.short_episode",
+            short,
+            lambda k: f"{int(length[k])} frames, fewer than --min-length {int(th['min_length'])}",
+            length,
+            th["min_length"] / np.maximum(length, 1),
+        )
+    # Length outliers per task (robust z of log length).
+    logl = np.log(np.maximum(length, 1))
+    z = np.zeros(len(ep))
+    med = np.zeros(len(ep))
+    for t in np.unique(task):
+        sel = (task == t) & (length > 0)
+        if sel.sum() < th["length_min_episodes"]:
+            continue
+        mu = np.median(logl[sel])
+        sd = max(1.4826 * np.median(np.abs(logl[sel] - mu)), th["length_log_floor"])
+        z[sel] = np.abs(logl[sel] - mu) / sd
+        med[sel] = np.exp(mu)
+    add(
+        "quality.length_outlier",
+        z > th["length_sigmas"],
+        lambda k: (
+            f"{int(length[k])} frames; task {int(task[k])}'s median is {med[k]:.0f} "
+            f"({z[k]:.1f} robust deviations of log length, threshold {th['length_sigmas']:g})"
+        ),
+        length,
+        z / max(th["length_sigmas"], 1e-9),
+    )
+    return out
+
+
+def _task_checks(raw: RawRoot, th: dict) -> list[Candidate]:
+    if raw.tasks is None:
+        return []
+    names = [c for c in ("task", "__index_level_0__") if c in raw.tasks.column_names]
+    if not names:
+        return []
+    strings = raw.tasks[names[0]].to_pylist()
+    index = raw.tasks["task_index"].to_pylist()
+    out = []
+    for t, s in zip(index, strings):
+        norm = (s or "").strip().casefold()
+        if norm in PLACEHOLDER_TASKS or PLACEHOLDER_PATTERN.match(norm):
+            out.append(
+                Candidate(
+                    "quality.task_placeholder",
+                    f"task {t} is {s!r}: empty or a placeholder, not an instruction",
+                    file="meta/tasks.parquet" if raw.version == "v3.0" else "meta/tasks.jsonl",
+                    value=float(t),
+                    details={"task_index": t, "task": s},
+                )
+            )
+    if raw.episodes is not None and raw.episodes.num_rows:
+        _, _, task, _ = _episode_table(raw)
+        counts = {t: 0 for t in index}
+        vals, n = np.unique(task[task >= 0], return_counts=True)
+        counts.update(zip(vals.tolist(), n.tolist()))
+        median = float(np.median(list(counts.values()))) if counts else 0.0
+        need = th["min_task_episodes"]
+        if need > 0 and median >= need * th["task_rare_factor"]:
+            for t, c in counts.items():
+                if c < need:
+                    out.append(
+                        Candidate(
+                            "quality.task_rare",
+                            f"task {t} has {c} episodes (the median task has {median:.0f})",
+                            value=float(c),
+                            score=need / max(c, 0.5),
+                            details={"task_index": t},
+                        )
+                    )
+    return out
+
+
+def _quarter(means: np.ndarray, stds: np.ndarray, sel: np.ndarray):
+    """Robust summary of a quarter: median episode mean, spread of the episode means (1.4826 x
+    MAD), median within-episode standard deviation, episode count. Medians, so that one bad
+    episode (a spike) moves nothing."""
+    mu = np.nanmedian(means[sel], 0)
+    spread = 1.4826 * np.nanmedian(np.abs(means[sel] - mu), 0)
+    return mu, spread, np.nanmedian(stds[sel], 0), len(sel)
+
+
+def _shift_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
+    """First vs last quarter of the episodes: the median episode mean moves (z against the
+    spread of episode means, and effect size in frame standard deviations), or the typical
+    within-episode standard deviation changes by a factor."""
+    n = len(m.episodes)
+    if n < max(th["shift_min_episodes"], 8):
+        return []
+    order = np.argsort(m.episodes, kind="stable")
+    q = n // 4
+    first, last = order[:q], order[-q:]
+    out = []
+    L = np.maximum(m.rows.astype(np.float64), 1)[:, None]
+    for name, c in m.features.items():
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            means = c["sums"] / L
+            stds = np.sqrt(np.maximum(c["sumsq"] / L - means**2, 0))
+            mf, pf, sf, nf = _quarter(means, stds, first)
+            ml, pl_, sl, nl = _quarter(means, stds, last)
+            # the median's standard error is ~1.25x the mean's
+            z = np.abs(ml - mf) / (1.2533 * np.sqrt(pf**2 / nf + pl_**2 / nl))
+            total = np.sqrt((sf**2 + sl**2) / 2 + (pf**2 + pl_**2) / 2)
+            effect = np.abs(ml - mf) / total
+            ratio = np.fmax(sl / sf, sf / sl)
+            # the same z-test on log within-episode standard deviations (they vary a lot
+            # between episodes: a ratio of two medians alone is noise for small quarters)
+            logs = np.log(np.maximum(stds, 1e-12))
+            lf, lpf, _, _ = _quarter(logs, logs, first)
+            ll, lpl, _, _ = _quarter(logs, logs, last)
+            z_sd = np.abs(ll - lf) / (1.2533 * np.sqrt(lpf**2 / nf + lpl**2 / nl))
+        for j in range(c["sums"].shape[1]):
+            label = _dim_label(raw, name, j)
+            if z[j] > th["shift_sigmas"] and effect[j] > th["shift_effect"]:
+                out.append(
+                    Candidate(
+                        "quality.shift",
+                        f"{label} mean moves from {mf[j]:.4g} (first {nf} episodes) to "
+                        f"{ml[j]:.4g} (last {nl}): {effect[j]:.2f} standard deviations, "
+                        f"z={z[j]:.0f}",
+                        feature=name,
+                        dimension=j,
+                        value=float(effect[j]),
+                        score=float(effect[j] / max(th["shift_effect"], 1e-9)),
+                    )
+                )
+            elif (
+                ratio[j] > th["shift_std_ratio"]
+                and z_sd[j] > th["shift_sigmas"]
+                and min(sf[j], sl[j]) > 0
+            ):
+                out.append(
+                    Candidate(
+                        "quality.shift",
+                        f"{label} standard deviation changes from {sf[j]:.4g} (first {nf} "
+                        f"episodes) to {sl[j]:.4g} (last {nl}): ratio {ratio[j]:.2f}",
+                        feature=name,
+                        dimension=j,
+                        value=float(ratio[j]),
+                        score=float(ratio[j] / max(th["shift_std_ratio"], 1e-9)),
+                    )
+                )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Duplicates and second reads.
+
+
+def _duplicate_candidates(m: Merged, th: dict, window: int = 4) -> list[tuple[int, int]]:
+    """Pairs of merged rows (earlier episode first) with equal length and summaries (min, max,
+    mean of every dimension) within tolerance: neighbours after sorting by (length, summary)."""
+    if len(m.episodes) < 2 or not m.features:
+        return []
+    L = m.rows.astype(np.float64)[:, None]
+    parts, scales = [], []
+    for c in m.features.values():
+        s = _robust_scales(c)
+        span = np.where(np.isfinite(s["span"]) & (s["span"] > 0), s["span"], 1.0)
+        with np.errstate(all="ignore"):
+            parts += [c["mins"], c["maxs"], c["sums"] / L]
+        scales += [span] * 3
+    S = np.nan_to_num(np.concatenate(parts, axis=1) / np.concatenate(scales)[None, :])
+    order = np.lexsort((S[:, 0], m.rows))
+    tol = th["duplicate_tolerance"] + 1e-6
+    pairs = set()
+    for w in range(1, min(window, len(order) - 1) + 1):
+        a, b = order[:-w], order[w:]
+        same = (m.rows[a] == m.rows[b]) & (np.abs(S[a] - S[b]).max(axis=1) <= tol)
+        for i, k in zip(a[same].tolist(), b[same].tolist()):
+            pairs.add((i, k) if m.episodes[i] < m.episodes[k] else (k, i))
+    return sorted(pairs, key=lambda p: (m.episodes[p[1]], m.episodes[p[0]]))
+
+
+def read_episode_values(
+    raw: RawRoot, wanted: dict[str, set[int]], columns: Iterable[str]
+) -> dict[int, dict[str, np.ndarray]]:
+    """episode -> column -> values ((frames, d) for list columns) for the wanted episodes of each
+    data file; every file is read once. Unreadable files are skipped."""
+    out: dict[int, dict[str, np.ndarray]] = {}
+    columns = list(columns)
+    for rel, eps in wanted.items():
+        try:
+            with raw.fs.open(raw.join(rel), "rb") as fh:
+                pf = pq.ParquetFile(fh)
+                names = set(pf.schema_arrow.names)
+                cols = [c for c in ("episode_index", "index", *columns) if c in names]
+                table = pf.read(columns=cols)
+        except Exception:  # noqa: BLE001 - reported by the first pass
+            continue
+        ep, order = _ordered(table)
+        if order is not None:
+            table = table.take(pa.array(order))
+        for e in eps:
+            sel = np.flatnonzero(ep == e)
+            if not len(sel):
+                continue
+            part = table.slice(int(sel[0]), len(sel))
+            vals = {}
+            for c in columns:
+                if c not in part.column_names:
+                    continue
+                col = part[c].combine_chunks()
+                t = col.type
+                if pa.types.is_fixed_size_list(t) or pa.types.is_list(t):
+                    d = t.list_size if pa.types.is_fixed_size_list(t) else None
+                    if d is None:
+                        d = int(col.value_lengths()[0].as_py() or 1)
+                    x = _matrix(col, d)
+                else:
+                    x = _matrix(col, 1)
+                if x is not None:
+                    vals[c] = x
+            out[e] = vals
+    return out
+
+
+def _confirm_duplicates(
+    raw: RawRoot, m: Merged, pairs: list[tuple[int, int]], th: dict, limit: int
+) -> list[Candidate]:
+    if not pairs:
+        return []
+    pairs = pairs[: limit * 4]
+    wanted: dict[str, set[int]] = {}
+    for i, k in pairs:
+        for r in (i, k):
+            wanted.setdefault(str(m.file[r]), set()).add(int(m.episodes[r]))
+    vals = read_episode_values(raw, wanted, m.features)
+    spans = {n: _robust_scales(c)["span"] for n, c in m.features.items()}
+    out, seen = [], set()
+    for i, k in pairs:
+        a, b = vals.get(int(m.episodes[i])), vals.get(int(m.episodes[k]))
+        if a is None or b is None or int(m.episodes[k]) in seen:
+            continue
+        worst = 0.0
+        for n in m.features:
+            if n not in a or n not in b or a[n].shape != b[n].shape:
+                worst = math.inf
+                break
+            span = np.where(spans[n] > 0, spans[n], 1.0)
+            with np.errstate(invalid="ignore"):
+                worst = max(worst, float(np.nanmax(np.abs(a[n] - b[n]) / span)))
+        if worst <= th["duplicate_tolerance"]:
+            seen.add(int(m.episodes[k]))
+            kind = "identical to" if worst == 0 else f"within {worst:.2g} of the range of"
+            out.append(
+                Candidate(
+                    "quality.duplicate",
+                    f"{', '.join(m.features)} {kind} episode {int(m.episodes[i])} at every frame "
+                    f"({int(m.rows[k])} frames)",
+                    feature=next(iter(m.features)),
+                    value=worst,
+                    score=1.0,
+                    details={"duplicate_of": int(m.episodes[i])},
+                    **_ep(m, k),
+                )
+            )
+    return out
+
+
+def _locate(c: Candidate, x: np.ndarray) -> int | None:
+    if c.locate == "step" and len(x) >= 2:
+        return int(np.argmax(np.abs(np.diff(x)))) + 1
+    if c.locate == "max":
+        return int(np.argmax(x))
+    if c.locate == "min":
+        return int(np.argmin(x))
+    return None
+
+
+def _signal(x: np.ndarray, at: int | None) -> list[float]:
+    """At most SIGNAL_POINTS values of ``x``: the whole episode bucketed (keeping each bucket's
+    most extreme value, so a one-frame spike survives), or a window around ``at``."""
+    if len(x) <= SIGNAL_POINTS:
+        return [float(v) for v in x]
+    edges = np.linspace(0, len(x), SIGNAL_POINTS + 1).astype(int)
+    mid = np.median(x)
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        seg = x[a:b]
+        out.append(float(seg[np.argmax(np.abs(seg - mid))]))
+    return out
+
+
+def _attach_signals(raw: RawRoot, cands: list[Candidate]) -> None:
+    """Frame position and a short signal for per-episode findings with a feature (re-reads only
+    the flagged episodes)."""
+    need = [c for c in cands if c.episode is not None and c.feature and c.file]
+    if not need:
+        return
+    wanted: dict[str, set[int]] = {}
+    cols: set[str] = set()
+    for c in need:
+        wanted.setdefault(c.file, set()).add(c.episode)
+        cols.add(c.feature)
+    vals = read_episode_values(raw, wanted, cols)
+    for c in need:
+        x = vals.get(c.episode, {}).get(c.feature)
+        if x is None:
+            continue
+        if c.dimension is not None:
+            x = x[:, c.dimension]
+        elif c.feature == "timestamp":
+            x = np.diff(x[:, 0]) * (raw.fps or 1.0) if len(x) > 1 else x[:, 0]
+        else:
+            x = x[:, 0]
+        at = _locate(c, x)
+        if at is not None:
+            c.details["frame"] = at
+            c.message += f" at frame {at}"
+        c.details["signal"] = _signal(x, at)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point.
+
+
+def check_quality(
+    raw: RawRoot,
+    rels: list[str],
+    want: set[str] | None = None,
+    thresholds: dict | None = None,
+    threads: int | None = None,
+) -> list[Finding]:
+    """Run the ``quality.*`` checks over the readable data files ``rels`` of ``raw``."""
+    th = dict(DEFAULTS if thresholds is None else {**DEFAULTS, **thresholds})
+    want = set(CHECKS) if want is None else want
+    features = quality_features(raw)
+    total = 0
+    if raw.episodes is not None and "length" in raw.episodes.column_names:
+        total = int(np.nansum(raw.episodes["length"].to_numpy(zero_copy_only=False)))
+    stride = max(1, total // SAMPLE_ROWS)
+    import os
+
+    workers = threads or max(1, min(len(rels), os.cpu_count() or 1, 4))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(lambda r: scan_file(raw, r, features, stride, th), rels))
+    else:
+        parts = [scan_file(raw, r, features, stride, th) for r in rels]
+    m = _merge(parts, features)
+    cands: list[Candidate] = []
+    cands += _signal_checks(raw, m, th)
+    cands += _timing_checks(raw, m, th)
+    cands += _episode_checks(raw, m, th, {p.file for p in parts if p.error is None})
+    cands += _task_checks(raw, th)
+    cands += _shift_checks(raw, m, th)
+    if "quality.duplicate" in want:
+        cands += _confirm_duplicates(raw, m, _duplicate_candidates(m, th), th, MAX_PER_CHECK)
+    cands = [c for c in cands if c.check in want]
+    return _to_findings(raw, cands)
+
+
+def _to_findings(raw: RawRoot, cands: list[Candidate]) -> list[Finding]:
+    """Worst first per check, capped at MAX_PER_CHECK (the rest summarized in one finding);
+    signals are attached to the kept ones."""
+    by_check: dict[str, list[Candidate]] = {}
+    for c in cands:
+        by_check.setdefault(c.check, []).append(c)
+    kept, rest = [], {}
+    for check, items in by_check.items():
+        items.sort(
+            key=lambda c: (-c.score if math.isfinite(c.score) else -math.inf, c.episode or 0)
+        )
+        kept += items[:MAX_PER_CHECK]
+        if len(items) > MAX_PER_CHECK:
+            rest[check] = items[MAX_PER_CHECK:]
+    _attach_signals(raw, kept)
+    out = []
+    for c in kept:
+        details = dict(c.details)
+        details["score"] = round(c.score, 3) if math.isfinite(c.score) else None
+        out.append(
+            Finding(
+                c.check,
+                WARNING,
+                c.message,
+                c.file,
+                c.episode,
+                feature=c.feature,
+                dimension=c.dimension,
+                value=c.value,
+                details=details,
+            )
+        )
+    for check, items in rest.items():
+        eps = sorted({c.episode for c in items if c.episode is not None})
+        out.append(
+            Finding(
+                check,
+                WARNING,
+                f"... and {len(items)} more findings of this check"
+                + (
+                    f" (episodes {', '.join(map(str, eps[:20]))}{', ...' if len(eps) > 20 else ''})"
+                    if eps
+                    else ""
+                ),
+                details={"more": len(items), "episodes": eps},
+            )
+        )
+    return out
