@@ -38,7 +38,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-c", "from episodekit.cli import main; main()", "validate", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
 
 
