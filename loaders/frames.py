@@ -8,6 +8,13 @@ numpy, ``task`` (string), ``speed`` (the episode's bucket from ``meta/speed_perc
 Video features are not decoded: ``sample[key] = {"path": mp4 path, "timestamp": seconds in that
 file}`` (``from_timestamp`` + the frame's timestamp), so any decoder can be plugged in.
 ``get_batch(indices)`` does the same for many frames with numpy fancy indexing only.
+
+Where the values come from: a **frame store** (``episodekit prep frames ROOT``: the fixed-width
+columns decoded once into memory-mapped ``.npy`` files, shared by every process of a node through
+the page cache) when a fresh one exists, else the data parquet through a bounded cache of decoded
+row groups. Image and string columns always come from parquet. Random access over parquet whose
+decoded size exceeds ``cache_mb`` decodes a row group per few frames: that case warns once and
+names the command that builds the store.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
+from episodekit.loaders.store import AUTO, FrameStore, find_store, frames_command, warn_once
 
 DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SPEED = 50
@@ -76,7 +84,10 @@ class FrameDataset:
     ``episodes`` selects episode indices (len() = their frames, in episode order);
     ``cache_mb`` bounds the decoded row-group pool, ``footer_mb`` the parsed footers of open
     files (files beyond it are closed and reopened when needed); ``speed=False`` skips the speed
-    artifact (every sample then has speed 50).
+    artifact (every sample then has speed 50). ``store``: ``"auto"`` reads the fixed-width
+    columns from the dataset's frame store when a fresh one exists (see
+    :func:`episodekit.loaders.store.find_store`), ``None`` always from parquet, a path from that
+    store (an error if it is missing or stale).
     """
 
     def __init__(
@@ -88,6 +99,7 @@ class FrameDataset:
         cache_mb: float = DEFAULT_CACHE_MB,
         speed: bool = True,
         footer_mb: float = DEFAULT_FOOTER_MB,
+        store: str | os.PathLike | None = AUTO,
     ):
         ds = as_dataset(root)
         self.ds = ds
@@ -114,6 +126,16 @@ class FrameDataset:
             ds, columns, file_ids=ds.column("file_id")[rows], cache_mb=cache_mb, footer_mb=footer_mb
         )
         self._ep_rg = self.reader.single_row_group(self._from, self._from + self._len)
+        self.store: FrameStore | None = find_store(ds, store)
+        if self.store is None and isinstance(store, str) and store == AUTO:
+            self._warn_if_thrashing(columns, cache_mb)
+        stored = set(self.store.columns) if self.store is not None else set()
+        self._store_base = self.store.base if self.store is not None else 0
+        # ds[i] from the store: its columns by plain indexing, the others (images, strings)
+        # through the parquet reader
+        self._plain_store = [c for c in self._plain if c in stored]
+        self._plain_pq = [c for c in self._plain if c not in stored]
+        self._windows_pq = [(k, off) for k, off in self._windows if k not in stored]
 
         buckets = _speed_buckets(ds) if speed else np.full(ds.num_episodes, DEFAULT_SPEED)
         self._speed = np.asarray(buckets, dtype=np.int64)[rows]
@@ -141,6 +163,26 @@ class FrameDataset:
         self._ep_rg_l = self._ep_rg.tolist()
         self._speed_l = self._speed.tolist()
         self._windows_fast = [(k, off, int(off.min()), int(off.max())) for k, off in self._windows]
+
+    def _warn_if_thrashing(self, columns: Mapping[str, tuple[int, ...]], cache_mb: float) -> None:
+        """Warn once when the decoded columns cannot fit the row-group cache (no store)."""
+        row_bytes = 0
+        for c, shape in columns.items():
+            try:
+                itemsize = np.dtype(self.ds.features.get(c, {}).get("dtype", "float32")).itemsize
+            except TypeError:  # image / string features: their size is not known up front
+                continue
+            row_bytes += itemsize * int(np.prod(shape or (1,)))
+        need = self._n * row_bytes
+        if need > cache_mb * 2**20:
+            warn_once(
+                str(self.ds.root),
+                "thrash",
+                f"{self._n:,} frames (~{need / 2**20:,.0f} MiB decoded) do not fit "
+                f"cache_mb={cache_mb:g}: random access will decode a parquet row group per few "
+                f"frames. Build the frame store once with `{frames_command(self.ds)}` "
+                "(FrameDataset then memory-maps it), or raise cache_mb.",
+            )
 
     def __len__(self) -> int:
         return self._n
@@ -186,6 +228,8 @@ class FrameDataset:
         k = bisect_right(self._cum_l, i) - 1
         s = self._from_l[k]
         g = s + i - self._cum_l[k]
+        if self.store is not None:
+            return self._item_from_store(k, s, g)
         rg = self._ep_rg_l[k]
         reader = self.reader
         if rg < 0:  # episode split across row groups: the general path
@@ -220,6 +264,51 @@ class FrameDataset:
             else:
                 q = win + g
                 ts = start[k] + pool["timestamp"][np.clip(q, s, e - 1) + base].astype(np.float64)
+                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+            out[key] = {"path": paths[k], "timestamp": ts}
+        return out
+
+    def _item_from_store(self, k: int, s: int, g: int) -> dict[str, Any]:
+        """``ds[i]`` through the store: plain indexing of memory-mapped arrays (columns it does
+        not hold come from parquet)."""
+        cols = self.store.columns
+        p = g - self._store_base
+        out: dict[str, Any] = {}
+        for c in self._plain_store:
+            v = cols[c][p]
+            out[c] = v.copy() if isinstance(v, np.ndarray) else v
+        e = s + self._len_l[k]
+        if self._plain_pq or self._windows_pq:
+            requests = [(c, np.array([g])) for c in self._plain_pq]
+            for key, off in self._windows_pq:
+                q, pad = _clamped_window(np.array([g]), off, np.array([[s]]), np.array([[e]]))
+                requests.append((key, q))
+                out[f"{key}_is_pad"] = pad[0]
+            for (c, _), v in zip(requests, self._gather_parquet(requests, np.array([k]))):
+                out[c] = v[0]
+        for key, off, lo, hi in self._windows_fast:
+            if key not in cols:
+                continue
+            if s <= g + lo and g + hi < e:  # the whole window lies inside the episode
+                out[key] = np.take(cols[key], off + p, axis=0)
+                out[f"{key}_is_pad"] = np.zeros(len(off), dtype=bool)
+            else:
+                q = off + g
+                qc = np.minimum(np.maximum(q, s), e - 1) - self._store_base
+                out[key] = np.take(cols[key], qc, axis=0)
+                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+        ti = int(out["task_index"]) if self._frame_task else int(self._ep_task_index[k])
+        out["task"] = self._task_of.get(ti, "")
+        out["speed"] = self._speed_l[k]
+        for key, (paths, start) in self._video.items():
+            win = next((off for vk, off in self._video_windows if vk == key), None)
+            if win is None:
+                (t,) = self._gather([("timestamp", np.array([g]))], np.array([k]))
+                ts = start[k] + float(t[0])
+            else:
+                q = win + g
+                (t,) = self._gather([("timestamp", np.clip(q, s, e - 1))], np.array([k]))
+                ts = start[k] + t.astype(np.float64)
                 out[f"{key}_is_pad"] = (q < s) | (q >= e)
             out[key] = {"path": paths[k], "timestamp": ts}
         return out
@@ -279,6 +368,27 @@ class FrameDataset:
         return np.where(known, self._task_names[pos], "").tolist() if len(pos) else []
 
     def _gather(self, requests: list[tuple[str, np.ndarray]], k: np.ndarray) -> list[np.ndarray]:
+        """Values of each ``(column, global frames)`` request: from the store for the columns it
+        holds (one ``np.take`` each), the rest from parquet."""
+        if self.store is None:
+            return self._gather_parquet(requests, k)
+        cols, base = self.store.columns, self._store_base
+        out: list[Any] = [None] * len(requests)
+        rest = []
+        for j, (c, f) in enumerate(requests):
+            a = cols.get(c)
+            if a is None:
+                rest.append(j)
+            else:
+                out[j] = np.take(a, f - base if base else f, axis=0)
+        if rest:
+            for j, v in zip(rest, self._gather_parquet([requests[j] for j in rest], k)):
+                out[j] = v
+        return out
+
+    def _gather_parquet(
+        self, requests: list[tuple[str, np.ndarray]], k: np.ndarray
+    ) -> list[np.ndarray]:
         """Pool gather; vectorized fast path when each frame's episode sits in one row group."""
         reader = self.reader
         rgk = self._ep_rg[k]
