@@ -133,9 +133,14 @@ class FrameDataset:
         self._store_base = self.store.base if self.store is not None else 0
         # ds[i] from the store: its columns by plain indexing, the others (images, strings)
         # through the parquet reader
-        self._plain_store = [c for c in self._plain if c in stored]
         self._plain_pq = [c for c in self._plain if c not in stored]
         self._windows_pq = [(k, off) for k, off in self._windows if k not in stored]
+        # stored windows of consecutive frames are gathered as blocks (see _store_window)
+        self._block_windows = {
+            k
+            for k, off in self._windows
+            if k in stored and len(off) <= len(self.store.columns[k]) and _consecutive(off)
+        }
 
         buckets = _speed_buckets(ds) if speed else np.full(ds.num_episodes, DEFAULT_SPEED)
         self._speed = np.asarray(buckets, dtype=np.int64)[rows]
@@ -274,23 +279,32 @@ class FrameDataset:
         cols = self.store.columns
         p = g - self._store_base
         out: dict[str, Any] = {}
-        for c in self._plain_store:
-            v = cols[c][p]
-            out[c] = v.copy() if isinstance(v, np.ndarray) else v
         e = s + self._len_l[k]
-        if self._plain_pq or self._windows_pq:
+        if self._plain_pq or self._windows_pq:  # images, strings: from parquet
             requests = [(c, np.array([g])) for c in self._plain_pq]
             for key, off in self._windows_pq:
-                q, pad = _clamped_window(np.array([g]), off, np.array([[s]]), np.array([[e]]))
+                q, _ = _clamped_window(np.array([g]), off, np.array([[s]]), np.array([[e]]))
                 requests.append((key, q))
-                out[f"{key}_is_pad"] = pad[0]
-            for (c, _), v in zip(requests, self._gather_parquet(requests, np.array([k]))):
-                out[c] = v[0]
+            got = self._gather_parquet(requests, np.array([k]))
+            from_pq = {c: v[0] for (c, _), v in zip(requests, got)}
+            for c in self._plain:
+                v = cols[c][p] if c in cols else from_pq[c]
+                out[c] = v.copy() if isinstance(v, np.ndarray) and c in cols else v
+        else:
+            for c in self._plain:
+                v = cols[c][p]
+                out[c] = v.copy() if isinstance(v, np.ndarray) else v
         for key, off, lo, hi in self._windows_fast:
             if key not in cols:
+                q = off + g
+                out[key] = from_pq[key]
+                out[f"{key}_is_pad"] = (q < s) | (q >= e)
                 continue
             if s <= g + lo and g + hi < e:  # the whole window lies inside the episode
-                out[key] = np.take(cols[key], off + p, axis=0)
+                if key in self._block_windows:  # consecutive frames: one slice
+                    out[key] = cols[key][p + lo : p + hi + 1].copy()
+                else:
+                    out[key] = np.take(cols[key], off + p, axis=0)
                 out[f"{key}_is_pad"] = np.zeros(len(off), dtype=bool)
             else:
                 q = off + g
@@ -335,7 +349,12 @@ class FrameDataset:
         e = s + self._len[k][:, None]
         requests: list[tuple[str, np.ndarray]] = [(c, g) for c in self._plain]
         pads: dict[str, np.ndarray] = {}
+        blocks: dict[str, np.ndarray] = {}
         for key, off in self._windows:
+            if key in self._block_windows:
+                blocks[key], pads[f"{key}_is_pad"] = self._store_window(key, off, g, s, e)
+                requests.append((key, None))
+                continue
             q, pads[f"{key}_is_pad"] = _clamped_window(g, off, s, e)
             requests.append((key, q))
         video_req: dict[str, int] = {}
@@ -347,7 +366,10 @@ class FrameDataset:
                 frames, pads[f"{key}_is_pad"] = _clamped_window(g, win, s, e)
             video_req[key] = len(requests)
             requests.append(("timestamp", frames))
-        values = self._gather(requests, k)
+        values = self._gather([r for r in requests if r[1] is not None], k)
+        if blocks:  # put the store's window blocks back in request order
+            it = iter(values)
+            values = [blocks[c] if f is None else next(it) for c, f in requests]
         out: dict[str, Any] = {}
         for (c, _), v in zip(requests[: len(self._plain) + len(self._windows)], values):
             out[c] = v
@@ -360,6 +382,26 @@ class FrameDataset:
             ts = ts + (start[k] if ts.ndim == 1 else start[k][:, None])
             out[key] = {"path": paths[k], "timestamp": ts}
         return out
+
+    def _store_window(
+        self, key: str, off: np.ndarray, g: np.ndarray, s: np.ndarray, e: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A contiguous window (offsets a, a+1, ..., b) of a stored column for every frame: one
+        block copy per frame through a sliding-window view of the mapped array, then the rows
+        whose window leaves the episode are redone clamped (LeRobot's padding)."""
+        arr = self.store.columns[key]
+        base = self._store_base
+        view = self.store.window_view(key, len(off))
+        start = g + int(off[0])
+        vals = view[np.clip(start - base, 0, len(view) - 1)]
+        pad = np.zeros((len(g), len(off)), dtype=bool)
+        rows = np.flatnonzero((start < s[:, 0]) | (start + (len(off) - 1) >= e[:, 0]))
+        if rows.size:
+            q = g[rows, None] + off
+            qc = np.minimum(np.maximum(q, s[rows]), e[rows] - 1)
+            pad[rows] = qc != q
+            vals[rows] = np.take(arr, qc - base, axis=0)
+        return vals, pad
 
     def _task_strings(self, task_index: np.ndarray) -> list[str]:
         pos = np.searchsorted(self._task_ids, task_index)
@@ -405,6 +447,11 @@ class FrameDataset:
                     for c, f in requests
                 ]
         return reader.gather(requests)
+
+
+def _consecutive(off: np.ndarray) -> bool:
+    """Offsets a, a+1, ..., b (a window of consecutive frames)."""
+    return len(off) > 0 and bool(np.all(np.diff(off) == 1))
 
 
 def _clamped_window(

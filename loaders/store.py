@@ -70,11 +70,27 @@ class FrameStore:
                     str(file),
                 )
             self.columns[name] = np.asarray(mm)  # plain ndarray view: no memmap overhead
+        self._views: dict[tuple[str, int], np.ndarray] = {}
 
     def stale_reasons(self, ds: Dataset) -> list[str]:
         """Why this store does not match ``ds`` now (empty: fresh). Reads each data file's
         footer once (the same bytes the parquet reader needs anyway)."""
         return stale_reasons(self.manifest, ds)
+
+    def window_view(self, name: str, width: int) -> np.ndarray:
+        """Read-only sliding-window view ``(frames - width + 1, width, *shape)`` of a column:
+        ``view[p]`` is rows ``p .. p + width - 1`` (no copy until indexed)."""
+        view = self._views.get((name, width))
+        if view is None:
+            a = self.columns[name]
+            view = np.lib.stride_tricks.as_strided(
+                a,
+                shape=(len(a) - width + 1, width, *a.shape[1:]),
+                strides=(a.strides[0], *a.strides),
+                writeable=False,
+            )
+            self._views[(name, width)] = view
+        return view
 
     @property
     def nbytes(self) -> int:
