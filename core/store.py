@@ -194,7 +194,7 @@ def read_manifest(store_dir: str | os.PathLike) -> dict[str, Any]:
     path = Path(store_dir) / MANIFEST
     try:
         doc = json.loads(path.read_text())
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:
         raise StoreNotFoundError("no frame store here (no manifest.json)", str(store_dir)) from exc
     except (OSError, ValueError) as exc:
         raise StoreError(f"unreadable manifest ({exc})", str(path)) from exc

@@ -53,6 +53,13 @@ from episodekit.cli.common import (
     is_flag=True,
     help="Also copy videos/ into --out (default: meta and data only).",
 )
+@click.option(
+    "--frames",
+    "frames",
+    is_flag=True,
+    help="Also build the frame store for random access (`prep frames`; local cache, "
+    "skipped when fresh).",
+)
 @force_option
 @json_option
 def prepare_command(
@@ -66,12 +73,14 @@ def prepare_command(
     jobs: int | None,
     push_to_hub: str | None,
     include_videos: bool,
+    frames: bool,
     force: bool,
     as_json: bool,
 ) -> None:
     """Take ROOT from "as recorded" to "ready for training", then prove it.
 
-    Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans, validation.
+    Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans, validation
+    (and with --frames the frame store).
     Each step is skipped when its output is already fresh, so a rerun (after a crash, or after
     adding episodes) only does what is needed. Exits 1 if validation fails.
 
@@ -100,6 +109,7 @@ def prepare_command(
             include_videos=include_videos,
             force=force,
             progress=say,
+            frames=frames,
         )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:
