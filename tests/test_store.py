@@ -490,3 +490,25 @@ def test_concurrent_builds_publish_one_complete_store(make_sample):
     idx = np.arange(len(st))
     ref = FrameDataset(root, delta_timestamps=WINDOWS, store=None)
     assert_same(st.get_batch(idx), ref.get_batch(idx))
+
+
+def test_remote_root_gets_a_local_store_keyed_by_its_url(make_sample, cache):
+    import fsspec
+
+    root = make_sample(copy=False, episodes=5, tasks=2, seed=9, mean_length=30)
+    fs = fsspec.filesystem("memory")
+    fs.put(str(root), "/storeremote", recursive=True)
+    try:
+        url = "memory:///storeremote"
+        rep = build_frame_store(url)
+        assert Path(rep.store).parent == cache / "frames"
+        manifest = read_manifest(rep.store)
+        assert manifest["dataset"] == url and manifest["files"][0]["mtime_ns"] is None
+        st = FrameDataset(url, delta_timestamps=WINDOWS, speed=False)
+        assert st.store is not None and not st.ds.is_local
+        ref = FrameDataset(url, delta_timestamps=WINDOWS, speed=False, store=None)
+        idx = np.arange(len(st))
+        assert_same(st.get_batch(idx), ref.get_batch(idx))
+        assert build_frame_store(url).status == "fresh"
+    finally:
+        fs.rm("/storeremote", recursive=True)
