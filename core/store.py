@@ -200,7 +200,55 @@ def read_manifest(store_dir: str | os.PathLike) -> dict[str, Any]:
         raise StoreError(f"unreadable manifest ({exc})", str(path)) from exc
     if not isinstance(doc, dict) or doc.get("format") != STORE_FORMAT:
         raise StoreError(f"not an {STORE_FORMAT} manifest", str(path))
+    if doc.get("version") != STORE_VERSION:
+        raise StaleStoreError(
+            f"format version {doc.get('version')!r}, this episodekit reads {STORE_VERSION}",
+            str(path),
+        )
+    if not _well_formed(doc):
+        raise StoreError("malformed manifest (missing or mistyped fields)", str(path))
     return doc
+
+
+def _well_formed(doc: Mapping[str, Any]) -> bool:
+    """The fields readers rely on are there with the right types."""
+    ints = all(isinstance(doc.get(k), int) for k in ("num_frames", "base", "num_episodes"))
+    strs = all(isinstance(doc.get(k), str) for k in ("fingerprint", "features_digest"))
+    cols, files = doc.get("columns"), doc.get("files")
+    if not (ints and strs and isinstance(cols, dict) and isinstance(files, list)):
+        return False
+    for c in cols.values():
+        if not isinstance(c, dict) or not isinstance(c.get("file"), str):
+            return False
+        if "/" in c["file"] or c["file"].startswith(".") or not isinstance(c.get("shape"), list):
+            return False
+        if not isinstance(c.get("dtype"), str):
+            return False
+    return all(isinstance(f, dict) for f in files)
+
+
+def open_columns(
+    store_dir: str | os.PathLike, manifest: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """Every column of a store, memory-mapped read-only, checked against the manifest (file
+    present, dtype and shape as recorded); :class:`StoreError` otherwise."""
+    out = {}
+    n = int(manifest["num_frames"])
+    for name, c in manifest["columns"].items():
+        path = Path(store_dir) / c["file"]
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, TypeError) as exc:
+            raise StoreError(f"unreadable column {name!r} ({exc})", str(path)) from exc
+        want = (n, *c["shape"])
+        if arr.shape != want or arr.dtype.str != c["dtype"]:
+            raise StoreError(
+                f"column {name!r} is {arr.dtype.str}{arr.shape}, the manifest says "
+                f"{c['dtype']}{want}",
+                str(path),
+            )
+        out[name] = arr
+    return out
 
 
 def stale_reasons(

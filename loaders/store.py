@@ -25,6 +25,7 @@ from episodekit.core.store import (
     StoreError,
     StoreNotFoundError,
     default_store_dir,
+    open_columns,
     read_manifest,
     stale_reasons,
 )
@@ -55,21 +56,8 @@ class FrameStore:
         self.manifest = manifest if manifest is not None else read_manifest(self.path)
         self.base = int(self.manifest["base"])
         self.num_frames = int(self.manifest["num_frames"])
-        self.columns: dict[str, np.ndarray] = {}
-        for name, c in (self.manifest.get("columns") or {}).items():
-            file = self.path / c["file"]
-            try:
-                mm = np.load(file, mmap_mode="r")
-            except (OSError, ValueError) as exc:
-                raise StoreError(f"unreadable column {name!r} ({exc})", str(file)) from exc
-            want = (self.num_frames, *c["shape"])
-            if mm.shape != want or mm.dtype != np.dtype(c["dtype"]):
-                raise StoreError(
-                    f"column {name!r} is {mm.dtype}{mm.shape}, the manifest says "
-                    f"{c['dtype']}{tuple(want)}",
-                    str(file),
-                )
-            self.columns[name] = np.asarray(mm)  # plain ndarray view: no memmap overhead
+        # plain ndarray views of the maps: no np.memmap overhead per index
+        self.columns = {k: np.asarray(a) for k, a in open_columns(self.path, self.manifest).items()}
         self._views: dict[tuple[str, int], np.ndarray] = {}
 
     def stale_reasons(self, ds: Dataset) -> list[str]:

@@ -59,6 +59,7 @@ from episodekit.core.store import (
     file_identity,
     first_frame,
     fsync_path,
+    open_columns,
     publish_dir,
     read_manifest,
     remove_leftovers,
@@ -304,7 +305,9 @@ def build_frame_store(
         reasons = ["--force"]
     else:
         try:
-            reasons = stale_reasons(read_manifest(final), ds, columns)
+            manifest = read_manifest(final)
+            open_columns(final, manifest)
+            reasons = stale_reasons(manifest, ds, columns)
         except StoreNotFoundError:
             reasons = ["no store yet"]
         except StoreError as exc:

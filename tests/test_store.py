@@ -249,6 +249,36 @@ def test_store_with_other_version_or_features_is_stale(make_sample):
     assert stale_reasons({**doc, "version": 999}, ds)
     assert stale_reasons({**doc, "features_digest": "x"}, ds)
     assert stale_reasons({**doc, "files": doc["files"][:-1] + [{"path": "data/other"}]}, ds)
+    path.write_text(json.dumps({**doc, "version": 999}))
+    with pytest.warns(UserWarning, match="stale.*format version 999"):
+        assert FrameDataset(root).store is None
+    with pytest.raises(StaleStoreError, match="format version"):
+        FrameDataset(root, store=rep.store)
+    assert build_frame_store(root).status == "built"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate-manifest", "manifest-fields", "column-missing", "column-shape"],
+)
+def test_damaged_store_is_not_used_and_is_rebuilt(make_sample, damage):
+    root = make_sample(**SAMPLES["recorded"])
+    rep = build_frame_store(root)
+    folder = Path(rep.store)
+    doc = json.loads((folder / MANIFEST).read_text())
+    col = folder / doc["columns"]["action"]["file"]
+    if damage == "truncate-manifest":
+        (folder / MANIFEST).write_text((folder / MANIFEST).read_text()[:50])
+    elif damage == "manifest-fields":
+        (folder / MANIFEST).write_text(json.dumps({**doc, "base": "zero", "columns": [1]}))
+    elif damage == "column-missing":
+        col.unlink()
+    else:
+        np.save(col, np.zeros((3, 14), np.float32))
+    with pytest.warns(UserWarning, match="stale"):
+        assert FrameDataset(root).store is None
+    assert build_frame_store(root).status == "built"
+    assert FrameDataset(root).store is not None
 
 
 # -- crashes -----------------------------------------------------------------------------------
