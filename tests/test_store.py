@@ -542,3 +542,32 @@ def test_remote_root_gets_a_local_store_keyed_by_its_url(make_sample, cache):
         assert build_frame_store(url).status == "fresh"
     finally:
         fs.rm("/storeremote", recursive=True)
+
+
+def test_variable_list_columns_with_a_declared_shape_are_stored_when_rows_agree():
+    from episodekit.core.store import column_layout
+    from episodekit.prep.frames import rows_of
+
+    feat = {"dtype": "float32", "shape": [3]}
+    t = pa.list_(pa.float32())  # what older HF `datasets` writers produce for a Sequence
+    assert column_layout(t, feat) == (np.dtype("float32"), (3,))
+    assert column_layout(t, {"dtype": "float32"}) is None  # no declared width: not storable
+    assert column_layout(pa.string(), {"dtype": "string"}) is None
+    assert column_layout(pa.list_(pa.string()), {"dtype": "float32", "shape": [2]}) is None
+    assert column_layout(pa.list_(pa.int16(), 4), {"dtype": "int16", "shape": [4]}) == (
+        np.dtype("int16"),
+        (4,),
+    )
+    assert column_layout(pa.list_(pa.float64(), 4), {"dtype": "float64", "shape": [2, 2]}) == (
+        np.dtype("float64"),
+        (2, 2),
+    )
+    good = pa.array([[1, 2, 3], [4, 5, 6]], t)
+    np.testing.assert_array_equal(rows_of(good, np.dtype("float32"), (3,)), [[1, 2, 3], [4, 5, 6]])
+    np.testing.assert_array_equal(rows_of(good.slice(1), np.dtype("float32"), (3,)), [[4, 5, 6]])
+    with pytest.raises(ValueError, match="unequal"):
+        rows_of(pa.array([[1, 2, 3], [4, 5]], t), np.dtype("float32"), (3,))
+    with pytest.raises(ValueError, match="null"):
+        rows_of(pa.array([[1, 2, 3], None], t), np.dtype("float32"), (3,))
+    with pytest.raises(ValueError, match="null"):
+        rows_of(pa.array([[1, None, 3]], t), np.dtype("float32"), (3,))
