@@ -17,6 +17,7 @@ last and the directory published by rename, so a directory with a manifest is co
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -339,7 +340,7 @@ def remove_leftovers(final: Path) -> list[Path]:
     parent = final.parent
     if not parent.is_dir():
         return removed
-    for p in parent.glob(f".{final.name}.*"):
+    for p in parent.glob(f".{glob.escape(final.name)}.*"):
         rest = p.name[len(final.name) + 1 :]
         if rest.startswith(TMP_TAG):
             pid = rest[len(TMP_TAG) :].split("-", 1)[0]
@@ -383,7 +384,7 @@ def publish_dir(tmp: Path, final: Path, attempts: int = 20) -> None:
                 continue
             raise exc
         fsync_path(final.parent)
-        for p in final.parent.glob(f".{final.name}{OLD_TAG}*"):
+        for p in final.parent.glob(f".{glob.escape(final.name)}{OLD_TAG}*"):
             shutil.rmtree(p, ignore_errors=True)
         return
     raise OSError(f"could not publish {final}: other builders kept replacing it")
