@@ -100,6 +100,28 @@ def baseline_build(root: Path, columns: list[str], out: Path, fsync: bool) -> fl
     return dt
 
 
+class _PeakAnon:
+    """Samples this process's RssAnon every 50 ms while the ``with`` block runs."""
+
+    def __enter__(self):
+        import threading
+
+        self.mib, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.mib = max(self.mib, status_mib()["RssAnon"])
+            self._stop.wait(0.05)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.mib = max(self.mib, status_mib()["RssAnon"])
+
+
 def bench_build(root: Path, store: Path, work: Path, repeat: int) -> dict:
     from episodekit.core.dataset import open_dataset
     from episodekit.core.store import expected_columns
@@ -110,9 +132,12 @@ def bench_build(root: Path, store: Path, work: Path, repeat: int) -> dict:
     report = None
     for _ in range(repeat):
         best["baseline"] = min(best["baseline"], baseline_build(root, columns, work / "np", False))
+        peak = _PeakAnon()
         t = time.perf_counter()
-        report = build_frame_store(str(root), store=str(store), force=True)
+        with peak:
+            report = build_frame_store(str(root), store=str(store), force=True)
         best["store"] = min(best["store"], time.perf_counter() - t)
+        best["peak_anon"] = max(best.get("peak_anon", 0), peak.mib)
         best["baseline_fsync"] = min(
             best["baseline_fsync"], baseline_build(root, columns, work / "np", True)
         )
@@ -122,6 +147,7 @@ def bench_build(root: Path, store: Path, work: Path, repeat: int) -> dict:
         "frames": report.frames,
         "store_mib": round(report.bytes / MIB),
         "store_s": round(best["store"], 2),
+        "store_peak_rss_anon_mib": best["peak_anon"],
         "baseline_s": round(best["baseline"], 2),
         "baseline_fsync_s": round(best["baseline_fsync"], 2),
         "ratio": round(best["store"] / best["baseline"], 2),
@@ -316,7 +342,8 @@ def main() -> None:
         print(
             f"build: {b['store_s']} s for {b['store_mib']} MiB = {b['ratio']}x pq.read_table + "
             f"np.save ({b['baseline_s']} s; {b['ratio_vs_fsynced_baseline']}x with fsync, "
-            f"{b['baseline_fsync_s']} s)  [bar <= 1.5x]"
+            f"{b['baseline_fsync_s']} s)  [bar <= 1.5x]; peak RssAnon while building "
+            f"{b['store_peak_rss_anon_mib']} MiB"
         )
     print(
         f"get_batch(256): {r['batch256_fps']:,} frames/s = {r['batch256_ratio']}x numpy in RAM "
