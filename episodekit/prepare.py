@@ -9,7 +9,9 @@ Steps, in order, each skipped when its output is already fresh:
 4. shard plans, one per world size (fingerprint + parameters + costs digest);
 5. validation; a passing validation leaves a stamp (``meta/episodekit_validation.json``) keyed on
    the fingerprint and the size/mtime of every data file and artifact, so an unchanged root is not
-   scanned again.
+   scanned again;
+6. with ``frames``: the decoded frame store for random access (``episodekit prep frames``), in
+   the local cache, never in the root (so nothing of it is pushed); skipped when fresh.
 
 A remote root (``hf://datasets/owner/name[@rev]``, any fsspec URL) is read remotely and prepared
 into ``out``; ``push_to_hub`` then uploads the files that changed in one commit.
@@ -164,6 +166,7 @@ def prepare(
     videos_gop: int | None = None,
     progress: Callable[[str], None] | None = None,
     locality: str = "rowgroup",
+    frames: bool = False,
 ) -> PrepareResult:
     """Run the whole job on ``root`` (or into ``out``); see the module docstring.
 
@@ -313,6 +316,9 @@ def prepare(
     step = _timed("validate", validation)
     result.steps.append(step)
     result.ok = step.status != "failed"
+    if frames:
+        result.steps.append(_timed("frames", lambda: _frames_step(work, result.ok, jobs, force)))
+        result.ok = result.ok and result.steps[-1].status != "failed"
     if push_to_hub and result.ok:
         hub = parse_hub_root(push_to_hub)
         repo = hub.repo_id if hub else push_to_hub
@@ -322,6 +328,20 @@ def prepare(
         )
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _frames_step(work: Path, valid: bool, jobs: int | None, force: bool):
+    """The frame store of the prepared root (outside it: ``changed`` stays empty)."""
+    from episodekit.core.errors import DatasetError, EnvironmentProblem
+    from episodekit.prep.frames import build_frame_store
+
+    if not valid:
+        return "skipped", {"reason": "validation failed"}, []
+    try:
+        rep = build_frame_store(str(work), jobs=jobs, force=force)
+    except (DatasetError, EnvironmentProblem) as exc:
+        return "failed", {"error": str(exc)}, []
+    return ("done" if rep.status == "built" else "skipped"), rep.summary(), []
 
 
 def format_result(r: PrepareResult) -> str:
@@ -384,6 +404,11 @@ def _what(s: Step) -> str:
         return f"model {d.get('model')}"
     if s.name == "plans":
         return f"{len(d.get('plans', []))} plans, {len(s.changed)} written"
+    if s.name == "frames":
+        if "error" in d or "reason" in d:
+            return str(d.get("error") or d.get("reason"))
+        mib = d.get("bytes", 0) / 2**20
+        return f"{d.get('frames', 0):,} frames, {mib:,.0f} MiB in {d.get('store')}"
     if s.name == "validate":
         txt = f"{d.get('errors', 0)} errors, {d.get('warnings', 0)} warnings"
         if d.get("fresh_stamp"):

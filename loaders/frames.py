@@ -10,6 +10,13 @@ decoded uint8 frame (or window of frames) closest to ``from_timestamp`` + the fr
 within ``tolerance_s``; without a backend it is ``{"path": mp4 path, "timestamp": seconds in that
 file}``, so any decoder can be plugged in.
 ``get_batch(indices)`` does the same for many frames with numpy fancy indexing only.
+
+Where the values come from: a **frame store** (``episodekit prep frames ROOT``: the fixed-width
+columns decoded once into memory-mapped ``.npy`` files, shared by every process of a node through
+the page cache) when a fresh one exists, else the data parquet through a bounded cache of decoded
+row groups. Image and string columns always come from parquet. Random access over parquet whose
+decoded size exceeds ``cache_mb`` decodes a row group per few frames: that case warns once and
+names the command that builds the store.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import numpy as np
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
 from episodekit.loaders.video import PyAVBackend, make_backend
+from episodekit.loaders.store import AUTO, FrameStore, find_store, frames_command, warn_once
 
 DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SPEED = 50
@@ -81,7 +89,10 @@ class FrameDataset:
     files (files beyond it are closed and reopened when needed); ``speed=False`` skips the speed
     artifact (every sample then has speed 50); ``video_backend``: ``"pyav"`` or a
     :class:`~episodekit.loaders.video.PyAVBackend` (resize, CHW, open-file bound) decodes video
-    features, ``None`` returns their path and timestamp.
+    features, ``None`` returns their path and timestamp. ``store``: ``"auto"`` reads the fixed-width
+    columns from the dataset's frame store when a fresh one exists (see
+    :func:`episodekit.loaders.store.find_store`), ``None`` always from parquet, a path from that
+    store (an error if it is missing or stale).
     """
 
     def __init__(
@@ -94,6 +105,7 @@ class FrameDataset:
         speed: bool = True,
         footer_mb: float = DEFAULT_FOOTER_MB,
         video_backend: str | PyAVBackend | None = None,
+        store: str | os.PathLike | None = AUTO,
     ):
         ds = as_dataset(root)
         self.ds = ds
@@ -122,6 +134,21 @@ class FrameDataset:
             ds, columns, file_ids=ds.column("file_id")[rows], cache_mb=cache_mb, footer_mb=footer_mb
         )
         self._ep_rg = self.reader.single_row_group(self._from, self._from + self._len)
+        self.store: FrameStore | None = find_store(ds, store)
+        if self.store is None and isinstance(store, str) and store == AUTO:
+            self._warn_if_thrashing(columns, cache_mb)
+        stored = set(self.store.columns) if self.store is not None else set()
+        self._store_base = self.store.base if self.store is not None else 0
+        # ds[i] from the store: its columns by plain indexing, the others (images, strings)
+        # through the parquet reader
+        self._plain_pq = [c for c in self._plain if c not in stored]
+        self._windows_pq = [(k, off) for k, off in self._windows if k not in stored]
+        # stored windows of consecutive frames are gathered as blocks (see _store_window)
+        self._block_windows = {
+            k
+            for k, off in self._windows
+            if k in stored and len(off) <= len(self.store.columns[k]) and _consecutive(off)
+        }
 
         buckets = _speed_buckets(ds) if speed else np.full(ds.num_episodes, DEFAULT_SPEED)
         self._speed = np.asarray(buckets, dtype=np.int64)[rows]
@@ -149,6 +176,26 @@ class FrameDataset:
         self._ep_rg_l = self._ep_rg.tolist()
         self._speed_l = self._speed.tolist()
         self._windows_fast = [(k, off, int(off.min()), int(off.max())) for k, off in self._windows]
+
+    def _warn_if_thrashing(self, columns: Mapping[str, tuple[int, ...]], cache_mb: float) -> None:
+        """Warn once when the decoded columns cannot fit the row-group cache (no store)."""
+        row_bytes = 0
+        for c, shape in columns.items():
+            try:
+                itemsize = np.dtype(self.ds.features.get(c, {}).get("dtype", "float32")).itemsize
+            except TypeError:  # image / string features: their size is not known up front
+                continue
+            row_bytes += itemsize * int(np.prod(shape or (1,)))
+        need = self._n * row_bytes
+        if need > cache_mb * 2**20:
+            warn_once(
+                str(self.ds.root),
+                "thrash",
+                f"{self._n:,} frames (~{need / 2**20:,.0f} MiB decoded) do not fit "
+                f"cache_mb={cache_mb:g}: random access will decode a parquet row group per few "
+                f"frames. Build the frame store once with `{frames_command(self.ds)}` "
+                "(FrameDataset then memory-maps it), or raise cache_mb.",
+            )
 
     def __len__(self) -> int:
         return self._n
@@ -194,6 +241,8 @@ class FrameDataset:
         k = bisect_right(self._cum_l, i) - 1
         s = self._from_l[k]
         g = s + i - self._cum_l[k]
+        if self.store is not None:
+            return self._item_from_store(k, s, g)
         rg = self._ep_rg_l[k]
         reader = self.reader
         if rg < 0:  # episode split across row groups: the general path
@@ -238,6 +287,59 @@ class FrameDataset:
         if self.video_backend is None:
             return {"path": paths, "timestamp": ts}
         return self.video_backend.decode(paths, ts, ep_start, ep_len)
+    def _item_from_store(self, k: int, s: int, g: int) -> dict[str, Any]:
+        """``ds[i]`` through the store: plain indexing of memory-mapped arrays (columns it does
+        not hold come from parquet)."""
+        cols = self.store.columns
+        p = g - self._store_base
+        out: dict[str, Any] = {}
+        e = s + self._len_l[k]
+        if self._plain_pq or self._windows_pq:  # images, strings: from parquet
+            requests = [(c, np.array([g])) for c in self._plain_pq]
+            for key, off in self._windows_pq:
+                q, _ = _clamped_window(np.array([g]), off, np.array([[s]]), np.array([[e]]))
+                requests.append((key, q))
+            got = self._gather_parquet(requests, np.array([k]))
+            from_pq = {c: v[0] for (c, _), v in zip(requests, got)}
+            for c in self._plain:
+                v = cols[c][p] if c in cols else from_pq[c]
+                out[c] = v.copy() if isinstance(v, np.ndarray) and c in cols else v
+        else:
+            for c in self._plain:
+                v = cols[c][p]
+                out[c] = v.copy() if isinstance(v, np.ndarray) else v
+        for key, off, lo, hi in self._windows_fast:
+            if key not in cols:
+                q = off + g
+                out[key] = from_pq[key]
+                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+                continue
+            if s <= g + lo and g + hi < e:  # the whole window lies inside the episode
+                if key in self._block_windows:  # consecutive frames: one slice
+                    out[key] = cols[key][p + lo : p + hi + 1].copy()
+                else:
+                    out[key] = np.take(cols[key], off + p, axis=0)
+                out[f"{key}_is_pad"] = np.zeros(len(off), dtype=bool)
+            else:
+                q = off + g
+                qc = np.minimum(np.maximum(q, s), e - 1) - self._store_base
+                out[key] = np.take(cols[key], qc, axis=0)
+                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+        ti = int(out["task_index"]) if self._frame_task else int(self._ep_task_index[k])
+        out["task"] = self._task_of.get(ti, "")
+        out["speed"] = self._speed_l[k]
+        for key, (paths, start) in self._video.items():
+            win = next((off for vk, off in self._video_windows if vk == key), None)
+            if win is None:
+                (t,) = self._gather([("timestamp", np.array([g]))], np.array([k]))
+                ts = start[k] + float(t[0])
+            else:
+                q = win + g
+                (t,) = self._gather([("timestamp", np.clip(q, s, e - 1))], np.array([k]))
+                ts = start[k] + t.astype(np.float64)
+                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+            out[key] = self._video_value(paths[k], ts, start[k], self._len_l[k])
+        return out
 
     # -- batches -----------------------------------------------------------------------------
 
@@ -261,7 +363,12 @@ class FrameDataset:
         e = s + self._len[k][:, None]
         requests: list[tuple[str, np.ndarray]] = [(c, g) for c in self._plain]
         pads: dict[str, np.ndarray] = {}
+        blocks: dict[str, np.ndarray] = {}
         for key, off in self._windows:
+            if key in self._block_windows:
+                blocks[key], pads[f"{key}_is_pad"] = self._store_window(key, off, g, s, e)
+                requests.append((key, None))
+                continue
             q, pads[f"{key}_is_pad"] = _clamped_window(g, off, s, e)
             requests.append((key, q))
         video_req: dict[str, int] = {}
@@ -273,7 +380,10 @@ class FrameDataset:
                 frames, pads[f"{key}_is_pad"] = _clamped_window(g, win, s, e)
             video_req[key] = len(requests)
             requests.append(("timestamp", frames))
-        values = self._gather(requests, k)
+        values = self._gather([r for r in requests if r[1] is not None], k)
+        if blocks:  # put the store's window blocks back in request order
+            it = iter(values)
+            values = [blocks[c] if f is None else next(it) for c, f in requests]
         out: dict[str, Any] = {}
         for (c, _), v in zip(requests[: len(self._plain) + len(self._windows)], values):
             out[c] = v
@@ -287,6 +397,26 @@ class FrameDataset:
             out[key] = self._video_value(paths[k], ts, start[k], self._len[k])
         return out
 
+    def _store_window(
+        self, key: str, off: np.ndarray, g: np.ndarray, s: np.ndarray, e: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A contiguous window (offsets a, a+1, ..., b) of a stored column for every frame: one
+        block copy per frame through a sliding-window view of the mapped array, then the rows
+        whose window leaves the episode are redone clamped (LeRobot's padding)."""
+        arr = self.store.columns[key]
+        base = self._store_base
+        view = self.store.window_view(key, len(off))
+        start = g + int(off[0])
+        vals = view[np.clip(start - base, 0, len(view) - 1)]
+        pad = np.zeros((len(g), len(off)), dtype=bool)
+        rows = np.flatnonzero((start < s[:, 0]) | (start + (len(off) - 1) >= e[:, 0]))
+        if rows.size:
+            q = g[rows, None] + off
+            qc = np.minimum(np.maximum(q, s[rows]), e[rows] - 1)
+            pad[rows] = qc != q
+            vals[rows] = np.take(arr, qc - base, axis=0)
+        return vals, pad
+
     def _task_strings(self, task_index: np.ndarray) -> list[str]:
         pos = np.searchsorted(self._task_ids, task_index)
         pos = np.minimum(pos, len(self._task_ids) - 1)
@@ -294,6 +424,27 @@ class FrameDataset:
         return np.where(known, self._task_names[pos], "").tolist() if len(pos) else []
 
     def _gather(self, requests: list[tuple[str, np.ndarray]], k: np.ndarray) -> list[np.ndarray]:
+        """Values of each ``(column, global frames)`` request: from the store for the columns it
+        holds (one ``np.take`` each), the rest from parquet."""
+        if self.store is None:
+            return self._gather_parquet(requests, k)
+        cols, base = self.store.columns, self._store_base
+        out: list[Any] = [None] * len(requests)
+        rest = []
+        for j, (c, f) in enumerate(requests):
+            a = cols.get(c)
+            if a is None:
+                rest.append(j)
+            else:
+                out[j] = np.take(a, f - base if base else f, axis=0)
+        if rest:
+            for j, v in zip(rest, self._gather_parquet([requests[j] for j in rest], k)):
+                out[j] = v
+        return out
+
+    def _gather_parquet(
+        self, requests: list[tuple[str, np.ndarray]], k: np.ndarray
+    ) -> list[np.ndarray]:
         """Pool gather; vectorized fast path when each frame's episode sits in one row group."""
         reader = self.reader
         rgk = self._ep_rg[k]
@@ -310,6 +461,11 @@ class FrameDataset:
                     for c, f in requests
                 ]
         return reader.gather(requests)
+
+
+def _consecutive(off: np.ndarray) -> bool:
+    """Offsets a, a+1, ..., b (a window of consecutive frames)."""
+    return len(off) > 0 and bool(np.all(np.diff(off) == 1))
 
 
 def _clamped_window(

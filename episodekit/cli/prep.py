@@ -1,4 +1,5 @@
-"""CLI: `episodekit prep rowgroups`, a thin shell over episodekit.prep.rewrite_rowgroups."""
+"""CLI: `episodekit prep rowgroups` and `prep frames`, thin shells over episodekit.prep
+(rewrite_rowgroups, build_frame_store)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from episodekit.core.paths import COMPRESSIONS, VIDEO_CODECS
 
 @click.group("prep")
 def prep_group() -> None:
-    """Rewrite the dataset's own files for streaming readers (data parquet row groups)."""
+    """Prepare data files for fast reading: parquet row groups (rowgroups), a decoded frame
+    store for random access (frames)."""
 
 
 @prep_group.command("rowgroups")
@@ -194,3 +196,54 @@ def prep_videos_command(
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if result.failed:
         sys.exit(1)
+@prep_group.command("frames")
+@click.argument("root")
+@click.option(
+    "--store",
+    "store",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Store directory (default: a folder per dataset under $EPISODEKIT_CACHE, else "
+    "~/.cache/episodekit/frames/).",
+)
+@force_option
+@jobs_option
+@json_option
+@quiet_option
+def frames_command(
+    root: str, store: str | None, force: bool, jobs: int | None, as_json: bool, quiet: bool
+) -> None:
+    """Decode ROOT's fixed-width columns once into a memory-mapped frame store.
+
+    Every numeric scalar and fixed-size list column (action, observation.state, timestamp,
+    indices...) becomes one .npy with a row per frame, next to the episode bounds and a manifest
+    (format version, episodes fingerprint, each data file's size/mtime/footer hash). FrameDataset
+    then reads random frames from it at memory speed, one copy per node through the page cache;
+    images, strings and videos stay in parquet. Built in a temporary folder, verified against
+    what was decoded, then published by rename; a fresh store is left alone (--force rebuilds).
+
+    ROOT is a local path or an fsspec URL (the store is always local).
+    """
+    from episodekit.core.errors import EnvironmentProblem
+    from episodekit.prep.frames import build_frame_store, format_report
+
+    bar = None
+    if not quiet:
+        bar = click.progressbar(length=1, label="prep frames", file=sys.stderr, width=24)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.length = total
+            bar.label = f"prep frames: {done}/{total} files"
+            bar.update(1)
+
+    with fail_cleanly():
+        try:
+            report = build_frame_store(root, store=store, force=force, jobs=jobs, progress=progress)
+        except EnvironmentProblem as exc:
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        finally:
+            if bar is not None:
+                bar.render_finish()
+    click.echo(json.dumps(report.summary(), indent=2) if as_json else format_report(report))

@@ -63,6 +63,13 @@ from episodekit.cli.common import (
     help="Also re-encode the videos for random access with keyframes every N frames "
     "(`prep videos`; needs PyAV; with --out also pass --videos).",
 )
+@click.option(
+    "--frames",
+    "frames",
+    is_flag=True,
+    help="Also build the frame store for random access (`prep frames`; local cache, "
+    "skipped when fresh).",
+)
 @force_option
 @json_option
 def prepare_command(
@@ -78,12 +85,14 @@ def prepare_command(
     include_videos: bool,
     locality: str,
     videos_gop: int | None,
+    frames: bool,
     force: bool,
     as_json: bool,
 ) -> None:
     """Take ROOT from "as recorded" to "ready for training", then prove it.
 
-    Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans, validation.
+    Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans, validation
+    (and with --frames the frame store).
     Each step is skipped when its output is already fresh, so a rerun (after a crash, or after
     adding episodes) only does what is needed. Exits 1 if validation fails.
 
@@ -114,6 +123,7 @@ def prepare_command(
             force=force,
             progress=say,
             locality=locality,
+            frames=frames,
         )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:
