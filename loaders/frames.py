@@ -31,8 +31,8 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
-from episodekit.loaders.video import PyAVBackend, make_backend
 from episodekit.loaders.store import AUTO, FrameStore, find_store, frames_command, warn_once
+from episodekit.loaders.video import PyAVBackend, make_backend
 
 DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SPEED = 50
@@ -287,6 +287,7 @@ class FrameDataset:
         if self.video_backend is None:
             return {"path": paths, "timestamp": ts}
         return self.video_backend.decode(paths, ts, ep_start, ep_len)
+
     def _item_from_store(self, k: int, s: int, g: int) -> dict[str, Any]:
         """``ds[i]`` through the store: plain indexing of memory-mapped arrays (columns it does
         not hold come from parquet)."""

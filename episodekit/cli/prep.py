@@ -196,6 +196,8 @@ def prep_videos_command(
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if result.failed:
         sys.exit(1)
+
+
 @prep_group.command("frames")
 @click.argument("root")
 @click.option(
