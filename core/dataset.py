@@ -34,6 +34,7 @@ from episodekit.core.paths import (
     INFO_FILE,
     VIDEO_PATH_V2,
     UnsafePathError,
+    check_relative,
     format_template,
     inside_root,
 )
@@ -79,12 +80,27 @@ def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
 
 
 def read_parquet(fs, path: str, columns: list[str] | None = None) -> pa.Table:
+    """A whole parquet file. Local files are read by path and remote ones from their bytes, never
+    through a Python file object: pyarrow's IO threads can otherwise release a Python buffer
+    during interpreter shutdown and abort the process (apache/arrow#34314)."""
     try:
         if is_local(fs):
             return pq.read_table(path, columns=columns)
-        return pq.read_table(path, columns=columns, filesystem=fs)
+        with fs.open(path, "rb") as fh:
+            data = fh.read()
+        return parquet_from_bytes(data, columns=columns)
+    except FileNotFoundError as exc:
+        raise MissingFileError("file is missing", path) from exc
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+
+
+def parquet_from_bytes(data: bytes, columns: list[str] | None = None) -> pa.Table:
+    """A parquet file's table from its bytes, copied into arrow-owned memory first, so no arrow
+    thread ever holds a Python object (see :func:`read_parquet`)."""
+    buf = pa.allocate_buffer(len(data))
+    np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+    return pq.read_table(pa.BufferReader(buf), columns=columns)
 
 
 def read_schema(fs, path: str) -> pa.Schema:
@@ -301,6 +317,13 @@ class Dataset:
         """Full path of data file ``file_id``."""
         return self.join(self.data_files[file_id])
 
+    def safe_join(self, relpath: str) -> str:
+        """Like :meth:`join` for a path built from metadata: on a local root it must also resolve
+        (symlinks followed) inside the root, else :class:`UnsafePathError`."""
+        if self.is_local:
+            inside_root(self.path, relpath)
+        return self.join(check_relative(relpath))
+
     def task_strings(self) -> list[str]:
         """Task strings indexed by task_index position (sorted by task_index)."""
         return self.tasks.column("task").to_pylist()
@@ -389,7 +412,7 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
     try:
         data_files, file_id = data_file_names(episodes, info, version)
     except UnsafePathError as exc:
-        raise DatasetError(str(exc), info_path) from exc
+        raise UnsafePathError(str(exc), info_path) from exc
     episodes = episodes.append_column("file_id", pa.array(file_id, pa.int32()))
     ds = Dataset(
         root=str(root),
@@ -409,7 +432,7 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
                 try:
                     inside_root(path, rel)
                 except UnsafePathError as exc:
-                    raise DatasetError(str(exc), info_path) from exc
+                    raise UnsafePathError(str(exc), info_path) from exc
             if not fs.exists(full):
                 eps = ds.column("episode_index")[file_id == data_files.index(rel)]
                 raise MissingFileError(

@@ -29,7 +29,14 @@ from typing import Any
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import open_dataset
 from episodekit.core.hub import is_remote, parse_hub_root, push_files
-from episodekit.core.paths import COST_FILE, DEFAULT_TARGET_MB, PLAN_DIR, SPEED_FILE, STAMP_FILE
+from episodekit.core.paths import (
+    COST_FILE,
+    DEFAULT_TARGET_MB,
+    PLAN_DIR,
+    SPEED_FILE,
+    STAMP_FILE,
+    inside_root,
+)
 from episodekit.core.version import __version__
 
 STAMP_VERSION = 1
@@ -264,7 +271,8 @@ def prepare(
                 "ok": True,
                 "counts": {"errors": detail["errors"], "warnings": detail["warnings"]},
             }
-            atomic_write_text(work / STAMP_FILE, json.dumps(stamp, indent=2, sort_keys=True))
+            stamp_path = inside_root(work, STAMP_FILE)
+            atomic_write_text(stamp_path, json.dumps(stamp, indent=2, sort_keys=True))
         return ("done" if d["ok"] else "failed"), detail, []
 
     step = _timed("validate", validation)

@@ -130,7 +130,7 @@ class FrameDataset:
             fidx = ds.column(f"videos/{key}/file_index")[rows]
             pairs, inverse = np.unique(np.stack([chunk, fidx], 1), axis=0, return_inverse=True)
             paths = np.array(
-                [ds.join(ds.video_path(key, int(c), int(f))) for c, f in pairs], dtype=object
+                [ds.safe_join(ds.video_path(key, int(c), int(f))) for c, f in pairs], dtype=object
             )
             start = ds.column(f"videos/{key}/from_timestamp")[rows].astype(np.float64)
             self._video[key] = (paths[inverse.ravel()], start)

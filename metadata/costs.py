@@ -124,7 +124,7 @@ def video_bytes(ds: Dataset, strict: bool = True) -> tuple[np.ndarray, np.ndarra
         files = df.select("chunk", "file").unique().sort("chunk", "file")
         sizes = []
         for chunk, fnum in files.iter_rows():
-            full = ds.join(ds.video_path(key, int(chunk), int(fnum)))
+            full = ds.safe_join(ds.video_path(key, int(chunk), int(fnum)))
             if ds.fs.exists(full):
                 sizes.append(int(ds.fs.size(full)))
             elif strict:

@@ -22,7 +22,6 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import jsonlines
@@ -30,9 +29,10 @@ import numpy as np
 
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset, DatasetError, as_dataset, is_local
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.paths import SPEED_FILE
 from episodekit.core.world import RankInfo, barrier, rank_info
-from episodekit.metadata.artifact import artifact_path, locate, read_bytes
+from episodekit.metadata.artifact import artifact_path, local_target, locate, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -287,13 +287,11 @@ def write_speed_file(ds_or_root: Dataset | str | os.PathLike, rows: Sequence[dic
     with jsonlines.Writer(buf, compact=True) as writer:
         writer.write_all(rows)
     try:
-        atomic_write_text(Path(path) / SPEED_FILE, buf.getvalue())
-    except OSError as exc:
-        if exc.errno not in READ_ONLY_ERRNOS:
+        atomic_write_text(local_target(ds_or_root, SPEED_FILE), buf.getvalue())
+    except (OSError, EnvironmentProblem) as exc:
+        if getattr(exc, "errno", None) not in READ_ONLY_ERRNOS:
             raise
-        _warn_once(
-            "readonly", name, f"{name}: read-only root ({exc.strerror}), {SPEED_FILE} not written"
-        )
+        _warn_once("readonly", name, f"{name}: read-only root ({exc}), {SPEED_FILE} not written")
         return False
     return True
 

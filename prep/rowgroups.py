@@ -19,7 +19,7 @@ import numpy as np
 from episodekit.core.atomic import remove_temporaries
 from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
-from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB
+from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB, UnsafePathError, inside_root
 from episodekit.prep.rewrite import FileJob, FileResult, LayoutStats, copy_file, rewrite_file
 
 
@@ -125,7 +125,7 @@ def _copy_tree(fs, src_root: str, dst_root: Path, sub: str) -> int:
     n = 0
     for src in sorted(fs.find(folder)):
         rel = posixpath.relpath(src, src_root)
-        copy_file(src, str(dst_root / rel), fs)
+        copy_file(src, inside_root(dst_root, rel), fs)
         n += 1
     return n
 
@@ -163,7 +163,9 @@ def rewrite_rowgroups(
     else:
         out_root = Path(out).resolve()
         if ds.is_local and out_root == Path(ds.path).resolve():
-            out = None  # the same folder: just in place
+            raise UnsafePathError(
+                "--out is the dataset root itself; omit --out to rewrite in place", str(out)
+            )
     src_fs = None if ds.is_local else ds.fs
     if src_fs is not None and "memory" in _protocols(src_fs):
         workers = 1  # an in-memory filesystem is not shared with worker processes
@@ -180,7 +182,7 @@ def rewrite_rowgroups(
         FileJob(
             relpath=rel,
             src=ds.join(rel),
-            dst=str(out_root / rel),
+            dst=inside_root(out_root, rel),  # no symlinked folder may lead the write out
             target_bytes=target_bytes,
             compression=compression,
             force=force,

@@ -194,7 +194,12 @@ def validate(
         found += checks_meta.check_paths(raw)
     if wants("info.unreferenced"):
         found += checks_meta.check_unreferenced(raw)
-    rels = [r for r in raw.data_files() if not r.startswith("<")]
+    # Only files that stay inside the root are read (the others are info.paths errors).
+    rels = [
+        r
+        for r in raw.data_files()
+        if not r.startswith("<") and checks_meta.unsafe_reason(raw, r) is None
+    ]
     if wants("info.features", "data", "info.fps"):
         schemas, problems = checks_data.read_schemas(raw, rels)
         found += problems

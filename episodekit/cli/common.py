@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import click
 
-from episodekit.core.errors import DatasetError
+from episodekit.core.errors import EXIT_ENV, DatasetError, EnvironmentProblem
 from episodekit.core.executor import EXECUTORS
 from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
 
@@ -17,6 +17,10 @@ def fail_cleanly() -> Iterator[None]:
     """Turn a bad dataset root or bad argument into a one-line error (exit 1), not a traceback."""
     try:
         yield
+    except EnvironmentProblem as exc:  # disk full, read-only, permission, lock, unsafe path
+        err = click.ClickException(str(exc))
+        err.exit_code = EXIT_ENV
+        raise err from exc
     except (DatasetError, ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
 
