@@ -25,7 +25,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path
-from episodekit.core.dataset import Dataset, DatasetError, MissingFileError, as_dataset
+from episodekit.core.dataset import (
+    Dataset,
+    DatasetError,
+    MissingFileError,
+    as_dataset,
+    parquet_from_bytes,
+)
 from episodekit.core.footer import file_layout
 from episodekit.core.paths import COST_FILE, COST_MODELS
 from episodekit.metadata.artifact import (
@@ -223,8 +229,8 @@ def read_costs(root_or_ds: str | Dataset) -> pa.Table | None:
     if data is None:
         return None
     try:
-        # From bytes, never through a Python file object (apache/arrow#34314: abort at exit).
-        return pq.read_table(pa.BufferReader(data))
+        # From arrow-owned bytes, never a Python object (apache/arrow#34314: abort at exit).
+        return parquet_from_bytes(data)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(
             f"unreadable cost table ({exc})", artifact_path(root_or_ds, COST_FILE)
