@@ -104,15 +104,21 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def remove_temporaries(folder: str | os.PathLike, recursive: bool = True) -> list[Path]:
-    """Delete leftover temporaries (from a crashed writer) under ``folder``; return what went."""
+    """Delete leftover temporaries (from a crashed writer) under ``folder``; return what went.
+
+    Symlinked folders are not entered (nothing outside ``folder`` is touched). Call it only while
+    holding the folder's writer lock (:func:`episodekit.core.lock.writer_lock`)."""
     root = Path(folder)
-    if not root.exists():
+    if not root.is_dir():
         return []
-    pattern = "**/.*" if recursive else ".*"
     removed = []
-    for p in root.glob(pattern):
-        if p.is_file() and is_temp_name(p.name):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-                removed.append(p)
+    for dirpath, _dirs, filenames in os.walk(root, followlinks=False):
+        for name in filenames:
+            p = Path(dirpath) / name
+            if is_temp_name(name) and not p.is_symlink():
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+                    removed.append(p)
+        if not recursive:
+            break
     return removed

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.dataset import open_dataset
+from episodekit.core.dataset import MissingFileError, open_dataset
 from episodekit.core.hub import is_remote, parse_hub_root, push_files
+from episodekit.core.lock import writer_lock
 from episodekit.core.paths import (
     COST_FILE,
     DEFAULT_TARGET_MB,
@@ -141,20 +142,17 @@ def prepare(
     force: bool = False,
     hub_api: Any = None,
     progress: Callable[[str], None] | None = None,
+    wait: bool = True,
 ) -> PrepareResult:
     """Run the whole job on ``root`` (or into ``out``); see the module docstring.
 
     ``jobs``: processes for the per-file steps (default: cores). ``hub_api``: an object with
-    huggingface_hub's ``create_commit`` (tests pass a fake). Raises ``ValueError`` for bad
+    huggingface_hub's ``create_commit`` (tests pass a fake). The whole run holds the writer lock
+    of the folder it writes (``wait=False``: EnvironmentProblem when another writer holds it;
+    leftover temporaries there are removed under it). Raises ``ValueError`` for bad
     arguments and ``DatasetError`` for an unreadable root; a failed validation is reported in
     the result (``ok`` False), not raised.
     """
-    from episodekit.metadata.costs import ensure_costs
-    from episodekit.metadata.plans import ensure_plans
-    from episodekit.metadata.speed import ensure_speed_file
-    from episodekit.prep import rewrite_rowgroups
-    from episodekit.validate.runner import validate
-
     say = progress or (lambda _msg: None)
     if not world_sizes or any(int(w) < 1 for w in world_sizes):
         raise ValueError(f"world sizes must be >= 1, got {list(world_sizes)}")
@@ -162,6 +160,37 @@ def prepare(
         raise ValueError(f"workers must be >= 1, got {num_workers}")
     if is_remote(root) and out is None:
         raise ValueError(f"{root} is remote: pass --out DIR (it is read there, prepared locally)")
+    if out is not None:
+        out = str(out)
+    elif not Path(root).is_dir():
+        raise MissingFileError("dataset root does not exist or is not a folder", str(root))
+    with writer_lock(out or root, wait=wait, say=progress):
+        return _prepare(root, out, target_mb, world_sizes, num_workers, cost, executor, jobs,
+                        push_to_hub, include_videos, force, hub_api, say)  # fmt: skip
+
+
+def _prepare(
+    root: str,
+    out: str | None,
+    target_mb: float,
+    world_sizes: Sequence[int],
+    num_workers: int,
+    cost: str,
+    executor: str,
+    jobs: int | None,
+    push_to_hub: str | None,
+    include_videos: bool,
+    force: bool,
+    hub_api: Any,
+    say: Callable[[str], None],
+) -> PrepareResult:
+    """The steps of :func:`prepare`, under the writer lock."""
+    from episodekit.metadata.costs import ensure_costs
+    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.speed import ensure_speed_file
+    from episodekit.prep import rewrite_rowgroups
+    from episodekit.validate.runner import validate
+
     t0 = time.perf_counter()
     result = PrepareResult(root=str(root), work_root=str(out or root))
 

@@ -15,6 +15,7 @@ from episodekit.cli.common import (
     force_option,
     jobs_option,
     json_option,
+    no_wait_option,
     parse_int_list,
     target_mb_option,
 )
@@ -54,6 +55,7 @@ from episodekit.cli.common import (
     help="Also copy videos/ into --out (default: meta and data only).",
 )
 @force_option
+@no_wait_option
 @json_option
 def prepare_command(
     root: str,
@@ -67,6 +69,7 @@ def prepare_command(
     push_to_hub: str | None,
     include_videos: bool,
     force: bool,
+    no_wait: bool,
     as_json: bool,
 ) -> None:
     """Take ROOT from "as recorded" to "ready for training", then prove it.
@@ -100,6 +103,7 @@ def prepare_command(
             include_videos=include_videos,
             force=force,
             progress=say,
+            wait=not no_wait,
         )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:
