@@ -27,6 +27,7 @@ from episodekit.core.errors import (
     InconsistentDatasetError,
     MissingFileError,
     UnsupportedVersionError,
+    os_problem,
 )
 from episodekit.core.paths import (
     DATA_PATH_V2,
@@ -69,13 +70,20 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return protocol in ("file", "local")
 
 
-def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
+def read_json(fs: fsspec.AbstractFileSystem, path: str, max_bytes: int = 64 << 20) -> Any:
+    """A JSON file (refused above ``max_bytes``: metadata comes from hubs, untrusted)."""
     if not fs.exists(path):
         raise MissingFileError("file is missing", path)
     try:
         with fs.open(path, "rb") as fh:
-            return json.loads(fh.read())
-    except (ValueError, UnicodeDecodeError) as exc:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise os_problem(exc, path, "read") from exc
+    if len(raw) > max_bytes:
+        raise DatasetError(f"larger than {max_bytes} bytes: not a metadata file", path)
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise DatasetError(f"not valid JSON ({exc})", path) from exc
 
 
@@ -91,8 +99,17 @@ def read_parquet(fs, path: str, columns: list[str] | None = None) -> pa.Table:
         return parquet_from_bytes(data, columns=columns)
     except FileNotFoundError as exc:
         raise MissingFileError("file is missing", path) from exc
-    except (pa.ArrowInvalid, OSError) as exc:
+    except pa.ArrowInvalid as exc:
         raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+    except OSError as exc:
+        raise _parquet_problem(exc, path) from exc
+
+
+def _parquet_problem(exc: OSError, path: str) -> DatasetError | Exception:
+    """An OSError reading parquet: environment (permission, I/O) or a broken file (data)."""
+    if exc.errno is None:  # arrow's own errors: the bytes are not valid parquet
+        return DatasetError(f"unreadable parquet ({exc})", path)
+    return os_problem(exc, path, "read")
 
 
 def parquet_from_bytes(data: bytes, columns: list[str] | None = None) -> pa.Table:
@@ -109,8 +126,10 @@ def read_schema(fs, path: str) -> pa.Schema:
             return pq.read_schema(path)
         with fs.open(path, "rb") as fh:
             return pq.read_schema(fh)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except pa.ArrowInvalid as exc:
         raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+    except OSError as exc:
+        raise _parquet_problem(exc, path) from exc
 
 
 def normalize_tasks_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:

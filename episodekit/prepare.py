@@ -118,7 +118,7 @@ def _state_digest(root: Path, fingerprint: str, data_files: Sequence[str]) -> st
 def _read_stamp(root: Path) -> dict | None:
     try:
         return json.loads((root / STAMP_FILE).read_text())
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):  # a cache: unreadable means "validate again"
         return None
 
 
@@ -335,8 +335,12 @@ def format_result(r: PrepareResult) -> str:
                 f"round-robin {_ratio(b, 'round_robin')}  samples/rank {p['samples_per_rank']}"
             )
     v = r.step("validate")
-    verdict = "PASSED" if r.ok else "FAILED"
-    lines.append(f"validation {verdict}" + (f" ({_what(v)})" if v else ""))
+    failed = next((s for s in r.steps if s.status == "failed"), None)
+    if failed is not None and failed.name != "validate":
+        lines.append(f"prepare FAILED at step {failed.name} (validation did not run)")
+    else:
+        verdict = "PASSED" if r.ok else "FAILED"
+        lines.append(f"validation {verdict}" + (f" ({_what(v)})" if v else ""))
     lines.append(f"{len(r.changed)} files changed in {r.seconds:.1f}s")
     if r.pushed is not None:
         lines.append(f"pushed: {r.pushed}")
