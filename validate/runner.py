@@ -59,7 +59,8 @@ CHECKS: dict[str, str] = {
     "data.task_index": "task_index valid and equal to the episode's task",
     "data.nulls": "no nulls in feature columns (nor inside their lists)",
     "data.nan": "no NaN/inf in float feature columns",
-    "data.shape": "(--deep) list lengths match the declared shape",
+    "data.order": "rows in each file are in index order (index = the row's place in its range)",
+    "data.shape": "list lengths match the declared shape",
     "data.image": "(--deep) image bytes start with a known image header",
     "layout.row_groups": "row groups inside the target band (warning)",
     "layout.split_episode": "no episode split across row groups (warning)",
@@ -76,7 +77,7 @@ CHECKS: dict[str, str] = {
 }
 GROUPS = ("info", "tasks", "episodes", "data", "layout", "speed", "costs", "plans")
 ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
-DEEP_ONLY = ("data.shape", "data.image")
+DEEP_ONLY = ("data.image",)
 
 
 def select_checks(names: Iterable[str] | str | None = None, deep: bool = False) -> list[str]:
@@ -163,8 +164,8 @@ def validate(
 ) -> Report:
     """Validate ``root`` (local path or fsspec URL) and its artifacts; never modifies it.
 
-    ``checks`` selects groups/ids (see :func:`select_checks`); ``deep`` adds list-length and
-    image-header checks; ``executor="ray"`` scans data files one ray task per file.
+    ``checks`` selects groups/ids (see :func:`select_checks`); ``deep`` adds the image-header
+    check; ``executor="ray"`` scans data files one ray task per file.
     Raises :class:`CannotValidate` when the root or its info.json cannot be read.
     """
     from episodekit.validate import artifacts as checks_artifacts
