@@ -32,7 +32,13 @@ from episodekit.core.dataset import Dataset, DatasetError, as_dataset, is_local
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.paths import SPEED_FILE
 from episodekit.core.world import RankInfo, barrier, rank_info
-from episodekit.metadata.artifact import artifact_path, local_target, locate, read_bytes
+from episodekit.metadata.artifact import (
+    MAX_ARTIFACT_BYTES,
+    artifact_path,
+    local_target,
+    locate,
+    read_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -247,13 +253,24 @@ def _check_row(row: Any, line: int, where: str) -> None:
         raise bad(f"percentiles must be ascending, got {p!r}")
 
 
+def max_speed_bytes(root_or_ds: Dataset | str | os.PathLike) -> int:
+    """The most bytes a speed file of this dataset can take (one row per task: the JSON-escaped
+    task string plus a small fixed part), so a huge or hostile file is refused before parsing.
+    Without the dataset at hand: the general artifact bound."""
+    if not isinstance(root_or_ds, Dataset):
+        return MAX_ARTIFACT_BYTES
+    tasks = root_or_ds.task_strings()
+    longest = max((len(t.encode("utf-8")) for t in tasks if t), default=0)
+    return 64 * 1024 + (len(tasks) + 1) * (1024 + 6 * longest)
+
+
 def read_speed_file(root_or_ds: Dataset | str | os.PathLike) -> list[dict] | None:
     """The rows of ``meta/speed_percentiles.jsonl`` as written (None when the file is absent).
 
     Raises :class:`SpeedFileError` naming the file and line for a file that is not valid.
     """
     full = artifact_path(root_or_ds, SPEED_FILE)
-    raw = read_bytes(root_or_ds, SPEED_FILE)
+    raw = read_bytes(root_or_ds, SPEED_FILE, max_speed_bytes(root_or_ds))
     if raw is None:
         return None
     rows: list[dict] = []

@@ -386,10 +386,32 @@ def corrupt_costs_value(root: Path) -> Expected:
     return Expected("costs.content", COSTS, 9, also=("plans.content",))
 
 
-def _edit_plan(root: Path, fn: Callable[[dict], None]) -> None:
+def _edit_plan(root: Path, fn: Callable[[dict], None], redigest: bool = True) -> None:
+    """Edit the plan's JSON; ``redigest``: record the edited items' digest too (a careful editor;
+    the content checks must still catch it)."""
+    from episodekit.metadata.plan_file import ITEM_COLUMNS, items_digest
+
     doc = json.loads((root / PLAN).read_text())
     fn(doc)
+    if redigest:
+        cols = [np.asarray(doc["items"][c], dtype=np.int64) for c in ITEM_COLUMNS]
+        doc["items"]["digest"] = items_digest(cols)
     (root / PLAN).write_text(json.dumps(doc))
+
+
+def corrupt_plan_items_edited(root: Path) -> Expected:
+    """Items moved between bins behind an unchanged fingerprint and digest: refused on load."""
+    write_artifacts(root)
+
+    def fn(doc: dict) -> None:
+        items = doc["items"]
+        items["episode_index"][0], items["episode_index"][-1] = (
+            items["episode_index"][-1],
+            items["episode_index"][0],
+        )
+
+    _edit_plan(root, fn, redigest=False)
+    return Expected("plans.format", PLAN)
 
 
 def corrupt_plan_missing_episode(root: Path) -> Expected:
