@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+from episodekit.core.errors import os_problem
 
 TMP_MARKER = ".tmp-"
 
@@ -41,23 +44,50 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
+# Test-only crash hook: when this variable is set and its value occurs in a target path, the
+# process kills itself (SIGKILL) just before that ``os.replace`` (tests/test_crash_harness.py).
+KILL_HOOK_ENV = "EPISODEKIT_TEST_KILL_BEFORE_REPLACE"
+
+
+def _maybe_die_before_replace(final: Path) -> None:
+    needle = os.environ.get(KILL_HOOK_ENV)
+    if needle and needle in str(final):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path to write; on success fsync it and move it over ``path``.
 
-    On any exception the temporary is removed and ``path`` is left as it was.
+    On any exception the temporary is removed (a failing removal never hides the first error)
+    and ``path`` is left as it was. An ``OSError`` becomes one error naming the file and the
+    operation (:func:`episodekit.core.errors.os_problem`: exit 2 for disk full, read-only,
+    permission).
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_problem(exc, final.parent, "create folder") from exc
     tmp = temp_path_for(final)
     try:
-        yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
+        try:
+            yield tmp
+        except OSError as exc:
+            raise os_problem(exc, final, "write") from exc
+        try:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise os_problem(exc, final, "write") from exc
+        _maybe_die_before_replace(final)
+        try:
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise os_problem(exc, final, "replace") from exc
         fsync_dir(final.parent)
     finally:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
 
 
@@ -65,7 +95,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically."""
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            fh.write(data)  # an OSError here is turned into one clear error by atomic_path
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -74,15 +104,21 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def remove_temporaries(folder: str | os.PathLike, recursive: bool = True) -> list[Path]:
-    """Delete leftover temporaries (from a crashed writer) under ``folder``; return what went."""
+    """Delete leftover temporaries (from a crashed writer) under ``folder``; return what went.
+
+    Symlinked folders are not entered (nothing outside ``folder`` is touched). Call it only while
+    holding the folder's writer lock (:func:`episodekit.core.lock.writer_lock`)."""
     root = Path(folder)
-    if not root.exists():
+    if not root.is_dir():
         return []
-    pattern = "**/.*" if recursive else ".*"
     removed = []
-    for p in root.glob(pattern):
-        if p.is_file() and is_temp_name(p.name):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-                removed.append(p)
+    for dirpath, _dirs, filenames in os.walk(root, followlinks=False):
+        for name in filenames:
+            p = Path(dirpath) / name
+            if is_temp_name(name) and not p.is_symlink():
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+                    removed.append(p)
+        if not recursive:
+            break
     return removed

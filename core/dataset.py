@@ -27,6 +27,7 @@ from episodekit.core.errors import (
     InconsistentDatasetError,
     MissingFileError,
     UnsupportedVersionError,
+    os_problem,
 )
 from episodekit.core.paths import (
     DATA_PATH_V2,
@@ -34,6 +35,7 @@ from episodekit.core.paths import (
     INFO_FILE,
     VIDEO_PATH_V2,
     UnsafePathError,
+    check_relative,
     format_template,
     inside_root,
 )
@@ -68,23 +70,54 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return protocol in ("file", "local")
 
 
-def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
+def read_json(fs: fsspec.AbstractFileSystem, path: str, max_bytes: int = 64 << 20) -> Any:
+    """A JSON file (refused above ``max_bytes``: metadata comes from hubs, untrusted)."""
     if not fs.exists(path):
         raise MissingFileError("file is missing", path)
     try:
         with fs.open(path, "rb") as fh:
-            return json.loads(fh.read())
-    except (ValueError, UnicodeDecodeError) as exc:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise os_problem(exc, path, "read") from exc
+    if len(raw) > max_bytes:
+        raise DatasetError(f"larger than {max_bytes} bytes: not a metadata file", path)
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise DatasetError(f"not valid JSON ({exc})", path) from exc
 
 
 def read_parquet(fs, path: str, columns: list[str] | None = None) -> pa.Table:
+    """A whole parquet file. Local files are read by path and remote ones from their bytes, never
+    through a Python file object: pyarrow's IO threads can otherwise release a Python buffer
+    during interpreter shutdown and abort the process (apache/arrow#34314)."""
     try:
         if is_local(fs):
             return pq.read_table(path, columns=columns)
-        return pq.read_table(path, columns=columns, filesystem=fs)
-    except (pa.ArrowInvalid, OSError) as exc:
+        with fs.open(path, "rb") as fh:
+            data = fh.read()
+        return parquet_from_bytes(data, columns=columns)
+    except FileNotFoundError as exc:
+        raise MissingFileError("file is missing", path) from exc
+    except pa.ArrowInvalid as exc:
         raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+    except OSError as exc:
+        raise _parquet_problem(exc, path) from exc
+
+
+def _parquet_problem(exc: OSError, path: str) -> DatasetError | Exception:
+    """An OSError reading parquet: environment (permission, I/O) or a broken file (data)."""
+    if exc.errno is None:  # arrow's own errors: the bytes are not valid parquet
+        return DatasetError(f"unreadable parquet ({exc})", path)
+    return os_problem(exc, path, "read")
+
+
+def parquet_from_bytes(data: bytes, columns: list[str] | None = None) -> pa.Table:
+    """A parquet file's table from its bytes, copied into arrow-owned memory first, so no arrow
+    thread ever holds a Python object (see :func:`read_parquet`)."""
+    buf = pa.allocate_buffer(len(data))
+    np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+    return pq.read_table(pa.BufferReader(buf), columns=columns)
 
 
 def read_schema(fs, path: str) -> pa.Schema:
@@ -93,8 +126,10 @@ def read_schema(fs, path: str) -> pa.Schema:
             return pq.read_schema(path)
         with fs.open(path, "rb") as fh:
             return pq.read_schema(fh)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except pa.ArrowInvalid as exc:
         raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+    except OSError as exc:
+        raise _parquet_problem(exc, path) from exc
 
 
 def normalize_tasks_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -301,6 +336,13 @@ class Dataset:
         """Full path of data file ``file_id``."""
         return self.join(self.data_files[file_id])
 
+    def safe_join(self, relpath: str) -> str:
+        """Like :meth:`join` for a path built from metadata: on a local root it must also resolve
+        (symlinks followed) inside the root, else :class:`UnsafePathError`."""
+        if self.is_local:
+            inside_root(self.path, relpath)
+        return self.join(check_relative(relpath))
+
     def task_strings(self) -> list[str]:
         """Task strings indexed by task_index position (sorted by task_index)."""
         return self.tasks.column("task").to_pylist()
@@ -389,7 +431,7 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
     try:
         data_files, file_id = data_file_names(episodes, info, version)
     except UnsafePathError as exc:
-        raise DatasetError(str(exc), info_path) from exc
+        raise UnsafePathError(str(exc), info_path) from exc
     episodes = episodes.append_column("file_id", pa.array(file_id, pa.int32()))
     ds = Dataset(
         root=str(root),
@@ -409,7 +451,7 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
                 try:
                     inside_root(path, rel)
                 except UnsafePathError as exc:
-                    raise DatasetError(str(exc), info_path) from exc
+                    raise UnsafePathError(str(exc), info_path) from exc
             if not fs.exists(full):
                 eps = ds.column("episode_index")[file_id == data_files.index(rel)]
                 raise MissingFileError(

@@ -43,3 +43,33 @@ class EnvironmentProblem(Exception):
     def __init__(self, message: str, path: str | None = None):
         super().__init__(f"{path}: {message}" if path else message)
         self.path = path
+
+
+# errno values that mean "the environment", not the data (exit 2).
+_ENV_ERRNOS = {
+    "ENOSPC",  # disk full
+    "EDQUOT",  # quota
+    "EROFS",  # read-only filesystem
+    "EACCES",  # permission
+    "EPERM",
+    "EMFILE",  # too many open files
+    "ENFILE",
+    "EIO",  # the disk itself
+    "ENOMEM",
+    "EBUSY",
+    "ETXTBSY",
+}
+
+
+def os_problem(exc: OSError, path: object, operation: str) -> DatasetError | EnvironmentProblem:
+    """One clear error for an ``OSError`` met while doing ``operation`` ("write", "read",
+    "replace", ...) on ``path``: an :class:`EnvironmentProblem` (exit 2) for disk full, read-only,
+    permission and the like, else a :class:`DatasetError` (exit 1). The result keeps ``errno``."""
+    import errno as _errno
+
+    name = _errno.errorcode.get(exc.errno or 0, "")
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    cls = EnvironmentProblem if name in _ENV_ERRNOS else DatasetError
+    out = cls(f"cannot {operation}: {reason}", str(path))
+    out.errno = exc.errno  # type: ignore[attr-defined]
+    return out

@@ -10,9 +10,11 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodekit.core.dataset import is_local
+from episodekit.core.errors import DatasetError, MissingFileError, os_problem
 
 
 @dataclass
@@ -38,10 +40,19 @@ class FileLayout:
 
 def read_footer(path: str, fs=None) -> pq.FileMetaData:
     """The parquet footer of ``path`` (local path, or a path in fsspec filesystem ``fs``)."""
-    if fs is None or is_local(fs):
-        return pq.ParquetFile(path).metadata
-    with fs.open(path, "rb") as fh:
-        return pq.ParquetFile(fh).metadata
+    try:
+        if fs is None or is_local(fs):
+            return pq.read_metadata(path)
+        with fs.open(path, "rb") as fh:  # synchronous footer read; the handle is closed here
+            return pq.read_metadata(fh)
+    except FileNotFoundError as exc:
+        raise MissingFileError("file is missing", path) from exc
+    except pa.ArrowInvalid as exc:
+        raise DatasetError(f"unreadable parquet footer ({exc})", path) from exc
+    except OSError as exc:
+        if exc.errno is None:
+            raise DatasetError(f"unreadable parquet footer ({exc})", path) from exc
+        raise os_problem(exc, path, "read") from exc
 
 
 def _file_size(path: str, fs) -> int:

@@ -14,6 +14,8 @@ import posixpath
 import re
 import string
 
+from episodekit.core.errors import EnvironmentProblem
+
 MIB = 1024 * 1024
 DEFAULT_TARGET_MB = 32.0  # prep's row-group target (uncompressed MiB)
 
@@ -46,8 +48,10 @@ _SPEC = re.compile(r"^0?[1-9]?\d?d?$")  # "", "d", "3d", "03d", "06d", "010d": p
 MAX_WIDTH = 20
 
 
-class UnsafePathError(ValueError):
-    """A path built from dataset metadata would leave the root, or a template is not plain."""
+class UnsafePathError(EnvironmentProblem, ValueError):
+    """A path built from dataset metadata would leave the root (or ``--out``), or a template is
+    not plain. An environment problem for the commands (exit 2: we refuse to touch that path);
+    ``validate`` reports it as an ``info.paths`` finding instead."""
 
 
 def format_template(template: object, **fields: object) -> str:

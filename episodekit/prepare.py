@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.dataset import open_dataset
+from episodekit.core.dataset import MissingFileError, open_dataset
 from episodekit.core.hub import is_remote, parse_hub_root, push_files
+from episodekit.core.lock import writer_lock
 from episodekit.core.paths import (
     COST_FILE,
     DEFAULT_TARGET_MB,
@@ -38,6 +39,7 @@ from episodekit.core.paths import (
     PLAN_DIR,
     SPEED_FILE,
     STAMP_FILE,
+    inside_root,
 )
 from episodekit.core.version import __version__
 
@@ -120,7 +122,7 @@ def _state_digest(root: Path, fingerprint: str, data_files: Sequence[str]) -> st
 def _read_stamp(root: Path) -> dict | None:
     try:
         return json.loads((root / STAMP_FILE).read_text())
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):  # a cache: unreadable means "validate again"
         return None
 
 
@@ -167,6 +169,7 @@ def prepare(
     progress: Callable[[str], None] | None = None,
     locality: str = "rowgroup",
     frames: bool = False,
+    wait: bool = True,
 ) -> PrepareResult:
     """Run the whole job on ``root`` (or into ``out``); see the module docstring.
 
@@ -174,16 +177,12 @@ def prepare(
     huggingface_hub's ``create_commit`` (tests pass a fake). ``locality``: the shard plans'
     (``rowgroup`` by default: each bin a contiguous run of row groups; ``none``: LPT/KK).
     ``videos_gop``: also re-encode the videos for random access with this GOP (``prep videos``,
-    after the row groups). Raises ``ValueError`` for bad arguments and ``DatasetError`` for an
-    unreadable root; a failed
-    validation is reported in the result (``ok`` False), not raised.
+    after the row groups). ``frames``: also build the frame store. The whole run holds the writer
+    lock of the folder it writes (``wait=False``: EnvironmentProblem when another writer holds it;
+    leftover temporaries there are removed under it). Raises ``ValueError`` for bad arguments and
+    ``DatasetError`` for an unreadable root; a failed validation is reported in the result (``ok``
+    False), not raised.
     """
-    from episodekit.metadata.costs import ensure_costs
-    from episodekit.metadata.plans import ensure_plans
-    from episodekit.metadata.speed import ensure_speed_file
-    from episodekit.prep import rewrite_rowgroups
-    from episodekit.validate.runner import validate
-
     say = progress or (lambda _msg: None)
     if not world_sizes or any(int(w) < 1 for w in world_sizes):
         raise ValueError(f"world sizes must be >= 1, got {list(world_sizes)}")
@@ -191,6 +190,56 @@ def prepare(
         raise ValueError(f"workers must be >= 1, got {num_workers}")
     if is_remote(root) and out is None:
         raise ValueError(f"{root} is remote: pass --out DIR (it is read there, prepared locally)")
+    if out is not None:
+        out = str(out)
+    elif not Path(root).is_dir():
+        raise MissingFileError("dataset root does not exist or is not a folder", str(root))
+    with writer_lock(out or root, wait=wait, say=progress):
+        return _prepare(
+            root,
+            out,
+            target_mb,
+            world_sizes,
+            num_workers,
+            cost,
+            executor,
+            jobs,
+            push_to_hub,
+            include_videos,
+            force,
+            hub_api,
+            say,
+            videos_gop=videos_gop,
+            locality=locality,
+            frames=frames,
+        )
+
+
+def _prepare(
+    root: str,
+    out: str | None,
+    target_mb: float,
+    world_sizes: Sequence[int],
+    num_workers: int,
+    cost: str,
+    executor: str,
+    jobs: int | None,
+    push_to_hub: str | None,
+    include_videos: bool,
+    force: bool,
+    hub_api: Any,
+    say: Callable[[str], None],
+    videos_gop: int | None = None,
+    locality: str = "rowgroup",
+    frames: bool = False,
+) -> PrepareResult:
+    """The steps of :func:`prepare`, under the writer lock."""
+    from episodekit.metadata.costs import ensure_costs
+    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.speed import ensure_speed_file
+    from episodekit.prep import rewrite_rowgroups
+    from episodekit.validate.runner import validate
+
     t0 = time.perf_counter()
     result = PrepareResult(root=str(root), work_root=str(out or root))
 
@@ -310,7 +359,8 @@ def prepare(
                 "ok": True,
                 "counts": {"errors": detail["errors"], "warnings": detail["warnings"]},
             }
-            atomic_write_text(work / STAMP_FILE, json.dumps(stamp, indent=2, sort_keys=True))
+            stamp_path = inside_root(work, STAMP_FILE)
+            atomic_write_text(stamp_path, json.dumps(stamp, indent=2, sort_keys=True))
         return ("done" if d["ok"] else "failed"), detail, []
 
     step = _timed("validate", validation)
@@ -361,8 +411,12 @@ def format_result(r: PrepareResult) -> str:
                 f"round-robin {_ratio(b, 'round_robin')}  samples/rank {p['samples_per_rank']}"
             )
     v = r.step("validate")
-    verdict = "PASSED" if r.ok else "FAILED"
-    lines.append(f"validation {verdict}" + (f" ({_what(v)})" if v else ""))
+    failed = next((s for s in r.steps if s.status == "failed"), None)
+    if failed is not None and failed.name != "validate":
+        lines.append(f"prepare FAILED at step {failed.name} (validation did not run)")
+    else:
+        verdict = "PASSED" if r.ok else "FAILED"
+        lines.append(f"validation {verdict}" + (f" ({_what(v)})" if v else ""))
     lines.append(f"{len(r.changed)} files changed in {r.seconds:.1f}s")
     if r.pushed is not None:
         lines.append(f"pushed: {r.pushed}")

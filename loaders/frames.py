@@ -52,9 +52,14 @@ def delta_offsets(
                 f"delta_timestamps key {key!r} is not a feature of this dataset "
                 f"(features: {sorted(features)})"
             )
-        d = np.asarray(deltas, dtype=np.float64).ravel()
+        try:
+            d = np.asarray(deltas, dtype=np.float64).ravel()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"delta_timestamps[{key!r}] must be numbers ({exc})") from exc
         if d.size == 0:
             raise ValueError(f"delta_timestamps[{key!r}] is empty")
+        if not np.isfinite(d).all():
+            raise ValueError(f"delta_timestamps[{key!r}] has {d[~np.isfinite(d)][0]!r}: not finite")
         x = d * fps
         off = np.round(x)
         bad = np.abs(x - off) / fps > tolerance_s
@@ -65,6 +70,15 @@ def delta_offsets(
             )
         out[key] = off.astype(np.int64)
     return out
+
+
+def int_indices(indices: Any, what: str = "frame indices") -> np.ndarray:
+    """``indices`` as int64, refusing floats/bools/objects the way ``ds[1.5]`` does (TypeError)
+    instead of truncating them; numpy integer arrays pass unchanged."""
+    arr = np.asarray(indices)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be integers, got dtype {arr.dtype} ({arr.ravel()[0]!r})")
+    return arr.astype(np.int64, copy=False)
 
 
 def _row_shape(feature: Mapping[str, Any]) -> tuple[int, ...]:
@@ -107,6 +121,10 @@ class FrameDataset:
         video_backend: str | PyAVBackend | None = None,
         store: str | os.PathLike | None = AUTO,
     ):
+        if episodes is not None:
+            episodes = int_indices(episodes, "episodes")
+            if episodes.size == 0:
+                raise ValueError("episodes is empty: select at least one episode (or None: all)")
         ds = as_dataset(root)
         self.ds = ds
         # Video hook: None keeps {"path", "timestamp"}; "pyav" decodes (see loaders/video.py).
@@ -165,7 +183,7 @@ class FrameDataset:
             fidx = ds.column(f"videos/{key}/file_index")[rows]
             pairs, inverse = np.unique(np.stack([chunk, fidx], 1), axis=0, return_inverse=True)
             paths = np.array(
-                [ds.join(ds.video_path(key, int(c), int(f))) for c, f in pairs], dtype=object
+                [ds.safe_join(ds.video_path(key, int(c), int(f))) for c, f in pairs], dtype=object
             )
             start = ds.column(f"videos/{key}/from_timestamp")[rows].astype(np.float64)
             self._video[key] = (paths[inverse.ravel()], start)
@@ -218,7 +236,7 @@ class FrameDataset:
 
     def locate(self, indices: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """(selected-episode position, global frame index) of dataset indices; IndexError if out."""
-        idx = np.asarray(indices, dtype=np.int64)
+        idx = int_indices(indices)
         idx = np.where(idx < 0, idx + self._n, idx)
         bad = (idx < 0) | (idx >= self._n)
         if bad.any():
@@ -346,12 +364,12 @@ class FrameDataset:
 
     def get_batch(self, indices: np.ndarray | Sequence[int]) -> dict[str, Any]:
         """Frames ``indices`` as one batch: arrays with a leading batch axis, ``task`` a list."""
-        k, g = self.locate(np.asarray(indices, dtype=np.int64).ravel())
+        k, g = self.locate(int_indices(indices).ravel())
         return self._batch(g, k)
 
     def get_frames(self, frames: np.ndarray | Sequence[int]) -> dict[str, Any]:
         """Like :meth:`get_batch` but by global frame index (``dataset_from_index`` space)."""
-        g = np.asarray(frames, dtype=np.int64).ravel()
+        g = int_indices(frames, "global frame indices").ravel()
         k = np.searchsorted(self._from, g, side="right") - 1
         km = np.maximum(k, 0)
         bad = (k < 0) | (g >= self._from[km] + self._len[km])

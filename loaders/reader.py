@@ -242,7 +242,9 @@ class RowGroupReader:
         fid = int(self.rg_file[rg])
         pf = self._open(fid)
         try:
-            t = pf.read_row_group(int(self.rg_local[rg]), columns=list(self.columns))
+            t = pf.read_row_group(
+                int(self.rg_local[rg]), columns=list(self.columns), use_threads=self.ds.is_local
+            )
         except (OSError, pa.ArrowInvalid) as exc:
             raise DatasetError(
                 f"cannot read row group {int(self.rg_local[rg])} ({exc})", self.ds.data_path(fid)

@@ -26,6 +26,7 @@ from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.hashing import splitmix64
 from episodekit.core.world import rank_info
 from episodekit.loaders.frames import FrameDataset
+from episodekit.metadata.plan_file import items_digest
 
 FEISTEL_ROUNDS = 4
 CHUNK = 4096
@@ -160,8 +161,8 @@ class EpisodeAwareSampler:
         rank: int | None = None,
         world_size: int | None = None,
     ):
-        if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         if drop_n_first_frames < 0 or drop_n_last_frames < 0:
             raise ValueError("drop_n_first_frames/drop_n_last_frames must be >= 0")
         if rank is None or world_size is None:
@@ -197,6 +198,18 @@ class EpisodeAwareSampler:
         self.epoch = 0
         self.position = 0
         self._order: EpochOrder | None = None
+        # What a saved state must match to be resumed here (trust: refuse another plan/rank).
+        plan_digest = None
+        if plan is not None:
+            pi = np.asarray(plan.items, dtype=np.int64)
+            plan_digest = items_digest([pi[:, 0], pi[:, 1], pi[:, 2]])
+        self._identity = {
+            "plan": plan_digest,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "shuffle": self.shuffle,
+            "frames": self.natural,
+        }
 
     def __len__(self) -> int:
         return self.num_samples
@@ -235,17 +248,22 @@ class EpisodeAwareSampler:
                 self.position += 1
                 yield i
 
-    def state_dict(self) -> dict[str, int]:
-        """Where the iterator is: a few integers."""
+    def state_dict(self) -> dict[str, Any]:
+        """Where the iterator is (a few integers) and what it is for (plan digest, rank...)."""
         return {
             "seed": self.seed,
             "epoch": self.epoch,
             "position": self.position,
             "num_samples": self.num_samples,
+            "identity": dict(self._identity),
         }
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume exactly where ``state`` was taken (mid-epoch or at an epoch's end)."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume exactly where ``state`` was taken (mid-epoch or at an epoch's end). A state
+        taken for another plan, rank, world size, seed or frame selection is refused."""
+        if not isinstance(state, dict) or "epoch" not in state or "position" not in state:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"not a sampler state: needs 'epoch' and 'position', got {got}")
         n = int(state.get("num_samples", self.num_samples))
         if n != self.num_samples:
             raise ValueError(
@@ -255,6 +273,18 @@ class EpisodeAwareSampler:
         position = int(state["position"])
         if not 0 <= position <= self.num_samples:
             raise ValueError(f"position {position} outside [0, {self.num_samples}]")
-        self.seed = int(state.get("seed", self.seed))
+        ident = state.get("identity")
+        if ident is not None and not isinstance(ident, dict):
+            raise ValueError(f"sampler state 'identity' must be a dict, got {ident!r}")
+        if ident is not None and ident != self._identity:
+            diff = sorted(k for k in self._identity if ident.get(k) != self._identity[k])
+            raise ValueError(
+                f"sampler state is for another {', '.join(diff)} "
+                f"({ {k: ident.get(k) for k in diff} } vs { {k: self._identity[k] for k in diff} })"
+            )
+        if "seed" in state and int(state["seed"]) != self.seed:
+            raise ValueError(
+                f"sampler state is for seed {state['seed']}, this sampler has {self.seed}"
+            )
         self.epoch, self.position = int(state["epoch"]), position
         self._order = None

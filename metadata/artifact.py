@@ -13,6 +13,8 @@ from typing import Any
 
 from episodekit.core.atomic import atomic_write_bytes
 from episodekit.core.dataset import Dataset, DatasetError, is_local, resolve_root
+from episodekit.core.errors import os_problem
+from episodekit.core.paths import inside_root
 
 MAX_ARTIFACT_BYTES = 1 << 30  # no artifact of ours is near this; refuse before reading
 
@@ -49,7 +51,7 @@ def read_bytes(
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ArtifactError(f"cannot read ({exc.strerror or exc})", full) from exc
+        raise os_problem(exc, full, "read") from exc
     if size is not None and size > max_bytes:
         raise ArtifactError(f"{size} bytes is more than this artifact can be ({max_bytes})", full)
     try:
@@ -58,7 +60,7 @@ def read_bytes(
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ArtifactError(f"cannot read ({exc.strerror or exc})", full) from exc
+        raise os_problem(exc, full, "read") from exc
 
 
 def local_target(root_or_ds: Dataset | str | os.PathLike, rel: str) -> str:
@@ -66,7 +68,7 @@ def local_target(root_or_ds: Dataset | str | os.PathLike, rel: str) -> str:
     fs, path, name = locate(root_or_ds)
     if not is_local(fs):
         raise ArtifactError("artifacts can only be written to a local dataset root", name)
-    return os.path.join(path, rel)
+    return inside_root(path, rel)  # a symlinked meta/ may not lead the write out of the root
 
 
 def write_bytes(root_or_ds: Dataset | str | os.PathLike, rel: str, data: bytes) -> str:

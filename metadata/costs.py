@@ -30,7 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path
-from episodekit.core.dataset import Dataset, DatasetError, MissingFileError, as_dataset
+from episodekit.core.dataset import (
+    Dataset,
+    DatasetError,
+    MissingFileError,
+    as_dataset,
+    parquet_from_bytes,
+)
 from episodekit.core.footer import file_layout
 from episodekit.core.paths import COST_FILE, COST_MODELS
 from episodekit.metadata.artifact import (
@@ -129,7 +135,7 @@ def video_bytes(ds: Dataset, strict: bool = True) -> tuple[np.ndarray, np.ndarra
         files = df.select("chunk", "file").unique().sort("chunk", "file")
         sizes = []
         for chunk, fnum in files.iter_rows():
-            full = ds.join(ds.video_path(key, int(chunk), int(fnum)))
+            full = ds.safe_join(ds.video_path(key, int(chunk), int(fnum)))
             if ds.fs.exists(full):
                 sizes.append(int(ds.fs.size(full)))
             elif strict:
@@ -298,8 +304,8 @@ def read_costs(root_or_ds: str | Dataset) -> pa.Table | None:
     if data is None:
         return None
     try:
-        # From bytes, never through a Python file object (apache/arrow#34314: abort at exit).
-        return pq.read_table(pa.BufferReader(data))
+        # From arrow-owned bytes, never a Python object (apache/arrow#34314: abort at exit).
+        return parquet_from_bytes(data)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(
             f"unreadable cost table ({exc})", artifact_path(root_or_ds, COST_FILE)

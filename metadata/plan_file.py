@@ -17,13 +17,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import posixpath
 import zlib
 from typing import Any
 
 import numpy as np
 
-from episodekit.core.dataset import Dataset, open_dataset, resolve_root
+from episodekit.core.dataset import Dataset, DatasetError, open_dataset, resolve_root
 from episodekit.core.paths import PLAN_DIR
 
 PLAN_FORMAT = "episodekit.shard_plan"
@@ -33,7 +34,7 @@ JSON_ITEMS_MAX = 100_000  # above this many items, columns are stored compressed
 ITEM_COLUMNS = ("episode_index", "start", "end")
 
 
-class PlanError(Exception):
+class PlanError(DatasetError):
     """A shard plan that cannot be used; the message names the file and the fix."""
 
 
@@ -63,8 +64,11 @@ def _encode_column(values: np.ndarray, compressed: bool) -> Any:
 
 def _decode_column(value: Any, n: int, where: str) -> np.ndarray:
     if isinstance(value, str):
-        out = np.frombuffer(zlib.decompress(base64.b64decode(value)), dtype="<i8")
+        out = np.frombuffer(_inflate(base64.b64decode(value), 8 * n, where), dtype="<i8")
     else:
+        if not isinstance(value, list) or len(value) != n:  # before numpy allocates anything
+            got = len(value) if isinstance(value, list) else type(value).__name__
+            raise PlanError(f"{where}: an item column has {got} values, expected {n}")
         out = np.asarray(value, dtype=np.int64)
     if len(out) != n:
         raise PlanError(f"{where}: an item column has {len(out)} values, expected {n}")
@@ -81,13 +85,19 @@ def encode_plan(plan: dict) -> bytes:
     doc["items"] = {
         "encoding": "zlib-base64-int64le" if compressed else "json",
         "count": len(items),
+        "digest": items_digest([items[:, j] for j in range(len(ITEM_COLUMNS))]),
         **{c: _encode_column(items[:, j], compressed) for j, c in enumerate(ITEM_COLUMNS)},
     }
     return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def decode_plan(raw: bytes, where: str = "plan") -> dict:
-    """Inverse of :func:`encode_plan`: header values plus numpy ``items`` (n, 3) and bin arrays."""
+def decode_plan(raw: bytes, where: str = "plan", max_items: int | None = None) -> dict:
+    """Inverse of :func:`encode_plan`: header values plus numpy ``items`` (n, 3) and bin arrays.
+
+    The file is untrusted input: header fields are type-checked, the item count is bounded
+    (``max_items``: e.g. the dataset's frame count) before anything is allocated or inflated,
+    and the items must match their recorded digest. Every failure is a :class:`PlanError` naming
+    the file and the field."""
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -98,21 +108,123 @@ def decode_plan(raw: bytes, where: str = "plan") -> dict:
         raise PlanError(
             f"{where}: plan format version {doc.get('version')}, expected {PLAN_VERSION}"
         )
+    _check_header(doc, where)
     try:
         cols = doc.pop("items")
-        n = int(cols["count"])
-        items = np.empty((n, 3), dtype=np.int64)
-        for j, c in enumerate(ITEM_COLUMNS):
-            items[:, j] = _decode_column(cols[c], n, where)
+        n = _item_count(cols, where, max_items)
+        decoded = [_decode_column(cols[c], n, where) for c in ITEM_COLUMNS]
+        check_items_digest(cols, decoded, where)
+        items = np.stack(decoded, axis=1) if n else np.empty((0, 3), dtype=np.int64)
         doc["items"] = items
         doc["bin_offsets"] = np.asarray(doc["bin_offsets"], dtype=np.int64)
         doc["bin_cost"] = np.asarray(doc["bin_cost"], dtype=np.float64)
         doc["bin_frames"] = np.asarray(doc["bin_frames"], dtype=np.int64)
-    except (KeyError, TypeError, ValueError, zlib.error) as exc:
+    except KeyError as exc:
+        raise PlanError(f"{where}: malformed plan file: field {exc} is missing") from exc
+    except (TypeError, ValueError, zlib.error) as exc:
         raise PlanError(f"{where}: malformed plan file ({exc!r})") from exc
     if len(doc["bin_offsets"]) != doc["num_bins"] + 1 or doc["bin_offsets"][-1] != n:
         raise PlanError(f"{where}: bin_offsets do not match the items")
     return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# Untrusted plan files (trust): item digest, bounded counts and inflation, typed header fields.
+
+MAX_PLAN_ITEMS = 1 << 26  # without the dataset at hand: no plan of ours comes near this
+MAX_PLAN_BYTES = 1 << 30
+_HEADER = {  # field -> accepted type (bool is not an int here)
+    "world_size": int,
+    "num_workers": int,
+    "num_bins": int,
+    "seed": int,
+    "samples_per_worker": int,
+    "samples_per_rank": int,
+    "dropped_frames": int,
+    "repeated_frames": int,
+    "fingerprint": str,
+    "algo": str,
+    "cost_model": str,
+    "policy": str,
+    "split_long": bool,
+    "balance": dict,
+    "bin_offsets": list,
+    "bin_cost": list,
+    "bin_frames": list,
+    "items": dict,
+}
+
+
+def items_digest(columns: list[np.ndarray]) -> str:
+    """Digest of a plan's item columns (episode_index, start, end), recorded in the file and
+    checked on load, so items edited behind an unchanged fingerprint are refused."""
+    import hashlib
+
+    h = hashlib.sha256(b"episodekit-plan-items-v1\0")
+    for col in columns:
+        h.update(np.ascontiguousarray(col, dtype="<i8").tobytes())
+    return h.hexdigest()[:32]
+
+
+def check_items_digest(cols: dict, decoded: list[np.ndarray], where: str) -> None:
+    recorded = cols.get("digest")
+    if not isinstance(recorded, str):
+        raise PlanError(f"{where}: items.digest is missing; recompute the plan with --force")
+    if recorded != items_digest(decoded):
+        raise PlanError(
+            f"{where}: items.digest does not match the items (the plan was edited or damaged); "
+            "recompute it with --force"
+        )
+
+
+def _check_header(doc: dict, where: str) -> None:
+    for key, kind in _HEADER.items():
+        if key not in doc:
+            raise PlanError(f"{where}: malformed plan file: field {key!r} is missing")
+        value = doc[key]
+        ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        if not ok:
+            raise PlanError(
+                f"{where}: field {key!r} must be {kind.__name__}, got {type(value).__name__}"
+            )
+        if kind is int and value < 0:
+            raise PlanError(f"{where}: field {key!r} must be >= 0, got {value}")
+    if doc["world_size"] < 1 or doc["num_workers"] < 1:
+        raise PlanError(f"{where}: world_size and num_workers must be >= 1")
+    if doc["num_bins"] != doc["world_size"] * doc["num_workers"]:
+        raise PlanError(f"{where}: field 'num_bins' is not world_size x num_workers")
+    if len(doc["bin_offsets"]) != doc["num_bins"] + 1:
+        raise PlanError(f"{where}: field 'bin_offsets' does not have num_bins + 1 entries")
+    for key in ("bin_cost", "bin_frames", "bin_offsets"):
+        values = doc[key]
+        if not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        ):
+            raise PlanError(f"{where}: field {key!r} holds a non-number, NaN or infinity")
+
+
+def _item_count(cols: Any, where: str, max_items: int | None) -> int:
+    if not isinstance(cols, dict):
+        raise PlanError(f"{where}: field 'items' must be an object")
+    n = cols.get("count")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise PlanError(f"{where}: field 'items.count' must be an integer >= 0, got {n!r}")
+    limit = MAX_PLAN_ITEMS if max_items is None else int(max_items)
+    if n > limit:
+        raise PlanError(
+            f"{where}: field 'items.count' is {n}, more than the dataset can have ({limit})"
+        )
+    return n
+
+
+def _inflate(data: bytes, size: int, where: str) -> bytes:
+    """zlib-inflate at most ``size`` bytes (+1 to tell "too long"): a bomb costs nothing."""
+    d = zlib.decompressobj()
+    out = d.decompress(data, size + 1)
+    if len(out) != size or d.unconsumed_tail:
+        raise PlanError(f"{where}: an item column does not inflate to items.count values")
+    return out
 
 
 class Plan:
@@ -188,11 +300,13 @@ class Plan:
         return np.asarray(self.doc["bin_cost"], dtype=np.float64)
 
 
-def read_plan_file(fs, path: str) -> Plan:
-    """Read and decode one plan file (no freshness check)."""
+def read_plan_file(fs, path: str, max_items: int | None = None) -> Plan:
+    """Read and decode one plan file (no freshness check; at most ``max_items`` items)."""
     with fs.open(path, "rb") as fh:
-        raw = fh.read()
-    return Plan(decode_plan(raw, path), path)
+        raw = fh.read(MAX_PLAN_BYTES + 1)
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanError(f"{path}: larger than any plan can be ({MAX_PLAN_BYTES} bytes)")
+    return Plan(decode_plan(raw, path, max_items), path)
 
 
 def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: bool = True) -> Plan:
@@ -214,10 +328,11 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
             f"{path}: no shard plan for world size {world_size} x {num_workers} workers; "
             f"create it with: {fix_hint(label, world_size, num_workers)}"
         )
-    plan = read_plan_file(fs, path)
+    if check_fresh and ds is None:
+        ds = open_dataset(str(root), check_files=False, check_totals=False)
+    # Every item is a non-empty frame range: no plan has more items than frames.
+    plan = read_plan_file(fs, path, max_items=ds.num_frames if ds is not None else None)
     if check_fresh:
-        if ds is None:
-            ds = open_dataset(str(root), check_files=False, check_totals=False)
         if plan.fingerprint != ds.fingerprint:
             raise StalePlanError(
                 f"{path}: stale shard plan: computed for episodes fingerprint {plan.fingerprint}, "

@@ -353,7 +353,10 @@ def read_plan(ds: Dataset | str, world_size: int, num_workers: int) -> dict | No
     """The stored plan for one shape as a dict (no freshness check), or None when absent."""
     rel = plan_path(world_size, num_workers)
     data = read_bytes(ds, rel)
-    return None if data is None else decode_plan(data, artifact_path(ds, rel))
+    if data is None:
+        return None
+    limit = ds.num_frames if isinstance(ds, Dataset) else None
+    return decode_plan(data, artifact_path(ds, rel), max_items=limit)
 
 
 def plan_for_dataset(

@@ -22,7 +22,6 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import jsonlines
@@ -30,9 +29,16 @@ import numpy as np
 
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset, DatasetError, as_dataset, is_local
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.paths import SPEED_FILE
 from episodekit.core.world import RankInfo, barrier, rank_info
-from episodekit.metadata.artifact import artifact_path, locate, read_bytes
+from episodekit.metadata.artifact import (
+    MAX_ARTIFACT_BYTES,
+    artifact_path,
+    local_target,
+    locate,
+    read_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -247,13 +253,24 @@ def _check_row(row: Any, line: int, where: str) -> None:
         raise bad(f"percentiles must be ascending, got {p!r}")
 
 
+def max_speed_bytes(root_or_ds: Dataset | str | os.PathLike) -> int:
+    """The most bytes a speed file of this dataset can take (one row per task: the JSON-escaped
+    task string plus a small fixed part), so a huge or hostile file is refused before parsing.
+    Without the dataset at hand: the general artifact bound."""
+    if not isinstance(root_or_ds, Dataset):
+        return MAX_ARTIFACT_BYTES
+    tasks = root_or_ds.task_strings()
+    longest = max((len(t.encode("utf-8")) for t in tasks if t), default=0)
+    return 64 * 1024 + (len(tasks) + 1) * (1024 + 6 * longest)
+
+
 def read_speed_file(root_or_ds: Dataset | str | os.PathLike) -> list[dict] | None:
     """The rows of ``meta/speed_percentiles.jsonl`` as written (None when the file is absent).
 
     Raises :class:`SpeedFileError` naming the file and line for a file that is not valid.
     """
     full = artifact_path(root_or_ds, SPEED_FILE)
-    raw = read_bytes(root_or_ds, SPEED_FILE)
+    raw = read_bytes(root_or_ds, SPEED_FILE, max_speed_bytes(root_or_ds))
     if raw is None:
         return None
     rows: list[dict] = []
@@ -287,13 +304,11 @@ def write_speed_file(ds_or_root: Dataset | str | os.PathLike, rows: Sequence[dic
     with jsonlines.Writer(buf, compact=True) as writer:
         writer.write_all(rows)
     try:
-        atomic_write_text(Path(path) / SPEED_FILE, buf.getvalue())
-    except OSError as exc:
-        if exc.errno not in READ_ONLY_ERRNOS:
+        atomic_write_text(local_target(ds_or_root, SPEED_FILE), buf.getvalue())
+    except (OSError, EnvironmentProblem) as exc:
+        if getattr(exc, "errno", None) not in READ_ONLY_ERRNOS:
             raise
-        _warn_once(
-            "readonly", name, f"{name}: read-only root ({exc.strerror}), {SPEED_FILE} not written"
-        )
+        _warn_once("readonly", name, f"{name}: read-only root ({exc}), {SPEED_FILE} not written")
         return False
     return True
 

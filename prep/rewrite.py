@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path
-from episodekit.core.dataset import is_local
+from episodekit.core.dataset import DatasetError, is_local
 from episodekit.core.footer import FileLayout, file_layout
 from episodekit.core.paths import MIB
 from episodekit.prep.band import (
@@ -291,7 +291,7 @@ def _already_in_out(job: FileJob, before: FileLayout) -> bool:
         return False
     try:
         layout = file_layout(str(dst))
-    except (OSError, pa.ArrowInvalid):
+    except (OSError, pa.ArrowInvalid, DatasetError):
         return False
     marker = read_marker(layout)
     return (

@@ -8,6 +8,7 @@ URL) are handled: read remote, write local. Files are independent and run one pr
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import time
 from collections.abc import Callable
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from episodekit.core.atomic import remove_temporaries
 from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
-from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB
+from episodekit.core.lock import writer_lock
+from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB, UnsafePathError, inside_root
 from episodekit.prep.rewrite import FileJob, FileResult, LayoutStats, copy_file, rewrite_file
 
 
@@ -125,7 +126,7 @@ def _copy_tree(fs, src_root: str, dst_root: Path, sub: str) -> int:
     n = 0
     for src in sorted(fs.find(folder)):
         rel = posixpath.relpath(src, src_root)
-        copy_file(src, str(dst_root / rel), fs)
+        copy_file(src, inside_root(dst_root, rel), fs)
         n += 1
     return n
 
@@ -141,6 +142,7 @@ def rewrite_rowgroups(
     executor: str = "local",
     copy_videos: bool = False,
     progress: Callable[[FileResult, int, int], None] | None = None,
+    wait: bool = True,
 ) -> PrepReport:
     """Rewrite the data files of ``root`` (local path or fsspec URL); see the module docstring.
 
@@ -148,7 +150,9 @@ def rewrite_rowgroups(
     rewriting in place; required for a remote root. Files already done (marked for this target,
     or already within the band with a page index) are skipped, or copied unchanged to ``out``.
     ``progress(result, done, total)`` is called in the parent as each file finishes. Leftover
-    temporaries of a crashed run are removed first. Per-file failures are in the report.
+    temporaries of a crashed run are removed first, under the output's writer lock (another
+    writer: wait, or with ``wait=False`` raise EnvironmentProblem). Per-file failures are in the
+    report.
     """
     if target_mb <= 0:
         raise ValueError(f"target_mb must be > 0, got {target_mb}")
@@ -163,24 +167,19 @@ def rewrite_rowgroups(
     else:
         out_root = Path(out).resolve()
         if ds.is_local and out_root == Path(ds.path).resolve():
-            out = None  # the same folder: just in place
+            raise UnsafePathError(
+                "--out is the dataset root itself; omit --out to rewrite in place", str(out)
+            )
     src_fs = None if ds.is_local else ds.fs
     if src_fs is not None and "memory" in _protocols(src_fs):
         workers = 1  # an in-memory filesystem is not shared with worker processes
     target_bytes = int(round(target_mb * MIB))
     report = PrepReport(str(root), str(out_root), float(target_mb), dry_run)
-    if not dry_run:
-        report.removed_temporaries = len(remove_temporaries(out_root / "data"))
-        if out is not None:
-            report.removed_temporaries += len(remove_temporaries(out_root / "meta"))
-            _copy_tree(ds.fs, ds.path, out_root, "meta")
-            if copy_videos:
-                _copy_tree(ds.fs, ds.path, out_root, "videos")
     jobs = [
         FileJob(
             relpath=rel,
             src=ds.join(rel),
-            dst=str(out_root / rel),
+            dst=inside_root(out_root, rel),  # no symlinked folder may lead the write out
             target_bytes=target_bytes,
             compression=compression,
             force=force,
@@ -189,11 +188,19 @@ def rewrite_rowgroups(
         )
         for rel in ds.data_files
     ]
-    results: list[FileResult | None] = [None] * len(jobs)
-    for done, (i, res) in enumerate(imap_files(rewrite_file, jobs, executor, workers), start=1):
-        results[i] = res
-        if progress is not None:
-            progress(res, done, len(jobs))
+    lock = contextlib.nullcontext([]) if dry_run else writer_lock(out_root, wait=wait)
+    with lock as removed:
+        report.removed_temporaries = len(removed)
+        if not dry_run and out is not None:
+            _copy_tree(ds.fs, ds.path, out_root, "meta")
+            if copy_videos:
+                _copy_tree(ds.fs, ds.path, out_root, "videos")
+        results: list[FileResult | None] = [None] * len(jobs)
+        runs = imap_files(rewrite_file, jobs, executor, workers)
+        for done, (i, res) in enumerate(runs, start=1):
+            results[i] = res
+            if progress is not None:
+                progress(res, done, len(jobs))
     report.files = [r for r in results if r is not None]
     report.seconds = time.perf_counter() - t0
     return report

@@ -281,6 +281,40 @@ def corrupt_rows_in_wrong_file(root: Path) -> Expected:
     return Expected("data.file", dst, 0)
 
 
+def corrupt_episodes_swapped_in_file(root: Path) -> Expected:
+    """Episode 3's rows placed before episode 2's in their file, every value (index too) kept:
+    per-episode aggregates are all right, only the order in the file is wrong (the loader would
+    return episode 3's frames for episode 2)."""
+    rel = data_file_of(root, 2)
+    assert data_file_of(root, 3) == rel
+
+    def fn(t: pa.Table) -> pa.Table:
+        r2, r3 = rows_of(t, 2), rows_of(t, 3)
+        order = np.arange(t.num_rows)
+        lo, hi = r2[0], r3[-1] + 1
+        order[lo:hi] = np.concatenate([r3, r2])
+        return t.take(pa.array(order))
+
+    edit_data(root, rel, fn)
+    return Expected("data.order", rel, 2)
+
+
+def corrupt_action_wrong_length(root: Path) -> Expected:
+    """One action row of the wrong list length (a variable-length list column)."""
+    rel = data_file_of(root, 4)
+
+    def fn(t: pa.Table) -> pa.Table:
+        col = t["action"].combine_chunks()
+        rows = col.to_pylist()
+        rows[int(rows_of(t, 4)[3])] = rows[int(rows_of(t, 4)[3])][:-1]
+        i = t.schema.get_field_index("action")
+        field = pa.field("action", pa.list_(col.type.value_type))
+        return t.set_column(i, field, pa.array(rows, field.type))
+
+    edit_data(root, rel, fn)
+    return Expected("data.shape", rel, 4, also=("info.features",))
+
+
 # ---------------------------------------------------------------------------------------------
 # Artifacts: written by their own modules on the clean copy, then broken.
 
@@ -352,10 +386,32 @@ def corrupt_costs_value(root: Path) -> Expected:
     return Expected("costs.content", COSTS, 9, also=("plans.content",))
 
 
-def _edit_plan(root: Path, fn: Callable[[dict], None]) -> None:
+def _edit_plan(root: Path, fn: Callable[[dict], None], redigest: bool = True) -> None:
+    """Edit the plan's JSON; ``redigest``: record the edited items' digest too (a careful editor;
+    the content checks must still catch it)."""
+    from episodekit.metadata.plan_file import ITEM_COLUMNS, items_digest
+
     doc = json.loads((root / PLAN).read_text())
     fn(doc)
+    if redigest:
+        cols = [np.asarray(doc["items"][c], dtype=np.int64) for c in ITEM_COLUMNS]
+        doc["items"]["digest"] = items_digest(cols)
     (root / PLAN).write_text(json.dumps(doc))
+
+
+def corrupt_plan_items_edited(root: Path) -> Expected:
+    """Items moved between bins behind an unchanged fingerprint and digest: refused on load."""
+    write_artifacts(root)
+
+    def fn(doc: dict) -> None:
+        items = doc["items"]
+        items["episode_index"][0], items["episode_index"][-1] = (
+            items["episode_index"][-1],
+            items["episode_index"][0],
+        )
+
+    _edit_plan(root, fn, redigest=False)
+    return Expected("plans.format", PLAN)
 
 
 def corrupt_plan_missing_episode(root: Path) -> Expected:

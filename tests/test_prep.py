@@ -39,7 +39,7 @@ def _digest_files(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != ".episodekit.lock"  # the writer lock (empty, kept)
     }
 
 

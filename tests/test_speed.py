@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from episodekit.cli import main
 from episodekit.core import atomic
 from episodekit.core.dataset import open_dataset
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.metadata import speed
 from episodekit.metadata.speed import (
     SPEED_FILE,
@@ -468,7 +469,10 @@ def test_other_write_errors_propagate(root, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device", str(dst))
 
     monkeypatch.setattr(atomic.os, "replace", full_disk)
-    with pytest.raises(OSError, match="No space"):
+    # One clear error naming the file and the operation; exit 2 (environment) in the CLI.
+    with pytest.raises(
+        EnvironmentProblem, match="speed_percentiles.jsonl: cannot replace: No space"
+    ):
         ensure_speed_file(root)
     assert temporaries(root) == [] and not (root / SPEED_FILE).exists()
 

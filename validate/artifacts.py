@@ -15,11 +15,10 @@ import posixpath
 import jsonlines
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from episodekit.core.dataset import Dataset, DatasetError
+from episodekit.core.dataset import Dataset, DatasetError, parquet_from_bytes
 from episodekit.core.paths import COST_FILE, PLAN_DIR, SPEED_FILE
-from episodekit.metadata.artifact import Problem
+from episodekit.metadata.artifact import Problem, read_bytes
 from episodekit.metadata.costs import COST_SCHEMA, recompute_costs, verify_costs
 from episodekit.metadata.plan_file import PlanError, read_plan_file
 from episodekit.metadata.plans import verify_plan
@@ -83,9 +82,9 @@ def check_speed(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
         return Finding(check, ERROR, msg, SPEED_FILE)
 
     try:
-        with raw.fs.open(full, "rb") as fh:
-            rows = list(jsonlines.Reader(io.BytesIO(fh.read())).iter(skip_empty=True))
-    except (jsonlines.InvalidLineError, UnicodeDecodeError, OSError) as exc:
+        data = read_bytes(raw.root, SPEED_FILE) or b""
+        rows = list(jsonlines.Reader(io.BytesIO(data)).iter(skip_empty=True))
+    except (jsonlines.InvalidLineError, UnicodeDecodeError, OSError, DatasetError) as exc:
         return [err("speed.format", f"not valid JSON lines ({exc})")]
     out = []
     for i, row in enumerate(rows, start=1):
@@ -184,9 +183,8 @@ def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     if not raw.fs.exists(full):
         return []
     try:
-        with raw.fs.open(full, "rb") as fh:
-            table = pq.read_table(pa.BufferReader(fh.read()))
-    except (pa.ArrowException, OSError) as exc:
+        table = parquet_from_bytes(read_bytes(raw.root, COST_FILE) or b"")
+    except (pa.ArrowException, OSError, DatasetError) as exc:
         return [Finding("costs.format", ERROR, f"unreadable cost table ({exc})", COST_FILE)]
     if ds is None:
         return []

@@ -67,6 +67,10 @@ def _scan_sql(
         col("frame_index", "sum((frame_index::HUGEINT) * frame_index)::DOUBLE") + " AS fi_sq",
         col("index", col("frame_index", "min(index - frame_index)")) + " AS offset_min",
         col("index", col("frame_index", "max(index - frame_index)")) + " AS offset_max",
+        # Row order: index - (row number in the file) is one constant per file when the rows
+        # are in index order; checked per episode here and across a file's episodes in compare.
+        col("index", "min(index - file_row_number)") + " AS order_min",
+        col("index", "max(index - file_row_number)") + " AS order_max",
         col(
             "timestamp",
             col("frame_index", f"max(abs(timestamp::DOUBLE - frame_index / {float(fps)!r}))"),
@@ -89,7 +93,7 @@ def _scan_sql(
             sel.append(f"count_if(list_count({q}) <> len({q})) AS {_q('elem_nulls:' + name)}")
             if base in FLOAT_TYPES:
                 sel.append(f"count_if(NOT isfinite(list_sum({q}))) AS {_q('nonfinite:' + name)}")
-            if deep and shapes and name in shapes:
+            if shapes and name in shapes:  # cheap (list lengths only): always on
                 sel.append(f"count_if(len({q}) <> {int(shapes[name])}) AS {_q('shape:' + name)}")
         elif base in FLOAT_TYPES:
             sel.append(f"count_if(NOT isfinite({q})) AS {_q('nonfinite:' + name)}")
@@ -100,7 +104,8 @@ def _scan_sql(
             )
     files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
     return (
-        f"SELECT {', '.join(sel)} FROM read_parquet({files}, filename=true) "
+        f"SELECT {', '.join(sel)} FROM read_parquet({files}, filename=true, "
+        "file_row_number=true) "
         "GROUP BY filename, episode_index ORDER BY filename, episode_index"
     )
 
@@ -126,7 +131,8 @@ def scan_data_files(
     Columns: file, episode_index, rows, index_min/max/sum, fi_min/max/sum/sq (frame_index),
     offset_min/max (index - frame_index), ts_err (max |timestamp - frame_index/fps|), ts_max,
     task_min/max, and per feature column ``nulls:<col>``, ``elem_nulls:<col>`` (lists),
-    ``nonfinite:<col>`` (floats), with ``deep`` also ``shape:<col>`` and ``image:<col>``.
+    ``nonfinite:<col>`` (floats), ``shape:<col>`` (lists with a declared length), order_min/max
+    (index - row number in the file), with ``deep`` also ``image:<col>``.
     """
     con = _connect()
     if fs is not None:
@@ -294,6 +300,7 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
         ~rows_ok,
         pl.format("{} rows in the data file but length is {}", pl.col("rows"), L),
     )
+    short_files = df.filter(~rows_ok)["data_file"].unique().to_list()  # order means nothing there
     df = df.filter(rows_ok & (pl.col("rows") > 0))
     Lf = L.cast(pl.Float64)
     fi_ok = (
@@ -331,6 +338,7 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
             pl.col("index_max"),
         ),
     )
+    out += _order_findings(df.filter(~pl.col("data_file").is_in(short_files)), index_ok)
     out += _timestamp_findings(raw, df.filter(fi_ok))  # judged against a sound frame_index
     valid = raw.tasks["task_index"].to_pylist() if raw.tasks is not None else []
     task_ok = (
@@ -365,6 +373,36 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
                 pl.format("{} {} in {}", pl.col(c), pl.lit(what), pl.lit(name)),
             )
     return out
+
+
+def _order_findings(df: pl.DataFrame, index_ok: pl.Expr) -> list[Finding]:
+    """``data.order``: an episode whose rows are out of index order inside its file, or placed
+    elsewhere in the file than its index says (e.g. episode 3's rows before episode 2's with
+    their indices kept). A file holds one contiguous index range (the loader relies on it), so
+    index - row number must equal the file's first index on every row; episodes whose index
+    range itself is wrong are reported by ``data.index`` instead."""
+    if "order_min" not in df.columns or df.height == 0:
+        return []
+    first = pl.col("dataset_from_index").min().over("data_file")
+    sound = index_ok.all().over("data_file")  # a file with a wrong index: data.index says it
+    df = df.with_columns(first.alias("file_first")).filter(sound)
+    ok = (pl.col("order_min") == pl.col("file_first")) & (
+        pl.col("order_max") == pl.col("file_first")
+    )
+    return _finding_rows(
+        df,
+        "data.order",
+        ~ok.fill_null(True),
+        pl.format(
+            "rows are not in index order in the file (index {}..{}): index - row number "
+            "runs {}..{}, expected {} throughout (the file's first index)",
+            pl.col("dataset_from_index"),
+            pl.col("dataset_to_index") - 1,
+            pl.col("order_min"),
+            pl.col("order_max"),
+            pl.col("file_first"),
+        ),
+    )
 
 
 def _timestamp_findings(raw: RawRoot, df: pl.DataFrame) -> list[Finding]:

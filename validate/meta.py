@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodekit.core.dataset import SUPPORTED_VERSIONS, V2, is_local
+from episodekit.core.paths import UnsafePathError, format_template, inside_root
 from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 
 INFO = "meta/info.json"
@@ -197,8 +198,21 @@ def check_episode_tasks(raw: RawRoot) -> list[Finding]:
     return _per_episode("episodes.tasks", unknown | (n_tasks == 0), raw, msg)
 
 
+def unsafe_reason(raw: RawRoot, rel: str) -> str | None:
+    """Why ``rel`` (already a checked relative path) is unsafe on this root, else None: on a local
+    root it must resolve inside the root with symlinks followed."""
+    if not is_local(raw.fs) or rel.startswith("<"):
+        return None
+    try:
+        inside_root(raw.path, rel)
+    except UnsafePathError as exc:
+        return str(exc)
+    return None
+
+
 def check_paths(raw: RawRoot) -> list[Finding]:
-    """``info.paths``: every referenced data file exists; ``info.videos``: every video file."""
+    """``info.paths``: every referenced data (and video) file stays inside the root, and every
+    referenced data file exists; ``info.videos``: every video file exists."""
     if raw.episodes is None or raw.episodes.num_rows == 0:
         return []
     e = raw.episodes
@@ -209,7 +223,10 @@ def check_paths(raw: RawRoot) -> list[Finding]:
     for f, i in zip(data_file, ep):
         first_ep.setdefault(f, int(i))
     for f, i in first_ep.items():
-        if not raw.fs.exists(raw.join(f)):
+        why = unsafe_reason(raw, f)
+        if why:
+            out.append(Finding("info.paths", ERROR, why, f, i))
+        elif not f.startswith("<") and not raw.fs.exists(raw.join(f)):
             out.append(Finding("info.paths", ERROR, "referenced data file is missing", f, i))
     template = raw.info.get("video_path")
     for key, feat in raw.features.items():
@@ -233,11 +250,16 @@ def check_paths(raw: RawRoot) -> list[Finding]:
         key_ids, first = np.unique(c.astype(np.int64) * (1 << 32) + fi, return_index=True)
         for i in first:
             try:
-                rel = template.format(video_key=key, chunk_index=int(c[i]), file_index=int(fi[i]))
-            except (KeyError, IndexError, ValueError):
-                out.append(Finding("info.videos", ERROR, f"bad video_path {template!r}", INFO))
+                rel = format_template(
+                    template, video_key=key, chunk_index=int(c[i]), file_index=int(fi[i])
+                )
+            except UnsafePathError as exc:
+                out.append(Finding("info.paths", ERROR, f"video_path cannot be used: {exc}", INFO))
                 break
-            if not raw.fs.exists(raw.join(rel)):
+            why = unsafe_reason(raw, rel)
+            if why:
+                out.append(Finding("info.paths", ERROR, why, rel, int(ep[i])))
+            elif not raw.fs.exists(raw.join(rel)):
                 out.append(
                     Finding(
                         "info.videos", ERROR, "referenced video file is missing", rel, int(ep[i])

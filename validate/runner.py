@@ -62,7 +62,8 @@ CHECKS: dict[str, str] = {
     "data.task_index": "task_index valid and equal to the episode's task",
     "data.nulls": "no nulls in feature columns (nor inside their lists)",
     "data.nan": "no NaN/inf in float feature columns",
-    "data.shape": "(--deep) list lengths match the declared shape",
+    "data.order": "rows in each file are in index order (index = the row's place in its range)",
+    "data.shape": "list lengths match the declared shape",
     "data.image": "(--deep) image bytes start with a known image header",
     "layout.row_groups": "row groups inside the target band (warning)",
     "layout.split_episode": "no episode split across row groups (warning)",
@@ -92,7 +93,7 @@ GROUPS = (
     "quality",
 )
 ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
-DEEP_ONLY = ("data.shape", "data.image", *VIDEO_DEEP_ONLY)
+DEEP_ONLY = ("data.image", *VIDEO_DEEP_ONLY)
 
 
 def select_checks(names: Iterable[str] | str | None = None, deep: bool = False) -> list[str]:
@@ -180,8 +181,8 @@ def validate(
 ) -> Report:
     """Validate ``root`` (local path or fsspec URL) and its artifacts; never modifies it.
 
-    ``checks`` selects groups/ids (see :func:`select_checks`); ``deep`` adds list-length and
-    image-header checks; ``executor="ray"`` scans data files one ray task per file.
+    ``checks`` selects groups/ids (see :func:`select_checks`); ``deep`` adds the image-header
+    check (and video decoding); ``executor="ray"`` scans data files one ray task per file.
     ``quality_thresholds`` overrides :data:`episodekit.validate.quality.DEFAULTS` for the
     ``quality.*`` checks (warnings).
     Raises :class:`CannotValidate` when the root or its info.json cannot be read.
@@ -214,7 +215,12 @@ def validate(
         found += checks_meta.check_paths(raw)
     if wants("info.unreferenced"):
         found += checks_meta.check_unreferenced(raw)
-    rels = [r for r in raw.data_files() if not r.startswith("<")]
+    # Only files that stay inside the root are read (the others are info.paths errors).
+    rels = [
+        r
+        for r in raw.data_files()
+        if not r.startswith("<") and checks_meta.unsafe_reason(raw, r) is None
+    ]
     schemas: dict = {}
     if wants("info.features", "data", "info.fps", "quality"):
         schemas, problems = checks_data.read_schemas(raw, rels)

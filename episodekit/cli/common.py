@@ -26,6 +26,21 @@ def fail_cleanly() -> Iterator[None]:
         raise click.ClickException(str(exc)) from exc
 
 
+@contextlib.contextmanager
+def writing(root: str, no_wait: bool) -> Iterator[None]:
+    """Hold the writer lock of a local, existing ROOT for the command (a remote or missing root:
+    no lock; the command itself reports what is wrong)."""
+    import os
+
+    from episodekit.core.lock import writer_lock
+
+    if "://" in str(root) or not os.path.isdir(root):
+        yield
+        return
+    with writer_lock(root, wait=not no_wait, say=lambda m: click.echo(m, err=True)):
+        yield
+
+
 def parse_int_list(value: str) -> list[int]:
     """'8,16,64' -> [8, 16, 64] with a clear error."""
     try:
@@ -41,6 +56,12 @@ def parse_int_list(value: str) -> list[int]:
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table."
+)
+no_wait_option = click.option(
+    "--no-wait",
+    is_flag=True,
+    help="Exit 2 at once when another episodekit process is writing to the same root "
+    "(default: wait for it).",
 )
 force_option = click.option("--force", is_flag=True, help="Recompute even when fresh.")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress output.")

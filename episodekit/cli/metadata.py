@@ -15,8 +15,10 @@ from episodekit.cli.common import (
     force_option,
     json_option,
     locality_option,
+    no_wait_option,
     parse_int_list,
     pick,
+    writing,
 )
 
 
@@ -24,7 +26,8 @@ from episodekit.cli.common import (
 @click.argument("root")
 @cost_option("--model")
 @force_option
-def costs_command(root: str, model: str, force: bool) -> None:
+@no_wait_option
+def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     """Write the episode cost table ROOT/meta/episode_costs.parquet.
 
     One row per episode: episode_index, task_index, length, num_cameras, action_dim, data_bytes
@@ -36,7 +39,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
 
     from episodekit.metadata.costs import COST_FILE, ensure_costs
 
-    with fail_cleanly():
+    with fail_cleanly(), writing(root, no_wait):
         table, changed = ensure_costs(root, model=model, force=force)
     cost = table["cost"].to_numpy()
     lo, mid, hi = np.percentile(cost, [0, 50, 100]) if len(cost) else (0.0, 0.0, 0.0)
@@ -83,6 +86,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
 )
 @locality_option(default="none")
 @force_option
+@no_wait_option
 @json_option
 def plan_command(
     root: str,
@@ -95,6 +99,7 @@ def plan_command(
     policy: str,
     locality: str,
     force: bool,
+    no_wait: bool,
     as_json: bool,
 ) -> None:
     """Write balanced shard plans ROOT/meta/shard_plans/ws{W}_nw{K}.json, one per world size.
@@ -110,7 +115,7 @@ def plan_command(
 
     sizes = parse_int_list(world_sizes)
     t0 = time.perf_counter()
-    with fail_cleanly():
+    with fail_cleanly(), writing(root, no_wait):
         results = ensure_plans(
             root,
             sizes,
@@ -162,8 +167,9 @@ def format_speed_table(report: dict) -> str:
 @click.argument("root")
 @force_option
 @deprecated_alias("--recompute", "--force", "recompute", is_flag=True)
+@no_wait_option
 @json_option
-def speed_command(root: str, force: bool, recompute: bool, as_json: bool) -> None:
+def speed_command(root: str, force: bool, recompute: bool, no_wait: bool, as_json: bool) -> None:
     """Compute per-task speed percentiles of ROOT into meta/speed_percentiles.jsonl.
 
     Each task gets ten boundaries (5th, 15th, ..., 95th percentile of its episode lengths in
@@ -177,7 +183,7 @@ def speed_command(root: str, force: bool, recompute: bool, as_json: bool) -> Non
     """
     from episodekit.metadata.speed import speed_report
 
-    with fail_cleanly():
+    with fail_cleanly(), writing(root, no_wait):
         report = speed_report(root, force=pick(force, recompute))
     click.echo(json.dumps(report, indent=2) if as_json else format_speed_table(report))
 

@@ -16,6 +16,7 @@ from episodekit.cli.common import (
     force_option,
     jobs_option,
     json_option,
+    no_wait_option,
     pick,
     quiet_option,
     target_mb_option,
@@ -53,6 +54,7 @@ def prep_group() -> None:
 @click.option("--dry-run", is_flag=True, help="Report what would be rewritten; change nothing.")
 @force_option
 @click.option("--copy-videos", is_flag=True, help="With --out: copy videos/ too.")
+@no_wait_option
 @json_option
 @quiet_option
 def rowgroups_command(
@@ -66,6 +68,7 @@ def rowgroups_command(
     dry_run: bool,
     force: bool,
     copy_videos: bool,
+    no_wait: bool,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -111,6 +114,7 @@ def rowgroups_command(
                 executor=executor,
                 copy_videos=copy_videos,
                 progress=progress,
+                wait=not no_wait,
             )
         finally:
             if bar is not None:

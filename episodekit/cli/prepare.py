@@ -16,6 +16,7 @@ from episodekit.cli.common import (
     jobs_option,
     json_option,
     locality_option,
+    no_wait_option,
     parse_int_list,
     target_mb_option,
 )
@@ -71,6 +72,7 @@ from episodekit.cli.common import (
     "skipped when fresh).",
 )
 @force_option
+@no_wait_option
 @json_option
 def prepare_command(
     root: str,
@@ -87,6 +89,7 @@ def prepare_command(
     videos_gop: int | None,
     frames: bool,
     force: bool,
+    no_wait: bool,
     as_json: bool,
 ) -> None:
     """Take ROOT from "as recorded" to "ready for training", then prove it.
@@ -124,6 +127,7 @@ def prepare_command(
             progress=say,
             locality=locality,
             frames=frames,
+            wait=not no_wait,
         )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:
