@@ -20,7 +20,14 @@ from episodekit.core.atomic import remove_temporaries
 from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
 from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB
-from episodekit.prep.rewrite import FileJob, FileResult, LayoutStats, copy_file, rewrite_file
+from episodekit.prep.rewrite import (
+    FileJob,
+    FileResult,
+    LayoutStats,
+    copy_file,
+    done_already,
+    rewrite_file,
+)
 
 
 @dataclass
@@ -190,7 +197,9 @@ def rewrite_rowgroups(
         for rel in ds.data_files
     ]
     results: list[FileResult | None] = [None] * len(jobs)
-    for done, (i, res) in enumerate(imap_files(rewrite_file, jobs, executor, workers), start=1):
+    for done, (i, res) in enumerate(
+        imap_files(rewrite_file, jobs, executor, workers, quick=done_already), start=1
+    ):
         results[i] = res
         if progress is not None:
             progress(res, done, len(jobs))

@@ -8,19 +8,20 @@ import time
 import click
 
 from episodekit.cli.common import (
+    EpisodekitGroup,
+    IntList,
     cost_option,
     dataloader_workers_option,
     deprecated_alias,
-    fail_cleanly,
     force_option,
     json_option,
-    parse_int_list,
     pick,
+    root_argument,
 )
 
 
 @click.command("costs")
-@click.argument("root")
+@root_argument()
 @cost_option("--model")
 @force_option
 def costs_command(root: str, model: str, force: bool) -> None:
@@ -35,8 +36,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
 
     from episodekit.metadata.costs import COST_FILE, ensure_costs
 
-    with fail_cleanly():
-        table, changed = ensure_costs(root, model=model, force=force)
+    table, changed = ensure_costs(root, model=model, force=force)
     cost = table["cost"].to_numpy()
     lo, mid, hi = np.percentile(cost, [0, 50, 100]) if len(cost) else (0.0, 0.0, 0.0)
     status = "written" if changed else "fresh, kept"
@@ -47,10 +47,11 @@ def costs_command(root: str, model: str, force: bool) -> None:
 
 
 @click.command("plan")
-@click.argument("root")
+@root_argument()
 @click.option(
     "--world-size",
     "world_sizes",
+    type=IntList(),
     required=True,
     help="Comma-separated world sizes (ranks), one plan each, e.g. 8,16,64.",
 )
@@ -84,7 +85,7 @@ def costs_command(root: str, model: str, force: bool) -> None:
 @json_option
 def plan_command(
     root: str,
-    world_sizes: str,
+    world_sizes: list[int],
     workers: int,
     cost: str,
     algo: str,
@@ -105,20 +106,18 @@ def plan_command(
     """
     from episodekit.metadata.plans import ensure_plans, format_balance
 
-    sizes = parse_int_list(world_sizes)
     t0 = time.perf_counter()
-    with fail_cleanly():
-        results = ensure_plans(
-            root,
-            sizes,
-            workers,
-            cost=cost,
-            algo=algo,
-            split_long=split_long,
-            seed=seed,
-            force=force,
-            policy=policy,
-        )
+    results = ensure_plans(
+        root,
+        world_sizes,
+        workers,
+        cost=cost,
+        algo=algo,
+        split_long=split_long,
+        seed=seed,
+        force=force,
+        policy=policy,
+    )
     if as_json:
         skip = ("items", "bin_offsets", "bin_cost", "bin_frames")
         heads = [
@@ -155,7 +154,7 @@ def format_speed_table(report: dict) -> str:
 
 
 @click.command("speed")
-@click.argument("root")
+@root_argument()
 @force_option
 @deprecated_alias("--recompute", "--force", "recompute", is_flag=True)
 @json_option
@@ -173,12 +172,11 @@ def speed_command(root: str, force: bool, recompute: bool, as_json: bool) -> Non
     """
     from episodekit.metadata.speed import speed_report
 
-    with fail_cleanly():
-        report = speed_report(root, force=pick(force, recompute))
+    report = speed_report(root, force=pick(force, recompute))
     click.echo(json.dumps(report, indent=2) if as_json else format_speed_table(report))
 
 
-@click.group("metadata")
+@click.group("metadata", cls=EpisodekitGroup)
 def metadata_group() -> None:
     """Derived tables under meta/: speed percentiles, episode costs, shard plans."""
 

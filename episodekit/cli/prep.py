@@ -4,31 +4,31 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import click
 
 from episodekit.cli.common import (
+    EpisodekitGroup,
     deprecated_alias,
     executor_option,
-    fail_cleanly,
     force_option,
     jobs_option,
     json_option,
     pick,
     quiet_option,
+    root_argument,
     target_mb_option,
 )
 from episodekit.core.paths import COMPRESSIONS
 
 
-@click.group("prep")
+@click.group("prep", cls=EpisodekitGroup)
 def prep_group() -> None:
     """Rewrite the dataset's own files for streaming readers (data parquet row groups)."""
 
 
 @prep_group.command("rowgroups")
-@click.argument("root")
+@root_argument()
 @target_mb_option
 @click.option(
     "--out",
@@ -65,7 +65,6 @@ def rowgroups_command(
     force: bool,
     copy_videos: bool,
     as_json: bool,
-    quiet: bool,
 ) -> None:
     """Rewrite ROOT's data parquet into episode-aligned row groups with a page index.
 
@@ -78,41 +77,25 @@ def rowgroups_command(
 
     ROOT is a local path or an fsspec URL (then use --out DIR).
     """
+    from episodekit.core.progress import current
     from episodekit.prep import format_report, rewrite_rowgroups
 
-    state = {"mb": 0.0, "t0": time.perf_counter()}
-    bar = None
-    if not quiet:
-        bar = click.progressbar(
-            length=1, label="prep rowgroups", file=sys.stderr, show_pos=True, width=24
-        )
-
     def progress(result, done: int, total: int) -> None:
-        if bar is None:
-            return
-        state["mb"] += result.bytes / 2**20
-        rate = state["mb"] / max(time.perf_counter() - state["t0"], 1e-9)
-        bar.length = total
-        bar.label = f"prep: {done}/{total} files, {state['mb']:.0f} MiB, {rate:.0f} MiB/s"
-        bar.update(1)
+        current().active().advance(0, nbytes=result.bytes)  # the executor counts the files
 
-    with fail_cleanly():
-        try:
-            report = rewrite_rowgroups(
-                root,
-                target_mb=target_mb,
-                out=out,
-                workers=pick(jobs, workers),
-                compression=compression,
-                dry_run=dry_run,
-                force=force,
-                executor=executor,
-                copy_videos=copy_videos,
-                progress=progress,
-            )
-        finally:
-            if bar is not None:
-                bar.render_finish()
+    current().stage("prep rowgroups")
+    report = rewrite_rowgroups(
+        root,
+        target_mb=target_mb,
+        out=out,
+        workers=pick(jobs, workers),
+        compression=compression,
+        dry_run=dry_run,
+        force=force,
+        executor=executor,
+        copy_videos=copy_videos,
+        progress=progress,
+    )
     if as_json:
         click.echo(json.dumps(report.summary(), indent=2))
     else:
