@@ -177,7 +177,7 @@ class EpisodekitGroup(click.Group):
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
         except click.UsageError as exc:
-            path = exc.ctx.command_path if exc.ctx else "episodekit"
+            path = " ".join(["episodekit", *_sub_path(exc.ctx)])
             click.echo(f"Error: {_one_line(exc.format_message())} (see '{path} --help')", err=True)
             raise SystemExit(exc.exit_code) from None
         except click.ClickException as exc:
@@ -187,6 +187,15 @@ class EpisodekitGroup(click.Group):
             click.echo("Aborted!", err=True)
             raise SystemExit(1) from None
         raise SystemExit(rv if isinstance(rv, int) else 0)
+
+
+def _sub_path(ctx: click.Context | None) -> list[str]:
+    """The sub-command names of ``ctx`` (whatever the program was called)."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return names[::-1]
 
 
 def check_root(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -10,6 +10,7 @@ Any command gets this without code of its own: the root command installs it (cli
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from typing import Any
@@ -32,13 +33,15 @@ class _BarTask(Task):
 
         self.t0 = time.perf_counter()
         self.nbytes = 0
+        size = shutil.get_terminal_size((100, 20))  # a pty without a size gets 100 x 20
         self.bar = tqdm(
             total=total,
             desc=label,
             unit=f" {unit}s" if unit == "file" else unit,
             file=sys.stderr,
             leave=False,
-            dynamic_ncols=True,
+            ncols=size.columns,
+            nrows=max(size.lines, 2),
             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{unit} "
             "[{elapsed}<{remaining}{postfix}]"
             if total
