@@ -428,7 +428,7 @@ def format_result(r: PrepareResult) -> str:
     lines = [f"prepared {r.root}" + (f" -> {r.work_root}" if r.work_root != r.root else "")]
     lines.append(f"  {'step':<10} {'status':<8} {'seconds':>8}  what")
     for s in r.steps:
-        lines.append(f"  {s.name:<10} {s.status:<8} {s.seconds:>8.2f}  {_what(s)}")
+        lines.append(f"  {s.name:<10} {s.status:<8} {s.seconds:>8.2f}  {_what(s)}".rstrip())
     plans = (r.step("plans") or Step("plans", "", 0)).detail.get("plans", [])
     if plans:
         lines.append("  balance (max bin cost / lower bound; naive contiguous, round-robin)")

@@ -93,8 +93,10 @@ def prepare_command(
     ROOT is a local path or a URL such as hf://datasets/owner/name[@revision] (then --out is
     required: only meta/ and data/ are downloaded).
     """
+    from episodekit.cli.progress import hub_bars_follow
     from episodekit.prepare import format_result, prepare
 
+    hub_bars_follow(click.get_current_context())
     result = prepare(
         root,
         out=out,

@@ -10,6 +10,7 @@ Any command gets this without code of its own: the root command installs it (cli
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -100,3 +101,9 @@ class CliProgress(Progress):
 
     def active(self) -> Task:
         return self.tasks[-1] if self.tasks else Task()
+
+
+def hub_bars_follow(ctx: click.Context) -> None:
+    """huggingface_hub draws its own upload/download bars: only where ours would show too."""
+    if not CliProgress(ctx.meta).bars:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
