@@ -67,7 +67,7 @@ def test_fresh_rerun_says_skipped_and_nothing_else(make_sample):
         assert line.split()[1:] == ["skipped", line.split()[2]], line  # status and seconds only
 
 
-def test_nothing_is_written_when_no_check_passes(make_sample, tmp_path):
+def test_a_bad_value_exits_2_and_out_leaves_the_source_alone(make_sample, tmp_path):
     root = make_sample(episodes=20, style="edited")
     before = tree(root)
     # A usage error, and an environment error found by the library before its first write.
@@ -124,3 +124,22 @@ def test_progress_bars_on_a_terminal_plain_lines_otherwise(make_sample):
     assert "prep rowgroups:" in text and "files" in text and "%|" in text  # a tqdm bar
     quiet = on_tty("prep", "rowgroups", str(root), "--target-mb", "0.5", "--jobs", "1", "-q")
     assert "%|" not in quiet
+
+
+def test_a_fresh_rerun_starts_no_process_pool(make_sample, monkeypatch):
+    import concurrent.futures
+
+    root = make_sample(episodes=60, style="edited", data_files_size_in_mb=1)
+    first = prepare(str(root), target_mb=0.25, world_sizes=(2,), num_workers=2, jobs=2)
+    assert first.ok and first.step("rowgroups").detail["counts"]["rewritten"] >= 2
+
+    class NoPool:
+        def __init__(self, *a, **k):
+            raise AssertionError("a process pool was started for a fresh root")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)
+    second = prepare(str(root), target_mb=0.25, world_sizes=(2,), num_workers=2, jobs=2)
+    assert second.ok and {s.status for s in second.steps} == {"skipped"}
+    # --force really rewrites, so it needs the pool: the patch proves the check is live.
+    with __import__("pytest").raises(AssertionError, match="process pool"):
+        prepare(str(root), target_mb=0.25, world_sizes=(2,), num_workers=2, jobs=2, force=True)
