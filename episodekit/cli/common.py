@@ -54,6 +54,10 @@ HUB_MISSING = {"RepositoryNotFoundError", "RevisionNotFoundError", "GatedRepoErr
 DATA_LIBRARIES = ("pyarrow", "duckdb", "polars")
 
 
+# click >= 8.2 raises this for a group run without a command (it prints the group's help).
+NO_ARGS_IS_HELP: type[Exception] | tuple = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class RootProblem(click.ClickException):
     """ROOT is not a dataset folder (missing, a file, empty): exit 2, one line."""
 
@@ -136,9 +140,16 @@ class EpisodekitGroup(click.Group):
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         if not isinstance(cmd, click.Group) and not any(p.name == "debug" for p in cmd.params):
-            debug_option(cmd)
-            cmd.params.append(cmd.params.pop(0))  # the decorator prepends; keep it last
-            cmd.params[-1].hidden = True
+            cmd.params.append(
+                click.Option(
+                    ["--debug"],
+                    is_flag=True,
+                    expose_value=False,
+                    is_eager=True,
+                    callback=_set_meta(META_DEBUG),
+                    help="Show the full traceback of a failure (also: EPISODEKIT_DEBUG=1).",
+                )
+            )
         super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -176,6 +187,9 @@ class EpisodekitGroup(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
+        except NO_ARGS_IS_HELP as exc:  # a bare group: its help, as click prints it
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
         except click.UsageError as exc:
             path = " ".join(["episodekit", *_sub_path(exc.ctx)])
             click.echo(f"Error: {_one_line(exc.format_message())} (see '{path} --help')", err=True)
@@ -200,7 +214,7 @@ def _sub_path(ctx: click.Context | None) -> list[str]:
 
 def check_root(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """ROOT must be a dataset folder: a clear exit 2 for a missing path, a file, a folder
-    without meta/info.json. URLs (hf://, memory://) are checked when read."""
+    without meta/info.json; for a URL (hf://, memory://), an unreachable server too."""
     if value is None:
         return value
     ctx.meta[META_ROOT] = str(value)
