@@ -147,7 +147,10 @@ class PlanShape:
     skip: str | None = None
 
 
-def _fresh_plan_exists(where: str | Dataset, ds: Dataset, w: int, k: int, split: bool) -> bool:
+def _fresh_plan_exists(
+    where: str | Dataset, ds: Dataset, w: int, k: int, split: bool, cost: str
+) -> bool:
+    """A plan for this shape, these episodes, cost model and splitting is already on disk."""
     from episodekit.metadata.plan_file import PlanError
     from episodekit.metadata.plans import read_plan
 
@@ -159,6 +162,7 @@ def _fresh_plan_exists(where: str | Dataset, ds: Dataset, w: int, k: int, split:
         old is not None
         and old.get("fingerprint") == ds.fingerprint
         and bool(old.get("split_long")) == split
+        and old.get("cost_model") == cost
     )
 
 
@@ -190,7 +194,7 @@ def plan_shapes(
         for split in tries:
             if not split and n < bins:
                 continue
-            if _fresh_plan_exists(plans_at, ds, w, k, split):
+            if _fresh_plan_exists(plans_at, ds, w, k, split, cost):
                 chosen = split
                 break
             if lengths is None:
