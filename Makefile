@@ -1,35 +1,42 @@
 # Two commands set up a fresh machine: `make demo` and `make test`.
+# `make demo` installs the package alone (no dev tools, no torch, no ray) and leaves its dataset in
+# DEMO_DIR for you to look at; `make test` adds the dev extras and the optional torch and ray.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.episodekit-installed
-DEMO_DIR ?= $(shell mktemp -d -t episodekit-demo-XXXXXX)
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
+BASE_STAMP := $(VENV)/.episodekit-base
+TEST_STAMP := $(VENV)/.episodekit-test
+DEMO_DIR ?= ./demo-data
 DEMO_EPISODES ?= 2500
 
 .PHONY: demo test lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 
 # Reinstall only when pyproject.toml changes.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+$(BASE_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) -e .
+	touch $(BASE_STAMP)
+
+$(TEST_STAMP): $(BASE_STAMP)
+	$(PIP) -e '.[dev]'
 	@# Optional extras for the torch and ray tests: on a machine without them those tests skip.
-	-$(BIN)/pip install -q 'torch==2.13.0' || echo "torch not installed: torch tests will skip"
-	-$(BIN)/pip install -q 'ray>=2.9' || echo "ray not installed: ray tests will skip"
-	-$(BIN)/pip install -q 'av>=14' || echo "PyAV not installed: video tests will skip"
-	touch $(STAMP)
+	-$(PIP) 'torch==2.13.0' || echo "torch not installed: torch tests will skip"
+	-$(PIP) 'ray>=2.9' || echo "ray not installed: ray tests will skip"
+	-$(PIP) 'av>=14' || echo "PyAV not installed: video tests will skip"
+	touch $(TEST_STAMP)
 
-install: $(STAMP)
+install: $(BASE_STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python scripts/demo.py --root $(DEMO_DIR)/sample --episodes $(DEMO_EPISODES)
+demo: $(BASE_STAMP)
+	$(BIN)/python scripts/demo.py --root $(DEMO_DIR) --episodes $(DEMO_EPISODES)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 tests
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
 clean:

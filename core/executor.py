@@ -4,15 +4,21 @@ The row-group rewrite and the per-file validation scans both use this: files are
 one process per file is how parquet work parallelizes (pyarrow's writer is single-threaded).
 ``executor="ray"`` uses an existing cluster (``ray.init(address="auto")``) when there is one, else
 starts a local instance; ray is an optional extra (``episodekit[ray]``).
+
+A pool is started only when there is work for it: ``quick(item)`` (optional) is tried in this
+process first and may answer an item without a worker (e.g. a file whose footer says it is done),
+so a rerun where everything is fresh never pays the seconds a spawn pool costs. Every call reports
+finished items to the current progress reporter (:mod:`episodekit.core.progress`).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, TypeVar
+
+from episodekit.core.errors import EnvironmentProblem
+from episodekit.core.progress import current
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -32,7 +38,9 @@ def _init_ray(num_cpus: int | None):
     try:
         import ray  # noqa: PLC0415 - optional dependency
     except ImportError as exc:
-        raise RuntimeError("executor 'ray' needs ray: pip install 'episodekit[ray]'") from exc
+        raise EnvironmentProblem(
+            "--executor ray needs ray, which is not installed: pip install 'episodekit[ray]'"
+        ) from exc
     if not ray.is_initialized():
         try:
             ray.init(address="auto", ignore_reinit_error=True, log_to_driver=False)
@@ -51,9 +59,12 @@ def imap_files(
     items: Iterable[T],
     executor: str = "local",
     workers: int | None = None,
+    quick: Callable[[T], R | None] | None = None,
 ) -> Iterator[tuple[int, R]]:
     """Yield ``(position, fn(item))`` as jobs finish (any order). ``fn`` must be picklable.
 
+    ``quick(item)``, when given, runs first in this process for every item; a non-None answer is
+    that item's result and no worker sees it (a pool starts only if some item is left).
     ``workers=1`` with the local executor runs in this process (no pool; easy to debug).
     Exceptions raised by ``fn`` propagate; callers that want per-file error reports should catch
     inside ``fn`` and return the error as a value.
@@ -64,24 +75,47 @@ def imap_files(
     workers = workers or default_workers()
     if not items:
         return
+    with current().task(len(items)) as task:
+        todo = []
+        for i, item in enumerate(items):
+            answer = quick(item) if quick is not None else None
+            if answer is None:
+                todo.append(i)
+                continue
+            task.advance()
+            yield i, answer
+        for i, r in _run(fn, [(i, items[i]) for i in todo], executor, workers):
+            task.advance()
+            yield i, r
+
+
+def _run(
+    fn: Callable[[T], R], jobs: list[tuple[int, T]], executor: str, workers: int
+) -> Iterator[tuple[int, R]]:
+    if not jobs:
+        return
     if executor == "ray":
         ray = _init_ray(workers)
         remote = ray.remote(fn)
-        refs = {remote.remote(item): i for i, item in enumerate(items)}
+        refs = {remote.remote(item): i for i, item in jobs}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
                 yield refs[ref], ray.get(ref)
         return
-    if workers == 1 or len(items) == 1:
-        for i, item in enumerate(items):
+    if workers == 1 or len(jobs) == 1:
+        for i, item in jobs:
             yield i, fn(item)
         return
+    # Imported here: the CLI imports this module for EXECUTORS and must start fast.
+    import multiprocessing  # noqa: PLC0415
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: PLC0415
+
     # "spawn": forking a process that already runs duckdb's or pyarrow's threads can deadlock.
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx) as pool:
-        futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+        futures = {pool.submit(fn, item): i for i, item in jobs}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
 

@@ -13,6 +13,12 @@ Steps, in order, each skipped when its output is already fresh:
 6. with ``frames``: the decoded frame store for random access (``episodekit prep frames``), in
    the local cache, never in the root (so nothing of it is pushed); skipped when fresh.
 
+Nothing is written before the arguments and the plans' feasibility are checked: a world size
+whose ``world_size x num_workers`` bins cannot all get a frame is skipped with a warning (or, with
+``split_long="auto"``, planned with episodes cut into frame ranges), so the defaults work on any
+valid dataset. A step that finds its output fresh is reported as "skipped" and nothing else; a
+rerun where everything is fresh reads footers and artifact headers only and starts no process.
+
 A remote root (``hf://datasets/owner/name[@rev]``, any fsspec URL) is read remotely and prepared
 into ``out``; ``push_to_hub`` then uploads the files that changed in one commit.
 """
@@ -20,6 +26,7 @@ into ``out``; ``push_to_hub`` then uploads the files that changed in one commit.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import time
@@ -29,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.dataset import MissingFileError, open_dataset
+from episodekit.core.dataset import Dataset, open_dataset
+from episodekit.core.errors import DatasetError, EnvironmentProblem
 from episodekit.core.hub import is_remote, parse_hub_root, push_files
 from episodekit.core.lock import writer_lock
 from episodekit.core.paths import (
@@ -41,10 +49,12 @@ from episodekit.core.paths import (
     STAMP_FILE,
     inside_root,
 )
+from episodekit.core.progress import current
 from episodekit.core.version import __version__
 
 STAMP_VERSION = 1
 ARTIFACT_GLOBS = (SPEED_FILE, COST_FILE, f"{PLAN_DIR}/*")
+SPLIT_LONG = ("no", "yes", "auto")
 
 
 @dataclass
@@ -77,6 +87,7 @@ class PrepareResult:
     ok: bool = False
     seconds: float = 0.0
     pushed: Any = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> list[str]:
@@ -93,6 +104,7 @@ class PrepareResult:
             "seconds": round(self.seconds, 3),
             "changed": self.changed,
             "pushed": str(self.pushed) if self.pushed is not None else None,
+            "warnings": self.warnings,
             "steps": [s.to_dict() for s in self.steps],
         }
 
@@ -127,9 +139,102 @@ def _read_stamp(root: Path) -> dict | None:
 
 
 def _timed(name: str, fn: Callable[[], tuple[str, dict, list[str]]]) -> Step:
+    """Run one step under its name (labels progress bars); one line when it ends."""
+    reporter = current()
+    reporter.stage(name)
     t0 = time.perf_counter()
     status, detail, changed = fn()
-    return Step(name, status, time.perf_counter() - t0, detail, changed)
+    step = Step(name, status, time.perf_counter() - t0, detail, changed)
+    what = _what(step)
+    reporter.step(f"{name}: {status}" + (f" in {step.seconds:.2f}s; {what}" if what else ""))
+    return step
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """One world size to plan, and how (``split_long``), or why it is skipped (``skip``)."""
+
+    world_size: int
+    split_long: bool = False
+    skip: str | None = None
+
+
+def _fresh_plan_exists(
+    where: str | Dataset, ds: Dataset, w: int, k: int, split: bool, cost: str
+) -> bool:
+    """A plan for this shape, these episodes, cost model and splitting is already on disk."""
+    from episodekit.metadata.plan_file import PlanError
+    from episodekit.metadata.plans import read_plan
+
+    try:
+        old = read_plan(where, w, k)
+    except (PlanError, DatasetError, OSError):
+        return False
+    return (
+        old is not None
+        and old.get("fingerprint") == ds.fingerprint
+        and bool(old.get("split_long")) == split
+        and old.get("cost_model") == cost
+    )
+
+
+def plan_shapes(
+    ds: Dataset,
+    world_sizes: Sequence[int],
+    num_workers: int,
+    cost: str,
+    split_long: str,
+    plans_at: str | Dataset,
+) -> list[PlanShape]:
+    """Which world sizes can be planned (every bin must get a frame), decided before anything
+    is written. A fresh plan on disk proves itself; otherwise the plan is built in memory (the
+    same pure function the plans step runs) and thrown away."""
+    from episodekit.metadata.costs import compute_costs
+    from episodekit.metadata.plans import build_plan
+
+    n, frames, k = ds.num_episodes, ds.num_frames, int(num_workers)
+    costs = lengths = None
+    out = []
+    for w in world_sizes:
+        w, bins = int(w), int(w) * k
+        what = f"{bins} bins ({w} ranks x {k} workers)"
+        if frames < bins:
+            out.append(PlanShape(w, skip=f"{frames} frames cannot fill {what}"))
+            continue
+        tries = {"no": [False], "yes": [True], "auto": [False, True]}[split_long]
+        chosen = None
+        for split in tries:
+            if not split and n < bins:
+                continue
+            if _fresh_plan_exists(plans_at, ds, w, k, split, cost):
+                chosen = split
+                break
+            if lengths is None:
+                lengths = ds.column("length").astype("int64")
+                table = compute_costs(ds, cost)
+                costs = table["cost"].to_numpy()
+            try:
+                build_plan(costs, lengths, w, k, split_long=split)
+            except ValueError:
+                continue
+            chosen = split
+            break
+        if chosen is None:
+            hint = (
+                "use --split-long auto to cut episodes into frame ranges, or"
+                if split_long == "no"
+                else "use"
+            )
+            out.append(
+                PlanShape(
+                    w,
+                    skip=f"{n} episodes cannot give each of {what} a frame; "
+                    f"{hint} a smaller --world-size or --workers",
+                )
+            )
+        else:
+            out.append(PlanShape(w, split_long=chosen))
+    return out
 
 
 def _videos_step(
@@ -165,8 +270,9 @@ def prepare(
     include_videos: bool = False,
     force: bool = False,
     hub_api: Any = None,
-    videos_gop: int | None = None,
     progress: Callable[[str], None] | None = None,
+    split_long: str | bool = "no",
+    videos_gop: int | None = None,
     locality: str = "rowgroup",
     frames: bool = False,
     wait: bool = True,
@@ -174,45 +280,51 @@ def prepare(
     """Run the whole job on ``root`` (or into ``out``); see the module docstring.
 
     ``jobs``: processes for the per-file steps (default: cores). ``hub_api``: an object with
-    huggingface_hub's ``create_commit`` (tests pass a fake). ``locality``: the shard plans'
-    (``rowgroup`` by default: each bin a contiguous run of row groups; ``none``: LPT/KK).
-    ``videos_gop``: also re-encode the videos for random access with this GOP (``prep videos``,
-    after the row groups). ``frames``: also build the frame store. The whole run holds the writer
-    lock of the folder it writes (``wait=False``: EnvironmentProblem when another writer holds it;
-    leftover temporaries there are removed under it). Raises ``ValueError`` for bad arguments and
-    ``DatasetError`` for an unreadable root; a failed validation is reported in the result (``ok``
-    False), not raised.
+    huggingface_hub's ``create_commit`` (tests pass a fake). ``split_long``: "no" (skip a world
+    size whose bins cannot all get whole episodes), "yes" (always cut long episodes), "auto"
+    (cut only where needed); skipped world sizes are in ``result.warnings``. ``progress``: an
+    extra callback for the step lines (the current :mod:`episodekit.core.progress` reporter
+    gets them too). Raises ``ValueError`` for bad arguments, ``EnvironmentProblem`` for a
+    missing optional dependency and ``DatasetError`` for an unreadable root, all before writing
+    anything; a failed validation is reported in the result (``ok`` False), not raised.
+    ``locality``: the shard plans' (``rowgroup`` by default: each bin a contiguous run of row
+    groups; ``none``: LPT/KK). ``videos_gop``: also re-encode the videos for random access with
+    this GOP (``prep videos``, after the row groups). ``frames``: also build the frame store. The
+    whole run holds the writer lock of the folder it writes (``wait=False``: EnvironmentProblem
+    when another writer holds it; leftover temporaries there are removed under it).
     """
-    say = progress or (lambda _msg: None)
+    from episodekit.metadata.costs import check_model
+
+    reporter = current()
+
+    def say(msg: str) -> None:
+        reporter.step(msg)
+        if progress is not None:
+            progress(msg)
+
+    # -- 1. arguments and feasibility: nothing is written before these pass --------------------
+    if isinstance(split_long, bool):
+        split_long = "yes" if split_long else "no"
+    if split_long not in SPLIT_LONG:
+        raise ValueError(f"split_long must be one of {SPLIT_LONG}, got {split_long!r}")
     if not world_sizes or any(int(w) < 1 for w in world_sizes):
         raise ValueError(f"world sizes must be >= 1, got {list(world_sizes)}")
     if num_workers < 1:
         raise ValueError(f"workers must be >= 1, got {num_workers}")
+    if target_mb <= 0:
+        raise ValueError(f"target_mb must be > 0, got {target_mb}")
+    check_model(cost)
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise EnvironmentProblem("--executor ray needs ray: pip install 'episodekit[ray]'")
     if is_remote(root) and out is None:
         raise ValueError(f"{root} is remote: pass --out DIR (it is read there, prepared locally)")
     if out is not None:
         out = str(out)
-    elif not Path(root).is_dir():
-        raise MissingFileError("dataset root does not exist or is not a folder", str(root))
-    with writer_lock(out or root, wait=wait, say=progress):
+    with writer_lock(out or root, wait=wait, say=say):
         return _prepare(
-            root,
-            out,
-            target_mb,
-            world_sizes,
-            num_workers,
-            cost,
-            executor,
-            jobs,
-            push_to_hub,
-            include_videos,
-            force,
-            hub_api,
-            say,
-            videos_gop=videos_gop,
-            locality=locality,
-            frames=frames,
-        )
+            root, out, target_mb, world_sizes, num_workers, cost, executor, jobs, push_to_hub,
+            include_videos, force, hub_api, say, split_long, videos_gop, locality, frames,
+        )  # fmt: skip
 
 
 def _prepare(
@@ -229,23 +341,35 @@ def _prepare(
     force: bool,
     hub_api: Any,
     say: Callable[[str], None],
-    videos_gop: int | None = None,
-    locality: str = "rowgroup",
-    frames: bool = False,
+    split_long: str,
+    videos_gop: int | None,
+    locality: str,
+    frames: bool,
 ) -> PrepareResult:
-    """The steps of :func:`prepare`, under the writer lock."""
+    """The steps of :func:`prepare`, under the writer lock (arguments already checked)."""
     from episodekit.metadata.costs import ensure_costs
     from episodekit.metadata.plans import ensure_plans
     from episodekit.metadata.speed import ensure_speed_file
     from episodekit.prep import rewrite_rowgroups
     from episodekit.validate.runner import validate
 
+    reporter = current()
     t0 = time.perf_counter()
     result = PrepareResult(root=str(root), work_root=str(out or root))
+    source = open_dataset(str(root))
+    plans_at: str | Dataset = source if out is None else str(out)
+    shapes = plan_shapes(source, world_sizes, num_workers, cost, split_long, plans_at)
+    for shape in shapes:
+        if shape.skip:
+            result.warnings.append(f"world size {shape.world_size} skipped: {shape.skip}")
+    for w in result.warnings:
+        say(f"warning: {w}")
 
-    # 1. Row groups (also copies meta/ into --out for a remote or out-of-place run).
+    # -- 2. row groups (also copies meta/ into --out for a remote or out-of-place run) --------
     def rowgroups() -> tuple[str, dict, list[str]]:
-        say("row groups: rewriting data files")
+        def bytes_done(res, done: int, total: int) -> None:
+            reporter.active().advance(0, nbytes=res.bytes)  # the executor counts files
+
         rep = rewrite_rowgroups(
             str(root),
             target_mb=target_mb,
@@ -254,6 +378,7 @@ def _prepare(
             executor=executor,
             force=force,
             copy_videos=include_videos,
+            progress=bytes_done,
         )
         summary = rep.summary()
         changed = [r.path for r in rep.files if r.status == "rewritten"]
@@ -267,7 +392,9 @@ def _prepare(
             )
         if not rep.ok:
             return "failed", summary, changed
-        return ("done" if summary["counts"]["rewritten"] else "skipped"), summary, changed
+        counts = summary["counts"]
+        busy = counts.get("rewritten", 0) or counts.get("copied", 0)
+        return ("done" if busy else "skipped"), summary, changed
 
     result.steps.append(_timed("rowgroups", rowgroups))
     work = Path(result.work_root).resolve()  # local: a remote root requires --out
@@ -280,10 +407,10 @@ def _prepare(
         if result.steps[-1].status == "failed":
             result.seconds = time.perf_counter() - t0
             return result
-    ds = open_dataset(str(work))
+    fresh_rows = out is None and not any(s.changed for s in result.steps)
+    ds = source if fresh_rows else open_dataset(str(work))
 
     def speed() -> tuple[str, dict, list[str]]:
-        say("speed percentiles")
         rows, changed = ensure_speed_file(ds, force=force)
         sparse = sum(r.get("percentiles") is None for r in rows)
         detail = {"tasks": len(rows), "sparse_tasks": sparse}
@@ -293,36 +420,7 @@ def _prepare(
             ([SPEED_FILE] if changed else []),
         )
 
-    def plans() -> tuple[str, dict, list[str]]:
-        say(f"shard plans for world sizes {list(world_sizes)} x {num_workers} workers")
-        results = ensure_plans(
-            ds,
-            [int(w) for w in world_sizes],
-            num_workers,
-            cost=cost,
-            force=force,
-            locality=locality,
-        )
-        changed, detail = [], {"plans": []}
-        for path, plan, was_changed in results:
-            rel = os.path.relpath(path, work) if os.path.isabs(path) else path
-            if was_changed:
-                changed.append(rel)
-            bal = plan.get("balance", {})
-            detail["plans"].append(
-                {
-                    "path": rel,
-                    "world_size": plan.get("world_size"),
-                    "num_workers": plan.get("num_workers"),
-                    "changed": was_changed,
-                    "balance": bal,
-                    "samples_per_rank": plan.get("samples_per_rank"),
-                }
-            )
-        return ("done" if changed else "skipped"), detail, changed
-
     def costs() -> tuple[str, dict, list[str]]:
-        say(f"cost table ({cost})")
         table, changed = ensure_costs(ds, cost, force=force)
         detail = {"model": cost, "episodes": table.num_rows}
         return (
@@ -330,6 +428,39 @@ def _prepare(
             detail,
             ([COST_FILE] if changed else []),
         )
+
+    def plans() -> tuple[str, dict, list[str]]:
+        changed, detail = [], {"plans": [], "skipped_world_sizes": []}
+        for shape in shapes:
+            if shape.skip:
+                detail["skipped_world_sizes"].append(
+                    {"world_size": shape.world_size, "reason": shape.skip}
+                )
+                continue
+            [(path, plan, was_changed)] = ensure_plans(
+                ds,
+                [shape.world_size],
+                num_workers,
+                cost=cost,
+                split_long=shape.split_long,
+                force=force,
+                locality=locality,
+            )
+            rel = os.path.relpath(path, work) if os.path.isabs(path) else path
+            if was_changed:
+                changed.append(rel)
+            detail["plans"].append(
+                {
+                    "path": rel,
+                    "world_size": plan.get("world_size"),
+                    "num_workers": plan.get("num_workers"),
+                    "split_long": bool(plan.get("split_long")),
+                    "changed": was_changed,
+                    "balance": plan.get("balance", {}),
+                    "samples_per_rank": plan.get("samples_per_rank"),
+                }
+            )
+        return ("done" if changed else "skipped"), detail, changed
 
     result.steps.append(_timed("speed", speed))
     result.steps.append(_timed("costs", costs))
@@ -340,7 +471,6 @@ def _prepare(
         stamp = _read_stamp(work)
         if not force and stamp and stamp.get("state") == digest and stamp.get("ok"):
             return "skipped", {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}, []
-        say("validating")
         # A copy prepared without its videos cannot have them checked (and is not meant to).
         checks = "all,-info.videos,-video" if out is not None and not include_videos else None
         report = validate(str(work), checks=checks, executor=executor)
@@ -372,7 +502,8 @@ def _prepare(
     if push_to_hub and result.ok:
         hub = parse_hub_root(push_to_hub)
         repo = hub.repo_id if hub else push_to_hub
-        say(f"pushing {len(result.changed)} changed files to {repo}")
+        reporter.stage("push")
+        say(f"push: uploading {len(result.changed)} changed files to {repo}")
         result.pushed = push_files(
             work, result.changed, repo, api=hub_api, revision=hub.revision if hub else None
         )
@@ -399,7 +530,7 @@ def format_result(r: PrepareResult) -> str:
     lines = [f"prepared {r.root}" + (f" -> {r.work_root}" if r.work_root != r.root else "")]
     lines.append(f"  {'step':<10} {'status':<8} {'seconds':>8}  what")
     for s in r.steps:
-        lines.append(f"  {s.name:<10} {s.status:<8} {s.seconds:>8.2f}  {_what(s)}")
+        lines.append(f"  {s.name:<10} {s.status:<8} {s.seconds:>8.2f}  {_what(s)}".rstrip())
     plans = (r.step("plans") or Step("plans", "", 0)).detail.get("plans", [])
     if plans:
         lines.append("  balance (max bin cost / lower bound; naive contiguous, round-robin)")
@@ -410,13 +541,18 @@ def format_result(r: PrepareResult) -> str:
                 f"plan {_ratio(b, 'plan')}  contiguous {_ratio(b, 'contiguous')}  "
                 f"round-robin {_ratio(b, 'round_robin')}  samples/rank {p['samples_per_rank']}"
             )
+    for w in r.warnings:
+        lines.append(f"  warning: {w}")
     v = r.step("validate")
     failed = next((s for s in r.steps if s.status == "failed"), None)
     if failed is not None and failed.name != "validate":
         lines.append(f"prepare FAILED at step {failed.name} (validation did not run)")
     else:
         verdict = "PASSED" if r.ok else "FAILED"
-        lines.append(f"validation {verdict}" + (f" ({_what(v)})" if v else ""))
+        what = _what(v) if v else ""
+        if v and v.status == "skipped":
+            what = "unchanged since the last passing validation"
+        lines.append(f"validation {verdict}" + (f" ({what})" if what else ""))
     lines.append(f"{len(r.changed)} files changed in {r.seconds:.1f}s")
     if r.pushed is not None:
         lines.append(f"pushed: {r.pushed}")
@@ -433,7 +569,22 @@ def _ratio(balance: dict, key: str) -> str:
 
 
 def _what(s: Step) -> str:
+    """What a step did; nothing for a skipped step (its status says it all)."""
     d = s.detail
+    if s.status == "skipped":
+        return ""
+    if s.name == "videos":
+        c = d.get("counts", {})
+        txt = f"{c.get('rewritten', 0)} re-encoded, {c.get('skipped', 0)} skipped, "
+        txt += f"{c.get('failed', 0)} failed"
+        for f in d.get("failed", [])[:5]:
+            txt += f"\n      failed: {f}"
+        return txt
+    if s.name == "frames":
+        if "error" in d or "reason" in d:
+            return str(d.get("error") or d.get("reason"))
+        mib = d.get("bytes", 0) / 2**20
+        return f"{d.get('frames', 0):,} frames, {mib:,.0f} MiB in {d.get('store')}"
     if s.name == "rowgroups":
         c = d.get("counts", {})
         txt = (
@@ -445,24 +596,12 @@ def _what(s: Step) -> str:
         for f in d.get("failed", [])[:5]:
             txt += f"\n      failed: {f['path']}: {f['reason']}"
         return txt
-    if s.name == "videos":
-        c = d.get("counts", {})
-        txt = f"{c.get('rewritten', 0)} re-encoded, {c.get('skipped', 0)} skipped, "
-        txt += f"{c.get('failed', 0)} failed"
-        for f in d.get("failed", [])[:5]:
-            txt += f"\n      failed: {f}"
-        return txt
     if s.name == "speed":
         return f"{d.get('tasks')} tasks ({d.get('sparse_tasks')} sparse)"
     if s.name == "costs":
         return f"model {d.get('model')}"
     if s.name == "plans":
         return f"{len(d.get('plans', []))} plans, {len(s.changed)} written"
-    if s.name == "frames":
-        if "error" in d or "reason" in d:
-            return str(d.get("error") or d.get("reason"))
-        mib = d.get("bytes", 0) / 2**20
-        return f"{d.get('frames', 0):,} frames, {mib:,.0f} MiB in {d.get('store')}"
     if s.name == "validate":
         txt = f"{d.get('errors', 0)} errors, {d.get('warnings', 0)} warnings"
         if d.get("fresh_stamp"):

@@ -65,7 +65,7 @@ def delta_offsets(
         bad = np.abs(x - off) / fps > tolerance_s
         if bad.any():
             raise ValueError(
-                f"delta_timestamps[{key!r}] has {d[bad][0]!r} s, not a multiple of 1/fps "
+                f"delta_timestamps[{key!r}] has {float(d[bad][0]):g} s, not a multiple of 1/fps "
                 f"(fps={fps:g}) within tolerance_s={tolerance_s:g}"
             )
         out[key] = off.astype(np.int64)

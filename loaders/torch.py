@@ -16,7 +16,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ModuleNotFoundError as exc:  # torch is an optional extra, not one of our modules
+    raise ImportError(
+        "episodekit.loaders.torch needs torch, which is not installed: "
+        "pip install 'episodekit[torch]' (episodekit.loaders works without it)"
+    ) from exc
 from torch.utils.data import Dataset, IterableDataset
 
 from episodekit.loaders.frames import FrameDataset

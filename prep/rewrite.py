@@ -302,6 +302,31 @@ def _already_in_out(job: FileJob, before: FileLayout) -> bool:
     )
 
 
+def done_already(job: FileJob) -> FileResult | None:
+    """The result for a local file that needs no work, from its footer alone; else None.
+
+    The executor asks this in the parent first, so a rerun where every file is done starts no
+    process pool. Anything unusual (forced, remote, unreadable) is left to :func:`rewrite_file`.
+    """
+    if job.force or job.fs is not None:
+        return None
+    t0 = time.perf_counter()
+    try:
+        before = file_layout(job.src)
+    except (OSError, pa.ArrowInvalid):
+        return None
+    if file_needs_rewrite(before, job.target_bytes, job.compression) is None and (
+        job.in_place or job.dry_run
+    ):
+        reason = "already done"
+    elif _already_in_out(job, before):
+        reason = "already rewritten in the output"
+    else:
+        return None
+    stats = LayoutStats.of(before)
+    return FileResult(job.relpath, "skipped", reason, stats, stats, time.perf_counter() - t0)
+
+
 def rewrite_file(job: FileJob) -> FileResult:
     """Process one file (see the module docstring); never raises for a bad file."""
     t0 = time.perf_counter()

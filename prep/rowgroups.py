@@ -21,7 +21,14 @@ from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
 from episodekit.core.lock import writer_lock
 from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB, UnsafePathError, inside_root
-from episodekit.prep.rewrite import FileJob, FileResult, LayoutStats, copy_file, rewrite_file
+from episodekit.prep.rewrite import (
+    FileJob,
+    FileResult,
+    LayoutStats,
+    copy_file,
+    done_already,
+    rewrite_file,
+)
 
 
 @dataclass
@@ -196,7 +203,7 @@ def rewrite_rowgroups(
             if copy_videos:
                 _copy_tree(ds.fs, ds.path, out_root, "videos")
         results: list[FileResult | None] = [None] * len(jobs)
-        runs = imap_files(rewrite_file, jobs, executor, workers)
+        runs = imap_files(rewrite_file, jobs, executor, workers, quick=done_already)
         for done, (i, res) in enumerate(runs, start=1):
             results[i] = res
             if progress is not None:

@@ -2,13 +2,14 @@
 
 Prints what each step did: the sample's layout before, `episodekit prepare`'s summary, the layout
 after, and a few batches read through the runtime loader (map-style with delta windows, and the
-sharded loader of rank 0 of 8 following the shard plan).
+sharded loader of rank 0 of 8 following the shard plan). The dataset stays in ``--root``
+(`make demo` passes DEMO_DIR, default ./demo-data) and the demo ends with three commands to try
+on it. A folder that holds something else than an earlier demo dataset is never replaced.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import time
@@ -16,11 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+BIN = Path(sys.executable).parent
+
 
 def run(*args: str) -> None:
     print(f"\n$ episodekit {' '.join(args)}", flush=True)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "episodekit.cli", *args], check=True)
+    subprocess.run([str(BIN / "episodekit"), *args], check=True)
     print(f"({time.perf_counter() - t0:.1f}s)", flush=True)
 
 
@@ -72,25 +75,27 @@ def read_through_loader(root: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--root", required=True, help="Where to write the sample dataset.")
+    p.add_argument("--root", default="./demo-data", help="Where the sample dataset is written.")
     p.add_argument("--episodes", type=int, default=2500)
-    p.add_argument("--keep", action="store_true", help="Keep the sample afterwards.")
     a = p.parse_args()
     root = Path(a.root)
+    if root.exists() and any(root.iterdir()) and not (root / "meta/info.json").exists():
+        sys.exit(f"{root} holds something else than a demo dataset: choose another DEMO_DIR")
     t0 = time.perf_counter()
-    try:
-        run("sample", str(root), "--episodes", str(a.episodes), "--style", "edited")
-        run("info", str(root), "--max-files", "4")
-        run("prepare", str(root), "--world-size", "8,64", "--workers", "4")
-        run("info", str(root), "--max-files", "4")
-        print("\n# a second prepare finds everything fresh:")
-        run("prepare", str(root), "--world-size", "8,64", "--workers", "4")
-        read_through_loader(root)
-        print(f"\ndemo finished in {time.perf_counter() - t0:.1f}s")
-    finally:
-        if not a.keep:
-            target = root.parent if root.parent.name.startswith("episodekit-demo") else root
-            shutil.rmtree(target, ignore_errors=True)
+    print(f"demo dataset folder: {root.resolve()}  (DEMO_DIR; kept afterwards)")
+    run("sample", str(root), "--episodes", str(a.episodes), "--style", "edited")
+    run("info", str(root), "--max-files", "4")
+    run("prepare", str(root))
+    run("info", str(root), "--max-files", "4")
+    print("\n# a second prepare finds everything fresh:")
+    run("prepare", str(root))
+    read_through_loader(root)
+    rel = root if not root.is_absolute() else root.resolve()
+    print(f"\ndemo finished in {time.perf_counter() - t0:.1f}s; the dataset is in {rel}")
+    print("next:")
+    print(f"  {BIN / 'episodekit'} info {rel}")
+    print(f"  {BIN / 'episodekit'} validate {rel}")
+    print(f"  {BIN / 'python'} scripts/loader_snippet.py {rel}")
 
 
 if __name__ == "__main__":

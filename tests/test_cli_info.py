@@ -42,5 +42,5 @@ def test_info_human(tmp_path):
 
 def test_info_bad_root_is_one_line_error(tmp_path):
     r = CliRunner().invoke(main, ["info", str(tmp_path / "nope")])
-    assert r.exit_code == 1
-    assert "info.json" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 2
+    assert "no such folder" in r.output and "Traceback" not in r.output

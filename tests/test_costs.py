@@ -134,7 +134,7 @@ def test_cli_costs(make_sample):
     res = runner.invoke(main, ["metadata", "costs", str(root), "--model", "compute"])
     assert "fresh, kept" in res.output
     res = runner.invoke(main, ["metadata", "costs", str(root / "nope")])
-    assert res.exit_code == 1 and "info.json" in res.output
+    assert res.exit_code == 2 and "no such folder" in res.output
     meta = json.loads(pq.read_schema(root / COST_FILE).metadata[b"episodekit.costs"])
     assert meta["model"] == "compute"
 

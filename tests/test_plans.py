@@ -282,6 +282,6 @@ def test_cli_plan(make_sample):
     assert [h["changed"] for h in heads] == [False, False]
     assert heads[1]["cost_model"] == "compute" and heads[1]["world_size"] == 4
     res = runner.invoke(main, ["metadata", "plan", str(root), "--world-size", "0"])
-    assert res.exit_code == 1 and "world size must be >= 1" in res.output
+    assert res.exit_code == 2 and "'--world-size': 0 is not in the range x>=1" in res.output
     res = runner.invoke(main, ["metadata", "plan", str(root), "--world-size", "x"])
     assert res.exit_code == 2

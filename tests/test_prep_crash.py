@@ -101,4 +101,4 @@ def test_cli_exit_code_on_corrupt_file(make_sample):
     assert res.exit_code == 1
     assert str(bad) in res.output and "FAILED" in res.output
     res = CliRunner().invoke(main, ["prep", "rowgroups", str(root / "nope")])
-    assert res.exit_code == 1 and "info.json" in res.output
+    assert res.exit_code == 2 and "no such folder" in res.output

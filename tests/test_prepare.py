@@ -104,11 +104,12 @@ def test_cli_json_summary(make_sample):
 def test_bad_arguments(make_sample):
     root = make_sample(episodes=10, copy=False)
     r = CliRunner().invoke(main, ["prepare", str(root), "--world-size", "0"])
-    assert r.exit_code != 0 and "world size" in r.output.lower()
+    assert r.exit_code == 2 and "world-size" in r.output.lower()
     r = CliRunner().invoke(main, ["prepare", str(root), "--world-size", "a,b"])
     assert r.exit_code == 2
-    r = CliRunner().invoke(main, ["prepare", "memory://nowhere"])
-    assert r.exit_code == 1 and "--out" in r.output
+    url = _to_memory(root, "bad_arguments_ds")
+    r = CliRunner().invoke(main, ["prepare", url])
+    assert r.exit_code == 2 and "--out" in r.output
 
 
 class FakeHub:

@@ -533,7 +533,7 @@ def test_cli_table_json_and_recompute(root):
     assert r.exit_code == 0 and "--force" in r.output and "fingerprint" in r.output
     assert "--recompute" not in r.output
     r = runner.invoke(main, ["metadata", "speed", str(root / "nope")])
-    assert r.exit_code == 1 and "info.json" in r.output
+    assert r.exit_code == 2 and "no such folder" in r.output
 
 
 def test_buckets_for_large_and_unknown_task_indices():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from episodekit import __version__
+from episodekit.cli.common import EpisodekitGroup, debug_option
 from episodekit.cli.dataset import info_command, sample_command
 from episodekit.cli.metadata import metadata_group
 from episodekit.cli.prep import prep_group
@@ -12,13 +13,17 @@ from episodekit.cli.prepare import prepare_command
 from episodekit.cli.validate import validate_command
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=EpisodekitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="episodekit")
+@debug_option
 def main() -> None:
     """Prepare LeRobot-format datasets for large-scale training, and check them.
 
     Typical use: `episodekit prepare ROOT` (rewrite row groups, compute speed percentiles, cost
     tables and shard plans, validate). Each step also has its own command.
+
+    Exit codes: 0 success; 1 the data or a check failed; 2 usage or environment (bad option,
+    missing root, unreachable hub, missing optional dependency).
     """
 
 

@@ -2,4 +2,4 @@
 
 from episodekit.cli import main
 
-main()
+main(prog_name="episodekit")

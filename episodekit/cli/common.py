@@ -1,38 +1,295 @@
-"""Helpers shared by the CLI modules."""
+"""Helpers shared by the CLI modules: one error policy, root checks, --debug/--quiet/--json,
+progress, and the options several commands share (one definition, one meaning everywhere).
+
+Exit codes, one meaning each (core/errors.py): 0 success; 1 the data or a check failed; 2 usage or
+environment (bad option value, missing root or not a dataset, unreachable hub, missing optional
+dependency, disk full, permission). An expected failure prints one line on stderr, never a
+traceback; ``--debug`` (or ``EPISODEKIT_DEBUG=1``) lets the traceback through.
+
+Commands get all of this by being added to an :class:`EpisodekitGroup` (the root command and the
+``prep``/``metadata`` groups are ones): it adds a hidden ``--debug`` to every command, installs
+the progress reporter (cli/progress.py) and maps exceptions to exit codes.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import click
 
-from episodekit.core.errors import EXIT_ENV, DatasetError, EnvironmentProblem
+from episodekit.core.errors import EXIT_DATA, EXIT_ENV, DatasetError, EnvironmentProblem
 from episodekit.core.executor import EXECUTORS
 from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
+from episodekit.core.progress import reporting
+
+DEBUG_ENV = "EPISODEKIT_DEBUG"
+META_DEBUG = "episodekit.debug"
+META_QUIET = "episodekit.quiet"
+META_JSON = "episodekit.json"
+META_ROOT = "episodekit.root"
+
+# OSError numbers that mean "the environment", not the data.
+ENV_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EMFILE}
+# Exception class names that mean "could not reach a server" (httpx, requests, urllib3, hub).
+NETWORK_ERRORS = {
+    "ConnectError",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "Timeout",
+    "TimeoutException",
+    "NetworkError",
+    "ProxyError",
+    "MaxRetryError",
+    "NewConnectionError",
+    "OfflineModeIsEnabled",
+    "LocalEntryNotFoundError",
+}
+HUB_MISSING = {"RepositoryNotFoundError", "RevisionNotFoundError", "GatedRepoError"}
+# Errors raised while decoding data files: the data is at fault (exit 1).
+DATA_LIBRARIES = ("pyarrow", "duckdb", "polars")
+
+
+# click >= 8.2 raises this for a group run without a command (it prints the group's help).
+NO_ARGS_IS_HELP: type[Exception] | tuple = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class RootProblem(click.ClickException):
+    """ROOT is not a dataset folder (missing, a file, empty): exit 2, one line."""
+
+    exit_code = EXIT_ENV
+
+
+def debug_enabled(ctx: click.Context | None = None) -> bool:
+    """``--debug`` on the command line or ``EPISODEKIT_DEBUG=1`` in the environment."""
+    if os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    ctx = ctx or click.get_current_context(silent=True)
+    return bool(ctx and ctx.meta.get(META_DEBUG))
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes/contexts, outermost first (no cycles)."""
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def classify(exc: BaseException, root: str | None = None) -> tuple[int, str] | None:
+    """``(exit code, one-line message)`` for an expected failure; None for a real bug."""
+    chain = _chain(exc)
+    names = {type(e).__name__ for e in chain}
+    where = f"{root}: " if root else ""
+    if isinstance(exc, EnvironmentProblem):
+        return EXIT_ENV, _one_line(exc)
+    if isinstance(exc, DatasetError):
+        return EXIT_DATA, _one_line(exc)
+    for e in chain:
+        if isinstance(e, (ConnectionError, TimeoutError)) or type(e).__name__ in NETWORK_ERRORS:
+            endpoint = os.environ.get("HF_ENDPOINT", "")
+            via = f" (HF_ENDPOINT={endpoint})" if endpoint and root and "hf://" in root else ""
+            return EXIT_ENV, _one_line(f"{where}cannot reach the server{via}: {e}")
+    if names & HUB_MISSING:
+        return EXIT_ENV, _one_line(f"{where}no such dataset repository or revision on the hub")
+    if isinstance(exc, ModuleNotFoundError):
+        extra = {"torch": "torch", "ray": "ray"}.get((exc.name or "").split(".")[0])
+        fix = f": pip install 'episodekit[{extra}]'" if extra else ""
+        return EXIT_ENV, _one_line(f"missing optional dependency {exc.name}{fix}")
+    if isinstance(exc, OSError) and exc.errno in ENV_ERRNOS:
+        return EXIT_ENV, _one_line(exc)
+    if type(exc).__module__.split(".")[0] in DATA_LIBRARIES:
+        return EXIT_DATA, _one_line(f"{where}unreadable data: {exc}")
+    if isinstance(exc, FileNotFoundError):
+        return EXIT_DATA, _one_line(exc)
+    if type(exc) is ValueError:  # the library's "bad argument" (its data errors are DatasetError)
+        return EXIT_ENV, _one_line(exc)
+    return None
+
+
+def _set_meta(key: str):
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value:
+            ctx.meta[key] = value
+        return value
+
+    return callback
+
+
+debug_option = click.option(
+    "--debug",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_set_meta(META_DEBUG),
+    help="Show the full traceback of a failure (also: EPISODEKIT_DEBUG=1).",
+)
+
+
+class EpisodekitGroup(click.Group):
+    """A command group whose commands share the error policy, --debug and progress."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        if not isinstance(cmd, click.Group) and not any(p.name == "debug" for p in cmd.params):
+            cmd.params.append(
+                click.Option(
+                    ["--debug"],
+                    is_flag=True,
+                    expose_value=False,
+                    is_eager=True,
+                    callback=_set_meta(META_DEBUG),
+                    help="Show the full traceback of a failure (also: EPISODEKIT_DEBUG=1).",
+                )
+            )
+        super().add_command(cmd, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.parent is not None:  # only the root command wraps (once)
+            return super().invoke(ctx)
+        from episodekit.cli.progress import CliProgress  # noqa: PLC0415
+
+        try:
+            with reporting(CliProgress(ctx.meta)):
+                return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            if debug_enabled(ctx):
+                raise
+            root = ctx.meta.get(META_ROOT)
+            known = classify(exc, root)
+            if known is None:
+                code, msg = (
+                    EXIT_DATA,
+                    (
+                        f"unexpected {type(exc).__name__}: {_one_line(exc)} "
+                        "(rerun with --debug for the traceback, and please report it)"
+                    ),
+                )
+            else:
+                code, msg = known
+            err = click.ClickException(msg)
+            err.exit_code = code
+            raise err from exc
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Usage errors in one line: ``Error: ... (see 'episodekit CMD --help')``."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except NO_ARGS_IS_HELP as exc:  # a bare group: its help, as click prints it
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        except click.UsageError as exc:
+            path = " ".join(["episodekit", *_sub_path(exc.ctx)])
+            click.echo(f"Error: {_one_line(exc.format_message())} (see '{path} --help')", err=True)
+            raise SystemExit(exc.exit_code) from None
+        except click.ClickException as exc:
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            raise SystemExit(1) from None
+        raise SystemExit(rv if isinstance(rv, int) else 0)
+
+
+def _sub_path(ctx: click.Context | None) -> list[str]:
+    """The sub-command names of ``ctx`` (whatever the program was called)."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return names[::-1]
+
+
+def check_root(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """ROOT must be a dataset folder: a clear exit 2 for a missing path, a file, a folder
+    without meta/info.json; for a URL (hf://, memory://), an unreachable server too."""
+    if value is None:
+        return value
+    ctx.meta[META_ROOT] = str(value)
+    local = value[len("file://") :] if value.startswith("file://") else value
+    if "://" in local:
+        _check_remote_root(value)
+        return value
+    path = Path(local)
+    if not path.exists():
+        raise RootProblem(f"{value}: no such folder")
+    if not path.is_dir():
+        raise RootProblem(f"{value}: is a file; ROOT is a dataset folder (the one holding meta/)")
+    if not (path / "meta" / "info.json").is_file():
+        raise RootProblem(f"{value}: not a LeRobot dataset (no meta/info.json)")
+    return value
+
+
+def _check_remote_root(url: str) -> None:
+    """One request for ``meta/info.json``: an unreachable server or a missing dataset is one
+    line (exit 2) before any work starts. (``fs.exists`` would hide the network error.)"""
+    import fsspec  # noqa: PLC0415 - only for remote roots
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        fs.info(f"{path.rstrip('/')}/meta/info.json")
+    except FileNotFoundError:
+        raise RootProblem(f"{url}: not a LeRobot dataset (no meta/info.json)") from None
+    except Exception as exc:
+        known = classify(exc, url)
+        if known is None or debug_enabled():
+            raise
+        err = RootProblem(known[1])
+        err.exit_code = EXIT_ENV
+        raise err from None
+
+
+def root_argument(required: bool = True):
+    """The ROOT argument of commands that read a dataset (checked before anything runs)."""
+    return click.argument("root", required=required, callback=check_root)
 
 
 @contextlib.contextmanager
 def fail_cleanly() -> Iterator[None]:
-    """Turn a bad dataset root or bad argument into a one-line error (exit 1), and an environment
-    problem (missing optional dependency, read-only root, ...) into one (exit 2); no traceback."""
-    try:
-        yield
-    except EnvironmentProblem as exc:
-        error = click.ClickException(str(exc))
-        error.exit_code = EXIT_ENV
-        raise error from exc
-    except (DatasetError, ValueError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    """Kept for commands written before the group's error policy, which now does this job."""
+    yield
+
+
+class IntList(click.ParamType):
+    """'8,16,64' -> [8, 16, 64]; every value >= ``minimum`` (a usage error, exit 2, otherwise)."""
+
+    name = "N[,N...]"
+
+    def __init__(self, minimum: int = 1):
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
+        if isinstance(value, list):
+            return value
+        try:
+            out = [int(v) for v in str(value).split(",") if v.strip()]
+        except ValueError:
+            self.fail(f"expected comma-separated integers, got {value!r}", param, ctx)
+        if not out:
+            self.fail("expected at least one integer", param, ctx)
+        low = [v for v in out if v < self.minimum]
+        if low:
+            self.fail(f"{low[0]} is not in the range x>={self.minimum}", param, ctx)
+        return out
 
 
 @contextlib.contextmanager
 def writing(root: str, no_wait: bool) -> Iterator[None]:
     """Hold the writer lock of a local, existing ROOT for the command (a remote or missing root:
     no lock; the command itself reports what is wrong)."""
-    import os
-
-    from episodekit.core.lock import writer_lock
+    from episodekit.core.lock import writer_lock  # noqa: PLC0415
 
     if "://" in str(root) or not os.path.isdir(root):
         yield
@@ -41,21 +298,19 @@ def writing(root: str, no_wait: bool) -> Iterator[None]:
         yield
 
 
-def parse_int_list(value: str) -> list[int]:
-    """'8,16,64' -> [8, 16, 64] with a clear error."""
-    try:
-        out = [int(v) for v in str(value).split(",") if v.strip()]
-    except ValueError as exc:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from exc
-    if not out:
-        raise click.BadParameter("expected at least one integer")
-    return out
+def parse_int_list(value: str | list[int]) -> list[int]:
+    """Kept for callers that parse themselves: ``IntList().convert`` without a context."""
+    return IntList().convert(value, None, None)
 
 
 # -- options shared by several commands (one definition, one meaning everywhere) ----------------
 
 json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table."
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=_set_meta(META_JSON),
+    help="Print machine-readable JSON instead of a table (no progress on stderr).",
 )
 no_wait_option = click.option(
     "--no-wait",
@@ -64,10 +319,28 @@ no_wait_option = click.option(
     "(default: wait for it).",
 )
 force_option = click.option("--force", is_flag=True, help="Recompute even when fresh.")
-quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+quiet_option = click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    expose_value=False,
+    callback=_set_meta(META_QUIET),
+    help="No progress bars: one plain line per step (also the default when not a terminal).",
+)
+
+
+def _executor_available(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    import importlib.util  # noqa: PLC0415
+
+    if value == "ray" and importlib.util.find_spec("ray") is None:
+        raise click.BadParameter("ray is not installed: pip install 'episodekit[ray]'")
+    return value
+
+
 executor_option = click.option(
     "--executor",
     type=click.Choice(EXECUTORS),
+    callback=_executor_available,
     default="local",
     show_default=True,
     help="local process pool, or Ray tasks (same results either way; ray is an extra).",

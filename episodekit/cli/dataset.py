@@ -6,7 +6,7 @@ import json
 
 import click
 
-from episodekit.cli.common import fail_cleanly, json_option
+from episodekit.cli.common import RootProblem, json_option, root_argument
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
 from episodekit.core.paths import VIDEO_CODECS
@@ -23,9 +23,15 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 
 @click.command("info")
-@click.argument("root")
+@root_argument()
 @json_option
-@click.option("--max-files", default=20, show_default=True, help="Data files listed in the table.")
+@click.option(
+    "--max-files",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Data files listed in the table.",
+)
 def info_command(root: str, as_json: bool, max_files: int) -> None:
     """Describe ROOT: counts, features, data-file row groups, page index, lengths per task.
 
@@ -34,15 +40,25 @@ def info_command(root: str, as_json: bool, max_files: int) -> None:
     """
     from episodekit.info import describe, format_description
 
-    with fail_cleanly():
-        d = describe(root)
+    d = describe(root)
     click.echo(json.dumps(d, indent=2) if as_json else format_description(d, max_files))
 
 
+def _local_output(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if "://" in value:
+        raise RootProblem(f"{value}: the sample writer writes a local folder, not a URL")
+    return value
+
+
+POSITIVE = click.IntRange(min=1)
+
+
 @click.command("sample")
-@click.argument("root", type=click.Path(file_okay=False))
-@click.option("--episodes", "-n", default=50, show_default=True, help="Number of episodes.")
-@click.option("--tasks", "-t", default=6, show_default=True, help="Number of tasks.")
+@click.argument("root", type=click.Path(file_okay=False), callback=_local_output)
+@click.option(
+    "--episodes", "-n", type=POSITIVE, default=50, show_default=True, help="Number of episodes."
+)
+@click.option("--tasks", "-t", type=POSITIVE, default=6, show_default=True, help="Number of tasks.")
 @click.option(
     "--style",
     type=click.Choice(STYLES),
@@ -54,6 +70,7 @@ def info_command(root: str, as_json: bool, max_files: int) -> None:
 @click.option("--images", is_flag=True, help="Add an image feature (struct{bytes, path}).")
 @click.option(
     "--videos",
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Video cameras, encoded as real mp4s (needs PyAV: pip install 'episodekit[video]').",
@@ -71,13 +88,23 @@ def info_command(root: str, as_json: bool, max_files: int) -> None:
     show_default=True,
     help="av1 (libsvtav1, LeRobot's default) or h264 (libx264).",
 )
-@click.option("--gop", default=2, show_default=True, help="Keyframe interval of the videos.")
+@click.option(
+    "--gop", type=click.IntRange(min=1), default=2, show_default=True, help="Keyframe interval."
+)
 @click.option("--seed", default=0, show_default=True)
-@click.option("--fps", default=30, show_default=True)
-@click.option("--state-dim", default=14, show_default=True)
-@click.option("--action-dim", default=14, show_default=True)
-@click.option("--file-mb", default=100.0, show_default=True, help="data_files_size_in_mb.")
-@click.option("--chunks-size", default=1000, show_default=True, help="Files per chunk folder.")
+@click.option("--fps", type=POSITIVE, default=30, show_default=True)
+@click.option("--state-dim", type=POSITIVE, default=14, show_default=True)
+@click.option("--action-dim", type=POSITIVE, default=14, show_default=True)
+@click.option(
+    "--file-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=100.0,
+    show_default=True,
+    help="data_files_size_in_mb.",
+)
+@click.option(
+    "--chunks-size", type=POSITIVE, default=1000, show_default=True, help="Files per chunk folder."
+)
 @click.option(
     "--codebase-version",
     type=click.Choice(VERSIONS),
@@ -108,25 +135,24 @@ def sample_command(
     from episodekit.sample import write_sample
 
     t0 = time.perf_counter()
-    with fail_cleanly():
-        write_sample(
-            root,
-            episodes=episodes,
-            tasks=tasks,
-            style=style,
-            images=images,
-            videos=videos,
-            video_size=_parse_size(video_size),
-            video_codec=video_codec,
-            gop=gop,
-            seed=seed,
-            fps=fps,
-            state_dim=state_dim,
-            action_dim=action_dim,
-            data_files_size_in_mb=file_mb,
-            chunks_size=chunks_size,
-            version=codebase_version,
-        )
+    write_sample(
+        root,
+        episodes=episodes,
+        tasks=tasks,
+        style=style,
+        images=images,
+        videos=videos,
+        video_size=_parse_size(video_size),
+        video_codec=video_codec,
+        gop=gop,
+        seed=seed,
+        fps=fps,
+        state_dim=state_dim,
+        action_dim=action_dim,
+        data_files_size_in_mb=file_mb,
+        chunks_size=chunks_size,
+        version=codebase_version,
+    )
     from episodekit.core.dataset import read_info
 
     info = read_info(root)

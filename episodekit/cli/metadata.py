@@ -8,22 +8,23 @@ import time
 import click
 
 from episodekit.cli.common import (
+    EpisodekitGroup,
+    IntList,
     cost_option,
     dataloader_workers_option,
     deprecated_alias,
-    fail_cleanly,
     force_option,
     json_option,
     locality_option,
     no_wait_option,
-    parse_int_list,
     pick,
+    root_argument,
     writing,
 )
 
 
 @click.command("costs")
-@click.argument("root")
+@root_argument()
 @cost_option("--model")
 @force_option
 @no_wait_option
@@ -39,7 +40,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
 
     from episodekit.metadata.costs import COST_FILE, ensure_costs
 
-    with fail_cleanly(), writing(root, no_wait):
+    with writing(root, no_wait):
         table, changed = ensure_costs(root, model=model, force=force)
     cost = table["cost"].to_numpy()
     lo, mid, hi = np.percentile(cost, [0, 50, 100]) if len(cost) else (0.0, 0.0, 0.0)
@@ -51,10 +52,11 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
 
 
 @click.command("plan")
-@click.argument("root")
+@root_argument()
 @click.option(
     "--world-size",
     "world_sizes",
+    type=IntList(),
     required=True,
     help="Comma-separated world sizes (ranks), one plan each, e.g. 8,16,64.",
 )
@@ -90,7 +92,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
 @json_option
 def plan_command(
     root: str,
-    world_sizes: str,
+    world_sizes: list[int],
     workers: int,
     cost: str,
     algo: str,
@@ -113,12 +115,11 @@ def plan_command(
     """
     from episodekit.metadata.plans import ensure_plans, format_balance
 
-    sizes = parse_int_list(world_sizes)
     t0 = time.perf_counter()
-    with fail_cleanly(), writing(root, no_wait):
+    with writing(root, no_wait):
         results = ensure_plans(
             root,
-            sizes,
+            world_sizes,
             workers,
             cost=cost,
             algo=algo,
@@ -164,7 +165,7 @@ def format_speed_table(report: dict) -> str:
 
 
 @click.command("speed")
-@click.argument("root")
+@root_argument()
 @force_option
 @deprecated_alias("--recompute", "--force", "recompute", is_flag=True)
 @no_wait_option
@@ -183,12 +184,12 @@ def speed_command(root: str, force: bool, recompute: bool, no_wait: bool, as_jso
     """
     from episodekit.metadata.speed import speed_report
 
-    with fail_cleanly(), writing(root, no_wait):
+    with writing(root, no_wait):
         report = speed_report(root, force=pick(force, recompute))
     click.echo(json.dumps(report, indent=2) if as_json else format_speed_table(report))
 
 
-@click.group("metadata")
+@click.group("metadata", cls=EpisodekitGroup)
 def metadata_group() -> None:
     """Derived tables under meta/: speed percentiles, episode costs, shard plans."""
 

@@ -5,33 +5,33 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import click
 
 from episodekit.cli.common import (
+    EpisodekitGroup,
     deprecated_alias,
     executor_option,
-    fail_cleanly,
     force_option,
     jobs_option,
     json_option,
     no_wait_option,
     pick,
     quiet_option,
+    root_argument,
     target_mb_option,
 )
 from episodekit.core.paths import COMPRESSIONS, VIDEO_CODECS
 
 
-@click.group("prep")
+@click.group("prep", cls=EpisodekitGroup)
 def prep_group() -> None:
     """Prepare data files for fast reading: parquet row groups (rowgroups), a decoded frame
     store for random access (frames)."""
 
 
 @prep_group.command("rowgroups")
-@click.argument("root")
+@root_argument()
 @target_mb_option
 @click.option(
     "--out",
@@ -70,7 +70,6 @@ def rowgroups_command(
     copy_videos: bool,
     no_wait: bool,
     as_json: bool,
-    quiet: bool,
 ) -> None:
     """Rewrite ROOT's data parquet into episode-aligned row groups with a page index.
 
@@ -83,42 +82,26 @@ def rowgroups_command(
 
     ROOT is a local path or an fsspec URL (then use --out DIR).
     """
+    from episodekit.core.progress import current
     from episodekit.prep import format_report, rewrite_rowgroups
 
-    state = {"mb": 0.0, "t0": time.perf_counter()}
-    bar = None
-    if not quiet:
-        bar = click.progressbar(
-            length=1, label="prep rowgroups", file=sys.stderr, show_pos=True, width=24
-        )
-
     def progress(result, done: int, total: int) -> None:
-        if bar is None:
-            return
-        state["mb"] += result.bytes / 2**20
-        rate = state["mb"] / max(time.perf_counter() - state["t0"], 1e-9)
-        bar.length = total
-        bar.label = f"prep: {done}/{total} files, {state['mb']:.0f} MiB, {rate:.0f} MiB/s"
-        bar.update(1)
+        current().active().advance(0, nbytes=result.bytes)  # the executor counts the files
 
-    with fail_cleanly():
-        try:
-            report = rewrite_rowgroups(
-                root,
-                target_mb=target_mb,
-                out=out,
-                workers=pick(jobs, workers),
-                compression=compression,
-                dry_run=dry_run,
-                force=force,
-                executor=executor,
-                copy_videos=copy_videos,
-                progress=progress,
-                wait=not no_wait,
-            )
-        finally:
-            if bar is not None:
-                bar.render_finish()
+    current().stage("prep rowgroups")
+    report = rewrite_rowgroups(
+        root,
+        target_mb=target_mb,
+        out=out,
+        workers=pick(jobs, workers),
+        compression=compression,
+        dry_run=dry_run,
+        force=force,
+        executor=executor,
+        copy_videos=copy_videos,
+        progress=progress,
+        wait=not no_wait,
+    )
     if as_json:
         click.echo(json.dumps(report.summary(), indent=2))
     else:
@@ -132,7 +115,7 @@ def rowgroups_command(
 
 
 @prep_group.command("videos")
-@click.argument("root", type=click.Path(exists=True, file_okay=False))
+@root_argument()
 @click.option(
     "--codec",
     type=click.Choice(VIDEO_CODECS),
@@ -174,7 +157,6 @@ def prep_videos_command(
     timing_frames: int,
     force: bool,
     as_json: bool,
-    quiet: bool,
 ) -> None:
     """Re-encode ROOT's mp4s for random access (GOP, codec, CRF, faststart), in place.
 
@@ -182,28 +164,28 @@ def prep_videos_command(
     atomically replaces the source; a rerun skips files already done. Needs PyAV
     (pip install 'episodekit[video]'). Exit 1 when a file fails verification.
     """
+    from episodekit.core.progress import current
     from episodekit.prep.videos import format_result, rewrite_videos
 
-    say = None if quiet or as_json else (lambda m: click.echo(m, err=True))
-    with fail_cleanly():
-        result = rewrite_videos(
-            root,
-            codec=codec,
-            gop=gop,
-            crf=crf,
-            faststart=not no_faststart,
-            min_psnr=min_psnr,
-            force=force,
-            timing_frames=timing_frames,
-            progress=say,
-        )
+    current().stage("prep videos")
+    result = rewrite_videos(
+        root,
+        codec=codec,
+        gop=gop,
+        crf=crf,
+        faststart=not no_faststart,
+        min_psnr=min_psnr,
+        force=force,
+        timing_frames=timing_frames,
+        progress=current().step,
+    )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if result.failed:
         sys.exit(1)
 
 
 @prep_group.command("frames")
-@click.argument("root")
+@root_argument()
 @click.option(
     "--store",
     "store",
@@ -217,7 +199,7 @@ def prep_videos_command(
 @json_option
 @quiet_option
 def frames_command(
-    root: str, store: str | None, force: bool, jobs: int | None, as_json: bool, quiet: bool
+    root: str, store: str | None, force: bool, jobs: int | None, as_json: bool
 ) -> None:
     """Decode ROOT's fixed-width columns once into a memory-mapped frame store.
 
@@ -230,26 +212,20 @@ def frames_command(
 
     ROOT is a local path or an fsspec URL (the store is always local).
     """
-    from episodekit.core.errors import EnvironmentProblem
+    from episodekit.core.progress import current
     from episodekit.prep.frames import build_frame_store, format_report
 
-    bar = None
-    if not quiet:
-        bar = click.progressbar(length=1, label="prep frames", file=sys.stderr, width=24)
+    current().stage("prep frames")
+    bar: dict = {}
 
     def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.length = total
-            bar.label = f"prep frames: {done}/{total} files"
-            bar.update(1)
+        if "task" not in bar:  # the total is known once the build starts
+            bar["task"] = current().task(total, label="prep frames")
+        bar["task"].advance(1)
 
-    with fail_cleanly():
-        try:
-            report = build_frame_store(root, store=store, force=force, jobs=jobs, progress=progress)
-        except EnvironmentProblem as exc:
-            click.echo(f"Error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        finally:
-            if bar is not None:
-                bar.render_finish()
+    try:
+        report = build_frame_store(root, store=store, force=force, jobs=jobs, progress=progress)
+    finally:
+        if "task" in bar:
+            bar["task"].close()
     click.echo(json.dumps(report.summary(), indent=2) if as_json else format_report(report))

@@ -8,22 +8,23 @@ import sys
 import click
 
 from episodekit.cli.common import (
+    IntList,
     cost_option,
     dataloader_workers_option,
     executor_option,
-    fail_cleanly,
     force_option,
     jobs_option,
     json_option,
     locality_option,
     no_wait_option,
-    parse_int_list,
+    quiet_option,
+    root_argument,
     target_mb_option,
 )
 
 
 @click.command("prepare")
-@click.argument("root")
+@root_argument()
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -34,11 +35,21 @@ from episodekit.cli.common import (
 @click.option(
     "--world-size",
     "world_size",
+    type=IntList(),
     default="8,64",
     show_default=True,
-    help="Comma-separated world sizes (ranks) to write shard plans for.",
+    help="Comma-separated world sizes (ranks) to write shard plans for. A size whose "
+    "ranks x workers bins cannot all get a frame is skipped with a warning.",
 )
 @dataloader_workers_option(default=4)
+@click.option(
+    "--split-long",
+    type=click.Choice(["no", "yes", "auto"]),
+    default="no",
+    show_default=True,
+    help="Cut episodes into contiguous frame ranges: yes for every plan, auto only for world "
+    "sizes whose bins cannot all get whole episodes (no: skip those sizes).",
+)
 @cost_option()
 @executor_option
 @jobs_option
@@ -74,12 +85,14 @@ from episodekit.cli.common import (
 @force_option
 @no_wait_option
 @json_option
+@quiet_option
 def prepare_command(
     root: str,
     out: str | None,
     target_mb: float,
-    world_size: str,
+    world_size: list[int],
     workers: int,
+    split_long: str,
     cost: str,
     executor: str,
     jobs: int | None,
@@ -97,38 +110,35 @@ def prepare_command(
     Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans, validation
     (and with --frames the frame store).
     Each step is skipped when its output is already fresh, so a rerun (after a crash, or after
-    adding episodes) only does what is needed. Exits 1 if validation fails.
+    adding episodes) only does what is needed. Arguments and plan feasibility are checked before
+    anything is written. Exit codes: 0 prepared and valid; 1 validation or a rewrite failed;
+    2 usage or environment (bad option, not a dataset, unreachable hub, missing extra).
 
     ROOT is a local path or a URL such as hf://datasets/owner/name[@revision] (then --out is
     required: only meta/ and data/ are downloaded).
     """
+    from episodekit.cli.progress import hub_bars_follow
     from episodekit.prepare import format_result, prepare
 
-    sizes = parse_int_list(world_size)
-
-    def say(msg: str) -> None:
-        if not as_json:
-            click.echo(f"... {msg}", err=True)
-
-    with fail_cleanly():
-        result = prepare(
-            root,
-            out=out,
-            target_mb=target_mb,
-            world_sizes=sizes,
-            num_workers=workers,
-            cost=cost,
-            executor=executor,
-            jobs=jobs,
-            push_to_hub=push_to_hub,
-            include_videos=include_videos,
-            videos_gop=videos_gop,
-            force=force,
-            progress=say,
-            locality=locality,
-            frames=frames,
-            wait=not no_wait,
-        )
+    hub_bars_follow(click.get_current_context())
+    result = prepare(
+        root,
+        out=out,
+        target_mb=target_mb,
+        world_sizes=world_size,
+        num_workers=workers,
+        cost=cost,
+        executor=executor,
+        jobs=jobs,
+        push_to_hub=push_to_hub,
+        include_videos=include_videos,
+        force=force,
+        split_long=split_long,
+        videos_gop=videos_gop,
+        locality=locality,
+        frames=frames,
+        wait=not no_wait,
+    )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:
         sys.exit(1)

@@ -8,12 +8,12 @@ import sys
 
 import click
 
-from episodekit.cli.common import executor_option
+from episodekit.cli.common import executor_option, json_option, quiet_option, root_argument
 
 
 @click.command("validate")
-@click.argument("root", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (for machines).")
+@root_argument(required=False)
+@json_option
 @click.option("--strict", is_flag=True, help="Warnings (layout quality) fail too.")
 @click.option(
     "--checks",
@@ -25,7 +25,13 @@ from episodekit.cli.common import executor_option
 )
 @click.option("--deep", is_flag=True, help="Also check list lengths and image byte headers.")
 @executor_option
-@click.option("--examples", default=5, show_default=True, help="Examples shown per check.")
+@click.option(
+    "--examples",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Examples shown per check.",
+)
 @click.option("--list-checks", is_flag=True, help="List every check id and exit.")
 @click.option(
     "--fail-on",
@@ -60,6 +66,7 @@ from episodekit.cli.common import executor_option
     default=None,
     help="With --report: small PNG plots of offending signals here (needs episodekit[plots]).",
 )
+@quiet_option
 def validate_command(
     root: str | None,
     as_json: bool,
@@ -117,9 +124,11 @@ def validate_command(
         raise click.BadParameter(str(exc), param_hint="--quality-thresholds") from exc
     strict = strict or fail_on == "warning"
 
+    from episodekit.core.progress import current
+
     def progress(msg: str) -> None:
-        if not as_json:
-            click.echo(msg, err=True)
+        current().stage("validate")
+        current().step(msg)
 
     try:
         report = validate(

@@ -1,0 +1,145 @@
+"""`episodekit prepare` as a user runs it: defaults on a small dataset, feasibility before any
+write, a fresh rerun that says "skipped" and nothing else, and progress output by mode."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from episodekit.core.paths import PLAN_DIR
+from episodekit.prepare import plan_shapes, prepare
+
+EPISODEKIT = str(Path(sys.executable).parent / "episodekit")
+ENV = {k: v for k, v in os.environ.items() if k != "EPISODEKIT_DEBUG"}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([EPISODEKIT, *args], capture_output=True, text=True, env=ENV, timeout=300)
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_defaults_on_20_episodes_skip_world_sizes_that_cannot_fill_their_bins(make_sample):
+    root = make_sample(episodes=20)
+    p = run("prepare", str(root))
+    assert p.returncode == 0, p.stderr
+    # 8 x 4 = 32 and 64 x 4 = 256 bins: 20 episodes cannot give each bin a whole episode.
+    for w, bins in ((8, 32), (64, 256)):
+        warning = f"warning: world size {w} skipped: 20 episodes cannot give each of {bins} bins"
+        assert warning in p.stderr and warning in p.stdout
+    assert "--split-long auto" in p.stderr
+    assert not (root / PLAN_DIR).exists() or not any((root / PLAN_DIR).iterdir())
+    assert "validation PASSED" in p.stdout
+    # Cut episodes where needed: both plans written, balanced.
+    p = run("prepare", str(root), "--split-long", "auto", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["warnings"] == [] and p.stderr == ""  # --json: nothing on stderr
+    plans = next(s for s in d["steps"] if s["name"] == "plans")["detail"]["plans"]
+    assert [(q["world_size"], q["split_long"]) for q in plans] == [(8, True), (64, True)]
+
+
+def test_fresh_rerun_says_skipped_and_nothing_else(make_sample):
+    root = make_sample(episodes=40, style="edited")
+    assert run("prepare", str(root), "--world-size", "2", "--workers", "2").returncode == 0
+    before = tree(root)
+    p = run("prepare", str(root), "--world-size", "2", "--workers", "2")
+    assert p.returncode == 0, p.stderr
+    assert tree(root) == before
+    # stderr is not a terminal here: plain, one line per step.
+    assert p.stderr.splitlines() == [
+        f"{s}: skipped" for s in ("rowgroups", "speed", "costs", "plans", "validate")
+    ]
+    table = p.stdout.split("  balance")[0]
+    assert "MB/s" not in p.stdout and "rewriting" not in p.stdout + p.stderr
+    for step in ("rowgroups", "speed", "costs", "plans", "validate"):
+        [line] = [x for x in table.splitlines() if x.strip().startswith(step)]
+        assert line.split()[1:] == ["skipped", line.split()[2]], line  # status and seconds only
+
+
+def test_a_bad_value_exits_2_and_out_leaves_the_source_alone(make_sample, tmp_path):
+    root = make_sample(episodes=20, style="edited")
+    before = tree(root)
+    # A usage error, and an environment error found by the library before its first write.
+    assert run("prepare", str(root), "--target-mb", "-5").returncode == 2
+    out = tmp_path / "out"
+    p = run("prepare", str(root), "--out", str(out), "--cost", "compute", "--world-size", "2")
+    assert p.returncode == 0, p.stderr
+    assert tree(root) == before  # --out never touches the source
+
+
+def test_plan_shapes_decides_before_writing(make_sample):
+    from episodekit.core.dataset import open_dataset
+
+    root = make_sample(episodes=20)
+    ds = open_dataset(str(root))
+    too_many = ds.num_frames + 1  # more bins than frames: not even cutting helps
+    shapes = plan_shapes(ds, [1, 8, too_many], 4, "frames", "no", ds)
+    assert [s.skip is None for s in shapes] == [True, False, False]
+    auto = plan_shapes(ds, [1, 8, too_many], 4, "frames", "auto", ds)
+    assert [(s.split_long, s.skip is None) for s in auto] == [(False, True), (True, True)] + [
+        (False, False)
+    ]
+    assert "frames cannot fill" in auto[2].skip
+    r = prepare(str(root), world_sizes=(1, 8), num_workers=4, jobs=1, split_long="auto")
+    assert r.ok and r.warnings == []
+    assert sorted(p.name for p in (root / PLAN_DIR).iterdir()) == ["ws1_nw4.json", "ws8_nw4.json"]
+
+
+def test_progress_bars_on_a_terminal_plain_lines_otherwise(make_sample):
+    """Under a pseudo-terminal the rewrite shows a tqdm bar; --quiet gives the plain lines."""
+    pty = __import__("pty")
+    root = make_sample(episodes=30, style="edited", data_files_size_in_mb=1)
+
+    def on_tty(*args: str) -> str:
+        out = bytearray()
+
+        def read(fd: int) -> bytes:
+            data = os.read(fd, 65536)
+            out.extend(data)
+            return data
+
+        pid_args = [EPISODEKIT, *args]
+        env_backup = dict(os.environ)
+        os.environ.pop("EPISODEKIT_DEBUG", None)
+        try:
+            status = pty.spawn(pid_args, read)
+        finally:
+            os.environ.clear()
+            os.environ.update(env_backup)
+        assert os.waitstatus_to_exitcode(status) == 0, out.decode(errors="replace")
+        return out.decode(errors="replace")
+
+    text = on_tty("prep", "rowgroups", str(root), "--target-mb", "0.25", "--jobs", "1")
+    assert "prep rowgroups:" in text and "files" in text and "%|" in text  # a tqdm bar
+    quiet = on_tty("prep", "rowgroups", str(root), "--target-mb", "0.5", "--jobs", "1", "-q")
+    assert "%|" not in quiet
+
+
+def test_a_fresh_rerun_starts_no_process_pool(make_sample, monkeypatch):
+    import concurrent.futures
+
+    root = make_sample(episodes=60, style="edited", data_files_size_in_mb=1)
+    first = prepare(str(root), target_mb=0.25, world_sizes=(2,), num_workers=2, jobs=2)
+    assert first.ok and first.step("rowgroups").detail["counts"]["rewritten"] >= 2
+
+    class NoPool:
+        def __init__(self, *a, **k):
+            raise AssertionError("a process pool was started for a fresh root")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)
+    second = prepare(str(root), target_mb=0.25, world_sizes=(2,), num_workers=2, jobs=2)
+    assert second.ok and {s.status for s in second.steps} == {"skipped"}
+    # --force really rewrites, so it needs the pool: the patch proves the check is live.
+    with __import__("pytest").raises(AssertionError, match="process pool"):
+        prepare(str(root), target_mb=0.25, world_sizes=(2,), num_workers=2, jobs=2, force=True)
