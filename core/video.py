@@ -485,7 +485,8 @@ class VideoWriter:
 
     ``codec``: ``av1`` (libsvtav1) or ``h264`` (libx264), or an FFmpeg encoder name; ``gop``:
     keyframe interval; ``crf``; ``faststart`` moves the index to the front (random access over
-    HTTP starts without reading the file's end). Use as a context manager.
+    HTTP starts without reading the file's end); ``threads``: encoder threads (0: FFmpeg's
+    choice). Use as a context manager.
     """
 
     def __init__(
@@ -502,6 +503,7 @@ class VideoWriter:
         preset: str | None = None,
         time_base: Fraction | None = None,
         comment: str | None = None,
+        threads: int = 0,
     ):
         av = require_av()
         self.path = os.fspath(path)
@@ -516,6 +518,8 @@ class VideoWriter:
         stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         stream.time_base = time_base or Fraction(1, int(fps) * TICKS_PER_FRAME)
         stream.codec_context.gop_size = gop
+        if threads:  # 1: deterministic bytes and in-order packets (small sample videos)
+            stream.codec_context.thread_count = int(threads)
         opts = {"crf": str(crf)}
         if encoder == "libsvtav1":
             opts["preset"] = preset or "10"

@@ -469,6 +469,7 @@ def _camera_writer(path: Path, spec: SampleSpec) -> VideoWriter:
         gop=spec.gop,
         crf=spec.crf,
         preset="12" if spec.video_codec == "av1" else "ultrafast",
+        threads=1,  # tiny frames: one thread is as fast, and the bytes are reproducible
     )
 
 
@@ -479,6 +480,24 @@ def _encode_episode(writer: VideoWriter, spec: SampleSpec, camera: int, start: i
     for a in range(0, n, step):
         idx = np.arange(start + a, start + min(n, a + step))
         writer.write(synthetic_frames(idx, h, w, camera), keyframe_first=a == 0)
+
+
+def _encode_file(
+    vpath: Path, spec: SampleSpec, camera: int, episodes: list[tuple[int, int]], tries: int = 3
+) -> None:
+    """Encode one mp4 of ``(first index, length)`` episodes. libsvtav1 now and then hands the
+    muxer a packet whose DTS goes backwards (seen only on a loaded machine, not reproducible on
+    its own); the frames are a pure function of the spec, so the file is simply encoded again."""
+    av = require_av()
+    for attempt in range(tries):
+        try:
+            with _camera_writer(vpath, spec) as writer:
+                for start, n in episodes:
+                    _encode_episode(writer, spec, camera, start, n)
+            return
+        except av.error.ArgumentError:
+            if attempt == tries - 1:
+                raise
 
 
 def _write_camera_v30(
@@ -499,9 +518,7 @@ def _write_camera_v30(
             video_key=key, chunk_index=f // spec.chunks_size, file_index=f % spec.chunks_size
         )
         vpath.parent.mkdir(parents=True, exist_ok=True)
-        with _camera_writer(vpath, spec) as writer:
-            for e in sel.tolist():
-                _encode_episode(writer, spec, camera, int(from_index[e]), int(lengths[e]))
+        _encode_file(vpath, spec, camera, [(int(from_index[e]), int(lengths[e])) for e in sel])
     return {
         f"videos/{key}/chunk_index": pa.array(vfile // spec.chunks_size),
         f"videos/{key}/file_index": pa.array(vfile % spec.chunks_size),
@@ -666,8 +683,7 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
                 episode_index=e,
             )
             vpath.parent.mkdir(parents=True, exist_ok=True)
-            with _camera_writer(vpath, spec) as writer:
-                _encode_episode(writer, spec, i, start, n)
+            _encode_file(vpath, spec, i, [(start, n)])
         episodes_lines.append(json.dumps({"episode_index": e, "tasks": [tasks[t]], "length": n}))
         stats_lines.append(json.dumps({"episode_index": e, "stats": {}}))
         start += n

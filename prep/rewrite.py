@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path
 from episodekit.core.dataset import DatasetError, is_local
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.footer import FileLayout, file_layout
 from episodekit.core.paths import MIB
 from episodekit.prep.band import (
@@ -313,8 +314,8 @@ def done_already(job: FileJob) -> FileResult | None:
     t0 = time.perf_counter()
     try:
         before = file_layout(job.src)
-    except (OSError, pa.ArrowInvalid):
-        return None
+    except (OSError, pa.ArrowInvalid, DatasetError, EnvironmentProblem):
+        return None  # the worker reports it, with the rest of the file's story
     if file_needs_rewrite(before, job.target_bytes, job.compression) is None and (
         job.in_place or job.dry_run
     ):

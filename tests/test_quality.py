@@ -296,7 +296,8 @@ def test_json_when_nothing_can_be_validated(tmp_path):
     out = cli(str(tmp_path / "missing"), "--json")
     assert out.returncode == 2
     doc = json.loads(out.stdout)
-    assert doc["ok"] is False and doc["exit_code"] == 2 and "does not exist" in doc["error"]
+    assert doc["ok"] is False and doc["exit_code"] == 2 and "no such folder" in doc["error"]
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
 
 
 def test_truncated_data_file_does_not_break_quality(make_sample):
@@ -309,6 +310,6 @@ def test_truncated_data_file_does_not_break_quality(make_sample):
     shutil.rmtree(root)
 
 
-def test_plots_without_report_is_a_usage_error(tmp_path):
-    out = invoke(str(tmp_path), "--plots", str(tmp_path / "p"))
+def test_plots_without_report_is_a_usage_error(make_sample, tmp_path):
+    out = invoke(str(make_sample(episodes=4)), "--plots", str(tmp_path / "p"))
     assert out.exit_code == 2 and "--plots needs --report" in out.output

@@ -487,7 +487,7 @@ def test_cli_prep_frames_builds_then_reports_fresh(make_sample, tmp_path):
         capture_output=True,
         text=True,
     )
-    assert out.returncode == 1 and "info.json" in out.stderr
+    assert out.returncode == 2 and "no such folder" in out.stderr  # usage/environment: exit 2
 
 
 def test_prepare_frames_step_runs_then_skips(make_sample):

@@ -227,7 +227,7 @@ def check_root(ctx: click.Context, param: click.Parameter, value: str | None) ->
         raise RootProblem(f"{value}: no such folder")
     if not path.is_dir():
         raise RootProblem(f"{value}: is a file; ROOT is a dataset folder (the one holding meta/)")
-    if not (path / "meta" / "info.json").is_file():
+    if not (path / "meta" / "info.json").exists():  # unreadable: the command says why (exit 1)
         raise RootProblem(f"{value}: not a LeRobot dataset (no meta/info.json)")
     return value
 

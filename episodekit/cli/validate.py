@@ -8,11 +8,17 @@ import sys
 
 import click
 
-from episodekit.cli.common import executor_option, json_option, quiet_option, root_argument
+from episodekit.cli.common import (
+    RootProblem,
+    check_root,
+    executor_option,
+    json_option,
+    quiet_option,
+)
 
 
 @click.command("validate")
-@root_argument(required=False)
+@click.argument("root", required=False)
 @json_option
 @click.option("--strict", is_flag=True, help="Warnings (layout quality) fail too.")
 @click.option(
@@ -110,6 +116,10 @@ def validate_command(
         return
     if root is None:
         raise click.UsageError("missing argument ROOT")
+    try:  # the shared ROOT check, here so that --json can still answer in JSON
+        check_root(click.get_current_context(), None, root)
+    except RootProblem as exc:
+        _cannot_validate(root, exc.format_message(), as_json)
     try:
         select_checks(checks, deep=deep)
     except ValueError as exc:
@@ -141,11 +151,7 @@ def validate_command(
             quality_thresholds=thresholds,
         )
     except CannotValidate as exc:
-        if as_json:  # --json always prints JSON, also when nothing could be validated
-            doc = {"version": 1, "root": root, "ok": False, "exit_code": 2, "error": str(exc)}
-            click.echo(json.dumps(doc, indent=2))
-        click.echo(f"Error: could not validate: {exc}", err=True)
-        sys.exit(2)
+        _cannot_validate(root, f"could not validate: {exc}", as_json)
     if report_path:
         from episodekit.validate.report import write_markdown
 
@@ -157,3 +163,13 @@ def validate_command(
         # stdout normally; stderr with --json so the JSON stays parseable (the runner reads both).
         click.echo(format_annotations(report), err=as_json)
     sys.exit(report.exit_code())
+
+
+def _cannot_validate(root: str, message: str, as_json: bool) -> None:
+    """Nothing could be validated: one line on stderr, exit 2; with --json also a JSON document
+    on stdout (--json always prints JSON)."""
+    if as_json:
+        doc = {"version": 1, "root": root, "ok": False, "exit_code": 2, "error": message}
+        click.echo(json.dumps(doc, indent=2))
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(2)
