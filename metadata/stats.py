@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import posixpath
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ NON_NUMERIC_DTYPES = ("image", "video", "string", "language")
 QUANTILE_MODES = ("exact", "sketch")
 DEFAULT_SKETCH_POINTS = 1024  # order statistics kept per batch of rows (per dimension)
 STORED_SKETCH_POINTS = 2048  # points per dimension kept in the summary file
-DEFAULT_MEMORY_MB = 256.0  # budget for the exact pass's candidate values
+DEFAULT_MEMORY_MB = 4096.0  # budget for the sorted columns the exact selection holds
 BATCH_ROWS = 131072
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
@@ -326,11 +327,16 @@ def _segments(ep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.diff(np.r_[starts, len(ep)])
 
 
-def _episode_quantiles(x: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Exact per-episode quantiles ``(5, episodes, D)``: episodes of similar length (quarter
-    octaves) are padded into one matrix and sorted row-wise, so nothing loops per frame."""
+def _episode_quantiles(
+    x: np.ndarray, starts: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact per-episode quantiles ``(5, episodes, D)``, min and max ``(episodes, D)``: episodes
+    of similar length (quarter octaves) are padded into one matrix and sorted row-wise, so
+    nothing loops per frame."""
     n, dims = len(starts), x.shape[1]
     out = np.empty((len(QUANTILES), n, dims))
+    lo = np.empty((n, dims))
+    hi = np.empty((n, dims))
     cls = np.ceil(np.log2(np.maximum(lens, 1)) * 4).astype(np.int64)
     pad = _pad_value(x.dtype)
     for c in np.unique(cls):
@@ -344,30 +350,32 @@ def _episode_quantiles(x: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> n
         mat[:, row, within] = x[src].T
         mat.sort(axis=-1)
         rows = np.arange(len(sel))
+        lo[sel] = mat[:, rows, 0].T
+        hi[sel] = mat[:, rows, length - 1].T
         for i, q in enumerate(QUANTILES):
             k0, k1, g = order_indices(length, q)
             a = mat[:, rows, k0].astype(np.float64)
             b = mat[:, rows, k1].astype(np.float64)
             out[i, sel] = lerp_quantile(a, b, g).T
-    return out
+    return out, lo, hi
 
 
-def _block(x: np.ndarray, starts: np.ndarray, lens: np.ndarray, points: int) -> dict:
-    """Per-episode stats of complete episodes in ``x`` plus the block's rank summary."""
+def _block(
+    x: np.ndarray, starts: np.ndarray, lens: np.ndarray, points: int, spill: str | None
+) -> dict:
+    """Per-episode stats of complete episodes in ``x`` plus the block's rank summary; with
+    ``spill`` the block's sorted columns are saved there for the exact selection."""
     xf = x.astype(np.float64)
     mean = np.add.reduceat(xf, starts, axis=0) / lens[:, None]
-    dev = xf - np.repeat(mean, lens, axis=0)
-    m2 = np.add.reduceat(dev * dev, starts, axis=0)
+    xf -= np.repeat(mean, lens, axis=0)
+    m2 = np.add.reduceat(xf * xf, starts, axis=0)
+    del xf
     sorted_cols = np.sort(x.T, axis=1)
     values, weights = _part_summary(sorted_cols, points)
-    return {
-        "min": np.minimum.reduceat(x, starts, axis=0).astype(np.float64),
-        "max": np.maximum.reduceat(x, starts, axis=0).astype(np.float64),
-        "mean": mean,
-        "m2": m2,
-        "q": _episode_quantiles(x, starts, lens),
-        "sketch": (values, weights),
-    }
+    if spill is not None:
+        np.save(spill, sorted_cols)
+    q, lo, hi = _episode_quantiles(x, starts, lens)
+    return {"min": lo, "max": hi, "mean": mean, "m2": m2, "q": q, "sketch": (values, weights)}
 
 
 def _open_parquet(root: str, rel: str) -> pq.ParquetFile:
@@ -391,7 +399,9 @@ def _batches(pf: pq.ParquetFile, columns: list[str], rows: int):
 def scan_file(job: dict) -> dict:
     """Pass 1 over one data file (executor job): per-episode stats and rank summaries.
 
-    ``job``: root, rel, features ``{name: dims}``, points, batch_rows. Returns ``episodes``
+    ``job``: root, rel, features ``{name: dims}``, points, batch_rows, and optionally spill (a
+    folder) and file_id: every block's sorted columns are saved there (``runs``, per feature).
+    Returns ``episodes``
     (episode_index in file order), ``count`` per episode and per feature ``min, max, mean, m2,
     q`` (5 x episodes x D) and ``sketch`` parts [(values, weights)]."""
     feats: dict[str, int] = job["features"]
@@ -403,11 +413,22 @@ def scan_file(job: dict) -> dict:
     carry_ep = np.zeros(0, np.int64)
     carry: dict[str, np.ndarray] = {}
 
+    spill_dir = job.get("spill")
+    runs: dict[str, list[str]] = {n: [] for n in feats}
+
     def flush(ep: np.ndarray, vals: dict[str, np.ndarray]) -> None:
         starts, lens = _segments(ep)
         eps.append(ep[starts])
         counts.append(lens)
-        parts.append({n: _block(v, starts, lens, job["points"]) for n, v in vals.items()})
+        part: dict[str, dict] = {}
+        for n, v in vals.items():
+            spill = None
+            if spill_dir is not None:
+                name = f"{job['file_id']}-{len(parts)}-{list(feats).index(n)}.npy"
+                spill = os.path.join(spill_dir, name)
+                runs[n].append(spill)
+            part[n] = _block(v, starts, lens, job["points"], spill)
+        parts.append(part)
 
     try:
         for batch in _batches(pf, columns, job["batch_rows"]):
@@ -427,6 +448,7 @@ def scan_file(job: dict) -> dict:
     except DatasetError as exc:
         raise DatasetError(str(exc), posixpath.join(job["root"], job["rel"])) from exc
     out: dict[str, Any] = {
+        "runs": runs,
         "episodes": np.concatenate(eps) if eps else np.zeros(0, np.int64),
         "count": np.concatenate(counts) if counts else np.zeros(0, np.int64),
         "features": {},
@@ -453,12 +475,13 @@ def refine_file(job: dict) -> dict:
     found: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {n: [] for n in feats}
     for batch in _batches(pf, list(feats), job["batch_rows"]):
         for n, d in feats.items():
-            x = feature_values(batch.column(n), d, n).astype(np.float64)[:, None, :]
-            lo, hi = job["lo"][n][None], job["hi"][n][None]
-            above = x > lo
-            below[n] += (~above).sum(0)
-            row, qi, dim = np.nonzero(above & (x < hi))
-            found[n].append((qi.astype(np.int8), dim.astype(np.int32), x[row, 0, dim]))
+            x = feature_values(batch.column(n), d, n).astype(np.float64)
+            for i in range(len(QUANTILES)):
+                above = x > job["lo"][n][i]
+                below[n][i] += len(x) - above.sum(0)
+                flat = np.flatnonzero(above & (x < job["hi"][n][i]))
+                qi = np.full(len(flat), i, dtype=np.int8)
+                found[n].append((qi, (flat % d).astype(np.int32), x.reshape(-1)[flat]))
     return {
         "below": below,
         "inside": {
@@ -590,6 +613,62 @@ def _brackets(fs: FeatureStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return lo, hi, np.array(k0s), np.array(k1s), bound
 
 
+def _select(
+    fs: FeatureStats, brackets: tuple, below: np.ndarray, inside: tuple[np.ndarray, ...]
+) -> None:
+    """Exact quantiles from the bracket counts and the sorted candidates (in place)."""
+    lo, hi, k0s, k1s, _ = brackets
+    d = len(fs.sketches)
+    qi, dim, val = inside
+    order = np.lexsort((val, dim, qi))
+    key = qi[order].astype(np.int64) * d + dim[order]
+    val = val[order]
+    for i, q in enumerate(QUANTILES):
+        _, _, g = order_indices(fs.count, q)
+        for j in range(d):
+            a, b = np.searchsorted(key, [i * d + j, i * d + j + 1])
+            picks = []
+            for k in (int(k0s[i]), int(k1s[i])):
+                r = k - int(below[i, j])
+                if r < 0:
+                    raise AssertionError("exact quantile bracket missed (bad summary)")
+                picks.append(float(val[a + r]) if a + r < b else float(hi[i, j]))
+            fs.quantiles[i, j] = lerp_quantile(
+                np.float64(picks[0]), np.float64(picks[1]), np.float64(g)
+            )
+    fs.quantile_error = 0.0
+
+
+def _exact_from_runs(runs: list[str], fs: FeatureStats) -> None:
+    """Exact quantiles by selection over the spilled sorted runs (memory-mapped: only the
+    bracket slices are read)."""
+    br = _brackets(fs)
+    lo, hi = br[0], br[1]
+    d = len(fs.sketches)
+    below = np.zeros(lo.shape, np.int64)
+    found = []
+    for path in runs:
+        run = np.load(path, mmap_mode="r")
+        for j in range(d):
+            col = run[j]
+            a = np.searchsorted(
+                col, lo[:, j].astype(col.dtype) if col.dtype.kind == "f" else lo[:, j], side="right"
+            )
+            b = np.searchsorted(
+                col, hi[:, j].astype(col.dtype) if col.dtype.kind == "f" else hi[:, j], side="left"
+            )
+            below[:, j] += a
+            for i in range(len(QUANTILES)):
+                if b[i] > a[i]:
+                    v = np.asarray(col[a[i] : b[i]], dtype=np.float64)
+                    found.append((np.full(len(v), i, np.int8), np.full(len(v), j, np.int32), v))
+    inside = tuple(
+        np.concatenate([f[k] for f in found]) if found else np.zeros(0, t)
+        for k, t in enumerate((np.int8, np.int32, np.float64))
+    )
+    _select(fs, br, below, inside)
+
+
 def _exact_quantiles(
     root: str,
     rels: list[str],
@@ -599,7 +678,7 @@ def _exact_quantiles(
     jobs: int | None,
     batch_rows: int,
 ) -> None:
-    """Pass 2: replace the summary quantiles by the exact order statistics (in place)."""
+    """Second pass over the data files (no spilled runs, e.g. on ray): exact quantiles."""
     brackets = {n: _brackets(dataset[n]) for n in feats}
     todo = [
         {
@@ -613,32 +692,22 @@ def _exact_quantiles(
         for rel in rels
     ]
     results = map_files(refine_file, todo, executor=executor, workers=jobs)
-    for n, d in feats.items():
-        lo, hi, k0s, k1s, _ = brackets[n]
+    for n in feats:
         below = sum(r["below"][n] for r in results)
-        qi = np.concatenate([r["inside"][n][0] for r in results])
-        dim = np.concatenate([r["inside"][n][1] for r in results])
-        val = np.concatenate([r["inside"][n][2] for r in results])
-        order = np.lexsort((val, dim, qi))
-        qi, dim, val = qi[order], dim[order], val[order]
-        key = qi.astype(np.int64) * d + dim
-        fs = dataset[n]
-        for i, q in enumerate(QUANTILES):
-            _, _, g = order_indices(fs.count, q)
-            for j in range(d):
-                a, b = np.searchsorted(key, [i * d + j, i * d + j + 1])
-                inside = val[a:b]
+        inside = tuple(np.concatenate([r["inside"][n][k] for r in results]) for k in range(3))
+        _select(dataset[n], brackets[n], below, inside)
 
-                picks = []
-                for k in (int(k0s[i]), int(k1s[i])):
-                    r = k - int(below[i, j])
-                    if r < 0:
-                        raise AssertionError("exact quantile bracket missed (bad summary)")
-                    picks.append(float(inside[r]) if r < len(inside) else float(hi[i, j]))
-                fs.quantiles[i, j] = lerp_quantile(
-                    np.float64(picks[0]), np.float64(picks[1]), np.float64(g)
-                )
-        fs.quantile_error = 0.0
+
+def column_bytes(info: dict, feats: dict[str, int], frames: int) -> int:
+    """Bytes of the feature columns over ``frames`` frames (what the exact selection holds)."""
+    total = 0
+    for n, d in feats.items():
+        try:
+            size = np.dtype(str(info["features"][n].get("dtype"))).itemsize
+        except TypeError:
+            size = 8
+        total += frames * d * size
+    return total
 
 
 def compute_stats(
@@ -651,12 +720,17 @@ def compute_stats(
     jobs: int | None = None,
     batch_rows: int = BATCH_ROWS,
     episodes: np.ndarray | None = None,
+    spill_dir: str | None = None,
 ) -> StatsResult:
     """Compute (do not write) the stats of ``root``; see the module docstring.
 
-    ``quantiles``: "exact" (second pass, when the candidates fit ``memory_mb``) or "sketch".
-    ``episodes``: restrict to these episode indices (whole data files holding them are read, rows
-    of other episodes dropped): used to show that merging halves gives the whole.
+    ``quantiles="exact"``: while the feature columns fit ``memory_mb``, every block's sorted
+    columns are kept (memory-mapped files in a temporary folder under ``spill_dir``, removed at
+    the end; with ``executor="ray"`` a second pass over the data instead) and the dataset
+    quantiles are selected exactly from them; beyond the budget, and with ``"sketch"``, they come
+    from the merged rank summary (bound in ``rank_error``).
+    ``episodes``: restrict to these episode indices; they must fill whole data files (used to
+    show that merging halves gives the whole).
     """
     if quantiles not in QUANTILE_MODES:
         raise ValueError(f"quantiles must be one of {QUANTILE_MODES}, got {quantiles!r}")
@@ -670,35 +744,42 @@ def compute_stats(
         raise DatasetError("no numeric one-dimensional features to compute stats for")
     file_ids = ds.column("file_id")
     if episodes is not None:
-        sub = np.isin(ds.column("episode_index"), np.asarray(episodes))
-        file_ids = file_ids[sub]
-    rels = [ds.data_files[i] for i in sorted(set(file_ids.tolist()))]
-    common = {
-        "root": ds.root,
-        "features": feats,
-        "points": int(sketch_points),
-        "batch_rows": int(batch_rows),
-    }
-    results = map_files(scan_file, [{**common, "rel": r} for r in rels], executor, jobs)
-    if episodes is not None:
-        results = [_keep_episodes(r, np.asarray(episodes)) for r in results]
-        ds = _subset(ds, np.asarray(episodes))
-    ep, count, per = _merge_episode_parts(ds, feats, results)
-    dataset = _dataset_stats(feats, count, per, results)
-    mode = {n: "sketch" for n in feats}
-    if quantiles == "exact":
-        need = sum(_brackets(dataset[n])[4] for n in feats) * 24  # value + indices per candidate
-        if need <= memory_mb * 1024 * 1024:
+        file_ids = file_ids[np.isin(ds.column("episode_index"), np.asarray(episodes))]
+    ids = sorted(set(file_ids.tolist()))
+    rels = [ds.data_files[i] for i in ids]
+    exact = quantiles == "exact"
+    need = column_bytes(ds.info, feats, ds.num_frames)
+    if exact and need > memory_mb * 2**20:
+        log.warning(
+            "%s: the columns (%.0f MiB) exceed --memory-mb %g: dataset quantiles come from the "
+            "rank summary (bound recorded)",
+            ds.root,
+            need / 2**20,
+            memory_mb,
+        )
+        exact = False
+    with tempfile.TemporaryDirectory(prefix="episodekit-stats-", dir=spill_dir) as tmp:
+        spill = tmp if exact and executor == "local" else None
+        common = {
+            "root": ds.root,
+            "features": feats,
+            "points": int(sketch_points),
+            "batch_rows": int(batch_rows),
+            "spill": spill,
+        }
+        todo = [{**common, "rel": r, "file_id": i} for r, i in zip(rels, ids)]
+        results = map_files(scan_file, todo, executor, jobs)
+        if episodes is not None:
+            results = [_keep_episodes(r, np.asarray(episodes)) for r in results]
+            ds = _subset(ds, np.asarray(episodes))
+        ep, count, per = _merge_episode_parts(ds, feats, results)
+        dataset = _dataset_stats(feats, count, per, results)
+        if exact and spill is not None:
+            for n in feats:
+                _exact_from_runs([p for r in results for p in r["runs"][n]], dataset[n])
+        elif exact:
             _exact_quantiles(ds.root, rels, feats, dataset, executor, jobs, batch_rows)
-            mode = {n: "exact" for n in feats}
-        else:
-            log.warning(
-                "%s: exact quantiles would hold ~%.0f MiB of candidates (> --memory-mb %g); "
-                "using the rank summary instead",
-                ds.root,
-                need / 2**20,
-                memory_mb,
-            )
+    mode = {n: "exact" if exact else "sketch" for n in feats}
     return StatsResult(
         features=feats,
         episode_index=ep,

@@ -204,15 +204,16 @@ def format_stats_report(report: dict) -> str:
     type=click.Choice(["exact", "sketch"]),
     default="exact",
     show_default=True,
-    help="exact: a second pass selects the exact order statistics (np.quantile's values) while "
-    "the candidates fit --memory-mb; sketch: one pass, from the mergeable rank summary.",
+    help="exact: the exact order statistics (np.quantile's values) while the columns fit "
+    "--memory-mb; sketch: from the mergeable rank summary (rank-error bound recorded).",
 )
 @click.option(
     "--memory-mb",
     type=click.FloatRange(min=1),
-    default=256.0,
+    default=4096.0,
     show_default=True,
-    help="Memory budget for the exact pass's candidate values (beyond it: the rank summary).",
+    help="Budget for the sorted columns the exact selection keeps (memory-mapped temporary "
+    "files); beyond it the quantiles come from the rank summary.",
 )
 @jobs_option
 @executor_option
