@@ -73,10 +73,20 @@ CHECKS: dict[str, str] = {
     "plans.format": "shard plans readable",
     "plans.fresh": "shard plan fingerprints match the episodes",
     "plans.content": "every episode assigned exactly once, balance figures match",
+    "stats.present": "meta/stats.json and per-episode stats/<feature>/<key> columns present",
+    "stats.finite": "every stats value finite",
+    "stats.shape": "stats shapes match the features (count: [1])",
+    "stats.order": "min <= q01 <= q10 <= q50 <= q90 <= q99 <= max, min <= mean <= max",
+    "stats.count": "count equals the frames (dataset and per episode)",
+    "stats.consistent": "dataset min/max/mean/std/count match the merged per-episode stats "
+    "(|a-b| <= 1e-6*|b| + 1e-9*(1+scale))",
+    "stats.fresh": "stats summary fingerprint and data-file state match the root",
+    "stats.recompute": "(--deep) every stat matches a recomputation from the data "
+    "(|a-b| <= 1e-6*|b| + 1e-9*(1+scale))",
 }
-GROUPS = ("info", "tasks", "episodes", "data", "layout", "speed", "costs", "plans")
-ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
-DEEP_ONLY = ("data.shape", "data.image")
+GROUPS = ("info", "tasks", "episodes", "data", "layout", "speed", "costs", "plans", "stats")
+ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans", "stats")}
+DEEP_ONLY = ("data.shape", "data.image", "stats.recompute")
 
 
 def select_checks(names: Iterable[str] | str | None = None, deep: bool = False) -> list[str]:
@@ -171,6 +181,7 @@ def validate(
     from episodekit.validate import data as checks_data
     from episodekit.validate import layout as checks_layout
     from episodekit.validate import meta as checks_meta
+    from episodekit.validate import stats as checks_stats
 
     say = progress or _noop
     t0 = time.perf_counter()
@@ -210,6 +221,9 @@ def validate(
     if wants("speed", "costs", "plans"):
         say("checking artifacts")
         found += checks_artifacts.check_artifacts(raw, want)
+    if wants("stats"):
+        say("checking normalization stats")
+        found += checks_stats.check_stats(raw, deep="stats.recompute" in want, executor=executor)
     findings = [f for f in found if f.check in want]
     return Report(
         root=str(root),
