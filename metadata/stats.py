@@ -25,7 +25,8 @@ How (one streaming pass per data file, files in parallel through the executor):
 Provenance lives in ``meta/episodekit_stats.parquet`` (never in stats.json, which LeRobot reads as
 features): one row per (feature, dimension) with the dataset's compacted rank summary (what a
 mixture merges, see :func:`merge_stats`), and JSON key-value metadata: version, fingerprint, the
-data files' state (size, mtime), mode and rank-error bounds per feature, and what was written.
+data files' state (size, parquet footer), mode and rank-error bounds per feature, and what
+was written.
 Writes are atomic and rank-gated (only the global main process writes); a read-only or remote root
 gets the in-memory result and one warning.
 """
@@ -516,18 +517,30 @@ class StatsResult:
         return {n: self.dataset[n].to_lerobot() for n in self.features}
 
 
+def _footer_bytes(fs, full: str) -> tuple[int, bytes]:
+    """(size, footer bytes) of a parquet file: its content's fingerprint, without data pages."""
+    with fs.open(full, "rb") as fh:
+        size = fh.seek(0, 2)
+        if size < 12:
+            return size, b""
+        fh.seek(size - 8)
+        n = int.from_bytes(fh.read(4), "little")
+        fh.seek(max(0, size - 8 - n))
+        return size, fh.read(n)
+
+
 def data_state(ds: Dataset) -> str:
-    """Digest of the data files' state (relative path, size, mtime): data changed -> stale."""
+    """Digest of the data files' state (relative path, size and parquet footer): changed data
+    makes the stats stale; a byte-identical copy elsewhere (other mtimes) keeps them fresh."""
     h = hashlib.sha256(b"episodekit-stats-data-v1\0")
     for rel in ds.data_files:
-        full = ds.join(rel)
         try:
-            st = ds.fs.info(full)
+            size, footer = _footer_bytes(ds.fs, ds.join(rel))
         except FileNotFoundError:
             h.update(f"{rel}\0missing\0".encode())
             continue
-        mtime = st.get("mtime") or st.get("LastModified") or st.get("last_commit") or ""
-        h.update(f"{rel}\0{st.get('size')}\0{mtime}\0".encode())
+        h.update(f"{rel}\0{size}\0".encode())
+        h.update(hashlib.sha256(footer).digest())
     return h.hexdigest()[:32]
 
 
@@ -875,9 +888,10 @@ def _write_episodes_file(path: str, table: pa.Table) -> None:
             raise DatasetError("rewritten episodes file does not read back the same", path)
 
 
-def _file_state(path: str) -> list:
-    st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns]
+def _file_state(path: str) -> str:
+    """Content digest of a small output file (episodes table): a copy stays recognisable."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _summary_table(res: StatsResult) -> pa.Table:
@@ -1008,7 +1022,7 @@ def stale_reason(ds: Dataset, meta: dict | None, features: dict[str, int] | None
     if meta.get("fingerprint") != ds.fingerprint:
         return "episodes changed since the stats were computed (fingerprint)"
     if meta.get("data_state") != data_state(ds):
-        return "data files changed since the stats were computed (size/mtime)"
+        return "data files changed since the stats were computed (size or parquet footer)"
     if features and not set(features) <= set(meta.get("features") or {}):
         return "features missing from the stats"
     return ""

@@ -85,7 +85,7 @@ CHECKS: dict[str, str] = {
     "(|a-b| <= 1e-6*|b| + 1e-9*(1+scale))",
 }
 GROUPS = ("info", "tasks", "episodes", "data", "layout", "speed", "costs", "plans", "stats")
-ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans", "stats")}
+ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
 DEEP_ONLY = ("data.shape", "data.image", "stats.recompute")
 
 

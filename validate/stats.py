@@ -252,8 +252,11 @@ def _episode_part(
 
 
 def _lengths_by_episode(raw: RawRoot, ep: np.ndarray) -> np.ndarray | None:
+    """Each listed episode's length (None when episode indices repeat: episodes.index says so)."""
     e = raw.episodes
     idx = e["episode_index"].to_numpy()
+    if len(np.unique(idx)) != len(idx) or len(np.unique(ep)) != len(ep):
+        return None
     length = e["length"].to_numpy()
     order = np.argsort(idx, kind="stable")
     pos = np.searchsorted(idx[order], ep)
