@@ -69,7 +69,7 @@ QUANTILE_MODES = ("exact", "sketch")
 DEFAULT_SKETCH_POINTS = 1024  # order statistics kept per batch of rows (per dimension)
 STORED_SKETCH_POINTS = 2048  # points per dimension kept in the summary file
 DEFAULT_MEMORY_MB = 4096.0  # budget for the sorted columns the exact selection holds
-BATCH_ROWS = 131072
+BATCH_ROWS = 65536
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 _warned: set[tuple[str, str]] = set()
@@ -329,35 +329,37 @@ def _segments(ep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _episode_quantiles(
-    x: np.ndarray, starts: np.ndarray, lens: np.ndarray
+    xt: np.ndarray, starts: np.ndarray, lens: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact per-episode quantiles ``(5, episodes, D)``, min and max ``(episodes, D)``: episodes
-    of similar length (quarter octaves) are padded into one matrix and sorted row-wise, so
-    nothing loops per frame."""
-    n, dims = len(starts), x.shape[1]
+    """Exact per-episode quantiles ``(5, episodes, D)``, min and max ``(episodes, D)`` of the
+    columns ``xt`` (D, rows): episodes of similar length (quarter octaves) are padded into one
+    matrix and sorted row-wise, so nothing loops per frame."""
+    n, dims = len(starts), xt.shape[0]
     out = np.empty((len(QUANTILES), n, dims))
     lo = np.empty((n, dims))
     hi = np.empty((n, dims))
     cls = np.ceil(np.log2(np.maximum(lens, 1)) * 4).astype(np.int64)
-    pad = _pad_value(x.dtype)
+    pad = _pad_value(xt.dtype)
+    qs = np.asarray(QUANTILES)[:, None]
     for c in np.unique(cls):
         sel = np.flatnonzero(cls == c)
         length = lens[sel]
         width = int(length.max())
-        within = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
-        row = np.repeat(np.arange(len(sel)), length)
+        first = np.cumsum(length) - length
+        within = np.arange(int(length.sum())) - np.repeat(first, length)
+        dst = np.repeat(np.arange(len(sel)) * width, length) + within
         src = np.repeat(starts[sel], length) + within
-        mat = np.full((dims, len(sel), width), pad, dtype=x.dtype)
-        mat[:, row, within] = x[src].T
+        mat = np.full((dims, len(sel) * width), pad, dtype=xt.dtype)
+        mat[:, dst] = xt[:, src]
+        mat = mat.reshape(dims, len(sel), width)
         mat.sort(axis=-1)
         rows = np.arange(len(sel))
         lo[sel] = mat[:, rows, 0].T
         hi[sel] = mat[:, rows, length - 1].T
-        for i, q in enumerate(QUANTILES):
-            k0, k1, g = order_indices(length, q)
-            a = mat[:, rows, k0].astype(np.float64)
-            b = mat[:, rows, k1].astype(np.float64)
-            out[i, sel] = lerp_quantile(a, b, g).T
+        k0, k1, g = order_indices(length[None, :], qs)  # (5, episodes)
+        a = mat[:, rows[None, :], k0].astype(np.float64)  # (D, 5, episodes)
+        b = mat[:, rows[None, :], k1].astype(np.float64)
+        out[:, sel] = lerp_quantile(a, b, g[None]).transpose(1, 2, 0)
     return out, lo, hi
 
 
@@ -366,17 +368,19 @@ def _block(
 ) -> dict:
     """Per-episode stats of complete episodes in ``x`` plus the block's rank summary; with
     ``spill`` the block's sorted columns are saved there for the exact selection."""
-    xf = x.astype(np.float64)
-    mean = np.add.reduceat(xf, starts, axis=0) / lens[:, None]
-    xf -= np.repeat(mean, lens, axis=0)
-    m2 = np.add.reduceat(xf * xf, starts, axis=0)
+    xt = x.T.copy()  # (D, rows), writable: segment reductions along the last axis are fast
+    xf = xt.astype(np.float64)
+    mean = np.add.reduceat(xf, starts, axis=1) / lens
+    xf -= np.repeat(mean, lens, axis=1)
+    xf *= xf
+    m2 = np.add.reduceat(xf, starts, axis=1)
     del xf
-    sorted_cols = np.sort(x.T, axis=1)
-    values, weights = _part_summary(sorted_cols, points)
+    q, lo, hi = _episode_quantiles(xt, starts, lens)
+    xt.sort(axis=1)
+    values, weights = _part_summary(xt, points)
     if spill is not None:
-        np.save(spill, sorted_cols)
-    q, lo, hi = _episode_quantiles(x, starts, lens)
-    return {"min": lo, "max": hi, "mean": mean, "m2": m2, "q": q, "sketch": (values, weights)}
+        np.save(spill, xt)
+    return {"min": lo, "max": hi, "mean": mean.T, "m2": m2.T, "q": q, "sketch": (values, weights)}
 
 
 def _open_parquet(root: str, rel: str) -> pq.ParquetFile:
