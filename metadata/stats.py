@@ -332,26 +332,31 @@ def _episode_quantiles(
     xt: np.ndarray, starts: np.ndarray, lens: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exact per-episode quantiles ``(5, episodes, D)``, min and max ``(episodes, D)`` of the
-    columns ``xt`` (D, rows): episodes of similar length (quarter octaves) are padded into one
-    matrix and sorted row-wise, so nothing loops per frame."""
+    columns ``xt`` (D, rows): episodes of similar length (quarter octaves) share a padded matrix
+    (all classes laid out in one buffer, filled by one scatter) sorted row-wise, so nothing loops
+    per frame."""
     n, dims = len(starts), xt.shape[0]
     out = np.empty((len(QUANTILES), n, dims))
     lo = np.empty((n, dims))
     hi = np.empty((n, dims))
     cls = np.ceil(np.log2(np.maximum(lens, 1)) * 4).astype(np.int64)
-    pad = _pad_value(xt.dtype)
+    classes, inverse, counts = np.unique(cls, return_inverse=True, return_counts=True)
+    width = np.zeros(len(classes), np.int64)
+    np.maximum.at(width, inverse, lens)
+    base = np.concatenate([[0], np.cumsum(counts * width)])
+    order = np.argsort(inverse, kind="stable")
+    slot = np.empty(n, np.int64)  # position of each episode inside its class
+    slot[order] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    offset = base[inverse] + slot * width[inverse]
+    dst = np.arange(int(lens.sum())) + np.repeat(offset - starts, lens)
+    buf = np.full((dims, int(base[-1])), _pad_value(xt.dtype), dtype=xt.dtype)
+    buf[:, dst] = xt
     qs = np.asarray(QUANTILES)[:, None]
-    for c in np.unique(cls):
-        sel = np.flatnonzero(cls == c)
+    ends = np.cumsum(counts)
+    for c in range(len(classes)):
+        sel = order[ends[c] - counts[c] : ends[c]]
         length = lens[sel]
-        width = int(length.max())
-        first = np.cumsum(length) - length
-        within = np.arange(int(length.sum())) - np.repeat(first, length)
-        dst = np.repeat(np.arange(len(sel)) * width, length) + within
-        src = np.repeat(starts[sel], length) + within
-        mat = np.full((dims, len(sel) * width), pad, dtype=xt.dtype)
-        mat[:, dst] = xt[:, src]
-        mat = mat.reshape(dims, len(sel), width)
+        mat = buf[:, base[c] : base[c + 1]].reshape(dims, len(sel), int(width[c]))
         mat.sort(axis=-1)
         rows = np.arange(len(sel))
         lo[sel] = mat[:, rows, 0].T
