@@ -7,10 +7,11 @@ Steps, in order, each skipped when its output is already fresh:
 2. speed percentiles (fingerprint in the file);
 3. episode cost table (fingerprint + model in the file metadata);
 4. shard plans, one per world size (fingerprint + parameters + costs digest);
-5. validation; a passing validation leaves a stamp (``meta/episodekit_validation.json``) keyed on
+5. normalization stats (fingerprint + data files' size + footers in meta/episodekit_stats.parquet);
+6. validation; a passing validation leaves a stamp (``meta/episodekit_validation.json``) keyed on
    the fingerprint and the size/mtime of every data file and artifact, so an unchanged root is not
    scanned again;
-6. with ``frames``: the decoded frame store for random access (``episodekit prep frames``), in
+7. with ``frames``: the decoded frame store for random access (``episodekit prep frames``), in
    the local cache, never in the root (so nothing of it is pushed); skipped when fresh.
 
 Nothing is written before the arguments and the plans' feasibility are checked: a world size
@@ -53,7 +54,13 @@ from episodekit.core.progress import current
 from episodekit.core.version import __version__
 
 STAMP_VERSION = 1
-ARTIFACT_GLOBS = (SPEED_FILE, COST_FILE, f"{PLAN_DIR}/*")
+ARTIFACT_GLOBS = (
+    SPEED_FILE,
+    COST_FILE,
+    f"{PLAN_DIR}/*",
+    "meta/stats.json",
+    "meta/episodekit_stats.parquet",
+)
 SPLIT_LONG = ("no", "yes", "auto")
 
 
@@ -466,6 +473,24 @@ def _prepare(
     result.steps.append(_timed("costs", costs))
     result.steps.append(_timed("plans", plans))
 
+    # 5. Normalization stats (stats.json + per-episode stats columns), skipped when fresh.
+    def stats() -> tuple[str, dict, list[str]]:
+        from episodekit.metadata.stats import STATS_FILE, SUMMARY_FILE, ensure_stats
+
+        if ds.version != "v3.0":
+            return "skipped", {"status": f"{ds.version}: stats are written for v3.0 only"}, []
+        res, status = ensure_stats(str(work), force=force, executor=executor, jobs=jobs)
+        if res is None:
+            return "skipped", {"status": status}, []
+        changed = [STATS_FILE, SUMMARY_FILE] if status == "written" else []
+        changed += [str(p.relative_to(work)) for p in work.glob("meta/episodes/*/*.parquet")] * (
+            status == "written"
+        )
+        detail = {"status": status, "features": len(res.features), "quantiles": res.mode}
+        return ("done" if status == "written" else "skipped"), detail, changed
+
+    result.steps.append(_timed("stats", stats))
+
     def validation() -> tuple[str, dict, list[str]]:
         digest = _state_digest(work, ds.fingerprint, ds.data_files)
         stamp = _read_stamp(work)
@@ -600,6 +625,11 @@ def _what(s: Step) -> str:
         return f"{d.get('tasks')} tasks ({d.get('sparse_tasks')} sparse)"
     if s.name == "costs":
         return f"model {d.get('model')}"
+    if s.name == "stats":
+        if "features" not in d:
+            return "fresh" if d.get("status") == "fresh" else str(d.get("status", ""))
+        modes = sorted(set((d.get("quantiles") or {}).values()))
+        return f"{d['features']} features, quantiles {'/'.join(modes)}, {d.get('status')}"
     if s.name == "plans":
         return f"{len(d.get('plans', []))} plans, {len(s.changed)} written"
     if s.name == "validate":

@@ -29,6 +29,7 @@ from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, VIDEO_PATH_V2, VID
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
 from episodekit.core.video import ENCODERS, VideoWriter, require_av
+from episodekit.metadata.stats import compute_stats
 
 STAT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 VIDEO_CODE_BITS = 24  # frame code: the dataset ``index`` as 3 rows of 8 black/white blocks
@@ -638,26 +639,9 @@ def _write_info_and_stats(
     atomic_write_text(root / "meta/info.json", json.dumps(info, indent=4))
     stats = {}
     if episodes is not None:
-        for name, f in features.items():
-            if f["dtype"] in STATS_EXCLUDED_DTYPES:
-                continue
-            d = 1 if f["shape"] == [1] else f["shape"][0]
-            mins = np.stack(
-                episodes[f"stats/{name}/min"].combine_chunks().values.to_numpy().reshape(-1, d)
-            )
-            maxs = episodes[f"stats/{name}/max"].combine_chunks().values.to_numpy().reshape(-1, d)
-            means = episodes[f"stats/{name}/mean"].combine_chunks().values.to_numpy().reshape(-1, d)
-            stds = episodes[f"stats/{name}/std"].combine_chunks().values.to_numpy().reshape(-1, d)
-            w = lengths[:, None].astype(np.float64)
-            mean = (means * w).sum(0) / w.sum()
-            var = ((stds**2 + (means - mean) ** 2) * w).sum(0) / w.sum()
-            stats[name] = {
-                "min": mins.min(0).tolist(),
-                "max": maxs.max(0).tolist(),
-                "mean": mean.tolist(),
-                "std": np.sqrt(var).tolist(),
-                "count": [int(lengths.sum())],
-            }
+        # Dataset stats as LeRobot stores them (all ten keys, quantiles of the whole column, not
+        # an envelope of the episodes'): computed from the files just written.
+        stats = compute_stats(root, jobs=1).lerobot_stats()
     atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
 
 

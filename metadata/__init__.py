@@ -1,5 +1,6 @@
 """The artifacts under ``meta/``: speed percentiles, episode costs, shard plans (and their file
-format). Each ``ensure_*`` computes what is missing or stale and writes it atomically.
+format), normalization stats. Each ``ensure_*`` computes what is missing or stale and writes it
+atomically.
 
 Public face below, loaded lazily: importing this package (as the loader does for the plan file
 format) pulls in none of the heavier modules.
@@ -25,6 +26,9 @@ _EXPORTS = {
     "PlanError": "episodekit.metadata.plan_file",
     "PlanNotFoundError": "episodekit.metadata.plan_file",
     "StalePlanError": "episodekit.metadata.plan_file",
+    "ensure_stats": "episodekit.metadata.stats",
+    "compute_stats": "episodekit.metadata.stats",
+    "merge_stats": "episodekit.metadata.stats",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -146,7 +146,9 @@ def corrupt_length(root: Path) -> Expected:
         return set_column(t, "length", length)
 
     edit_episodes(root, fn)
-    return Expected("episodes.length", EPISODES, 3, also=("data.rows", "info.totals"))
+    return Expected(
+        "episodes.length", EPISODES, 3, also=("data.rows", "info.totals", "stats.count")
+    )
 
 
 def corrupt_episode_duplicated(root: Path) -> Expected:

@@ -38,7 +38,7 @@ def test_first_run_does_everything_second_run_nothing(make_sample):
     first = prepare(str(root), target_mb=1, world_sizes=SIZES, num_workers=2, jobs=1)
     assert first.ok
     assert _statuses(first) == dict.fromkeys(
-        ("rowgroups", "speed", "costs", "plans", "validate"), "done"
+        ("rowgroups", "speed", "costs", "plans", "stats", "validate"), "done"
     )
     for rel in ("meta/speed_percentiles.jsonl", "meta/episode_costs.parquet", STAMP_FILE):
         assert (root / rel).exists(), rel
@@ -57,7 +57,7 @@ def test_rerun_after_losing_an_artifact_redoes_only_that(make_sample):
     (root / "meta/speed_percentiles.jsonl").unlink()
     again = prepare(str(root), world_sizes=SIZES, num_workers=2, jobs=1)
     s = _statuses(again)
-    assert s["rowgroups"] == s["costs"] == s["plans"] == "skipped"
+    assert s["rowgroups"] == s["costs"] == s["plans"] == s["stats"] == "skipped"
     assert s["speed"] == "done"
     assert s["validate"] == "done"  # an artifact changed: the stamp no longer matches
     assert again.changed == ["meta/speed_percentiles.jsonl"]
@@ -95,7 +95,14 @@ def test_cli_json_summary(make_sample):
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["ok"] is True
-    assert [s["name"] for s in d["steps"]] == ["rowgroups", "speed", "costs", "plans", "validate"]
+    assert [s["name"] for s in d["steps"]] == [
+        "rowgroups",
+        "speed",
+        "costs",
+        "plans",
+        "stats",
+        "validate",
+    ]
     plans = d["steps"][3]["detail"]["plans"]
     assert [p["world_size"] for p in plans] == [2, 4]
     assert all(p["balance"]["plan"]["max_over_lower_bound"] < 1.05 for p in plans)

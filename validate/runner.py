@@ -79,6 +79,16 @@ CHECKS: dict[str, str] = {
     "plans.content": "every episode assigned exactly once, balance figures match",
     **VIDEO_CHECKS,
     **QUALITY_CHECKS,
+    "stats.present": "meta/stats.json and per-episode stats/<feature>/<key> columns present",
+    "stats.finite": "every stats value finite",
+    "stats.shape": "stats shapes match the features (count: [1])",
+    "stats.order": "min <= q01 <= q10 <= q50 <= q90 <= q99 <= max, min <= mean <= max",
+    "stats.count": "count equals the frames (dataset and per episode)",
+    "stats.consistent": "dataset min/max/mean/std/count match the merged per-episode stats "
+    "(|a-b| <= 1e-6*|b| + 1e-9*(1+scale))",
+    "stats.fresh": "stats summary fingerprint and data-file state match the root",
+    "stats.recompute": "(--deep) every stat matches a recomputation from the data "
+    "(|a-b| <= 1e-6*|b| + 1e-9*(1+scale))",
 }
 GROUPS = (
     "info",
@@ -89,11 +99,12 @@ GROUPS = (
     "speed",
     "costs",
     "plans",
+    "stats",
     "video",
     "quality",
 )
 ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
-DEEP_ONLY = ("data.image", *VIDEO_DEEP_ONLY)
+DEEP_ONLY = ("data.image", "stats.recompute", *VIDEO_DEEP_ONLY)
 
 
 def select_checks(names: Iterable[str] | str | None = None, deep: bool = False) -> list[str]:
@@ -191,6 +202,7 @@ def validate(
     from episodekit.validate import data as checks_data
     from episodekit.validate import layout as checks_layout
     from episodekit.validate import meta as checks_meta
+    from episodekit.validate import stats as checks_stats
     from episodekit.validate import video as checks_video
 
     say = progress or _noop
@@ -246,6 +258,9 @@ def validate(
     if wants("speed", "costs", "plans"):
         say("checking artifacts")
         found += checks_artifacts.check_artifacts(raw, want)
+    if wants("stats"):
+        say("checking normalization stats")
+        found += checks_stats.check_stats(raw, deep="stats.recompute" in want, executor=executor)
     findings = [f for f in found if f.check in want]
     return Report(
         root=str(root),

@@ -1,4 +1,4 @@
-"""CLI: ``episodekit metadata costs ROOT`` and ``episodekit metadata plan ROOT``."""
+"""CLI: ``episodekit metadata costs|plan|speed|stats ROOT``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from episodekit.cli.common import (
     cost_option,
     dataloader_workers_option,
     deprecated_alias,
+    executor_option,
     force_option,
+    jobs_option,
     json_option,
     locality_option,
     no_wait_option,
@@ -189,11 +191,88 @@ def speed_command(root: str, force: bool, recompute: bool, no_wait: bool, as_jso
     click.echo(json.dumps(report, indent=2) if as_json else format_speed_table(report))
 
 
+def format_stats_report(report: dict) -> str:
+    """Human-readable summary of a ``stats_report`` result."""
+    lines = [
+        f"{report['file']}: {report['status']} ({report['episodes']:,} episodes, "
+        f"{report['frames']:,} frames, fingerprint {report['fingerprint']})",
+        f"{'feature':<28} {'dims':>5} {'quantiles':>9} {'rank error':>11}",
+    ]
+    for name, f in report["features"].items():
+        lines.append(f"{name:<28} {f['dims']:>5} {f['quantiles']:>9} {f['rank_error']:>11.2e}")
+    return "\n".join(lines)
+
+
+@click.command("stats")
+@root_argument()
+@click.option(
+    "--features",
+    default=None,
+    help="Comma-separated numeric features to compute (default: every numeric feature).",
+)
+@click.option(
+    "--quantiles",
+    type=click.Choice(["exact", "sketch"]),
+    default="exact",
+    show_default=True,
+    help="exact: the exact order statistics (np.quantile's values) while the columns fit "
+    "--memory-mb; sketch: from the mergeable rank summary (rank-error bound recorded).",
+)
+@click.option(
+    "--memory-mb",
+    type=click.FloatRange(min=1),
+    default=4096.0,
+    show_default=True,
+    help="Budget for the sorted columns the exact selection keeps (memory-mapped temporary "
+    "files); beyond it the quantiles come from the rank summary.",
+)
+@jobs_option
+@executor_option
+@force_option
+@no_wait_option
+@json_option
+def stats_command(
+    root: str,
+    features: str | None,
+    quantiles: str,
+    memory_mb: float,
+    jobs: int | None,
+    executor: str,
+    force: bool,
+    no_wait: bool,
+    as_json: bool,
+) -> None:
+    """Compute normalization statistics of ROOT: meta/stats.json and the per-episode
+    stats/{feature}/{key} columns of meta/episodes, in LeRobot v3.0's layout.
+
+    For every numeric feature, per dimension: min, max, mean, std, count, q01, q10, q50, q90,
+    q99. Per-episode values are exact; dataset mean/std come from a counts-weighted parallel
+    merge, dataset quantiles from the data (exact mode) or a mergeable rank summary whose
+    rank-error bound is recorded in meta/episodekit_stats.parquet. Image/video stats are kept
+    as they are. Fresh stats (same episodes fingerprint and data files) are left alone.
+    """
+    from episodekit.metadata.stats import stats_report
+
+    only = [f.strip() for f in features.split(",") if f.strip()] if features else None
+    with writing(root, no_wait):
+        report = stats_report(
+            root,
+            force=force,
+            features=only,
+            quantiles=quantiles,
+            memory_mb=memory_mb,
+            executor=executor,
+            jobs=jobs,
+        )
+    click.echo(json.dumps(report, indent=2) if as_json else format_stats_report(report))
+
+
 @click.group("metadata", cls=EpisodekitGroup)
 def metadata_group() -> None:
-    """Derived tables under meta/: speed percentiles, episode costs, shard plans."""
+    """Derived tables under meta/: speed percentiles, episode costs, shard plans, stats."""
 
 
 metadata_group.add_command(speed_command)
 metadata_group.add_command(costs_command)
 metadata_group.add_command(plan_command)
+metadata_group.add_command(stats_command)

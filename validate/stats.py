@@ -1,0 +1,410 @@
+"""Normalization statistics checks (``stats.*``): ``meta/stats.json`` and the per-episode
+``stats/{feature}/{key}`` columns of ``meta/episodes`` are present, finite, shaped like the
+features, ordered (min <= q01 <= ... <= q99 <= max, min <= mean <= max), count the frames, agree
+with each other (cheap: the dataset's min/max/mean/std/count against the counts-weighted merge of
+the episodes'), are fresh (``meta/episodekit_stats.parquet``'s fingerprint and data-file state),
+and with ``--deep`` agree with a recomputation from the data. v3.0 roots only (v2.1 kept its
+stats elsewhere). Tolerance for every comparison: ``|a - b| <= RTOL*|b| + ATOL*(1 + scale)``
+with scale the feature's largest magnitude; it is printed in the messages.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from episodekit.core.dataset import V3, DatasetError, read_parquet, read_schema
+from episodekit.metadata.stats import (
+    ORDERED_KEYS,
+    QUANTILE_KEYS,
+    STAT_KEYS,
+    STATS_FILE,
+    compute_stats,
+    numeric_features,
+    read_summary_meta,
+    stale_reason,
+)
+from episodekit.validate.artifacts import dataset_from_raw
+from episodekit.validate.raw import ERROR, Finding, RawRoot
+
+RTOL = 1e-6
+ATOL = 1e-9
+TOLERANCE = f"|a-b| <= {RTOL:g}*|b| + {ATOL:g}*(1+scale)"
+EXAMPLES = 3
+
+
+def _close(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
+    return np.abs(a - b) <= RTOL * np.abs(b) + ATOL * (1 + scale)
+
+
+def _values(v, dims: int, key: str) -> tuple[np.ndarray | None, str]:
+    """A stats.json entry as a float vector of the expected length, or (None, why)."""
+    try:
+        arr = np.asarray(v, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None, f"not numbers ({str(v)[:40]})"
+    want = 1 if key == "count" else dims
+    if arr.size != want or arr.ndim > 1:
+        return None, f"shape {list(arr.shape)}, expected [{want}]"
+    return arr.reshape(want), ""
+
+
+def _dataset_part(raw: RawRoot, feats: dict[str, int]) -> tuple[list[Finding], dict]:
+    """Findings on stats.json and its parsed numeric stats ``{feature: {key: vector}}``."""
+    out: list[Finding] = []
+    full = raw.join(STATS_FILE)
+
+    def err(check: str, msg: str) -> None:
+        out.append(Finding(check, ERROR, msg, STATS_FILE))
+
+    if not raw.fs.exists(full):
+        err("stats.present", "missing; compute it with `episodekit metadata stats ROOT`")
+        return out, {}
+    try:
+        with raw.fs.open(full, "rb") as fh:
+            data = json.loads(fh.read())
+    except (ValueError, UnicodeDecodeError, OSError) as exc:
+        err("stats.present", f"not valid JSON ({exc})")
+        return out, {}
+    if not isinstance(data, dict):
+        err("stats.present", "not a JSON object")
+        return out, {}
+    parsed: dict[str, dict[str, np.ndarray]] = {}
+    for name, dims in feats.items():
+        entry = data.get(name)
+        missing = [k for k in STAT_KEYS if not isinstance(entry, dict) or k not in entry]
+        if missing:
+            err("stats.present", f"{name}: keys {missing} missing")
+        if not isinstance(entry, dict):
+            continue
+        got: dict[str, np.ndarray] = {}
+        for key in STAT_KEYS:
+            if key not in entry:
+                continue
+            arr, why = _values(entry[key], dims, key)
+            if arr is None:
+                err("stats.shape", f"{name}/{key}: {why} (feature shape [{dims}])")
+                continue
+            if not np.all(np.isfinite(arr)):
+                err("stats.finite", f"{name}/{key}: not finite ({arr.tolist()[:6]})")
+                continue
+            got[key] = arr
+        parsed[name] = got
+        out += _order(name, got, STATS_FILE)
+        if "count" in got and raw.episodes is not None:
+            frames = int(pc.sum(raw.episodes["length"]).as_py() or 0)
+            if int(got["count"][0]) != frames:
+                err(
+                    "stats.count",
+                    f"{name}/count is {int(got['count'][0])}, the dataset has {frames} frames",
+                )
+    return out, parsed
+
+
+def _order(name: str, got: dict[str, np.ndarray], file: str, episode=None) -> list[Finding]:
+    """min <= q01 <= ... <= q99 <= max, min <= mean <= max, std >= 0 (rows: episodes)."""
+    out = []
+    keys = [k for k in ORDERED_KEYS if k in got]
+    for a, b in zip(keys, keys[1:]):
+        bad = got[a] > got[b]
+        if np.any(bad):
+            out.append(
+                Finding(
+                    "stats.order",
+                    ERROR,
+                    f"{name}: {a} > {b} in dimension(s) {np.flatnonzero(bad).tolist()[:6]}",
+                    file,
+                    episode,
+                )
+            )
+    if {"min", "mean", "max"} <= set(got):
+        bad = (got["mean"] < got["min"]) | (got["mean"] > got["max"])
+        if np.any(bad):
+            out.append(
+                Finding(
+                    "stats.order",
+                    ERROR,
+                    f"{name}: mean outside [min, max] in "
+                    f"dimension(s) {np.flatnonzero(bad).tolist()[:6]}",
+                    file,
+                    episode,
+                )
+            )
+    if "std" in got and np.any(got["std"] < 0):
+        out.append(Finding("stats.order", ERROR, f"{name}: negative std", file, episode))
+    return out
+
+
+def _episode_part(
+    raw: RawRoot, feats: dict[str, int]
+) -> tuple[list[Finding], np.ndarray, dict[str, dict[str, np.ndarray]]]:
+    """Findings on the per-episode columns, and the parsed ``(episodes, D)`` values."""
+    out: list[Finding] = []
+    eps_all: list[np.ndarray] = []
+    cols_all: dict[str, dict[str, list[np.ndarray]]] = {n: {} for n in feats}
+    ok_all: dict[str, dict[str, bool]] = {n: dict.fromkeys(STAT_KEYS, True) for n in feats}
+    files = sorted(set(raw.episodes["__file"].to_pylist())) if raw.episodes is not None else []
+    for rel in files:
+        full = raw.join(rel)
+        try:
+            names = read_schema(raw.fs, full).names
+            wanted = [f"stats/{n}/{k}" for n in feats for k in STAT_KEYS]
+            present = [c for c in wanted if c in names]
+            t = read_parquet(raw.fs, full, columns=["episode_index", *present])
+        except (DatasetError, pa.ArrowException, OSError):
+            continue  # episodes.read reports it
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            out.append(
+                Finding(
+                    "stats.present",
+                    ERROR,
+                    f"{len(missing)} stats columns missing, e.g. {missing[:3]}",
+                    rel,
+                )
+            )
+        ep = t["episode_index"].to_numpy()
+        eps_all.append(ep)
+        for n, dims in feats.items():
+            for k in STAT_KEYS:
+                c = f"stats/{n}/{k}"
+                want = 1 if k == "count" else dims
+                if c not in present:
+                    ok_all[n][k] = False
+                    continue
+                col = t[c].combine_chunks()
+                if not (
+                    pa.types.is_list(col.type)
+                    or pa.types.is_large_list(col.type)
+                    or pa.types.is_fixed_size_list(col.type)
+                ):
+                    out.append(
+                        Finding(
+                            "stats.shape",
+                            ERROR,
+                            f"{c}: type {col.type}, expected a list per episode",
+                            rel,
+                        )
+                    )
+                    ok_all[n][k] = False
+                    continue
+                lengths = pc.list_value_length(col).fill_null(-1).to_numpy()
+                bad = np.flatnonzero(lengths != want)
+                if len(bad):
+                    out.append(
+                        Finding(
+                            "stats.shape",
+                            ERROR,
+                            f"{c}: {len(bad)} episode(s) with "
+                            f"{lengths[bad[0]]} values, expected {want} (feature "
+                            f"shape [{dims}])",
+                            rel,
+                            int(ep[bad[0]]),
+                        )
+                    )
+                    ok_all[n][k] = False
+                    continue
+                vals = pc.list_flatten(col).cast(pa.float64()).fill_null(np.nan).to_numpy()
+                cols_all[n].setdefault(k, []).append(vals.reshape(-1, want))
+    if not eps_all:
+        return out, np.zeros(0, np.int64), {}
+    ep = np.concatenate(eps_all)
+    order = np.argsort(ep, kind="stable")
+    parsed: dict[str, dict[str, np.ndarray]] = {}
+    lengths = _lengths_by_episode(raw, ep[order])
+    for n in feats:
+        got = {k: np.concatenate(v)[order] for k, v in cols_all[n].items() if ok_all[n][k]}
+        for k, v in list(got.items()):
+            bad = np.flatnonzero(~np.all(np.isfinite(v), axis=1))
+            if len(bad):
+                out.append(
+                    Finding(
+                        "stats.finite",
+                        ERROR,
+                        f"stats/{n}/{k}: {len(bad)} episode(s) with NaN/inf",
+                        None,
+                        int(ep[order][bad[0]]),
+                    )
+                )
+                del got[k]
+        for f in _order_rows(n, got, ep[order]):
+            out.append(f)
+        if "count" in got and lengths is not None:
+            bad = np.flatnonzero(got["count"][:, 0] != lengths)
+            if len(bad):
+                out.append(
+                    Finding(
+                        "stats.count",
+                        ERROR,
+                        f"stats/{n}/count: {len(bad)} episode(s) "
+                        f"whose count is not their length (e.g. {int(got['count'][bad[0], 0])}"
+                        f" vs {int(lengths[bad[0]])})",
+                        None,
+                        int(ep[order][bad[0]]),
+                    )
+                )
+        parsed[n] = got
+    return out, ep[order], parsed
+
+
+def _lengths_by_episode(raw: RawRoot, ep: np.ndarray) -> np.ndarray | None:
+    """Each listed episode's length (None when episode indices repeat: episodes.index says so)."""
+    e = raw.episodes
+    idx = e["episode_index"].to_numpy()
+    if len(np.unique(idx)) != len(idx) or len(np.unique(ep)) != len(ep):
+        return None
+    length = e["length"].to_numpy()
+    order = np.argsort(idx, kind="stable")
+    pos = np.searchsorted(idx[order], ep)
+    pos = np.minimum(pos, len(idx) - 1)
+    if len(idx) == 0 or not np.array_equal(idx[order][pos], ep):
+        return None
+    return length[order][pos]
+
+
+def _order_rows(name: str, got: dict[str, np.ndarray], ep: np.ndarray) -> list[Finding]:
+    out = []
+    keys = [k for k in ORDERED_KEYS if k in got]
+    bad = np.zeros(len(ep), bool)
+    for a, b in zip(keys, keys[1:]):
+        bad |= np.any(got[a] > got[b], axis=1)
+    if {"min", "mean", "max"} <= set(got):
+        bad |= np.any((got["mean"] < got["min"]) | (got["mean"] > got["max"]), axis=1)
+    if "std" in got:
+        bad |= np.any(got["std"] < 0, axis=1)
+    rows = np.flatnonzero(bad)
+    if len(rows):
+        out.append(
+            Finding(
+                "stats.order",
+                ERROR,
+                f"stats/{name}: {len(rows)} episode(s) with "
+                "min <= q01 <= ... <= q99 <= max or min <= mean <= max violated",
+                None,
+                int(ep[rows[0]]),
+            )
+        )
+    return out
+
+
+def _consistency(feats: dict[str, int], dataset: dict, episodes: dict) -> list[Finding]:
+    """Cheap: the dataset's min/max/mean/std/count against the merge of the episodes'."""
+    out = []
+    for n in feats:
+        d, e = dataset.get(n, {}), episodes.get(n, {})
+        if not {"min", "max", "mean", "std", "count"} <= set(d) & set(e):
+            continue
+        w = e["count"][:, 0].astype(np.float64)
+        total = w.sum()
+        if total <= 0:
+            continue
+        mean = (e["mean"] * w[:, None]).sum(0) / total
+        var = ((e["std"] ** 2 + (e["mean"] - mean) ** 2) * w[:, None]).sum(0) / total
+        merged = {
+            "min": e["min"].min(0),
+            "max": e["max"].max(0),
+            "mean": mean,
+            "std": np.sqrt(var),
+            "count": np.array([total]),
+        }
+        scale = float(np.max(np.abs(np.r_[merged["min"], merged["max"]])))
+        for k, v in merged.items():
+            bad = ~_close(d[k], v, scale)
+            if np.any(bad):
+                j = int(np.flatnonzero(bad)[0])
+                out.append(
+                    Finding(
+                        "stats.consistent",
+                        ERROR,
+                        f"{n}/{k}: stats.json has "
+                        f"{d[k][j]:.9g} in dimension {j}, the episodes' stats merge "
+                        f"to {v[j]:.9g} (tolerance {TOLERANCE})",
+                        STATS_FILE,
+                    )
+                )
+    return out
+
+
+def _recompute(raw: RawRoot, feats, dataset, ep, episodes, executor: str) -> list[Finding]:
+    """``--deep``: recompute every stat from the data and compare."""
+    ds = dataset_from_raw(raw)
+    if ds is None:
+        return []
+    meta = read_summary_meta(ds) or {}
+    mode = "sketch" if "sketch" in (meta.get("quantiles") or {}).values() else "exact"
+    try:
+        res = compute_stats(ds, list(feats), quantiles=mode, executor=executor)
+    except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
+        return [Finding("stats.recompute", ERROR, f"cannot recompute: {exc}")]
+    out = []
+    for n in feats:
+        fs = res.dataset[n]
+        scale = float(np.max(np.abs(np.r_[fs.min, fs.max])))
+        want = fs.to_lerobot()
+        for k in STAT_KEYS:
+            if k in dataset.get(n, {}):
+                bad = ~_close(dataset[n][k], np.asarray(want[k], dtype=np.float64), scale)
+                if np.any(bad):
+                    j = int(np.flatnonzero(bad)[0])
+                    out.append(
+                        Finding(
+                            "stats.recompute",
+                            ERROR,
+                            f"{n}/{k}: stats.json has "
+                            f"{dataset[n][k][j]:.9g} in dimension {j}, the data give "
+                            f"{want[k][j]:.9g} (tolerance {TOLERANCE})",
+                            STATS_FILE,
+                        )
+                    )
+            if k not in episodes.get(n, {}) or not np.array_equal(ep, res.episode_index):
+                continue
+            ref = res.episode_count[:, None] if k == "count" else res.episode[n][k]
+            bad = np.flatnonzero(~np.all(_close(episodes[n][k], ref, scale), axis=1))
+            if len(bad):
+                out.append(
+                    Finding(
+                        "stats.recompute",
+                        ERROR,
+                        f"stats/{n}/{k}: {len(bad)} "
+                        f"episode(s) differ from the data (tolerance {TOLERANCE})",
+                        None,
+                        int(ep[bad[0]]),
+                    )
+                )
+    return out
+
+
+def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> list[Finding]:
+    """Every ``stats.*`` finding of a v3.0 root."""
+    if raw.version != V3:
+        return []
+    feats = numeric_features(raw.info)
+    if not feats:
+        return []
+    out, dataset = _dataset_part(raw, feats)
+    more, ep, episodes = _episode_part(raw, feats)
+    out += more
+    out += _consistency(feats, dataset, episodes)
+    ds = dataset_from_raw(raw)
+    meta = read_summary_meta(ds) if ds is not None else None
+    if ds is not None and meta is not None:
+        why = stale_reason(ds, meta)
+        if why:
+            out.append(
+                Finding(
+                    "stats.fresh",
+                    ERROR,
+                    f"stale: {why}; recompute with `episodekit metadata stats ROOT --force`",
+                    posixpath.join("meta", "episodekit_stats.parquet"),
+                )
+            )
+    if deep:
+        out += _recompute(raw, feats, dataset, ep, episodes, executor)
+    return out
+
+
+__all__ = ["QUANTILE_KEYS", "TOLERANCE", "check_stats"]
