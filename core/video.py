@@ -523,6 +523,10 @@ class VideoWriter:
         opts = {"crf": str(crf)}
         if encoder == "libsvtav1":
             opts["preset"] = preset or "10"
+            # Low-delay prediction: no reordered frames (as in LeRobot's own files), so a forced
+            # keyframe at an episode start never leaves the muxer a DTS that goes backwards.
+            params = ["pred-struct=1"] + ([f"lp={int(threads)}"] if threads else [])
+            opts["svtav1-params"] = ":".join(params)
         elif encoder == "libx264":
             opts["preset"] = preset or "veryfast"
         stream.options = opts

@@ -486,9 +486,10 @@ def _encode_episode(writer: VideoWriter, spec: SampleSpec, camera: int, start: i
 def _encode_file(
     vpath: Path, spec: SampleSpec, camera: int, episodes: list[tuple[int, int]], tries: int = 3
 ) -> None:
-    """Encode one mp4 of ``(first index, length)`` episodes. libsvtav1 now and then hands the
-    muxer a packet whose DTS goes backwards (seen only on a loaded machine, not reproducible on
-    its own); the frames are a pure function of the spec, so the file is simply encoded again."""
+    """Encode one mp4 of ``(first index, length)`` episodes. Before the writer asked libsvtav1
+    for low-delay prediction, it now and then handed the muxer a DTS that went backwards (only on
+    a loaded machine); should that recur, the frames are a pure function of the spec, so the file
+    is encoded again rather than failing the sample."""
     av = require_av()
     for attempt in range(tries):
         try:

@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path, atomic_write_bytes
 from episodekit.core.dataset import V3, Dataset, DatasetError, as_dataset, is_local, resolve_root
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import map_files
 from episodekit.core.world import rank_info
 
@@ -977,12 +978,11 @@ def write_stats(res: StatsResult, root: Dataset | str | os.PathLike) -> bool:
         table = _summary_table(res).replace_schema_metadata({SUMMARY_KEY: json.dumps(meta)})
         with atomic_path(base / SUMMARY_FILE) as tmp:
             pq.write_table(table, tmp)
-    except OSError as exc:
-        if exc.errno not in READ_ONLY_ERRNOS:
+    except (OSError, EnvironmentProblem) as exc:  # atomic writes raise EnvironmentProblem
+        if getattr(exc, "errno", None) not in READ_ONLY_ERRNOS:
             raise
-        _warn_once(
-            "readonly", ds.root, f"{ds.root}: read-only root ({exc.strerror}), stats not written"
-        )
+        reason = getattr(exc, "strerror", None) or "read-only"
+        _warn_once("readonly", ds.root, f"{ds.root}: read-only root ({reason}), stats not written")
         return False
     return True
 

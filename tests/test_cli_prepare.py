@@ -58,7 +58,7 @@ def test_fresh_rerun_says_skipped_and_nothing_else(make_sample):
     assert tree(root) == before
     # stderr is not a terminal here: plain, one line per step.
     assert p.stderr.splitlines() == [
-        f"{s}: skipped" for s in ("rowgroups", "speed", "costs", "plans", "validate")
+        f"{s}: skipped" for s in ("rowgroups", "speed", "costs", "plans", "stats", "validate")
     ]
     table = p.stdout.split("  balance")[0]
     assert "MB/s" not in p.stdout and "rewriting" not in p.stdout + p.stderr

@@ -432,7 +432,7 @@ def test_cli_stats_command(root):
     again = _cli("metadata", "stats", str(root), "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["status"] == "fresh"
     bad = _cli("metadata", "stats", str(root), "--features", "nope")
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # a bad option value: usage (exit 2)
     assert bad.stderr.strip().count("\n") == 0 and "nope" in bad.stderr
     _edit_stats_json(root, _nan_mean)
     v = _cli("validate", str(root), "--checks", "stats")
