@@ -85,10 +85,10 @@ def main() -> None:
     print(f"demo dataset folder: {root.resolve()}  (DEMO_DIR; kept afterwards)")
     run("sample", str(root), "--episodes", str(a.episodes), "--style", "edited")
     run("info", str(root), "--max-files", "4")
-    run("prepare", str(root))
+    run("prepare", str(root), "--frames")  # + the frame store the random-access reads use
     run("info", str(root), "--max-files", "4")
     print("\n# a second prepare finds everything fresh:")
-    run("prepare", str(root))
+    run("prepare", str(root), "--frames")
     read_through_loader(root)
     rel = root if not root.is_absolute() else root.resolve()
     print(f"\ndemo finished in {time.perf_counter() - t0:.1f}s; the dataset is in {rel}")
