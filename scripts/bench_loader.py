@@ -25,6 +25,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from numpy_baseline import window_readers
+
+from episodekit.core.paths import DEFAULT_TARGET_MB
 
 FPS = 30
 DELTAS = {
@@ -96,24 +99,7 @@ def bench_random_access(root: Path, reads: int, batches: int, repeat: int) -> di
     bidx = rng.integers(0, n, (batches, 256))
     ds.get_batch(np.arange(n))  # warm the row-group pool (both sides then work from RAM)
 
-    def base_item(i):
-        out = {c: cols[c][i] for c in plain}
-        s, e = start[i], end[i]
-        for k, off in offs.items():
-            q = off + i
-            out[k] = cols[k][np.minimum(np.maximum(q, s), e - 1)]
-            out[f"{k}_is_pad"] = (q < s) | (q >= e)
-        return out
-
-    def base_batch(b):
-        out = {c: cols[c][b] for c in plain}
-        s, e = start[b][:, None], end[b][:, None]
-        for k, off in offs.items():
-            q = b[:, None] + off
-            qc = np.minimum(np.maximum(q, s), e - 1)
-            out[k] = cols[k][qc]
-            out[f"{k}_is_pad"] = qc != q
-        return out
+    base_item, base_batch = window_readers(cols, plain, offs, start, end)
 
     # same values, or the comparison means nothing
     for b in bidx[:3]:
@@ -242,8 +228,9 @@ def main() -> None:
     p.add_argument(
         "--big-target-mb",
         type=float,
-        default=1.0,
-        help="row-group target of the prepared copy measured (0: the recorded layout as is, "
+        default=DEFAULT_TARGET_MB,
+        help="row-group target of the prepared copy measured, prepare's default (0: the recorded "
+        "layout as is, "
         "one row group per episode: its 1,700-group footers cost ~12 MiB each when open)",
     )
     p.add_argument("--big-reads", type=int, default=100_000)

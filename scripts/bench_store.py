@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from numpy_baseline import window_readers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_loader import DELTAS  # noqa: E402  (the same windows as bench_loader)
@@ -187,24 +188,7 @@ def bench_random(root: Path, store: Path, reads: int, batches: int, repeat: int)
         for i in range(0, len(a), 1 << 20):
             a[i : i + (1 << 20)].sum()
 
-    def base_item(i):
-        out = {c: cols[c][i] for c in plain}
-        s, e = start[i], end[i]
-        for k, off in offs.items():
-            q = off + i
-            out[k] = cols[k][np.minimum(np.maximum(q, s), e - 1)]
-            out[f"{k}_is_pad"] = (q < s) | (q >= e)
-        return out
-
-    def base_batch(b):
-        out = {c: cols[c][b] for c in plain}
-        s, e = start[b][:, None], end[b][:, None]
-        for k, off in offs.items():
-            q = b[:, None] + off
-            qc = np.minimum(np.maximum(q, s), e - 1)
-            out[k] = cols[k][qc]
-            out[f"{k}_is_pad"] = qc != q
-        return out
+    base_item, base_batch = window_readers(cols, plain, offs, start, end)
 
     for b in bidx[:5]:  # same values, or the comparison means nothing
         mine, ref = ds.get_batch(b), base_batch(b)
