@@ -1,5 +1,5 @@
 """What every artifact under ``meta/`` shares: where it is, reading it (size-bounded), writing it
-atomically to a local root, and telling fresh from stale by the episodes fingerprint.
+atomically to a local root, and the kinds of problem a verification reports.
 
 Speed percentiles, the cost table and shard plans each own their format; this module owns the
 plumbing, so "root or Dataset", the local-write guard and the read limits are written once.
@@ -76,11 +76,6 @@ def write_bytes(root_or_ds: Dataset | str | os.PathLike, rel: str, data: bytes) 
     target = local_target(root_or_ds, rel)
     atomic_write_bytes(target, data)
     return target
-
-
-def is_fresh(recorded_fingerprint: object, ds: Dataset) -> bool:
-    """True when an artifact was computed from exactly ``ds``'s episodes."""
-    return isinstance(recorded_fingerprint, str) and recorded_fingerprint == ds.fingerprint
 
 
 FORMAT, FRESH, CONTENT = "format", "fresh", "content"

@@ -256,12 +256,6 @@ def root_argument(required: bool = True):
     return click.argument("root", required=required, callback=check_root)
 
 
-@contextlib.contextmanager
-def fail_cleanly() -> Iterator[None]:
-    """Kept for commands written before the group's error policy, which now does this job."""
-    yield
-
-
 class IntList(click.ParamType):
     """'8,16,64' -> [8, 16, 64]; every value >= ``minimum`` (a usage error, exit 2, otherwise)."""
 
@@ -296,11 +290,6 @@ def writing(root: str, no_wait: bool) -> Iterator[None]:
         return
     with writer_lock(root, wait=not no_wait, say=lambda m: click.echo(m, err=True)):
         yield
-
-
-def parse_int_list(value: str | list[int]) -> list[int]:
-    """Kept for callers that parse themselves: ``IntList().convert`` without a context."""
-    return IntList().convert(value, None, None)
 
 
 # -- options shared by several commands (one definition, one meaning everywhere) ----------------
