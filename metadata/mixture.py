@@ -1,0 +1,520 @@
+"""Mixtures: train on several LeRobot roots at once, each drawn with a weight.
+
+A mixture spec (``mixture.json``, or the same JSON inline on the command line)::
+
+    {
+      "sources": [
+        {"root": "/data/aloha", "weight": 2, "name": "aloha"},
+        {"root": "hf://datasets/owner/pusht@v1", "weight": 1,
+         "episodes": "0:500", "tasks": ["push the T"],
+         "rename": {"observation.joints": "observation.state"}}
+      ],
+      "balance": "frames",          # none | frames | episodes
+      "epoch_frames": 1000000,      # frames one epoch draws (default: the sources' frames)
+      "overflow": "repeat",         # repeat | cap: a share larger than the source's frames
+      "features": {"observation.state": {"pad_to": 32}, "observation.extra": {"drop": true}}
+    }
+
+Per source: ``root`` (local path, relative to the spec file, or ``hf://``), ``weight`` > 0,
+optional ``name`` (default: the root's last path part), ``episodes`` (a list of episode indices
+or a ``"start:stop"`` range), ``tasks`` (task strings or task indices: an episode is kept when
+one of its tasks matches), ``rename`` (source feature -> mixture feature).
+
+Arithmetic (exact, with fractions, so it can be checked by hand):
+- effective weight ``e_i = w_i`` (``none``), ``w_i * frames_i`` (``frames``) or
+  ``w_i * episodes_i`` (``episodes``: Octo's ``balance_weights``), over the selected episodes;
+- the quota of source i for an epoch of ``N`` frames is ``N * e_i / sum(e)`` rounded by the
+  largest-remainder method (ties: the earlier source), so the quotas sum to ``N`` exactly;
+- ``overflow="repeat"``: a quota larger than the source's frames repeats its frames
+  (``repeats = quota / frames``); ``"cap"``: such a quota is cut to the source's frames and the
+  surplus is shared by the other sources by their weights (repeated until nothing exceeds).
+
+Errors are :class:`MixtureError` (a :class:`DatasetError`, exit 1): one line naming the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import posixpath
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from episodekit.core.dataset import Dataset, DatasetError, open_dataset
+
+BALANCES = ("none", "frames", "episodes")
+OVERFLOWS = ("repeat", "cap")
+MIXTURE_FILE = "mixture.json"
+MIXTURE_FORMAT = "episodekit.mixture"
+MIXTURE_VERSION = 1
+_SOURCE_KEYS = {"root", "weight", "name", "episodes", "tasks", "rename"}
+_TOP_KEYS = {"sources", "balance", "epoch_frames", "overflow", "features", "format", "version"}
+_FEATURE_KEYS = {"pad_to", "drop"}
+
+
+class MixtureError(DatasetError):
+    """A mixture spec or mixture plan that cannot be used; one line naming the field."""
+
+
+@dataclass
+class SourceSpec:
+    """One source of a mixture, as written in the spec."""
+
+    root: str
+    weight: Fraction
+    name: str
+    episodes: list[int] | tuple[int, int] | None = None
+    tasks: list[str | int] | None = None
+    rename: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "root": self.root, "weight": _number(self.weight)}
+        if self.episodes is not None:
+            eps = self.episodes
+            out["episodes"] = f"{eps[0]}:{eps[1]}" if isinstance(eps, tuple) else list(eps)
+        if self.tasks is not None:
+            out["tasks"] = list(self.tasks)
+        if self.rename:
+            out["rename"] = dict(sorted(self.rename.items()))
+        return out
+
+
+@dataclass
+class MixtureSpec:
+    """A parsed mixture: sources and the mixture-wide settings."""
+
+    sources: list[SourceSpec]
+    balance: str = "none"
+    epoch_frames: int | None = None
+    overflow: str = "repeat"
+    features: dict[str, dict[str, Any]] = field(default_factory=dict)
+    where: str = "mixture"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The normalized spec (roots resolved): what a mixture plan records and hashes."""
+        return {
+            "format": MIXTURE_FORMAT,
+            "version": MIXTURE_VERSION,
+            "sources": [s.to_dict() for s in self.sources],
+            "balance": self.balance,
+            "epoch_frames": self.epoch_frames,
+            "overflow": self.overflow,
+            "features": {k: dict(sorted(v.items())) for k, v in sorted(self.features.items())},
+        }
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.sources]
+
+
+def _number(x: Fraction) -> int | float:
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def _fail(where: str, msg: str) -> MixtureError:
+    return MixtureError(f"{where}: {msg}")
+
+
+def _fraction(value: Any, where: str, what: str) -> Fraction:
+    """A JSON number as an exact fraction (0.1 is 1/10: the decimal the user wrote)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(where, f"{what} must be a number > 0, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _fail(where, f"{what} must be a finite number > 0, got {value!r}")
+    out = Fraction(value) if isinstance(value, int) else Fraction(repr(value))
+    if out <= 0:
+        raise _fail(where, f"{what} must be a number > 0, got {value!r}")
+    return out
+
+
+def _episodes(value: Any, where: str, what: str) -> list[int] | tuple[int, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = value.split(":")
+        try:
+            lo, hi = (int(p) for p in parts)
+        except ValueError:
+            raise _fail(
+                where, f"{what} must be a list of episode indices or 'start:stop', got {value!r}"
+            ) from None
+        if lo < 0 or hi <= lo:
+            raise _fail(where, f"{what} range {value!r} is empty or negative")
+        return (lo, hi)
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
+        return sorted(set(value))
+    raise _fail(
+        where,
+        f"{what} must be a non-empty list of episode indices >= 0 or 'start:stop', got {value!r}",
+    )
+
+
+def _source(obj: Any, i: int, where: str, base_dir: str | None) -> SourceSpec:
+    what = f"sources[{i}]"
+    if not isinstance(obj, dict):
+        raise _fail(where, f"{what} must be an object with 'root' and 'weight', got {obj!r}")
+    unknown = sorted(set(obj) - _SOURCE_KEYS)
+    if unknown:
+        raise _fail(
+            where,
+            f"{what}.{unknown[0]} is not a source field "
+            f"(fields: {', '.join(sorted(_SOURCE_KEYS))})",
+        )
+    root = obj.get("root")
+    if not isinstance(root, str) or not root.strip():
+        raise _fail(where, f"{what}.root must be a path or URL, got {root!r}")
+    if "://" not in root and base_dir is not None and not os.path.isabs(root):
+        root = os.path.normpath(os.path.join(base_dir, root))
+    if "weight" not in obj:
+        raise _fail(where, f"{what}.weight is missing (a number > 0)")
+    weight = _fraction(obj["weight"], where, f"{what}.weight")
+    name = obj.get("name")
+    if name is None:
+        name = posixpath.basename(root.rstrip("/").split("@")[0]) or f"source{i}"
+    if not isinstance(name, str) or not name or "/" in name:
+        raise _fail(where, f"{what}.name must be a non-empty string without '/', got {name!r}")
+    tasks = obj.get("tasks")
+    if tasks is not None and not (
+        isinstance(tasks, list)
+        and tasks
+        and all(isinstance(t, (str, int)) and not isinstance(t, bool) for t in tasks)
+    ):
+        raise _fail(
+            where,
+            f"{what}.tasks must be a non-empty list of task strings or indices, got {tasks!r}",
+        )
+    rename = obj.get("rename") or {}
+    if not isinstance(rename, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in rename.items()
+    ):
+        raise _fail(where, f"{what}.rename must map source feature names to mixture names")
+    return SourceSpec(
+        root=root,
+        weight=weight,
+        name=name,
+        episodes=_episodes(obj.get("episodes"), where, f"{what}.episodes"),
+        tasks=tasks,
+        rename=dict(rename),
+    )
+
+
+def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
+    """A mixture spec from a dict, inline JSON (a string starting with ``{``) or a JSON file
+    (relative roots are taken from the file's folder). Raises :class:`MixtureError`."""
+    base_dir, where = None, "mixture"
+    if isinstance(value, dict):
+        doc = value
+    else:
+        text = os.fspath(value)
+        if text.lstrip().startswith("{"):
+            where = "--mixture (inline JSON)"
+            raw = text
+        else:
+            where = text
+            try:
+                with open(text, encoding="utf-8") as fh:
+                    raw = fh.read(16 << 20)
+            except FileNotFoundError:
+                raise _fail(where, "no such mixture file") from None
+            except OSError as exc:
+                raise _fail(
+                    where, f"cannot read the mixture file ({exc.strerror or exc})"
+                ) from None
+            base_dir = os.path.dirname(os.path.abspath(text))
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise _fail(where, f"not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise _fail(where, "a mixture is a JSON object with a 'sources' list")
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise _fail(
+            where,
+            f"{unknown[0]} is not a mixture field "
+            f"(fields: {', '.join(sorted(_TOP_KEYS - {'format', 'version'}))})",
+        )
+    sources = doc.get("sources")
+    if not isinstance(sources, list) or not sources:
+        raise _fail(where, "sources must be a non-empty list of {root, weight} objects")
+    specs = [_source(s, i, where, base_dir) for i, s in enumerate(sources)]
+    names = [s.name for s in specs]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise _fail(
+            where,
+            f"sources[{names.index(dup, names.index(dup) + 1)}].name {dup!r} is "
+            "used twice: give each source its own name",
+        )
+    balance = doc.get("balance", "none")
+    if balance not in BALANCES:
+        raise _fail(where, f"balance must be one of {', '.join(BALANCES)}, got {balance!r}")
+    overflow = doc.get("overflow", "repeat")
+    if overflow not in OVERFLOWS:
+        raise _fail(where, f"overflow must be one of {', '.join(OVERFLOWS)}, got {overflow!r}")
+    epoch = doc.get("epoch_frames")
+    if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1):
+        raise _fail(where, f"epoch_frames must be an integer >= 1, got {epoch!r}")
+    features = doc.get("features") or {}
+    if not isinstance(features, dict):
+        raise _fail(where, "features must map feature names to {pad_to: N} or {drop: true}")
+    for key, opts in features.items():
+        if not isinstance(opts, dict) or not opts or set(opts) - _FEATURE_KEYS:
+            raise _fail(
+                where, f"features.{key} must be {{'pad_to': N}} or {{'drop': true}}, got {opts!r}"
+            )
+        pad = opts.get("pad_to")
+        if pad is not None and (not isinstance(pad, int) or isinstance(pad, bool) or pad < 1):
+            raise _fail(where, f"features.{key}.pad_to must be an integer >= 1, got {pad!r}")
+        if "drop" in opts and opts["drop"] is not True:
+            raise _fail(where, f"features.{key}.drop must be true, got {opts['drop']!r}")
+    return MixtureSpec(specs, balance, epoch, overflow, dict(features), where)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact arithmetic: effective weights, per-epoch quotas, per-bin draws.
+
+
+def largest_remainder(total: int, shares: list[Fraction]) -> list[int]:
+    """Integers proportional to ``shares`` summing to ``total`` exactly (Hamilton's method):
+    floors first, then one more to the largest remainders (ties: the earlier one)."""
+    s = sum(shares, Fraction(0))
+    if s <= 0:
+        raise ValueError("shares must sum to more than 0")
+    exact = [total * x / s for x in shares]
+    out = [math.floor(x) for x in exact]
+    left = total - sum(out)
+    order = sorted(range(len(shares)), key=lambda i: (-(exact[i] - out[i]), i))
+    for i in order[:left]:
+        out[i] += 1
+    return out
+
+
+def effective_weights(
+    weights: list[Fraction], frames: list[int], episodes: list[int], balance: str
+) -> list[Fraction]:
+    """Weights after ``balance``, normalized to sum to 1 (exact fractions)."""
+    size = {"none": [1] * len(weights), "frames": frames, "episodes": episodes}[balance]
+    eff = [Fraction(w) * n for w, n in zip(weights, size)]
+    total = sum(eff, Fraction(0))
+    if total <= 0:
+        raise MixtureError("the mixture selects no frames: every source is empty")
+    return [e / total for e in eff]
+
+
+def quotas(
+    total: int, weights: list[Fraction], frames: list[int], overflow: str = "repeat"
+) -> list[int]:
+    """Frames per source for an epoch of ``total`` frames (sums to ``total`` exactly).
+
+    ``repeat``: largest remainder of ``total`` by weight. ``cap``: a source never gets more
+    than its frames; the surplus goes to the others by weight (water-filling)."""
+    if overflow == "repeat":
+        return largest_remainder(total, list(weights))
+    if total > sum(frames):
+        raise MixtureError(
+            f"epoch_frames {total:,} is more than the sources hold ({sum(frames):,} frames) "
+            "with overflow 'cap': lower epoch_frames or use overflow 'repeat'"
+        )
+    capped: dict[int, int] = {}
+    while True:
+        free = [i for i in range(len(weights)) if i not in capped]
+        left = total - sum(capped.values())
+        if not free:
+            break
+        share = largest_remainder(left, [weights[i] for i in free])
+        over = [i for i, q in zip(free, share) if q > frames[i]]
+        if not over:
+            out = [0] * len(weights)
+            for i, q in zip(free, share):
+                out[i] = q
+            for i, q in capped.items():
+                out[i] = q
+            return out
+        for i in over:
+            capped[i] = frames[i]
+    return [capped[i] for i in range(len(weights))]
+
+
+def bin_draws(source_quotas: list[int] | np.ndarray, num_bins: int) -> np.ndarray:
+    """(bins, sources) draws per bin: the epoch's ``sum(quotas)`` slots laid out source after
+    source and dealt to the bins round-robin (slot ``j`` to bin ``j mod bins``). Every bin gets
+    exactly ``sum / bins`` slots (the sum must be a multiple of ``bins``), every source exactly
+    its quota, and each (bin, source) ``floor`` or ``ceil`` of ``quota / bins``."""
+    q = np.asarray(source_quotas, dtype=np.int64)
+    total = int(q.sum())
+    if total % num_bins:
+        raise ValueError(f"{total} slots cannot be dealt equally to {num_bins} bins")
+    hi = np.cumsum(q)
+    lo = hi - q
+    b = np.arange(num_bins, dtype=np.int64)[:, None]
+    # slots j in [lo, hi) with j % B == b: ceil((hi - b) / B) - ceil((lo - b) / B)
+    return (-((b - hi[None, :]) // num_bins)) - (-((b - lo[None, :]) // num_bins))
+
+
+def epoch_size(requested: int, num_bins: int, policy: str) -> int:
+    """The epoch a plan of ``num_bins`` bins realizes: ``requested`` rounded to a multiple of
+    the bins (``trim``: down, ``wrap``: up), so every bin yields the same count."""
+    per = requested // num_bins if policy == "trim" else -(-requested // num_bins)
+    if per < 1:
+        raise MixtureError(
+            f"epoch_frames {requested:,} is fewer than the plan's {num_bins:,} bins "
+            "(every bin needs a sample): raise epoch_frames or use --policy wrap"
+        )
+    return per * num_bins
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources on disk: the selected episodes of each root.
+
+
+@dataclass
+class ResolvedSource:
+    """A source opened: its dataset and the selected episodes (sorted) with their lengths."""
+
+    spec: SourceSpec
+    ds: Dataset
+    episode_index: np.ndarray
+    length: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def frames(self) -> int:
+        return int(self.length.sum())
+
+    @property
+    def episodes(self) -> int:
+        return len(self.episode_index)
+
+
+def select_episodes(ds: Dataset, spec: SourceSpec, where: str = "mixture") -> np.ndarray:
+    """Rows of ``ds.episodes`` the source keeps (its ``episodes`` and ``tasks`` filters)."""
+    ep = ds.column("episode_index").astype(np.int64)
+    keep = np.ones(len(ep), dtype=bool)
+    label = f"source {spec.name!r}"
+    if spec.episodes is not None:
+        if isinstance(spec.episodes, tuple):
+            keep &= (ep >= spec.episodes[0]) & (ep < spec.episodes[1])
+        else:
+            wanted = np.asarray(spec.episodes, dtype=np.int64)
+            missing = np.setdiff1d(wanted, ep)
+            if len(missing):
+                raise _fail(
+                    where,
+                    f"{label}: episodes {missing[:5].tolist()} are not in "
+                    f"{spec.root} ({len(ep)} episodes)",
+                )
+            keep &= np.isin(ep, wanted)
+    if spec.tasks is not None:
+        names = [t for t in spec.tasks if isinstance(t, str)]
+        ids = [t for t in spec.tasks if isinstance(t, int)]
+        known = set(ds.task_strings())
+        unknown = [t for t in names if t not in known]
+        if unknown:
+            raise _fail(where, f"{label}: task {unknown[0]!r} is not a task of {spec.root}")
+        task_lists = ds.episodes.column("tasks").to_pylist()
+        by_name = np.array([bool(set(t or ()) & set(names)) for t in task_lists], dtype=bool)
+        by_id = np.isin(ds.column("task_index"), ids) if ids else np.zeros(len(ep), bool)
+        keep &= by_name | by_id
+    rows = np.flatnonzero(keep)
+    if len(rows) == 0 or int(ds.column("length")[rows].sum()) == 0:
+        raise _fail(where, f"{label}: its episodes/tasks filters select no frames of {spec.root}")
+    return rows
+
+
+def resolve_sources(spec: MixtureSpec, check_files: bool = False) -> list[ResolvedSource]:
+    """Open every source root and apply its filters (metadata only)."""
+    out = []
+    for s in spec.sources:
+        try:
+            ds = open_dataset(s.root, check_files=check_files, check_totals=False)
+        except DatasetError as exc:
+            raise MixtureError(f"{spec.where}: source {s.name!r}: {exc}") from exc
+        rows = select_episodes(ds, s, spec.where)
+        ep = ds.column("episode_index")[rows].astype(np.int64)
+        out.append(ResolvedSource(s, ds, ep, ds.column("length")[rows].astype(np.int64)))
+    return out
+
+
+def mixture_fingerprint(spec: MixtureSpec, fingerprints: list[str]) -> str:
+    """Hash of the normalized spec and its sources' episodes fingerprints."""
+    h = hashlib.sha256(b"episodekit-mixture-v1\0")
+    h.update(json.dumps(spec.to_dict(), sort_keys=True).encode())
+    for f in fingerprints:
+        h.update(f.encode() + b"\0")
+    return h.hexdigest()[:32]
+
+
+def summarize(
+    spec: MixtureSpec, frames: list[int], episodes: list[int], total: int | None = None
+) -> dict[str, Any]:
+    """Effective weights, per-epoch quotas and repeats (JSON-ready) for the given source sizes."""
+    n = int(total if total is not None else (spec.epoch_frames or sum(frames)))
+    eff = effective_weights([s.weight for s in spec.sources], frames, episodes, spec.balance)
+    q = quotas(n, eff, frames, spec.overflow)
+    return {
+        "balance": spec.balance,
+        "overflow": spec.overflow,
+        "epoch_frames": n,
+        "sources": [
+            {
+                "name": s.name,
+                "root": s.root,
+                "weight": _number(s.weight),
+                "episodes": e,
+                "frames": f,
+                "effective_weight": float(w),
+                "quota": qi,
+                "share": qi / n if n else 0.0,
+                "repeats": qi / f if f else 0.0,
+            }
+            for s, f, e, w, qi in zip(spec.sources, frames, episodes, eff, q)
+        ],
+    }
+
+
+def describe_mixture(value: str | os.PathLike | dict) -> dict[str, Any]:
+    """``episodekit info --mixture``: each source's frames, effective weight, quota, repeats."""
+    spec = parse_mixture(value)
+    sources = resolve_sources(spec)
+    out = summarize(spec, [s.frames for s in sources], [s.episodes for s in sources])
+    for row, s in zip(out["sources"], sources):
+        row["fingerprint"] = s.ds.fingerprint
+        row["fps"] = s.ds.fps
+        row["total_episodes"] = s.ds.num_episodes
+    out["mixture"] = spec.where
+    out["fingerprint"] = mixture_fingerprint(spec, [s.ds.fingerprint for s in sources])
+    return out
+
+
+def format_mixture(d: dict[str, Any]) -> str:
+    """Human-readable form of :func:`describe_mixture`."""
+    lines = [
+        f"mixture         {d['mixture']}",
+        f"balance         {d['balance']}   overflow {d['overflow']}",
+        f"epoch frames    {d['epoch_frames']:,}",
+        f"fingerprint     {d['fingerprint']}",
+        f"  {'source':<16} {'episodes':>9} {'frames':>12} {'weight':>8} {'effective':>10} "
+        f"{'quota':>12} {'share':>7} {'repeats':>8}",
+    ]
+    for s in d["sources"]:
+        lines.append(
+            f"  {s['name'][:16]:<16} {s['episodes']:>9,} {s['frames']:>12,} {s['weight']:>8g} "
+            f"{s['effective_weight']:>10.4f} {s['quota']:>12,} {s['share']:>7.4f} "
+            f"{s['repeats']:>8.3f}"
+        )
+    for s in d["sources"]:
+        lines.append(f"  {s['name']}: {s['root']}")
+    return "\n".join(lines)
