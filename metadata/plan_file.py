@@ -32,6 +32,7 @@ PLAN_VERSION = 1
 POLICIES = ("trim", "wrap")
 JSON_ITEMS_MAX = 100_000  # above this many items, columns are stored compressed (base64)
 ITEM_COLUMNS = ("episode_index", "start", "end")
+SOURCE_COLUMN = "source"  # mixture plans only: the item's source (position in "sources")
 
 
 class PlanError(DatasetError):
@@ -76,17 +77,25 @@ def _decode_column(value: Any, n: int, where: str) -> np.ndarray:
 
 
 def encode_plan(plan: dict) -> bytes:
-    """The plan file's bytes: sorted keys, no timestamps, so equal plans give equal bytes."""
+    """The plan file's bytes: sorted keys, no timestamps, so equal plans give equal bytes.
+
+    A mixture plan (``item_source`` present) stores a fourth item column, ``source``."""
     items = np.asarray(plan["items"], dtype=np.int64).reshape(-1, 3)
     compressed = len(items) > JSON_ITEMS_MAX
-    doc = {k: v for k, v in plan.items() if k not in ("items", "path")}
+    doc = {k: v for k, v in plan.items() if k not in ("items", "path", "item_source")}
     for k in ("bin_offsets", "bin_cost", "bin_frames"):
         doc[k] = np.asarray(doc[k]).tolist()
+    columns = [items[:, j] for j in range(len(ITEM_COLUMNS))]
+    names = list(ITEM_COLUMNS)
+    if "item_source" in plan:
+        columns.append(np.asarray(plan["item_source"], dtype=np.int64))
+        names.append(SOURCE_COLUMN)
+        doc["bin_draws"] = np.asarray(doc["bin_draws"]).tolist()
     doc["items"] = {
         "encoding": "zlib-base64-int64le" if compressed else "json",
         "count": len(items),
-        "digest": items_digest([items[:, j] for j in range(len(ITEM_COLUMNS))]),
-        **{c: _encode_column(items[:, j], compressed) for j, c in enumerate(ITEM_COLUMNS)},
+        "digest": items_digest(columns),
+        **{c: _encode_column(col, compressed) for c, col in zip(names, columns)},
     }
     return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
@@ -112,10 +121,13 @@ def decode_plan(raw: bytes, where: str = "plan", max_items: int | None = None) -
     try:
         cols = doc.pop("items")
         n = _item_count(cols, where, max_items)
-        decoded = [_decode_column(cols[c], n, where) for c in ITEM_COLUMNS]
+        names = ITEM_COLUMNS + ((SOURCE_COLUMN,) if "sources" in doc else ())
+        decoded = [_decode_column(cols[c], n, where) for c in names]
         check_items_digest(cols, decoded, where)
-        items = np.stack(decoded, axis=1) if n else np.empty((0, 3), dtype=np.int64)
+        items = np.stack(decoded[:3], axis=1) if n else np.empty((0, 3), dtype=np.int64)
         doc["items"] = items
+        if "sources" in doc:  # a mixture plan (see metadata/mixture_file.py)
+            doc["item_source"] = decoded[3]
         doc["bin_offsets"] = np.asarray(doc["bin_offsets"], dtype=np.int64)
         doc["bin_cost"] = np.asarray(doc["bin_cost"], dtype=np.float64)
         doc["bin_frames"] = np.asarray(doc["bin_frames"], dtype=np.int64)
@@ -250,6 +262,8 @@ class Plan:
         self.items: np.ndarray = doc["items"]  # (n, 3) int64, sorted by bin, episode, start
         self.bin_offsets: np.ndarray = doc["bin_offsets"]
         self.locality: str = doc.get("locality", "none")
+        # mixture plans: the source of each item (None for a single root)
+        self.item_source: np.ndarray | None = doc.get("item_source")
         self._digest: str | None = None
 
     @property
@@ -261,6 +275,9 @@ class Plan:
             h.update(np.ascontiguousarray(self.items, dtype="<i8").tobytes())
             h.update(np.ascontiguousarray(self.bin_offsets, dtype="<i8").tobytes())
             h.update(f"{self.world_size}/{self.num_workers}/{self.samples_per_worker}".encode())
+            if self.item_source is not None:  # mixture: sources and draws decide the order too
+                h.update(np.ascontiguousarray(self.item_source, dtype="<i8").tobytes())
+                h.update(json.dumps(self.doc["bin_draws"], sort_keys=True).encode())
             self._digest = h.hexdigest()[:16]
         return self._digest
 
@@ -322,6 +339,10 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
     else:
         fs, base = resolve_root(root)
         label = str(root)
+        if is_mixture_dir(fs, base):  # a mixture plan folder (metadata plan --mixture --out)
+            from episodekit.metadata.mixture_file import load_mixture_plan
+
+            return load_mixture_plan(root, world_size, num_workers, check_fresh)
     path = posixpath.join(base.rstrip("/") or "/", plan_path(world_size, num_workers))
     if not fs.exists(path):
         raise PlanNotFoundError(
@@ -340,3 +361,11 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
                 f"{fix_hint(label, world_size, num_workers)} --force"
             )
     return plan
+
+
+def is_mixture_dir(fs, path: str) -> bool:
+    """A folder written by ``metadata plan --mixture --out DIR`` (not a dataset root)."""
+    base = path.rstrip("/") or "/"
+    return fs.exists(posixpath.join(base, "mixture.json")) and not fs.exists(
+        posixpath.join(base, "meta", "info.json")
+    )

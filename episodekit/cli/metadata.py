@@ -54,7 +54,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
 
 
 @click.command("plan")
-@root_argument()
+@root_argument(required=False)
 @click.option(
     "--world-size",
     "world_sizes",
@@ -89,11 +89,24 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     help="Equal samples per bin: trim heavier bins to the lightest, or wrap lighter ones.",
 )
 @locality_option(default="none")
+@click.option(
+    "--mixture",
+    default=None,
+    metavar="FILE|JSON",
+    help="Plan a mixture of several roots instead of ROOT: a mixture.json file or the same "
+    "JSON inline (sources with root and weight; see README, Mixtures). Needs --out.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder for the mixture plan (with --mixture): mixture.json + ws{W}_nw{K}.json.",
+)
 @force_option
 @no_wait_option
 @json_option
 def plan_command(
-    root: str,
+    root: str | None,
     world_sizes: list[int],
     workers: int,
     cost: str,
@@ -102,11 +115,16 @@ def plan_command(
     seed: int,
     policy: str,
     locality: str,
+    mixture: str | None,
+    out: str | None,
     force: bool,
     no_wait: bool,
     as_json: bool,
 ) -> None:
     """Write balanced shard plans ROOT/meta/shard_plans/ws{W}_nw{K}.json, one per world size.
+
+    With --mixture M --out DIR (no ROOT): one mixture plan per world size in DIR, drawing
+    from several roots with exact per-source quotas per epoch.
 
     Every episode goes to exactly one (rank, worker) bin (b = rank * workers + worker), balanced
     by cost first across ranks, then across workers inside each rank. Every bin yields the same
@@ -118,6 +136,12 @@ def plan_command(
     from episodekit.metadata.plans import ensure_plans, format_balance
 
     t0 = time.perf_counter()
+    if mixture is not None or root is None:
+        _mixture_plan(root, mixture, out, world_sizes, workers, cost, algo, split_long, seed,
+                      policy, locality, force, as_json)  # fmt: skip
+        return
+    if out is not None:
+        raise click.UsageError("--out is for mixture plans (--mixture); ROOT's plans go to ROOT")
     with writing(root, no_wait):
         results = ensure_plans(
             root,
@@ -143,6 +167,38 @@ def plan_command(
         click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
         click.echo(format_balance(plan))
     click.echo(f"{len(results)} plan(s) in {time.perf_counter() - t0:.1f}s")
+
+
+def _mixture_plan(
+    root, mixture, out, world_sizes, workers, cost, algo, split_long, seed, policy, locality,
+    force, as_json,
+) -> None:  # fmt: skip
+    """``metadata plan --mixture M --out DIR``."""
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
+
+    if root is not None:
+        raise click.UsageError("give either ROOT or --mixture, not both")
+    if mixture is None:
+        raise click.UsageError("missing ROOT (or --mixture FILE with --out DIR)")
+    if out is None:
+        raise click.UsageError("--mixture needs --out DIR (the folder the mixture plan goes to)")
+    t0 = time.perf_counter()
+    results = ensure_mixture_plans(
+        mixture, out, world_sizes, workers, cost=cost, algo=algo, split_long=split_long,
+        seed=seed, force=force, policy=policy, locality=locality,
+    )  # fmt: skip
+    if as_json:
+        skip = ("items", "item_source", "bin_offsets", "bin_cost", "bin_frames", "bin_draws")
+        heads = [
+            {"path": p, "changed": c, **{k: v for k, v in plan.items() if k not in skip}}
+            for p, plan, c in results
+        ]
+        click.echo(json.dumps(heads, indent=2, sort_keys=True))
+        return
+    for path, plan, changed in results:
+        click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
+        click.echo(format_mixture_plan(plan))
+    click.echo(f"{len(results)} mixture plan(s) in {time.perf_counter() - t0:.1f}s")
 
 
 def _fmt(x: float | None) -> str:

@@ -1,0 +1,390 @@
+"""Mixture plans: one shard plan over several sources, with exact per-source quotas per epoch.
+
+How a plan is built (a pure function of the sources' costs, the spec and the parameters):
+
+1. The epoch: ``epoch_frames`` (default: the sources' selected frames) rounded to a multiple of
+   the ``W x K`` bins (``trim`` down, ``wrap`` up), so every bin yields ``samples_per_worker``.
+   Quotas per source: exact integers summing to that epoch (:mod:`metadata.mixture`).
+2. Each source is partitioned on its own into the ``W x K`` bins by cost, exactly as a
+   single-root plan (:func:`plans.build_plan`: LPT/KK, or ``rowgroup`` locality on that source's
+   row groups, ``split_long``; a source with fewer episodes than bins is cut into frame ranges),
+   so each bin holds about ``1/bins`` of every source.
+3. Sources are laid on top of each other, heaviest first: a source's heaviest bin joins the
+   lightest bin so far (costs weighted by how often the source is drawn: ``quota / frames``).
+   Then the seeded rank/worker labels, as for single roots.
+4. Draws: the epoch's slots, source after source, are dealt round-robin to the bins
+   (:func:`mixture.bin_draws`): bin b draws ``floor`` or ``ceil`` of ``quota / bins`` samples
+   from each source, every bin exactly ``samples_per_worker``, every source exactly its quota.
+
+A bin draws each of its frames of a source ``floor`` or ``ceil`` of (draws / its frames) times
+per epoch (repeats, or a different subset each epoch when the quota is below the frames).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from episodekit.core.atomic import atomic_write_bytes
+from episodekit.core.dataset import Dataset
+from episodekit.metadata.costs import (
+    check_model,
+    compute_costs,
+    costs_meta,
+    ensure_costs,
+    read_costs,
+    verify_costs,
+)
+from episodekit.metadata.mixture import (
+    MIXTURE_FILE,
+    MixtureError,
+    MixtureSpec,
+    ResolvedSource,
+    effective_weights,
+    epoch_size,
+    mixture_fingerprint,
+    parse_mixture,
+    quotas,
+    resolve_sources,
+)
+from episodekit.metadata.mixture import bin_draws as deal_draws
+from episodekit.metadata.mixture_file import (
+    MIXTURE_PLAN_VERSION,
+    check_mixture_doc,
+    mixture_plan_name,
+)
+from episodekit.metadata.plan_file import PlanError, decode_plan, encode_plan
+from episodekit.metadata.plans import (
+    _check_args,
+    balance_figures,
+    build_plan,
+    costs_digest,
+    label_permutation,
+    naive_totals,
+    rowgroup_units,
+)
+
+
+class SourceCosts:
+    """What planning needs of one source: per selected episode its index, length and cost
+    (and for ``rowgroup`` locality its file position and row-group unit)."""
+
+    def __init__(
+        self,
+        name: str,
+        episode_index: np.ndarray,
+        length: np.ndarray,
+        cost: np.ndarray,
+        position: np.ndarray | None = None,
+        unit: np.ndarray | None = None,
+    ):
+        self.name = name
+        self.episode_index = np.asarray(episode_index, dtype=np.int64)
+        self.length = np.asarray(length, dtype=np.int64)
+        self.cost = np.asarray(cost, dtype=np.float64)
+        self.position, self.unit = position, unit
+
+    @property
+    def frames(self) -> int:
+        return int(self.length.sum())
+
+
+def build_mixture_plan(
+    spec: MixtureSpec,
+    sources: list[SourceCosts],
+    world_size: int,
+    num_workers: int,
+    algo: str = "auto",
+    split_long: bool = False,
+    seed: int = 0,
+    policy: str = "trim",
+    locality: str = "none",
+    cost_model: str = "frames",
+    fingerprints: list[str] | None = None,
+) -> dict:
+    """The mixture plan as a dict (see the module docstring); raises MixtureError/ValueError."""
+    _check_args(None, None, world_size, num_workers, algo, policy, locality)
+    W, K = int(world_size), int(num_workers)
+    B, S = W * K, len(sources)
+    frames = [s.frames for s in sources]
+    episodes = [len(s.episode_index) for s in sources]
+    requested = int(spec.epoch_frames or sum(frames))
+    total = epoch_size(requested, B, policy)
+    eff = effective_weights([s.weight for s in spec.sources], frames, episodes, spec.balance)
+    quota = quotas(total, eff, frames, spec.overflow)
+    rate = [q / f for q, f in zip(quota, frames)]
+
+    subs, split_used = [], []
+    for s in sources:
+        if s.frames < B:
+            raise MixtureError(
+                f"source {s.name!r} has {s.frames:,} frames, fewer than the plan's {B:,} bins "
+                f"({W} ranks x {K} workers): every bin draws from every source"
+            )
+        cut = bool(split_long) or len(s.episode_index) < B
+        try:
+            sub = build_plan(
+                s.cost, s.length, W, K, algo=algo, split_long=cut, seed=0,
+                episode_index=s.episode_index, policy=policy, cost_model=cost_model,
+                locality=locality, position=s.position, unit=s.unit,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise MixtureError(f"source {s.name!r}: {exc}") from exc
+        subs.append(sub)
+        split_used.append(cut)
+
+    # Lay the sources on top of each other: heaviest source first, its heaviest bin on the
+    # lightest bin so far (epoch costs: cost x how often the source is drawn).
+    epoch_cost = [np.asarray(sub["bin_cost"], dtype=np.float64) * r for sub, r in zip(subs, rate)]
+    label = [np.zeros(B, np.int64) for _ in range(S)]
+    acc = np.zeros(B)
+    for s in sorted(range(S), key=lambda i: (-float(epoch_cost[i].sum()), i)):
+        heavy = np.argsort(-epoch_cost[s], kind="stable")
+        light = np.argsort(acc, kind="stable")
+        label[s][heavy] = light
+        acc[light] += epoch_cost[s][heavy]
+    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
+    worker_perm = label_permutation(seed, W, K, salt=2)
+
+    parts_items, parts_bin, parts_src, parts_cost = [], [], [], []
+    for s, (src, sub) in enumerate(zip(sources, subs)):
+        offsets = np.asarray(sub["bin_offsets"], dtype=np.int64)
+        items = np.asarray(sub["items"], dtype=np.int64).reshape(-1, 3)
+        b = label[s][np.repeat(np.arange(B), np.diff(offsets))]
+        b = rank_perm[b // K] * K + worker_perm[b // K, b % K]
+        pos = np.searchsorted(src.episode_index, items[:, 0])
+        per_frame = src.cost[pos] / np.maximum(src.length[pos], 1)
+        parts_items.append(items)
+        parts_bin.append(b)
+        parts_src.append(np.full(len(items), s, np.int64))
+        parts_cost.append(per_frame * (items[:, 2] - items[:, 1]) * rate[s])
+    items = np.concatenate(parts_items)
+    bin_of = np.concatenate(parts_bin)
+    item_source = np.concatenate(parts_src)
+    item_cost = np.concatenate(parts_cost)
+    order = np.lexsort((items[:, 1], items[:, 0], item_source, bin_of))
+    items, bin_of, item_source, item_cost = (
+        items[order], bin_of[order], item_source[order], item_cost[order]
+    )  # fmt: skip
+    bin_cost = np.bincount(bin_of, item_cost, minlength=B)
+    bin_frames = np.bincount(bin_of, items[:, 2] - items[:, 1], minlength=B).astype(np.int64)
+    draws = deal_draws(quota, B)
+    per_worker = total // B
+    all_cost = np.concatenate([s.cost * r for s, r in zip(sources, rate)])
+    naive = naive_totals(all_cost, B)
+    balance = {
+        "plan": balance_figures(bin_cost, item_cost),
+        "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), item_cost),
+        "contiguous": balance_figures(naive["contiguous"], all_cost),
+        "round_robin": balance_figures(naive["round_robin"], all_cost),
+    }
+    share = np.asarray(quota, dtype=np.float64) / total
+    bin_share = draws / per_worker
+    fps = fingerprints or [""] * S
+    return {
+        "format": "episodekit.shard_plan",
+        "version": 1,
+        "mixture_version": MIXTURE_PLAN_VERSION,
+        "mixture": spec.to_dict(),
+        "fingerprint": mixture_fingerprint(spec, fps),
+        "locality": locality,
+        "world_size": W,
+        "num_workers": K,
+        "num_bins": B,
+        "algo": algo,
+        "algo_used": {
+            "ranks": ",".join(sorted({sub["algo_used"]["ranks"] for sub in subs})),
+            "workers": {},
+        },
+        "cost_model": cost_model,
+        "seed": int(seed),
+        "split_long": bool(split_long),
+        "policy": policy,
+        "num_episodes": int(sum(episodes)),
+        "num_items": len(items),
+        "split_episodes": int(sum(sub["split_episodes"] for sub in subs)),
+        "costs_digest": costs_digest(all_cost),
+        "total_frames": int(sum(frames)),
+        "total_cost": float(all_cost.sum()),
+        "epoch_frames_requested": requested,
+        "epoch_frames": total,
+        "samples_per_worker": per_worker,
+        "samples_per_rank": per_worker * K,
+        "dropped_frames": int(sum(max(f - q, 0) for f, q in zip(frames, quota))),
+        "repeated_frames": int(sum(max(q - f, 0) for f, q in zip(frames, quota))),
+        "balance": balance,
+        "quotas": [int(q) for q in quota],
+        "bin_draws": draws,
+        "share_deviation": {
+            "max_abs": round(float(np.abs(bin_share - share).max()), 8),
+            "max_rel": round(
+                float((np.abs(bin_share - share) / np.maximum(share, 1e-300)).max()), 8
+            ),
+        },
+        "sources": [
+            {
+                "name": s.name,
+                "root": spec.sources[i].root,
+                "fingerprint": fps[i],
+                "episodes": episodes[i],
+                "frames": frames[i],
+                "weight": spec.to_dict()["sources"][i]["weight"],
+                "effective_weight": float(eff[i]),
+                "effective_weight_exact": str(eff[i]),
+                "quota": int(quota[i]),
+                "repeats": round(rate[i], 8),
+                "split_long": split_used[i],
+                "items": int((item_source == i).sum()),
+                "costs_digest": costs_digest(s.cost),
+                "balance": subs[i]["balance"]["plan"]["max_over_lower_bound"],
+                **({"row_groups": subs[i]["row_groups"]} if "row_groups" in subs[i] else {}),
+            }
+            for i, s in enumerate(sources)
+        ],
+        "bin_offsets": np.searchsorted(bin_of, np.arange(B + 1)).astype(np.int64),
+        "bin_cost": bin_cost,
+        "bin_frames": bin_frames,
+        "items": items,
+        "item_source": item_source,
+    }
+
+
+def source_costs(ds: Dataset, model: str) -> pa.Table:
+    """A source's cost table: the stored one when fresh, else computed (and written when the
+    root is local)."""
+    if ds.is_local:
+        return ensure_costs(ds, model)[0]
+    table = read_costs(ds)
+    if table is not None and not verify_costs(table, ds, model):
+        return table
+    return compute_costs(ds, model)
+
+
+def plan_inputs(src: ResolvedSource, model: str, locality: str) -> SourceCosts:
+    """:class:`SourceCosts` of a resolved source (its selected episodes only)."""
+    table = source_costs(src.ds, model)
+    ep = table["episode_index"].to_numpy()
+    pos = np.searchsorted(ep, src.episode_index)
+    cost = table["cost"].to_numpy()[pos]
+    position = unit = None
+    if locality == "rowgroup":
+        position, unit = rowgroup_units(src.ds, src.episode_index)
+    if costs_meta(table).get("model", model) != model:  # pragma: no cover - ensure_costs' job
+        raise MixtureError(f"source {src.name!r}: cost table is not of model {model!r}")
+    return SourceCosts(src.name, src.episode_index, src.length, cost, position, unit)
+
+
+def read_mixture_plan(folder: str, world_size: int, num_workers: int) -> dict | None:
+    """The stored mixture plan for one shape as a dict (no freshness check), or None."""
+    path = os.path.join(folder, mixture_plan_name(world_size, num_workers))
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return None
+    doc = decode_plan(raw, path)
+    check_mixture_doc(doc, path)
+    return doc
+
+
+def ensure_mixture_plans(
+    mixture: str | os.PathLike | dict | MixtureSpec,
+    out: str | os.PathLike,
+    world_sizes: list[int],
+    num_workers: int,
+    cost: str = "frames",
+    algo: str = "auto",
+    split_long: bool = False,
+    seed: int = 0,
+    force: bool = False,
+    policy: str = "trim",
+    locality: str = "none",
+) -> list[tuple[str, dict, bool]]:
+    """Write ``out/mixture.json`` and one mixture plan per world size into ``out``; a plan with
+    the same mixture fingerprint (spec + every source's episodes), parameters and costs is kept.
+    Returns ``[(path, plan, changed), ...]``."""
+    check_model(cost)
+    spec = mixture if isinstance(mixture, MixtureSpec) else parse_mixture(mixture)
+    for w in world_sizes:
+        _check_args(None, None, w, num_workers, algo, policy, locality)
+    out = os.fspath(out)
+    if os.path.exists(os.path.join(out, "meta", "info.json")):
+        raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
+    resolved = resolve_sources(spec)
+    fps = [s.ds.fingerprint for s in resolved]
+    inputs = [plan_inputs(s, cost, locality) for s in resolved]
+    digests = [costs_digest(s.cost) for s in inputs]
+    os.makedirs(out, exist_ok=True)
+    spec_bytes = (json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n").encode()
+    spec_path = os.path.join(out, MIXTURE_FILE)
+    try:
+        with open(spec_path, "rb") as fh:
+            same_spec = fh.read() == spec_bytes
+    except FileNotFoundError:
+        same_spec = False
+    if not same_spec:
+        atomic_write_bytes(spec_path, spec_bytes)
+    wanted = {
+        "num_workers": int(num_workers),
+        "algo": algo,
+        "split_long": bool(split_long),
+        "seed": int(seed),
+        "policy": policy,
+        "cost_model": cost,
+        "locality": locality,
+        "fingerprint": mixture_fingerprint(spec, fps),
+    }
+    results = []
+    for w in world_sizes:
+        path = os.path.join(out, mixture_plan_name(w, num_workers))
+        if not force:
+            try:
+                old = read_mixture_plan(out, w, num_workers)
+            except PlanError:
+                old = None
+            if (
+                old is not None
+                and all(old.get(k) == v for k, v in {**wanted, "world_size": int(w)}.items())
+                and [s.get("costs_digest") for s in old["sources"]] == digests
+            ):
+                results.append((path, old, False))
+                continue
+        plan = build_mixture_plan(
+            spec, inputs, w, num_workers, algo, split_long, seed, policy, locality, cost, fps
+        )
+        atomic_write_bytes(path, encode_plan(plan))
+        results.append((path, plan, True))
+    return results
+
+
+def format_mixture_plan(plan: dict) -> str:
+    """Lines for the CLI: sources with quotas and repeats, balance, share deviation."""
+    lines = [
+        f"ws={plan['world_size']} x nw={plan['num_workers']}: {len(plan['sources'])} sources, "
+        f"{plan['num_items']:,} items, cost {plan['cost_model']}, locality {plan['locality']}; "
+        f"epoch {plan['epoch_frames']:,} frames (requested {plan['epoch_frames_requested']:,})",
+        f"  {'source':<16}{'episodes':>10}{'frames':>13}{'eff. weight':>12}{'quota':>13}"
+        f"{'repeats':>9}{'max/LB':>9}",
+    ]
+    for s in plan["sources"]:
+        lines.append(
+            f"  {s['name'][:16]:<16}{s['episodes']:>10,}{s['frames']:>13,}"
+            f"{s['effective_weight']:>12.4f}{s['quota']:>13,}{s['repeats']:>9.3f}"
+            f"{s['balance']:>9.4f}"
+        )
+    b = plan["balance"]
+    dev = plan["share_deviation"]
+    lines.append(
+        f"  balance max/lower bound {b['plan']['max_over_lower_bound']:.4f} (contiguous "
+        f"{b['contiguous']['max_over_lower_bound']:.4f}, round-robin "
+        f"{b['round_robin']['max_over_lower_bound']:.4f}); per-bin source share within "
+        f"{dev['max_abs']:.2e} of the quota share"
+    )
+    lines.append(
+        f"  samples_per_rank {plan['samples_per_rank']:,} (= {plan['samples_per_worker']:,} per "
+        f"worker, policy {plan['policy']})"
+    )
+    return "\n".join(lines)

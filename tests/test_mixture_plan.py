@@ -1,0 +1,156 @@
+"""Mixture plans (issue 16): coverage per source, exact quotas and draws, balance, staleness
+naming the source, single-root plans untouched, the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+
+from episodekit.loaders import PlanError, StalePlanError, load_plan
+from episodekit.metadata.mixture import MixtureError, largest_remainder
+from episodekit.metadata.mixture_file import MixturePlan
+from episodekit.metadata.mixture_plan import ensure_mixture_plans
+from episodekit.metadata.plans import ensure_plans
+from episodekit.sample import write_sample
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    base = tmp_path_factory.mktemp("mix")
+    a = write_sample(base / "a", episodes=40, tasks=3, seed=1, mean_length=40)
+    b = write_sample(base / "b", episodes=24, tasks=2, seed=2, mean_length=30, state_dim=6)
+    return base, a, b
+
+
+def spec(a, b, **extra):
+    return {
+        "sources": [{"root": str(a), "weight": 1}, {"root": str(b), "weight": 3, "name": "bee"}],
+        **extra,
+    }
+
+
+def source_frames(root):
+    from episodekit.core.dataset import open_dataset
+
+    ds = open_dataset(str(root))
+    return ds.column("episode_index"), ds.column("length")
+
+
+@pytest.mark.parametrize("locality", ["none", "rowgroup"])
+@pytest.mark.parametrize("policy", ["trim", "wrap"])
+def test_plan_covers_every_source_episode_once_with_exact_draws(roots, tmp_path, locality, policy):
+    _, a, b = roots
+    [(path, doc, changed)] = ensure_mixture_plans(
+        spec(a, b), tmp_path / "p", [2], 3, locality=locality, policy=policy
+    )
+    assert changed
+    plan = load_plan(tmp_path / "p", 2, 3)
+    assert isinstance(plan, MixturePlan) and plan.source_names == ["a", "bee"]
+    B = 6
+    total = sum(int(source_frames(r)[1].sum()) for r in (a, b))
+    expect = total // B * B if policy == "trim" else -(-total // B) * B
+    assert plan.quotas.sum() == expect == plan.samples_per_worker * B
+    # weights 1:3, no balance: the quotas are the largest-remainder split of the epoch
+    assert plan.quotas.tolist() == largest_remainder(expect, [F(1), F(3)])
+    assert (plan.draws.sum(1) == plan.samples_per_worker).all()
+    assert (plan.draws.sum(0) == plan.quotas).all()
+    for s, root in enumerate((a, b)):
+        ep, length = source_frames(root)
+        sel = plan.item_source == s
+        items = plan.items[sel]
+        got = np.bincount(items[:, 0], items[:, 2] - items[:, 1], minlength=len(ep))
+        assert (got == length).all()  # every frame of every episode exactly once
+        bins = np.repeat(np.arange(B), np.diff(plan.bin_offsets))[sel]
+        assert len(np.unique(bins)) == B  # every bin holds frames of every source
+    assert plan.doc["balance"]["plan"]["max_over_lower_bound"] < 1.1
+    assert plan.doc["share_deviation"]["max_abs"] <= 1 / plan.samples_per_worker
+
+
+def test_rerun_is_fresh_and_changes_rewrite(roots, tmp_path):
+    _, a, b = roots
+    out = tmp_path / "p"
+    [(_, _, c1)] = ensure_mixture_plans(spec(a, b), out, [2], 2)
+    raw = (out / "ws2_nw2.json").read_bytes()
+    [(_, _, c2)] = ensure_mixture_plans(spec(a, b), out, [2], 2)
+    assert c1 and not c2 and (out / "ws2_nw2.json").read_bytes() == raw
+    [(_, doc, c3)] = ensure_mixture_plans(spec(a, b, balance="frames"), out, [2], 2)
+    assert c3 and doc["mixture"]["balance"] == "frames"
+    assert json.loads((out / "mixture.json").read_text())["balance"] == "frames"
+
+
+def test_stale_source_names_it(roots, tmp_path):
+    base, a, b = roots
+    b2 = tmp_path / "b2"
+    shutil.copytree(b, b2)
+    ensure_mixture_plans(spec(a, b2), tmp_path / "p", [1], 2)
+    load_plan(tmp_path / "p", 1, 2)
+    shutil.rmtree(b2)
+    write_sample(b2, episodes=25, tasks=2, seed=2, mean_length=30, state_dim=6)
+    with pytest.raises(StalePlanError, match=r"source 'bee' .* changed.*--force"):
+        load_plan(tmp_path / "p", 1, 2)
+    load_plan(tmp_path / "p", 1, 2, check_fresh=False)  # still readable without the check
+
+
+def test_edited_mixture_plan_is_refused(roots, tmp_path):
+    _, a, b = roots
+    ensure_mixture_plans(spec(a, b), tmp_path / "p", [1], 2)
+    f = tmp_path / "p" / "ws1_nw2.json"
+    doc = json.loads(f.read_text())
+    doc["bin_draws"][0][0] += 1
+    f.write_text(json.dumps(doc))
+    with pytest.raises(PlanError, match="bin_draws"):
+        load_plan(tmp_path / "p", 1, 2)
+    doc["bin_draws"][0][0] -= 1
+    doc["items"]["source"][0] = 1 - doc["items"]["source"][0]
+    f.write_text(json.dumps(doc))
+    with pytest.raises(PlanError, match="digest"):
+        load_plan(tmp_path / "p", 1, 2)
+
+
+def test_single_root_plans_have_no_source_column(roots, tmp_path):
+    _, a, _ = roots
+    root = tmp_path / "a"
+    shutil.copytree(a, root)
+    [(path, _, _)] = ensure_plans(str(root), [2], 2)
+    doc = json.loads(open(path).read())
+    assert "sources" not in doc and "source" not in doc["items"] and "bin_draws" not in doc
+    plan = load_plan(str(root), 2, 2)
+    assert plan.item_source is None and plan.items.shape[1] == 3
+
+
+def test_small_source_is_cut_and_tiny_source_is_an_error(roots, tmp_path):
+    base, a, _ = roots
+    tiny = write_sample(tmp_path / "tiny", episodes=3, tasks=1, seed=4, mean_length=20)
+    s = {"sources": [{"root": str(a), "weight": 1}, {"root": str(tiny), "weight": 1}]}
+    [(_, doc, _)] = ensure_mixture_plans(s, tmp_path / "p", [4], 2)  # 3 episodes, 8 bins
+    assert doc["sources"][1]["split_long"] is True
+    with pytest.raises(MixtureError, match="source 'tiny' has .* fewer than the plan's"):
+        ensure_mixture_plans(s, tmp_path / "q", [10], 8)
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "episodekit.cli", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_cli_mixture_plan(roots, tmp_path):
+    _, a, b = roots
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps(spec(a, b)))
+    r = run_cli("metadata", "plan", "--mixture", str(m), "--world-size", "2", "--workers", "2",
+                "--out", str(tmp_path / "p"), "--locality", "rowgroup")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "bee" in r.stdout and "written" in r.stdout
+    r = run_cli("metadata", "plan", "--mixture", str(m), "--world-size", "2")
+    assert r.returncode == 2 and "--out" in r.stderr
+    bad = '{"sources": [{"root": "' + str(a) + '", "weight": 0}]}'
+    r = run_cli("metadata", "plan", "--mixture", bad, "--world-size", "2", "--out", str(tmp_path))
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0
+    assert "sources[0].weight" in r.stderr
