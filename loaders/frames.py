@@ -107,7 +107,18 @@ class FrameDataset:
     columns from the dataset's frame store when a fresh one exists (see
     :func:`episodekit.loaders.store.find_store`), ``None`` always from parquet, a path from that
     store (an error if it is missing or stale).
+
+    On a mixture (a mixture plan, its folder, or a mixture spec) this builds a
+    :class:`~episodekit.loaders.mixture.MixtureFrameDataset` instead.
     """
+
+    def __new__(cls, root: Any = None, *args: Any, **kwargs: Any):
+        if cls is FrameDataset and root is not None and not isinstance(root, Dataset):
+            from episodekit.loaders.mixture import MixtureFrameDataset, looks_like_mixture
+
+            if looks_like_mixture(root):
+                return MixtureFrameDataset(root, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,

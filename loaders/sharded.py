@@ -205,7 +205,20 @@ class ShardedLoader:
     (like ``get_batch``; the epoch's last batch may be shorter). ``cache_mb`` bounds the decoded
     row groups held at once, hence the pool: more mixing for more memory. ``pool_episodes`` is
     accepted for compatibility and ignored (pools are whole row groups now).
+
+    With a mixture plan (or ``root`` a mixture plan folder) this is a
+    :class:`~episodekit.loaders.mixture.MixtureLoader`.
     """
+
+    def __new__(cls, root: Any = None, plan: Any = None, *args: Any, **kwargs: Any):
+        if cls is ShardedLoader:
+            from episodekit.loaders.mixture import MixtureLoader, looks_like_mixture
+
+            if getattr(plan, "item_source", None) is not None or (
+                plan is None and not isinstance(root, Dataset) and looks_like_mixture(root)
+            ):
+                return super().__new__(MixtureLoader)
+        return super().__new__(cls)
 
     def __init__(
         self,

@@ -1,0 +1,677 @@
+"""The runtime over a mixture: ``FrameDataset``, ``EpisodeAwareSampler`` and ``ShardedLoader`` on
+several roots at once (issue 16). Built through the usual classes::
+
+    plan = load_plan("mix-plan", world_size=8, num_workers=4)      # a mixture plan folder
+    ds = FrameDataset(plan, delta_timestamps=...)                    # -> MixtureFrameDataset
+    sampler = EpisodeAwareSampler(ds, plan=plan, rank=r, world_size=8)  # -> MixtureSampler
+    loader = ShardedLoader("mix-plan", plan, rank=r, world_size=8)   # -> MixtureLoader
+
+Samples carry ``source`` (the source's name) and ``source_index``. Features are the union of the
+sources' features under the mixture's names (``sources[i].rename`` maps a source's feature to
+one): every key must be in every source (or dropped with ``features.KEY.drop``). Vectors of
+different widths need ``features.KEY.pad_to: N``: they are zero-padded on the last axis to N,
+with ``KEY_pad_mask`` (N bools, True on the padded dimensions; like ``_is_pad``, True = padding).
+
+Order (pure function of plan, seed, epoch): each bin draws exactly ``plan.bin_draws`` samples
+per source; the bin's positions are mixed across sources by a keyed bijection; inside a source
+its frames are drawn pass after pass (each pass a fresh order of the bin's frames of that source,
+the last pass a prefix: a different subset each epoch when the quota is below the frames). The
+loader streams each source's passes pool by pool, as :class:`ShardedLoader` does for one root
+(``cache_mb`` bounds each source's decoded row groups).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from episodekit.core.dataset import Dataset
+from episodekit.core.world import rank_info
+from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset, int_indices
+from episodekit.loaders.reader import DEFAULT_CACHE_MB
+from episodekit.loaders.sampler import (
+    FEISTEL_ROUNDS,
+    EpisodeAwareSampler,
+    EpochOrder,
+    feistel_permute,
+    items_to_ranges,
+)
+from episodekit.loaders.sharded import READ_CHUNK, BinLayout, BinOrder, ShardedLoader
+from episodekit.metadata.mixture import MIXTURE_FILE, MixtureError, MixtureSpec, parse_mixture
+from episodekit.metadata.mixture_file import MixturePlan
+from episodekit.metadata.plan_file import is_mixture_dir
+
+SOURCE, SOURCE_INDEX = "source", "source_index"
+PAD_MASK = "_pad_mask"
+
+
+def looks_like_mixture(obj: Any) -> bool:
+    """A mixture plan, spec, spec dict, inline JSON, ``*.json`` file or mixture plan folder."""
+    if isinstance(obj, (MixturePlan, MixtureSpec, MixtureFrameDataset)):
+        return True
+    if isinstance(obj, dict):
+        return "sources" in obj
+    if isinstance(obj, (str, os.PathLike)) and not isinstance(obj, Dataset):
+        text = os.fspath(obj)
+        if text.lstrip().startswith("{") or text.endswith(".json"):
+            return True
+        if "://" not in text and os.path.isdir(text):
+            import fsspec
+
+            return is_mixture_dir(fsspec.filesystem("file"), os.path.abspath(text))
+    return False
+
+
+def open_mixture(obj: Any) -> tuple[MixtureSpec, list[Dataset]]:
+    """The spec and the opened source datasets of a mixture given in any accepted form."""
+    from episodekit.core.dataset import open_dataset
+
+    if isinstance(obj, MixtureFrameDataset):
+        return obj.spec, [f.ds for f in obj.datasets]
+    if isinstance(obj, MixturePlan):
+        spec = obj.spec
+        if obj.datasets is not None:
+            return spec, list(obj.datasets)
+    elif isinstance(obj, MixtureSpec):
+        spec = obj
+    elif isinstance(obj, (str, os.PathLike)) and os.path.isdir(os.fspath(obj)):
+        spec = parse_mixture(os.path.join(os.fspath(obj), MIXTURE_FILE))
+    else:
+        spec = parse_mixture(obj)
+    datasets = []
+    for s in spec.sources:
+        try:
+            datasets.append(open_dataset(s.root, check_files=False, check_totals=False))
+        except Exception as exc:
+            raise MixtureError(f"{spec.where}: source {s.name!r}: {exc}") from exc
+    return spec, datasets
+
+
+# ---------------------------------------------------------------------------------------------
+# Features: the union under the mixture's names, padding and masks.
+
+
+def _shape(feature: Mapping[str, Any]) -> tuple[int, ...]:
+    shape = tuple(int(x) for x in feature.get("shape") or ())
+    return () if shape in ((), (1,)) else shape
+
+
+class FeatureMap:
+    """How each source's samples become mixture samples (names, widths, dtypes)."""
+
+    def __init__(self, spec: MixtureSpec, datasets: Sequence[Dataset]):
+        self.names = spec.names
+        self.rename: list[dict[str, str]] = []
+        self.inverse: list[dict[str, str]] = []
+        keys_of: list[dict[str, Mapping[str, Any]]] = []
+        for s, ds in zip(spec.sources, datasets):
+            unknown = [k for k in s.rename if k not in ds.features]
+            if unknown:
+                raise MixtureError(
+                    f"{spec.where}: source {s.name!r}: rename of {unknown[0]!r}, which is not a "
+                    f"feature of {s.root}"
+                )
+            ren = {k: s.rename.get(k, k) for k in ds.features}
+            self.rename.append(ren)
+            self.inverse.append({v: k for k, v in ren.items()})
+            keys_of.append({ren[k]: f for k, f in ds.features.items()})
+        self.drop = {k for k, o in spec.features.items() if o.get("drop")}
+        self.pad_to = {k: int(o["pad_to"]) for k, o in spec.features.items() if "pad_to" in o}
+        union: list[str] = []
+        for keys in keys_of:
+            union += [k for k in keys if k not in union and k not in self.drop]
+        for key in list(self.pad_to) + [k for k in spec.features if k not in union]:
+            if key not in union and key not in self.drop:
+                raise MixtureError(f"{spec.where}: features.{key}: no source has {key!r}")
+        self.keys = union
+        self.video = set()
+        self.dtype: dict[str, np.dtype] = {}
+        self.width: dict[str, dict[int, int]] = {}
+        for key in union:
+            missing = [self.names[i] for i, keys in enumerate(keys_of) if key not in keys]
+            if missing:
+                has = [self.names[i] for i, keys in enumerate(keys_of) if key in keys]
+                i = self.names.index(missing[0])
+                raise MixtureError(
+                    f"{spec.where}: source {missing[0]!r} has no feature {key!r} (sources "
+                    f"{', '.join(repr(h) for h in has)} have it): map one of its features to it "
+                    f"with sources[{i}].rename, or drop it with features.{key}.drop"
+                )
+            feats = [keys[key] for keys in keys_of]
+            kinds = {f.get("dtype") for f in feats}
+            if "video" in kinds:
+                if kinds != {"video"}:
+                    raise MixtureError(f"{spec.where}: feature {key!r} is a video in some "
+                                       "sources only")  # fmt: skip
+                self.video.add(key)
+                continue
+            try:
+                self.dtype[key] = np.result_type(*[np.dtype(f.get("dtype")) for f in feats])
+            except TypeError:
+                continue  # images, strings: passed through as they come
+            shapes = [_shape(f) for f in feats]
+            if key in self.pad_to:
+                n = self.pad_to[key]
+                for name, shp in zip(self.names, shapes):
+                    if len(shp) != 1 or shp[0] > n:
+                        raise MixtureError(
+                            f"{spec.where}: features.{key}.pad_to {n}: source {name!r} has "
+                            f"shape {list(shp)} (pad_to takes vectors of at most {n} values)"
+                        )
+                self.width[key] = {i: shp[0] for i, shp in enumerate(shapes)}
+            elif len(set(shapes)) > 1:
+                desc = ", ".join(f"{n!r} {list(s)}" for n, s in zip(self.names, shapes))
+                raise MixtureError(
+                    f"{spec.where}: feature {key!r} has different shapes ({desc}): declare "
+                    f"features.{key}.pad_to"
+                )
+
+    def source_deltas(
+        self, s: int, delta_timestamps: Mapping[str, Sequence[float]] | None
+    ) -> dict[str, list[float]]:
+        """``delta_timestamps`` (mixture names) in source ``s``'s names."""
+        out = {}
+        for key, deltas in (delta_timestamps or {}).items():
+            if key not in self.keys:
+                raise ValueError(
+                    f"delta_timestamps key {key!r} is not a feature of this mixture "
+                    f"(features: {sorted(self.keys)})"
+                )
+            out[self.inverse[s][key]] = list(deltas)
+        return out
+
+    def convert(self, s: int, batch: Mapping[str, Any], n: int | None) -> dict[str, Any]:
+        """Source ``s``'s batch (``n`` rows) or sample (``n`` None) in mixture form."""
+        ren = self.rename[s]
+        out: dict[str, Any] = {}
+        for key, v in batch.items():
+            base, suffix = (key[: -len("_is_pad")], "_is_pad") if key.endswith("_is_pad") else (
+                key, ""
+            )  # fmt: skip
+            name = ren.get(base, base) if base in ren else key
+            if suffix and base in ren:
+                name = name + suffix
+            if (name if not suffix else name[: -len(suffix)]) in self.drop:
+                continue
+            if not suffix and name in self.dtype and isinstance(v, np.ndarray | np.generic):
+                v = np.asarray(v).astype(self.dtype[name], copy=False)
+            if not suffix and name in self.width:
+                width, n_to = self.width[name][s], self.pad_to[name]
+                v = np.asarray(v)
+                padded = np.zeros(v.shape[:-1] + (n_to,), dtype=v.dtype)
+                padded[..., :width] = v
+                v = padded
+                mask = np.zeros(n_to, dtype=bool)
+                mask[width:] = True
+                out[name + PAD_MASK] = (
+                    mask if n is None else np.broadcast_to(mask, (n, n_to)).copy()
+                )
+            out[name] = v
+        if n is None:
+            out[SOURCE], out[SOURCE_INDEX] = self.names[s], s
+        else:
+            out[SOURCE] = [self.names[s]] * n
+            out[SOURCE_INDEX] = np.full(n, s, dtype=np.int64)
+        return out
+
+
+def assemble(parts: list[tuple[np.ndarray, dict[str, Any]]], n: int) -> dict[str, Any]:
+    """One batch of ``n`` rows from per-source batches and the rows each one fills."""
+    if len(parts) == 1 and np.array_equal(parts[0][0], np.arange(n)):
+        return parts[0][1]
+    out: dict[str, Any] = {}
+    first = parts[0][1]
+    for key, v in first.items():
+        if isinstance(v, Mapping):
+            out[key] = assemble([(rows, b[key]) for rows, b in parts], n)
+        elif isinstance(v, list):
+            arr = np.empty(n, dtype=object)
+            for rows, b in parts:
+                arr[rows] = b[key]
+            out[key] = arr.tolist()
+        else:
+            arr = np.empty((n,) + np.shape(v)[1:], dtype=np.asarray(v).dtype)
+            for rows, b in parts:
+                arr[rows] = b[key]
+            out[key] = arr
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Map-style frames over all sources.
+
+
+class MixtureFrameDataset:
+    """Frames of every source's selected episodes, source after source (``FrameDataset`` on a
+    mixture). ``ds[i]`` / ``get_batch`` like :class:`FrameDataset`, plus ``source`` and
+    ``source_index``, with the mixture's feature names, padding and masks."""
+
+    def __init__(
+        self,
+        mixture: Any,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        episodes: Any = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        cache_mb: float = DEFAULT_CACHE_MB,
+        speed: bool = True,
+        **kwargs: Any,
+    ):
+        if episodes is not None:
+            raise ValueError("a mixture selects episodes per source (sources[i].episodes/tasks)")
+        from episodekit.metadata.mixture import select_episodes
+
+        self.spec, datasets = open_mixture(mixture)
+        self.features = FeatureMap(self.spec, datasets)
+        self.delta_timestamps = dict(delta_timestamps or {})
+        self.datasets = [
+            FrameDataset(
+                ds,
+                delta_timestamps=self.features.source_deltas(s, delta_timestamps),
+                episodes=ds.column("episode_index")[select_episodes(ds, src, self.spec.where)],
+                tolerance_s=tolerance_s,
+                cache_mb=cache_mb,
+                speed=speed,
+                **kwargs,
+            )
+            for s, (src, ds) in enumerate(zip(self.spec.sources, datasets))
+        ]
+        self.source_names = self.spec.names
+        sizes = [len(f) for f in self.datasets]
+        self.source_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.source_offsets[-1])
+
+    def __repr__(self) -> str:
+        return f"MixtureFrameDataset(sources={self.source_names}, frames={len(self)})"
+
+    def source_of(self, indices: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.source_offsets, indices, side="right") - 1
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        n = len(self)
+        i = int(int_indices(np.asarray(i)).ravel()[0]) if not isinstance(i, int) else i
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"frame index {i} out of range for {n} frames")
+        s = int(self.source_of(np.array([i]))[0])
+        item = self.datasets[s][i - int(self.source_offsets[s])]
+        return self.features.convert(s, item, None)
+
+    def get_batch(self, indices: np.ndarray | Sequence[int]) -> dict[str, Any]:
+        idx = int_indices(indices).ravel()
+        n = len(self)
+        idx = np.where(idx < 0, idx + n, idx)
+        if len(idx) and (idx.min() < 0 or idx.max() >= n):
+            raise IndexError(f"frame index out of range for {n} frames")
+        src = self.source_of(idx)
+        parts = []
+        for s in np.unique(src).tolist():
+            rows = np.flatnonzero(src == s)
+            local = idx[rows] - self.source_offsets[s]
+            parts.append(
+                (rows, self.features.convert(s, self.datasets[s].get_batch(local), len(rows)))
+            )
+        if not parts:
+            raise ValueError("get_batch needs at least one index")
+        return assemble(parts, len(idx))
+
+
+# ---------------------------------------------------------------------------------------------
+# The draws of one bin: exact per-source counts, mixed positions, passes over each source.
+
+
+def _derive(*values: int) -> int:
+    """A 63-bit seed from integers (stable across machines)."""
+    h = hashlib.sha256(b"episodekit-mixture-order\0")
+    for v in values:
+        h.update(int(v).to_bytes(16, "little", signed=True))
+    return int.from_bytes(h.digest()[:8], "little") >> 1
+
+
+class BinMix:
+    """Which source each position of a bin's epoch draws from: a keyed bijection of
+    ``[0, P)`` onto slots, slots ``[cum[s], cum[s+1])`` belonging to source ``s``."""
+
+    def __init__(self, draws: np.ndarray, seed: int, epoch: int, bin_id: int, shuffle: bool = True):
+        self.draws = np.asarray(draws, dtype=np.int64)
+        self.cum = np.concatenate([[0], np.cumsum(self.draws)]).astype(np.int64)
+        self.total = int(self.cum[-1])
+        rng = np.random.default_rng([int(seed), int(epoch), int(bin_id), 0x4D4958])
+        self.keys = (
+            rng.integers(0, 2**63, size=FEISTEL_ROUNDS, dtype=np.uint64) if shuffle else None
+        )
+
+    def slots(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, draw number inside the source) of positions."""
+        p = np.asarray(positions, dtype=np.int64)
+        q = feistel_permute(p, self.total, self.keys) if self.keys is not None else p
+        s = np.searchsorted(self.cum, q, side="right") - 1
+        return s, q - self.cum[s]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampler (map-style).
+
+
+class MixtureSampler(EpisodeAwareSampler):
+    """:class:`EpisodeAwareSampler` over a :class:`MixtureFrameDataset` with its mixture plan:
+    rank ``r`` yields ``plan.samples_per_rank`` indices per epoch, each bin exactly its
+    ``bin_draws`` per source; a pure function of (seed, epoch); resumable at any position."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_n_first_frames: int = 0,
+        drop_n_last_frames: int = 0,
+        plan: Any | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ):
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        if drop_n_first_frames or drop_n_last_frames:
+            raise ValueError("drop_n_first_frames/drop_n_last_frames are not supported on mixtures")
+        if not isinstance(plan, MixturePlan):
+            raise ValueError(
+                "a mixture needs its mixture plan: EpisodeAwareSampler(ds, plan=load_plan(DIR, "
+                "world_size, num_workers))"
+            )
+        if not isinstance(dataset, MixtureFrameDataset):
+            dataset = MixtureFrameDataset(dataset)
+        if dataset.source_names != plan.source_names:
+            raise ValueError(
+                f"dataset sources {dataset.source_names} differ from the plan's {plan.source_names}"
+            )
+        if rank is None or world_size is None:
+            info = rank_info()
+            rank = info.rank if rank is None else rank
+            world_size = info.world_size if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        if int(plan.world_size) != int(world_size):
+            raise ValueError(f"plan is for world_size={plan.world_size}, this job has {world_size}")
+        self.seed, self.shuffle = int(seed), bool(shuffle)
+        self.rank, self.world_size, self.plan = int(rank), int(world_size), plan
+        self.dataset = dataset
+        K = plan.num_workers
+        self.per_bin = int(plan.samples_per_worker)
+        self.num_samples = self.per_bin * K
+        self.natural = self.num_samples
+        self._stride = 1
+        # (bin, source) -> (base, size) in the mixture dataset's index space
+        self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for w in range(K):
+            items, srcs = plan.bin_items(self.rank, w), plan.bin_sources(self.rank, w)
+            for s, fd in enumerate(dataset.datasets):
+                sel = items[srcs == s]
+                base, size = items_to_ranges(
+                    sel, fd.episode_index, fd.episode_lengths, fd.episode_starts
+                )
+                self._ranges[(w, s)] = (base + dataset.source_offsets[s], size)
+        self.epoch, self.position = 0, 0
+        self._order = None
+        self._orders: dict[tuple, EpochOrder] = {}
+        self._order_epoch = -1
+        self._identity = {
+            "plan": plan.digest,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "shuffle": self.shuffle,
+            "frames": self.num_samples,
+        }
+
+    def _pass_order(self, epoch: int, w: int, s: int, p: int) -> EpochOrder:
+        if self._order_epoch != epoch:
+            self._orders, self._order_epoch = {}, epoch
+        key = (w, s, p)
+        if key not in self._orders:
+            base, size = self._ranges[(w, s)]
+            b = self.rank * self.plan.num_workers + w
+            seed = _derive(self.seed, b, s, p)
+            self._orders[key] = EpochOrder(base, size, seed, epoch, self.shuffle)
+        return self._orders[key]
+
+    def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """Mixture dataset indices at ``positions`` (0..len-1) of ``epoch``."""
+        p = np.asarray(positions, dtype=np.int64)
+        if p.size and (p.min() < 0 or p.max() >= self.num_samples):
+            raise IndexError(f"positions must be in [0, {self.num_samples})")
+        if self.shuffle and self.num_samples > 1:
+            rng = np.random.default_rng([self.seed, int(epoch), self.rank, 0x52414E4B])
+            keys = rng.integers(0, 2**63, size=FEISTEL_ROUNDS, dtype=np.uint64)
+            p = feistel_permute(p, self.num_samples, keys)
+        w, local = p // self.per_bin, p % self.per_bin
+        out = np.empty(len(p), dtype=np.int64)
+        for wi in np.unique(w).tolist():
+            rows = np.flatnonzero(w == wi)
+            b = self.rank * self.plan.num_workers + wi
+            mix = BinMix(self.plan.draws[b], self.seed, epoch, b, self.shuffle)
+            s, k = mix.slots(local[rows])
+            for si in np.unique(s).tolist():
+                sel = s == si
+                f = int(self._ranges[(wi, si)][1].sum())
+                kk = k[sel]
+                ps, j = kk // f, kk % f
+                res = np.empty(len(kk), dtype=np.int64)
+                for pi in np.unique(ps).tolist():
+                    m = ps == pi
+                    res[m] = self._pass_order(epoch, wi, si, pi)(j[m])
+                out[rows[sel]] = res
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming loader.
+
+
+class MixtureLoader(ShardedLoader):
+    """:class:`ShardedLoader` over a mixture plan: one (rank, worker) bin, exactly
+    ``plan.bin_draws`` samples of each source per epoch, streamed pool by pool per source."""
+
+    def __init__(
+        self,
+        root: Any = None,
+        plan: Any | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        worker: int | None = None,
+        num_workers: int | None = None,
+        batch_size: int | None = None,
+        pool_episodes: int | None = None,
+        seed: int = 0,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        cache_mb: float = DEFAULT_CACHE_MB,
+        speed: bool = True,
+        video_backend: Any = None,
+    ):
+        if rank is None or world_size is None:
+            info = rank_info()
+            rank = info.rank if rank is None else rank
+            world_size = info.world_size if world_size is None else world_size
+        if plan is None:
+            from episodekit.metadata.plan_file import load_plan
+
+            plan = load_plan(os.fspath(root), world_size, num_workers or 1)
+        if not isinstance(plan, MixturePlan):
+            raise ValueError("a mixture root needs its mixture plan (load_plan(DIR, ...))")
+        if int(plan.world_size) != int(world_size):
+            raise ValueError(f"plan is for world_size={plan.world_size}, this job has {world_size}")
+        if num_workers is not None and int(num_workers) != int(plan.num_workers):
+            raise ValueError(
+                f"plan is for {plan.num_workers} workers, got num_workers={num_workers}"
+            )
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        if worker is not None and not 0 <= worker < plan.num_workers:
+            raise ValueError(f"worker {worker} is not in [0, {plan.num_workers})")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if cache_mb <= 0:
+            raise ValueError(f"cache_mb must be > 0, got {cache_mb}")
+        from episodekit.loaders.sharded import row_bytes_estimate
+
+        spec, datasets = open_mixture(plan)
+        self.spec, self.features = spec, FeatureMap(spec, datasets)
+        self.plan, self.rank, self.world_size = plan, int(rank), int(world_size)
+        self.num_workers = int(plan.num_workers)
+        self.worker = worker
+        self.batch_size, self.seed = batch_size, int(seed)
+        self.samples_per_worker = int(plan.samples_per_worker)
+        self.plan_id = int(plan.digest[:15], 16)
+        K, S = self.num_workers, len(datasets)
+        self.sources: list[FrameDataset] = []
+        self._layouts: dict[tuple[int, int], BinLayout] = {}
+        pool_rows = []
+        for s, ds in enumerate(datasets):
+            per_worker = []
+            for w in range(K):
+                items, srcs = plan.bin_items(self.rank, w), plan.bin_sources(self.rank, w)
+                per_worker.append(items[srcs == s])
+            eps = np.unique(np.concatenate(per_worker)[:, 0])
+            fd = FrameDataset(
+                ds,
+                delta_timestamps=self.features.source_deltas(s, delta_timestamps),
+                episodes=eps,
+                tolerance_s=tolerance_s,
+                cache_mb=cache_mb,
+                speed=speed,
+                video_backend=video_backend,
+            )
+            self.sources.append(fd)
+            reader = fd.reader
+            ep, length = ds.column("episode_index"), ds.column("length")
+            frm = ds.column("dataset_from_index")
+            for w in range(K):
+                layout = BinLayout(per_worker[w], ep, length, frm, reader.rg_start, reader.rg_rows)
+                if plan.bin_draws(self.rank, w)[s] and not layout.total:
+                    raise ValueError(f"bin (rank {self.rank}, worker {w}) has no frames of {s}")
+                self._layouts[(w, s)] = layout
+            row_bytes = row_bytes_estimate(ds, reader.columns)
+            pool_rows.append(max(int(cache_mb * 1024 * 1024 // row_bytes), 1))
+        self._pool_rows = pool_rows
+        self.pool_rows = int(hashlib.sha256(repr(pool_rows).encode()).hexdigest()[:12], 16)
+        self._num_sources = S
+        self._orders: dict[tuple, BinOrder] = {}
+        self._orders_epoch = -1
+        self.epoch = 0
+        self.position = 0
+
+    # -- the order --------------------------------------------------------------------------
+
+    def _pass(self, epoch: int, w: int, s: int, p: int) -> BinOrder:
+        if self._orders_epoch != epoch:
+            self._orders, self._orders_epoch = {}, epoch
+        key = (w, s, p)
+        if key not in self._orders:
+            b = self.rank * self.num_workers + w
+            self._orders[key] = BinOrder(
+                self._layouts[(w, s)], _derive(self.seed, s, p), epoch, b, self._pool_rows[s]
+            )
+        return self._orders[key]
+
+    def _draw_parts(self, epoch: int, w: int, s: int, k0: int, k1: int) -> Iterator[tuple]:
+        """((pool rgs, needed rgs), frames) of draws [k0, k1) of source ``s`` in bin ``w``."""
+        f = self._layouts[(w, s)].total
+        while k0 < k1:
+            p, j0 = divmod(k0, f)
+            j1 = min(f, j0 + (k1 - k0))
+            order = self._pass(epoch, w, s, p)
+            for pool, frames, segs in order.parts(j0, j1):
+                yield (order.pool_rgs[pool], order.rgs_of_segments(segs)), frames
+            k0 += j1 - j0
+
+    def _bin_chunks(self, epoch: int, w: int, start: int, size: int) -> Iterator[list[tuple]]:
+        """Chunks of ``size`` positions of bin ``w`` from ``start``: lists of (source, rows,
+        parts) where rows are the chunk's rows that source fills, in its draw order."""
+        b = self.rank * self.num_workers + w
+        draws = self.plan.draws[b]
+        mix = BinMix(draws, self.seed, epoch, b)
+        total = self.samples_per_worker
+        counts = np.zeros(self._num_sources, dtype=np.int64)
+        for p0 in range(0, start, 1 << 16):  # draws made before ``start`` (resume)
+            s, _ = mix.slots(np.arange(p0, min(start, p0 + (1 << 16))))
+            counts += np.bincount(s, minlength=self._num_sources)
+        for p0 in range(start, total, size):
+            p1 = min(total, p0 + size)
+            s, _ = mix.slots(np.arange(p0, p1))
+            chunk = []
+            for si in np.unique(s).tolist():
+                rows = np.flatnonzero(s == si)
+                k0 = int(counts[si])
+                parts = list(self._draw_parts(epoch, w, si, k0, k0 + len(rows)))
+                counts[si] += len(rows)
+                chunk.append((si, rows, parts))
+            yield p1 - p0, chunk
+
+    def _chunks(self, epoch: int, start: int, size: int) -> Iterator[tuple]:
+        spw = self.samples_per_worker
+        for j, w in enumerate(self.workers()):
+            lo, hi = j * spw, (j + 1) * spw
+            if start >= hi:
+                continue
+            yield from self._bin_chunks(epoch, w, max(start, lo) - lo, size)
+
+    def epoch_draws(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source_index, global frame in that source) of every sample of an epoch for this
+        process, in order (no data read; for checks and tests)."""
+        srcs, frames = [], []
+        for n, chunk in self._chunks(epoch, 0, 1 << 16):
+            s_out = np.empty(n, dtype=np.int64)
+            f_out = np.empty(n, dtype=np.int64)
+            for si, rows, parts in chunk:
+                s_out[rows] = si
+                f_out[rows] = np.concatenate([f for _, f in parts])
+            srcs.append(s_out)
+            frames.append(f_out)
+        if not srcs:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(srcs), np.concatenate(frames)
+
+    def frame_order(self, epoch: int, start: int = 0) -> Iterator[np.ndarray]:
+        raise NotImplementedError("a mixture's order is (source, frame): use epoch_draws()")
+
+    def bin_order(self, epoch: int, worker: int) -> BinOrder:
+        raise NotImplementedError("a mixture bin has one order per source and pass")
+
+    def _read_chunk(self, n: int, chunk: list[tuple]) -> dict[str, Any]:
+        parts = []
+        for si, rows, draw_parts in chunk:
+            fd = self.sources[si]
+            got = []
+            for (rgs, need), frames in draw_parts:
+                fd.reader.hold(rgs, need)
+                got.append(fd.get_frames(frames))
+            from episodekit.loaders.sharded import _concat
+
+            batch = got[0] if len(got) == 1 else _concat(got)
+            parts.append((rows, self.features.convert(si, batch, len(rows))))
+        return assemble(parts, n)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        from episodekit.loaders.sharded import _row
+
+        total = len(self)
+        if total and self.position >= total:
+            self.epoch, self.position = self.epoch + 1, 0
+        epoch = self.epoch
+        size = self.batch_size or READ_CHUNK
+        for n, chunk in self._chunks(epoch, self.position, size):
+            batch = self._read_chunk(n, chunk)
+            if self.batch_size:
+                self.position += n
+                yield batch
+                continue
+            for j in range(n):
+                self.position += 1
+                yield _row(batch, j)
+            if epoch != self.epoch:
+                return
