@@ -427,8 +427,11 @@ def _prepare(
             ([SPEED_FILE] if changed else []),
         )
 
+    rows_rewritten = any(s.changed for s in result.steps)
+
     def costs() -> tuple[str, dict, list[str]]:
-        table, changed = ensure_costs(ds, cost, force=force)
+        # rewritten data files change every episode's data_bytes: a table from before is stale
+        table, changed = ensure_costs(ds, cost, force=force or rows_rewritten)
         detail = {"model": cost, "episodes": table.num_rows}
         return (
             ("done" if changed else "skipped"),

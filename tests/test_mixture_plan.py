@@ -154,3 +154,40 @@ def test_cli_mixture_plan(roots, tmp_path):
     r = run_cli("metadata", "plan", "--mixture", bad, "--world-size", "2", "--out", str(tmp_path))
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0
     assert "sources[0].weight" in r.stderr
+
+
+def test_cli_info_mixture(roots, tmp_path):
+    _, a, b = roots
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps(spec(a, b, balance="episodes", epoch_frames=1000)))
+    r = run_cli("info", "--mixture", str(m), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    # episodes balance: 1 x 40 vs 3 x 24 = 40:72 of 1000 -> 357.14, 642.86 -> 357, 643
+    assert [s["quota"] for s in d["sources"]] == [357, 643]
+    assert [s["effective_weight"] for s in d["sources"]] == pytest.approx([40 / 112, 72 / 112])
+    assert d["sources"][1]["repeats"] == pytest.approx(643 / d["sources"][1]["frames"])
+    r = run_cli("info", "--mixture", str(m))
+    assert r.returncode == 0 and "bee" in r.stdout and "643" in r.stdout
+    r = run_cli("info", str(a), "--mixture", str(m))
+    assert r.returncode == 2 and "not both" in r.stderr
+
+
+def test_prepare_mixture_prepares_sources_then_plans(roots, tmp_path):
+    from episodekit.metadata.costs import ensure_costs
+    from episodekit.mixture import prepare_mixture
+
+    _, a, b = roots
+    a2, b2 = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(a, a2)
+    shutil.copytree(b, b2)
+    ensure_costs(str(a2))  # a cost table from before the row-group rewrite must not survive it
+    s = {"sources": [{"root": str(a2), "weight": 1}, {"root": str(b2), "weight": 2}]}
+    r = prepare_mixture(s, str(tmp_path / "p"), world_sizes=[2], num_workers=2)
+    assert r.ok, {n: x.to_dict() for n, x in r.sources.items()}
+    assert [c for _, _, c in r.plans] == [True]
+    load_plan(tmp_path / "p", 2, 2)
+    again = prepare_mixture(s, str(tmp_path / "p"), world_sizes=[2], num_workers=2)
+    assert [c for _, _, c in again.plans] == [False]
+    for res in again.sources.values():
+        assert {st.status for st in res.steps} <= {"skipped"}

@@ -23,7 +23,7 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 
 @click.command("info")
-@root_argument()
+@root_argument(required=False)
 @json_option
 @click.option(
     "--max-files",
@@ -32,13 +32,32 @@ def _parse_size(text: str) -> tuple[int, int]:
     show_default=True,
     help="Data files listed in the table.",
 )
-def info_command(root: str, as_json: bool, max_files: int) -> None:
+@click.option(
+    "--mixture",
+    default=None,
+    metavar="FILE|JSON",
+    help="Describe a mixture instead of ROOT (mixture.json or inline JSON): sources, frames, "
+    "effective weights, per-epoch quotas, repeats.",
+)
+def info_command(root: str | None, as_json: bool, max_files: int, mixture: str | None) -> None:
     """Describe ROOT: counts, features, data-file row groups, page index, lengths per task.
 
     ROOT is a local path or an fsspec URL (hf://datasets/owner/name, memory://...).
-    Reads metadata and parquet footers only.
+    Reads metadata and parquet footers only. With --mixture M (no ROOT): the mixture's sources,
+    frames, effective weights after balance, per-epoch quotas and repeats.
     """
     from episodekit.info import describe, format_description
+
+    if mixture is not None or root is None:
+        if root is not None:
+            raise click.UsageError("give either ROOT or --mixture, not both")
+        if mixture is None:
+            raise click.UsageError("missing ROOT (or --mixture FILE)")
+        from episodekit.metadata.mixture import describe_mixture, format_mixture
+
+        d = describe_mixture(mixture)
+        click.echo(json.dumps(d, indent=2) if as_json else format_mixture(d))
+        return
 
     d = describe(root)
     click.echo(json.dumps(d, indent=2) if as_json else format_description(d, max_files))

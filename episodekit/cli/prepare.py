@@ -24,7 +24,7 @@ from episodekit.cli.common import (
 
 
 @click.command("prepare")
-@root_argument()
+@root_argument(required=False)
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -82,12 +82,19 @@ from episodekit.cli.common import (
     help="Also build the frame store for random access (`prep frames`; local cache, "
     "skipped when fresh).",
 )
+@click.option(
+    "--mixture",
+    default=None,
+    metavar="FILE|JSON",
+    help="Prepare every source of a mixture (mixture.json or inline JSON) instead of ROOT, "
+    "then write its mixture plans into --out DIR.",
+)
 @force_option
 @no_wait_option
 @json_option
 @quiet_option
 def prepare_command(
-    root: str,
+    root: str | None,
     out: str | None,
     target_mb: float,
     world_size: list[int],
@@ -101,6 +108,7 @@ def prepare_command(
     locality: str,
     videos_gop: int | None,
     frames: bool,
+    mixture: str | None,
     force: bool,
     no_wait: bool,
     as_json: bool,
@@ -121,6 +129,11 @@ def prepare_command(
     from episodekit.prepare import format_result, prepare
 
     hub_bars_follow(click.get_current_context())
+    if mixture is not None or root is None:
+        _prepare_mixture(root, mixture, out, world_size, workers, cost, locality, split_long,
+                         force, no_wait, as_json, executor=executor, jobs=jobs, frames=frames,
+                         target_mb=target_mb)  # fmt: skip
+        return
     result = prepare(
         root,
         out=out,
@@ -140,5 +153,27 @@ def prepare_command(
         wait=not no_wait,
     )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
+    if not result.ok:
+        sys.exit(1)
+
+
+def _prepare_mixture(
+    root, mixture, out, world_size, workers, cost, locality, split_long, force, no_wait, as_json,
+    **kwargs,
+) -> None:  # fmt: skip
+    """``prepare --mixture M --out DIR``."""
+    from episodekit.mixture import format_mixture_result, prepare_mixture
+
+    if root is not None:
+        raise click.UsageError("give either ROOT or --mixture, not both")
+    if mixture is None:
+        raise click.UsageError("missing ROOT (or --mixture FILE with --out DIR)")
+    if out is None:
+        raise click.UsageError("--mixture needs --out DIR (the folder the mixture plan goes to)")
+    result = prepare_mixture(
+        mixture, out, world_sizes=world_size, num_workers=workers, cost=cost, locality=locality,
+        split_long=split_long, force=force, wait=not no_wait, **kwargs,
+    )  # fmt: skip
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_mixture_result(result))
     if not result.ok:
         sys.exit(1)

@@ -1,0 +1,90 @@
+"""``episodekit prepare --mixture M --out DIR``: prepare every source, then plan the mixture."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from episodekit.metadata.mixture import parse_mixture
+from episodekit.prepare import PrepareResult, format_result, prepare
+
+
+@dataclass
+class MixturePrepareResult:
+    """Per source: its prepare result (None for a hub source, read as it is); the plans."""
+
+    sources: dict[str, PrepareResult | None] = field(default_factory=dict)
+    plans: list[tuple[str, dict, bool]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r is None or r.ok for r in self.sources.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        skip = ("items", "item_source", "bin_offsets", "bin_cost", "bin_frames", "bin_draws")
+        return {
+            "ok": self.ok,
+            "sources": {n: (r.to_dict() if r else None) for n, r in self.sources.items()},
+            "plans": [
+                {"path": p, "changed": c, **{k: v for k, v in d.items() if k not in skip}}
+                for p, d, c in self.plans
+            ],
+            "notes": self.notes,
+        }
+
+
+def prepare_mixture(
+    mixture: str | dict,
+    out: str,
+    world_sizes: Sequence[int] = (8, 64),
+    num_workers: int = 4,
+    cost: str = "frames",
+    locality: str = "rowgroup",
+    split_long: str = "no",
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+    **prepare_kwargs: Any,
+) -> MixturePrepareResult:
+    """Run :func:`episodekit.prepare.prepare` on every local source (each step skipped when
+    fresh), then write the mixture plans into ``out``. Hub sources are read as they are (prepare
+    them with ``episodekit prepare hf://... --out DIR`` and point the mixture at DIR). Plans are
+    written only when every source validated."""
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
+    spec = parse_mixture(mixture)
+    result = MixturePrepareResult()
+    for s in spec.sources:
+        if "://" in s.root and not s.root.startswith("file://"):
+            result.sources[s.name] = None
+            result.notes.append(f"{s.name}: {s.root} is remote, read as it is (not prepared)")
+            continue
+        result.sources[s.name] = prepare(
+            s.root, world_sizes=world_sizes, num_workers=num_workers, cost=cost,
+            locality=locality, split_long=split_long, force=force, progress=progress,
+            **prepare_kwargs,
+        )  # fmt: skip
+    if result.ok:
+        result.plans = ensure_mixture_plans(
+            spec, out, list(world_sizes), num_workers, cost=cost, split_long=split_long == "yes",
+            force=force, locality=locality,
+        )  # fmt: skip
+    return result
+
+
+def format_mixture_result(r: MixturePrepareResult) -> str:
+    from episodekit.metadata.mixture_plan import format_mixture_plan
+
+    lines = []
+    for name, res in r.sources.items():
+        lines.append(f"== source {name}")
+        lines.append(format_result(res) if res is not None else "  not prepared (remote)")
+    for note in r.notes:
+        lines.append(f"note: {note}")
+    for path, plan, changed in r.plans:
+        lines.append(f"{path}: {'written' if changed else 'fresh, kept'}")
+        lines.append(format_mixture_plan(plan))
+    if not r.ok:
+        lines.append("mixture plans NOT written: a source failed validation")
+    return "\n".join(lines)
