@@ -9,12 +9,20 @@ How a plan is built (a pure function of the sources' costs, the spec and the par
    single-root plan (:func:`plans.build_plan`: LPT/KK, or ``rowgroup`` locality on that source's
    row groups, ``split_long``; a source with fewer episodes than bins is cut into frame ranges),
    so each bin holds about ``1/bins`` of every source.
-3. Sources are laid on top of each other, heaviest first: a source's heaviest bin joins the
-   lightest bin so far (costs weighted by how often the source is drawn: ``quota / frames``).
-   Then the seeded rank/worker labels, as for single roots.
+3. Sources are laid on top of each other, heaviest first: a source's bin with the most work per
+   epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far. Then
+   the seeded rank/worker labels, as for single roots.
 4. Draws: the epoch's slots, source after source, are dealt round-robin to the bins
    (:func:`mixture.bin_draws`): bin b draws ``floor`` or ``ceil`` of ``quota / bins`` samples
    from each source, every bin exactly ``samples_per_worker``, every source exactly its quota.
+
+Figures: ``balance.plan`` is each bin's cost per epoch (each item's cost x how often its bin
+draws its frames), max over the lower bound as for single roots (with the ``frames`` model every
+bin costs ``samples_per_worker``: 1.0); ``balance.content`` is the cost of what each bin holds,
+weighted by the sources' ``quota / frames``; ``draw_rate_deviation`` is the largest relative
+difference between how often a bin draws each of its frames of a source and that source's
+``quota / frames`` (0 when every bin holds exactly 1/bins of every source); ``share_deviation``
+the largest difference between a bin's share of a source and the source's quota share.
 
 A bin draws each of its frames of a source ``floor`` or ``ceil`` of (draws / its frames) times
 per epoch (repeats, or a different subset each epoch when the quota is below the frames).
@@ -136,16 +144,19 @@ def build_mixture_plan(
         subs.append(sub)
         split_used.append(cut)
 
-    # Lay the sources on top of each other: heaviest source first, its heaviest bin on the
-    # lightest bin so far (epoch costs: cost x how often the source is drawn).
-    epoch_cost = [np.asarray(sub["bin_cost"], dtype=np.float64) * r for sub, r in zip(subs, rate)]
+    # Lay the sources on top of each other, heaviest first: a source's bin with the most work
+    # per epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far.
+    work = []
+    for sub, q in zip(subs, quota):
+        sub_frames = np.maximum(np.asarray(sub["bin_frames"], dtype=np.float64), 1)
+        work.append(np.asarray(sub["bin_cost"], dtype=np.float64) / sub_frames * (q / B))
     label = [np.zeros(B, np.int64) for _ in range(S)]
     acc = np.zeros(B)
-    for s in sorted(range(S), key=lambda i: (-float(epoch_cost[i].sum()), i)):
-        heavy = np.argsort(-epoch_cost[s], kind="stable")
+    for s in sorted(range(S), key=lambda i: (-float(work[i].sum()), i)):
+        heavy = np.argsort(-work[s], kind="stable")
         light = np.argsort(acc, kind="stable")
         label[s][heavy] = light
-        acc[light] += epoch_cost[s][heavy]
+        acc[light] += work[s][heavy]
     rank_perm = label_permutation(seed, 1, W, salt=1)[0]
     worker_perm = label_permutation(seed, W, K, salt=2)
 
@@ -160,27 +171,39 @@ def build_mixture_plan(
         parts_items.append(items)
         parts_bin.append(b)
         parts_src.append(np.full(len(items), s, np.int64))
-        parts_cost.append(per_frame * (items[:, 2] - items[:, 1]) * rate[s])
+        parts_cost.append(per_frame * (items[:, 2] - items[:, 1]))
     items = np.concatenate(parts_items)
     bin_of = np.concatenate(parts_bin)
     item_source = np.concatenate(parts_src)
-    item_cost = np.concatenate(parts_cost)
+    item_cost = np.concatenate(parts_cost)  # the item's cost, drawn once
     order = np.lexsort((items[:, 1], items[:, 0], item_source, bin_of))
     items, bin_of, item_source, item_cost = (
         items[order], bin_of[order], item_source[order], item_cost[order]
     )  # fmt: skip
-    bin_cost = np.bincount(bin_of, item_cost, minlength=B)
-    bin_frames = np.bincount(bin_of, items[:, 2] - items[:, 1], minlength=B).astype(np.int64)
+    item_frames = items[:, 2] - items[:, 1]
+    bin_frames = np.bincount(bin_of, item_frames, minlength=B).astype(np.int64)
     draws = deal_draws(quota, B)
     per_worker = total // B
+    # frames of each source per bin, and how often the bin draws each of them per epoch
+    cell = bin_of * S + item_source
+    cell_frames = np.bincount(cell, item_frames, minlength=B * S).reshape(B, S)
+    cell_rate = draws / np.maximum(cell_frames, 1)
+    item_work = item_cost * cell_rate.ravel()[cell]  # the item's cost per epoch
+    bin_cost = np.bincount(bin_of, item_work, minlength=B)
+    item_content = item_cost * np.asarray(rate)[item_source]
+    content = np.bincount(bin_of, item_content, minlength=B)
     all_cost = np.concatenate([s.cost * r for s, r in zip(sources, rate)])
     naive = naive_totals(all_cost, B)
     balance = {
-        "plan": balance_figures(bin_cost, item_cost),
-        "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), item_cost),
+        "plan": balance_figures(bin_cost, item_work),
+        "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), item_work),
+        "content": balance_figures(content, item_content),
         "contiguous": balance_figures(naive["contiguous"], all_cost),
         "round_robin": balance_figures(naive["round_robin"], all_cost),
     }
+    rates = np.asarray(rate)[None, :]
+    drawn = draws > 0
+    rate_dev = np.abs(cell_rate / rates - 1)[drawn] if drawn.any() else np.zeros(1)
     share = np.asarray(quota, dtype=np.float64) / total
     bin_share = draws / per_worker
     fps = fingerprints or [""] * S
@@ -218,6 +241,7 @@ def build_mixture_plan(
         "balance": balance,
         "quotas": [int(q) for q in quota],
         "bin_draws": draws,
+        "draw_rate_deviation": round(float(rate_dev.max()), 8),
         "share_deviation": {
             "max_abs": round(float(np.abs(bin_share - share).max()), 8),
             "max_rel": round(
@@ -378,10 +402,14 @@ def format_mixture_plan(plan: dict) -> str:
     b = plan["balance"]
     dev = plan["share_deviation"]
     lines.append(
-        f"  balance max/lower bound {b['plan']['max_over_lower_bound']:.4f} (contiguous "
+        f"  cost per epoch, max/lower bound {b['plan']['max_over_lower_bound']:.4f}; content "
+        f"{b['content']['max_over_lower_bound']:.4f} (contiguous "
         f"{b['contiguous']['max_over_lower_bound']:.4f}, round-robin "
-        f"{b['round_robin']['max_over_lower_bound']:.4f}); per-bin source share within "
-        f"{dev['max_abs']:.2e} of the quota share"
+        f"{b['round_robin']['max_over_lower_bound']:.4f})"
+    )
+    lines.append(
+        f"  per-bin source share within {dev['max_abs']:.2e} of the quota share; each frame "
+        f"drawn within {plan['draw_rate_deviation']:.2%} of its source's quota / frames"
     )
     lines.append(
         f"  samples_per_rank {plan['samples_per_rank']:,} (= {plan['samples_per_worker']:,} per "
