@@ -7,8 +7,9 @@ How a plan is built (a pure function of the sources' costs, the spec and the par
    Quotas per source: exact integers summing to that epoch (:mod:`metadata.mixture`).
 2. Each source is partitioned on its own into the ``W x K`` bins by cost, exactly as a
    single-root plan (:func:`plans.build_plan`: LPT/KK, or ``rowgroup`` locality on that source's
-   row groups, ``split_long``; a source with fewer episodes than bins is cut into frame ranges),
-   so each bin holds about ``1/bins`` of every source.
+   row groups) with ``split_long`` always on: episodes are cut into frame ranges only where whole
+   ones leave a bin more than 0.1% off, so each bin holds ``1/bins`` of every source and each
+   frame is drawn as often as its source's quota says.
 3. Sources are laid on top of each other, heaviest first: a source's bin with the most work per
    epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far. Then
    the seeded rank/worker labels, as for single roots.
@@ -126,21 +127,26 @@ def build_mixture_plan(
     rate = [q / f for q, f in zip(quota, frames)]
 
     subs, split_used = [], []
+    # "auto": LPT. With episodes cut where needed, LPT + pouring lands within a frame of the
+    # mean; KK's refinement (O(items x bins) per rank) would cost 2-3x the planning time here.
+    sub_algo = "lpt" if algo == "auto" else algo
     for s in sources:
         if s.frames < B:
             raise MixtureError(
                 f"source {s.name!r} has {s.frames:,} frames, fewer than the plan's {B:,} bins "
                 f"({W} ranks x {K} workers): every bin draws from every source"
             )
-        cut = bool(split_long) or len(s.episode_index) < B
+        # A bin's frames of a source decide how often each is drawn: cut episodes where whole
+        # ones leave a bin more than 0.1% off (split_long cuts only then), always.
         try:
             sub = build_plan(
-                s.cost, s.length, W, K, algo=algo, split_long=cut, seed=0,
+                s.cost, s.length, W, K, algo=sub_algo, split_long=True, seed=0,
                 episode_index=s.episode_index, policy=policy, cost_model=cost_model,
                 locality=locality, position=s.position, unit=s.unit,
             )  # fmt: skip
         except ValueError as exc:
             raise MixtureError(f"source {s.name!r}: {exc}") from exc
+        cut = sub["split_episodes"] > 0
         subs.append(sub)
         split_used.append(cut)
 
@@ -176,7 +182,8 @@ def build_mixture_plan(
     bin_of = np.concatenate(parts_bin)
     item_source = np.concatenate(parts_src)
     item_cost = np.concatenate(parts_cost)  # the item's cost, drawn once
-    order = np.lexsort((items[:, 1], items[:, 0], item_source, bin_of))
+    # by bin, then source; each (bin, source) run is already in (episode, start) order
+    order = np.argsort(bin_of * S + item_source, kind="stable")
     items, bin_of, item_source, item_cost = (
         items[order], bin_of[order], item_source[order], item_cost[order]
     )  # fmt: skip

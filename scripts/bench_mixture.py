@@ -1,0 +1,251 @@
+"""Benchmark mixtures (issue 16): the four bars, each against a baseline measured in the same run.
+
+1. quotas: on a mixture of --root split into three sources by episode ranges (weights 1, 3, 0.5:
+   one source repeated, two subsampled), W x K bins: the realized draws per source over one
+   epoch (every bin's ``epoch_draws``, no data read) vs the quotas; the largest per-bin share
+   deviation from the quota share; per-frame draw counts vs quota / frames.
+2. balance: in memory, 5 sources of lognormal lengths, 64 x 4 bins, 16 and 64 episodes per bin
+   (in total), with the ``frames`` cost and a bytes-like cost (length x a per-episode factor):
+   max / lower bound of each bin's cost per epoch, next to a single-root plan of the same
+   episodes and costs.
+3. planning time: 5 sources totalling --episodes episodes into 512 x 8 bins (in memory) vs a
+   single-root ``build_plan`` of the same episodes, best of --repeat, same run.
+4. loader throughput: one worker (rank 0, worker 0) of a W x K ``rowgroup`` plan, batches of
+   256, 50-frame action + 3-frame state windows, first epoch of its bin: a mixture of --root's
+   three episode ranges (balance frames: quotas = frames) vs the single root itself.
+
+Usage: .venv/bin/python scripts/bench_mixture.py --root /work/bench-data/big10m \
+          --out /work/bench-data/mixture-bench [--parts 1,2,3,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from episodekit.core.dataset import open_dataset
+from episodekit.metadata.mixture import parse_mixture, resolve_sources
+from episodekit.metadata.mixture_plan import SourceCosts, build_mixture_plan
+from episodekit.metadata.plan_file import Plan, decode_plan, encode_plan
+from episodekit.metadata.plans import build_plan, rowgroup_units
+
+
+def lognormal(n: int, seed: int, median: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.clip(np.rint(rng.lognormal(np.log(median), 0.8, n)), 5, None).astype(np.int64)
+
+
+def synthetic(total: int, seed: int, bytes_like: bool) -> list[SourceCosts]:
+    """5 sources of different sizes and median lengths (``total`` episodes in all)."""
+    shares = np.array([0.4, 0.25, 0.2, 0.1, 0.05])
+    medians = [300, 120, 600, 200, 900]
+    out = []
+    for i, (share, med) in enumerate(zip(shares, medians)):
+        n = int(total * share)
+        length = lognormal(n, seed + i, med)
+        cost = length.astype(np.float64)
+        if bytes_like:
+            cost = cost * np.random.default_rng(seed + 100 + i).lognormal(0, 0.3, n)
+        out.append(SourceCosts(f"s{i}", np.arange(n), length, cost))
+    return out
+
+
+def spec_for(sources: list[SourceCosts], weights: list[float], balance: str = "none"):
+    return parse_mixture(
+        {
+            "sources": [
+                {"root": f"/synthetic/{s.name}", "weight": w} for s, w in zip(sources, weights)
+            ],
+            "balance": balance,
+        }
+    )
+
+
+def part_balance(seed: int) -> None:
+    print("== 2. balance, 64 x 4 = 256 bins, 5 sources (max / lower bound)")
+    print(
+        f"  {'cost':<10}{'eps/bin':>8}{'mixture':>10}{'content':>10}{'single':>10}"
+        f"{'rate dev':>10}{'share dev':>11}"
+    )
+    weights = [1, 2, 1, 3, 0.5]
+    for bytes_like in (False, True):
+        for per_bin in (16, 64):
+            srcs = synthetic(per_bin * 256, seed, bytes_like)
+            p = build_mixture_plan(spec_for(srcs, weights), srcs, 64, 4, algo="auto")
+            cost = np.concatenate([s.cost for s in srcs])
+            length = np.concatenate([s.length for s in srcs])
+            single = build_plan(cost, length, 64, 4)
+            print(
+                f"  {'bytes-like' if bytes_like else 'frames':<10}{per_bin:>8}"
+                f"{p['balance']['plan']['max_over_lower_bound']:>10.4f}"
+                f"{p['balance']['content']['max_over_lower_bound']:>10.4f}"
+                f"{single['balance']['plan']['max_over_lower_bound']:>10.4f}"
+                f"{p['draw_rate_deviation']:>10.4f}{p['share_deviation']['max_abs']:>11.2e}"
+            )
+
+
+def part_planning(episodes: int, world: int, workers: int, repeat: int, seed: int) -> None:
+    print(f"== 3. planning {episodes:,} episodes into {world} x {workers} bins (best of {repeat})")
+    srcs = synthetic(episodes, seed, False)
+    spec = spec_for(srcs, [1, 2, 1, 3, 0.5])
+    cost = np.concatenate([s.cost for s in srcs])
+    length = np.concatenate([s.length for s in srcs])
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    t_single = best(lambda: build_plan(cost, length, world, workers))
+    t_mix = best(lambda: build_mixture_plan(spec, srcs, world, workers))
+    print(f"  single root {t_single:.2f} s, mixture of 5 {t_mix:.2f} s: {t_mix / t_single:.2f}x")
+    p = build_mixture_plan(spec, srcs, world, workers)
+    print(
+        f"  mixture: cost per epoch max/LB {p['balance']['plan']['max_over_lower_bound']:.4f}, "
+        f"rate deviation {p['draw_rate_deviation']:.4f}, share deviation "
+        f"{p['share_deviation']['max_abs']:.2e}; encode+decode "
+        f"{best(lambda: decode_plan(encode_plan(p))):.2f} s"
+    )
+
+
+def mixture_of(root: str, out: str, weights, balance: str, world: int, workers: int):
+    """Write a plan folder for three episode ranges of ``root`` and return it loaded."""
+    from episodekit.loaders import load_plan
+    from episodekit.metadata.costs import compute_costs
+
+    ds = open_dataset(root, check_files=False)
+    n = ds.num_episodes
+    cuts = [0, n // 4, n // 2, n]
+    doc = {
+        "sources": [
+            {"root": root, "weight": w, "name": f"part{i}", "episodes": f"{cuts[i]}:{cuts[i + 1]}"}
+            for i, w in enumerate(weights)
+        ],
+        "balance": balance,
+    }
+    spec = parse_mixture(doc)
+    table = compute_costs(ds, "frames")  # in memory: the root is read-only here
+    cost_all = table["cost"].to_numpy()
+    srcs = []
+    for r in resolve_sources(spec):
+        pos, unit = rowgroup_units(ds, r.episode_index)
+        srcs.append(SourceCosts(r.name, r.episode_index, r.length, cost_all[r.episode_index],
+                                pos, unit))  # fmt: skip
+    plan = build_mixture_plan(
+        spec, srcs, world, workers, locality="rowgroup", fingerprints=[ds.fingerprint] * 3
+    )
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "mixture.json"), "w") as fh:
+        json.dump(spec.to_dict(), fh, indent=2, sort_keys=True)
+    with open(os.path.join(out, f"ws{world}_nw{workers}.json"), "wb") as fh:
+        fh.write(encode_plan(plan))
+    return load_plan(out, world, workers), ds, cost_all
+
+
+def part_quotas(root: str, out: str, world: int, workers: int) -> None:
+    print(f"== 1. quotas: {root} as three sources (weights 1, 3, 0.5), {world} x {workers} bins")
+    from episodekit.loaders import ShardedLoader
+
+    plan, ds, _ = mixture_of(root, os.path.join(out, "quota-plan"), [1, 3, 0.5], "none",
+                             world, workers)  # fmt: skip
+    t0 = time.perf_counter()
+    realized = np.zeros(3, np.int64)
+    counts = [np.zeros(ds.num_frames, np.int32) for _ in range(3)]
+    max_abs = max_rel = 0.0
+    share = plan.quotas / plan.quotas.sum()
+    for r in range(world):
+        for w in range(workers):
+            ld = ShardedLoader(None, plan, rank=r, world_size=world, worker=w, speed=False)
+            src, frm = ld.epoch_draws(0)
+            c = np.bincount(src, minlength=3)
+            realized += c
+            bin_share = c / len(src)
+            max_abs = max(max_abs, float(np.abs(bin_share - share).max()))
+            max_rel = max(max_rel, float((np.abs(bin_share - share) / share).max()))
+            for s in range(3):
+                np.add.at(counts[s], frm[src == s], 1)
+    print(f"  quotas   {plan.quotas.tolist()}")
+    print(f"  realized {realized.tolist()}  exact: {realized.tolist() == plan.quotas.tolist()}")
+    print(f"  per-bin share deviation from the quota share: max {max_abs:.2e} absolute, "
+          f"{max_rel:.2%} relative (bar 1%)")  # fmt: skip
+    for s, src in enumerate(plan.sources):
+        got = counts[s]
+        rate = src["repeats"]
+        spec_eps = plan.spec.sources[s].episodes
+        rows = ds.episode_rows(np.arange(*spec_eps))
+        frm = ds.column("dataset_from_index")[rows]
+        ln = ds.column("length")[rows]
+        idx = np.concatenate([np.arange(a, a + b) for a, b in zip(frm, ln)])
+        vals = got[idx]
+        print(f"  {src['name']}: quota/frames {rate:.4f}; per-frame draws min {vals.min()} max "
+              f"{vals.max()} mean {vals.mean():.4f}")  # fmt: skip
+    print(f"  ({time.perf_counter() - t0:.1f} s to compute every bin's order)")
+
+
+def part_throughput(root: str, out: str, world: int, workers: int, repeat: int) -> None:
+    from episodekit.loaders import ShardedLoader
+    from episodekit.metadata.plans import plan_for_dataset
+
+    print(f"== 4. loader throughput: rank 0 / worker 0 of {world} x {workers}, rowgroup plans")
+    plan, ds, _ = mixture_of(root, os.path.join(out, "speed-plan"), [1, 1, 1], "frames",
+                             world, workers)  # fmt: skip
+    from episodekit.metadata.costs import compute_costs
+
+    single = Plan(decode_plan(encode_plan(plan_for_dataset(
+        ds, compute_costs(ds, "frames"), world, workers, locality="rowgroup"))))  # fmt: skip
+    fps = ds.fps
+    deltas = {"action": [k / fps for k in range(50)], "observation.state": [-2 / fps, -1 / fps, 0]}
+
+    def run(make) -> tuple[float, int]:
+        ld = make()
+        t0 = time.perf_counter()
+        n = sum(len(b["index"]) for b in ld)
+        return n / (time.perf_counter() - t0), n
+
+    kw = dict(rank=0, world_size=world, worker=0, batch_size=256, delta_timestamps=deltas,
+              speed=False)  # fmt: skip
+    rates = {"single": [], "mixture": []}
+    for _ in range(repeat):  # interleaved rounds: the machine is shared
+        rates["single"].append(run(lambda: ShardedLoader(root, single, **kw)))
+        rates["mixture"].append(run(lambda: ShardedLoader(None, plan, **kw)))
+    s = max(r for r, _ in rates["single"])
+    m = max(r for r, _ in rates["mixture"])
+    print(f"  single root {s:,.0f} frames/s ({rates['single'][0][1]:,} frames), "
+          f"mixture of 3 {m:,.0f} frames/s ({rates['mixture'][0][1]:,} frames): "
+          f"{m / s:.2f}x (bar >= 0.8x); all rounds single "
+          f"{[round(r) for r, _ in rates['single']]}, mixture "
+          f"{[round(r) for r, _ in rates['mixture']]}")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", default="/work/bench-data/big10m")
+    ap.add_argument("--out", default="/work/bench-data/mixture-bench")
+    ap.add_argument("--parts", default="1,2,3,4")
+    ap.add_argument("--episodes", type=int, default=1_000_000)
+    ap.add_argument("--world-size", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    parts = {int(p) for p in a.parts.split(",")}
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    if 1 in parts:
+        part_quotas(a.root, a.out, a.world_size, a.workers)
+    if 2 in parts:
+        part_balance(a.seed)
+    if 3 in parts:
+        part_planning(a.episodes, 512, 8, a.repeat, a.seed)
+    if 4 in parts:
+        part_throughput(a.root, a.out, a.world_size, a.workers, a.repeat)
+
+
+if __name__ == "__main__":
+    main()
