@@ -46,6 +46,7 @@ from episodekit.metadata.mixture_file import MixturePlan
 from episodekit.metadata.plan_file import is_mixture_dir
 
 SOURCE, SOURCE_INDEX = "source", "source_index"
+BLOCK = 1 << 16  # positions whose order is computed at once
 PAD_MASK = "_pad_mask"
 
 
@@ -562,6 +563,7 @@ class MixtureLoader(ShardedLoader):
         self._num_sources = S
         self._orders: dict[tuple, BinOrder] = {}
         self._orders_epoch = -1
+        self._held: dict[int, tuple] = {}
         self.epoch = 0
         self.position = 0
 
@@ -589,28 +591,41 @@ class MixtureLoader(ShardedLoader):
                 yield (order.pool_rgs[pool], order.rgs_of_segments(segs)), frames
             k0 += j1 - j0
 
-    def _bin_chunks(self, epoch: int, w: int, start: int, size: int) -> Iterator[list[tuple]]:
-        """Chunks of ``size`` positions of bin ``w`` from ``start``: lists of (source, rows,
-        parts) where rows are the chunk's rows that source fills, in its draw order."""
+    def _bin_chunks(self, epoch: int, w: int, start: int, size: int) -> Iterator[tuple]:
+        """Chunks of ``size`` positions of bin ``w`` from ``start``: ``(n, [(source, rows,
+        parts)])``, rows being the chunk's rows that source fills and parts its
+        ``(part id, pool row groups, needed row groups, frames)`` in draw order. The order is
+        computed a block (>= 64k positions) at a time: per-call overhead stays off the batches."""
         b = self.rank * self.num_workers + w
-        draws = self.plan.draws[b]
-        mix = BinMix(draws, self.seed, epoch, b)
+        mix = BinMix(self.plan.draws[b], self.seed, epoch, b)
         total = self.samples_per_worker
-        counts = np.zeros(self._num_sources, dtype=np.int64)
-        for p0 in range(0, start, 1 << 16):  # draws made before ``start`` (resume)
-            s, _ = mix.slots(np.arange(p0, min(start, p0 + (1 << 16))))
-            counts += np.bincount(s, minlength=self._num_sources)
-        for p0 in range(start, total, size):
-            p1 = min(total, p0 + size)
-            s, _ = mix.slots(np.arange(p0, p1))
-            chunk = []
-            for si in np.unique(s).tolist():
-                rows = np.flatnonzero(s == si)
+        S = self._num_sources
+        counts = np.zeros(S, dtype=np.int64)
+        for p0 in range(0, start, BLOCK):  # draws made before ``start`` (resume)
+            s, _ = mix.slots(np.arange(p0, min(start, p0 + BLOCK)))
+            counts += np.bincount(s, minlength=S)
+        block = size * max(1, BLOCK // size)  # batches keep their alignment to ``start``
+        for p0 in range(start, total, block):
+            p1 = min(total, p0 + block)
+            labels, _ = mix.slots(np.arange(p0, p1))
+            streams: dict[int, list] = {}
+            for si in np.unique(labels).tolist():
+                n = int((labels == si).sum())
                 k0 = int(counts[si])
-                parts = list(self._draw_parts(epoch, w, si, k0, k0 + len(rows)))
-                counts[si] += len(rows)
-                chunk.append((si, rows, parts))
-            yield p1 - p0, chunk
+                streams[si] = [
+                    [(epoch, w, si, k0, j), rgs, need, frames]
+                    for j, ((rgs, need), frames) in enumerate(
+                        self._draw_parts(epoch, w, si, k0, k0 + n)
+                    )
+                ]
+                counts[si] += n
+            for q0 in range(p0, p1, size):
+                lab = labels[q0 - p0 : min(p1, q0 + size) - p0]
+                chunk = []
+                for si in np.unique(lab).tolist():
+                    rows = np.flatnonzero(lab == si)
+                    chunk.append((si, rows, _take(streams[si], len(rows))))
+                yield len(lab), chunk
 
     def _chunks(self, epoch: int, start: int, size: int) -> Iterator[tuple]:
         spw = self.samples_per_worker
@@ -629,7 +644,7 @@ class MixtureLoader(ShardedLoader):
             f_out = np.empty(n, dtype=np.int64)
             for si, rows, parts in chunk:
                 s_out[rows] = si
-                f_out[rows] = np.concatenate([f for _, f in parts])
+                f_out[rows] = np.concatenate([p[3] for p in parts])
             srcs.append(s_out)
             frames.append(f_out)
         if not srcs:
@@ -647,8 +662,10 @@ class MixtureLoader(ShardedLoader):
         for si, rows, draw_parts in chunk:
             fd = self.sources[si]
             got = []
-            for (rgs, need), frames in draw_parts:
-                fd.reader.hold(rgs, need)
+            for key, rgs, need, frames in draw_parts:
+                if self._held.get(si) != key:  # a part's row groups are held once
+                    fd.reader.hold(rgs, need)
+                    self._held[si] = key
                 got.append(fd.get_frames(frames))
             from episodekit.loaders.sharded import _concat
 
@@ -675,3 +692,19 @@ class MixtureLoader(ShardedLoader):
                 yield _row(batch, j)
             if epoch != self.epoch:
                 return
+
+
+def _take(stream: list[list], n: int) -> list[tuple]:
+    """The next ``n`` frames of a source's parts (consumed from the front of ``stream``)."""
+    out = []
+    while n:
+        key, rgs, need, frames = stream[0]
+        if len(frames) <= n:
+            out.append((key, rgs, need, frames))
+            n -= len(frames)
+            stream.pop(0)
+        else:
+            out.append((key, rgs, need, frames[:n]))
+            stream[0][3] = frames[n:]
+            n = 0
+    return out
