@@ -47,6 +47,7 @@ from episodekit.metadata.plan_file import is_mixture_dir
 
 SOURCE, SOURCE_INDEX = "source", "source_index"
 BLOCK = 1 << 16  # positions whose order is computed at once
+READ_ROWS = 2048  # positions read at once (batches are handed out from them)
 PAD_MASK = "_pad_mask"
 
 
@@ -581,11 +582,24 @@ class MixtureLoader(ShardedLoader):
         return self._orders[key]
 
     def _draw_parts(self, epoch: int, w: int, s: int, k0: int, k1: int) -> Iterator[tuple]:
-        """((pool rgs, needed rgs), frames) of draws [k0, k1) of source ``s`` in bin ``w``."""
+        """((pool rgs, needed rgs), frames) of draws [k0, k1) of source ``s`` in bin ``w``.
+
+        Draws run pass after pass over the bin's frames of the source. A last, partial pass no
+        larger than the previous pass's last pool repeats that pool (still resident: no decode,
+        as ``wrap`` does for single roots) instead of starting a new pool order."""
         f = self._layouts[(w, s)].total
+        full, rem = divmod(int(self.plan.bin_draws(self.rank, w)[s]), f)
+        wrap = False
+        if full and rem:
+            last = self._pass(epoch, w, s, full - 1)
+            wrap = rem <= last.total - int(last.pool_cum[last.num_pools - 1])
         while k0 < k1:
-            p, j0 = divmod(k0, f)
-            j1 = min(f, j0 + (k1 - k0))
+            if wrap and k0 >= full * f:
+                p, j0 = full - 1, f + k0 - full * f
+                j1 = j0 + (k1 - k0)
+            else:
+                p, j0 = divmod(k0, f)
+                j1 = min(f, j0 + (k1 - k0))
             order = self._pass(epoch, w, s, p)
             for pool, frames, segs in order.parts(j0, j1):
                 yield (order.pool_rgs[pool], order.rgs_of_segments(segs)), frames
@@ -681,17 +695,23 @@ class MixtureLoader(ShardedLoader):
             self.epoch, self.position = self.epoch + 1, 0
         epoch = self.epoch
         size = self.batch_size or READ_CHUNK
-        for n, chunk in self._chunks(epoch, self.position, size):
-            batch = self._read_chunk(n, chunk)
-            if self.batch_size:
-                self.position += n
-                yield batch
-                continue
-            for j in range(n):
-                self.position += 1
-                yield _row(batch, j)
-            if epoch != self.epoch:
-                return
+        # read several batches at once (one gather per source and part), hand them out one by one
+        read = size * max(1, READ_ROWS // size)
+        for n, chunk in self._chunks(epoch, self.position, read):
+            block = self._read_chunk(n, chunk)
+            for a in range(0, n, size):
+                batch = _slice(block, a, min(n, a + size)) if n > size else block
+                if self.batch_size:
+                    self.position += len(batch[SOURCE_INDEX])
+                    yield batch
+                    if epoch != self.epoch:
+                        return
+                    continue
+                for j in range(len(batch[SOURCE_INDEX])):
+                    self.position += 1
+                    yield _row(batch, j)
+                if epoch != self.epoch:
+                    return
 
 
 def _take(stream: list[list], n: int) -> list[tuple]:
@@ -708,3 +728,8 @@ def _take(stream: list[list], n: int) -> list[tuple]:
             stream[0][3] = frames[n:]
             n = 0
     return out
+
+
+def _slice(batch: Mapping[str, Any], a: int, b: int) -> dict[str, Any]:
+    """Rows ``[a, b)`` of a batch dict (nested dicts included)."""
+    return {k: (_slice(v, a, b) if isinstance(v, Mapping) else v[a:b]) for k, v in batch.items()}
