@@ -313,6 +313,60 @@ def bin_frames(order: BinOrder, samples: np.ndarray) -> np.ndarray:
     return order.base[slot] + (out - order.item_cum[slot])
 
 
+IDENTITY_NAMES = {
+    "plan": "another canonical plan",
+    "seed": "another seed",
+    "canonical_bins": "another number of canonical bins",
+    "samples_per_bin": "another samples-per-bin count (plan policy or micro_batch)",
+    "micro_batch": "another micro_batch",
+    "pool_rows": "another pool_rows",
+}
+
+
+def check_identity(state: Mapping[str, Any], identity: Mapping[str, Any]) -> None:
+    """Raise :class:`ElasticStateError` naming the first identity field that differs."""
+    for key, what in IDENTITY_NAMES.items():
+        if key in state and state[key] != identity[key]:
+            raise ElasticStateError(
+                f"state was taken with {what}: {key}={state[key]!r}, this loader has "
+                f"{key}={identity[key]!r}; resuming would yield other samples"
+            )
+
+
+def resume_point(
+    state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    identity: Mapping[str, Any],
+    order: GlobalOrder,
+    world_size: int,
+    rank: int,
+) -> tuple[int, int, np.ndarray, list[tuple[int, int]]]:
+    """(epoch, frontier, ahead, consumed) a loader of ``world_size`` ranks (this one ``rank``)
+    starts from: a list of states is merged first; a rank's own state of a run of the same size
+    continues that run (``consumed`` kept); anything else starts a new run at the global
+    position. What :meth:`ElasticLoader.load_state_dict` does, without a dataset."""
+    if isinstance(state, Sequence) and not isinstance(state, Mapping):
+        states = [_check_state(s) for s in state]
+        for s in states:
+            check_identity(s, identity)
+        state = merge_states(states)
+    state = _check_state(state)
+    check_identity(state, identity)
+    ahead = _ahead(state, order.total)
+    frontier, epoch = int(state["frontier"]), int(state["epoch"])
+    if state["world_size"] is not None:
+        w, r = int(state["world_size"]), int(state["rank"])
+        if w == int(world_size) and r == int(rank):  # the same run continues
+            return epoch, frontier, ahead, _ranges(state.get("consumed") or [])
+        if w != 1:
+            raise ElasticStateError(
+                f"this is rank {r}'s state of a {w}-rank run: resume from every rank's "
+                "state (a list, or merge_states(states))"
+            )
+        state = merge_states([state])
+        frontier, ahead = int(state["frontier"]), _ahead(state, order.total)
+    return epoch, frontier, ahead, []
+
+
 # ---------------------------------------------------------------------------------------------
 # The loader
 
@@ -459,45 +513,11 @@ class ElasticLoader:
         this rank's own state of a run of the same world size (that run continues as it was).
         Raises :class:`ElasticStateError` for a state of another plan, seed, pool size or
         micro-batch, and for one rank's state of a run of another size."""
-        if isinstance(state, Sequence) and not isinstance(state, Mapping):
-            states = [_check_state(s) for s in state]
-            self._check_identity(states[0] if states else {})
-            state = merge_states(states)
-        state = _check_state(state)
-        self._check_identity(state)
-        ahead = _ahead(state, self.order.total)
-        frontier = int(state["frontier"])
-        if state["world_size"] is not None:
-            w, r = int(state["world_size"]), int(state["rank"])
-            if w == self.world_size and r == self.rank:  # the same run continues
-                self._start(int(state["epoch"]), frontier, ahead)
-                self.consumed = _ranges(state.get("consumed") or [])
-                return
-            if w != 1:
-                raise ElasticStateError(
-                    f"this is rank {r}'s state of a {w}-rank run: resume from every rank's "
-                    "state (a list, or merge_states(states))"
-                )
-            state = merge_states([state])
-            frontier, ahead = int(state["frontier"]), _ahead(state, self.order.total)
-        self._start(int(state["epoch"]), frontier, ahead)
-
-    def _check_identity(self, state: Mapping[str, Any]) -> None:
-        mine = self.identity()
-        names = {
-            "plan": "another canonical plan",
-            "seed": "another seed",
-            "canonical_bins": "another number of canonical bins",
-            "samples_per_bin": "another samples-per-bin count (plan policy or micro_batch)",
-            "micro_batch": "another micro_batch",
-            "pool_rows": "another pool_rows",
-        }
-        for key, what in names.items():
-            if key in state and state[key] != mine[key]:
-                raise ElasticStateError(
-                    f"state was taken with {what}: {key}={state[key]!r}, this loader has "
-                    f"{key}={mine[key]!r}; resuming would yield other samples"
-                )
+        epoch, frontier, ahead, consumed = resume_point(
+            state, self.identity(), self.order, self.world_size, self.rank
+        )
+        self._start(epoch, frontier, ahead)
+        self.consumed = consumed
 
     # -- the order ----------------------------------------------------------------------------
 
