@@ -91,42 +91,66 @@ class GlobalOrder:
         return r // self.micro_batch, t * self.micro_batch + r % self.micro_batch
 
 
+def union(intervals: Any) -> np.ndarray:
+    """Disjoint, sorted, non-adjacent [lo, hi) intervals covering the same positions; (k, 2)."""
+    iv = np.asarray(intervals, dtype=np.int64).reshape(-1, 2)
+    iv = iv[iv[:, 1] > iv[:, 0]]
+    if not len(iv):
+        return np.zeros((0, 2), np.int64)
+    iv = iv[np.lexsort((iv[:, 1], iv[:, 0]))]
+    reach = np.maximum.accumulate(iv[:, 1])
+    new = np.r_[True, iv[1:, 0] > reach[:-1]]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(iv) - 1]
+    return np.stack([iv[first, 0], reach[last]], axis=1)
+
+
 class RunLayout:
-    """How a run of ``world_size`` ranks, started at (``frontier``, ``ahead``), shares the rest of
-    the epoch: every rank's stream as units (one batch per step), each a range of global
-    positions. ``per_rank`` samples per rank, ``repeats`` padding samples over all ranks."""
+    """How a run of ``world_size`` ranks, started at (``frontier``, ``ahead``: intervals of
+    positions consumed beyond it), shares the rest of the epoch: every rank's stream as units
+    (one batch per step). ``per_rank`` samples per rank, ``repeats`` padding samples over all
+    ranks. Everything is O(intervals), never O(samples)."""
 
     def __init__(
         self,
         order: GlobalOrder,
         world_size: int,
         frontier: int = 0,
-        ahead: np.ndarray | None = None,
+        ahead: Any = None,
     ):
         w = int(world_size)
         if w < 1:
             raise ValueError(f"world size must be >= 1, got {world_size}")
         n = order.total
-        ahead = np.zeros(0, np.int64) if ahead is None else np.asarray(ahead, dtype=np.int64)
+        ahead = union(np.zeros((0, 2)) if ahead is None else ahead)
         self.order, self.world_size = order, w
         self.frontier, self.ahead = int(frontier), ahead
         self.group = w // math.gcd(w, order.window)  # rounds per step
         self.span = self.group * order.window  # samples per step, all ranks
         self.share = self.span // w  # samples per step and rank
-        top = max(self.frontier, int(ahead.max()) + 1 if len(ahead) else 0)
+        top = max(self.frontier, int(ahead[-1, 1]) if len(ahead) else 0)
         self.h = min(-(-top // self.span) * self.span, n)  # first whole step of this run
-        self.head = np.setdiff1d(np.arange(self.frontier, self.h, dtype=np.int64), ahead)
-        self.head_size = -(-len(self.head) // w)
+        # the head: what is left of [frontier, h), as intervals
+        lo = np.r_[self.frontier, ahead[:, 1]].astype(np.int64)
+        hi = np.r_[ahead[:, 0], self.h].astype(np.int64)
+        keep = hi > lo
+        self.head_lo, self.head_len = lo[keep], (hi - lo)[keep]
+        self.head_cum = np.concatenate([[0], np.cumsum(self.head_len)]).astype(np.int64)
+        self.head_n = int(self.head_cum[-1])
+        self.head_size = -(-self.head_n // w)
         self.full = (n - self.h) // self.span
         self.tail_lo = self.h + self.full * self.span
         self.tail = n - self.tail_lo
         self.tail_size = -(-self.tail // w)
-        sizes = [self.head_size] if self.head_size else []
+        self.body_end = self.head_size + self.full * self.share
+        # the head in steps of at most ``share`` (a far-ahead rank leaves a long head)
+        sizes = [self.share] * (self.head_size // self.share)
+        sizes += [self.head_size % self.share] if self.head_size % self.share else []
         sizes += [self.share] * self.full + ([self.tail_size] if self.tail_size else [])
         self.unit_sizes = np.asarray(sizes, dtype=np.int64)
         self.unit_start = np.concatenate([[0], np.cumsum(self.unit_sizes)]).astype(np.int64)
         self.per_rank = int(self.unit_start[-1])
-        self.repeats = w * (self.head_size + self.tail_size) - len(self.head) - self.tail
+        self.repeats = w * (self.head_size + self.tail_size) - self.head_n - self.tail
 
     @property
     def num_units(self) -> int:
@@ -136,18 +160,22 @@ class RunLayout:
         lo = rank * n // self.world_size
         return lo, (rank + 1) * n // self.world_size - lo
 
+    def _head_at(self, idx: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.head_cum, idx, side="right") - 1
+        return self.head_lo[k] + (idx - self.head_cum[k])
+
     def positions(self, rank: int, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Global positions of ``rank``'s stream indices [start, stop) (padding repeats a sample
-        of the same chunk, else of the head)."""
+        of the same chunk, else of the head or tail)."""
         stop = self.per_rank if stop is None else min(int(stop), self.per_rank)
         k = np.arange(int(start), stop, dtype=np.int64)
         out = np.empty(len(k), dtype=np.int64)
-        hs, tb = self.head_size, self.head_size + self.full * self.share
+        hs, tb = self.head_size, self.body_end
         sel = k < hs
         if sel.any():
-            lo, cnt = self._chunk(len(self.head), rank)
-            idx = lo + np.minimum(k[sel], cnt - 1) if cnt else np.full(sel.sum(), lo)
-            out[sel] = self.head[np.minimum(idx, len(self.head) - 1)]
+            lo, cnt = self._chunk(self.head_n, rank)
+            idx = lo + np.minimum(k[sel], max(cnt - 1, 0))
+            out[sel] = self._head_at(np.minimum(idx, self.head_n - 1))
         sel = (k >= hs) & (k < tb)
         if sel.any():
             step, off = np.divmod(k[sel] - hs, self.share)
@@ -155,7 +183,7 @@ class RunLayout:
         sel = k >= tb
         if sel.any():
             lo, cnt = self._chunk(self.tail, rank)
-            idx = lo + np.minimum(k[sel] - tb, cnt - 1) if cnt else np.full(sel.sum(), lo)
+            idx = lo + np.minimum(k[sel] - tb, max(cnt - 1, 0))
             out[sel] = self.tail_lo + np.minimum(idx, self.tail - 1)
         return out
 
@@ -163,24 +191,55 @@ class RunLayout:
         """Global positions of one unit (step) of ``rank``."""
         return self.positions(rank, int(self.unit_start[unit]), int(self.unit_start[unit + 1]))
 
+    def intervals(self, rank: int, start: int, stop: int) -> np.ndarray:
+        """The global positions of ``rank``'s stream indices [start, stop) as (k, 2) intervals
+        (padding left out: it repeats positions of the same range); O(steps), not O(samples)."""
+        out = [np.zeros((0, 2), np.int64)]
+        hs, tb = self.head_size, self.body_end
+        a, b = max(start, 0), min(stop, hs)
+        if a < b:
+            lo, cnt = self._chunk(self.head_n, rank)
+            i0, i1 = lo + a, lo + min(b, cnt)
+            if i0 < i1:
+                k0 = np.searchsorted(self.head_cum, i0, side="right") - 1
+                k1 = np.searchsorted(self.head_cum, i1 - 1, side="right") - 1
+                ks = np.arange(k0, k1 + 1)
+                base = self.head_lo[ks] - self.head_cum[ks]
+                lo_k = np.maximum(self.head_cum[ks], i0) + base
+                hi_k = np.minimum(self.head_cum[ks + 1], i1) + base
+                out.append(np.stack([lo_k, hi_k], axis=1))
+        a, b = max(start, hs), min(stop, tb)
+        if a < b:
+            steps = np.arange((a - hs) // self.share, (b - 1 - hs) // self.share + 1)
+            first = hs + steps * self.share  # stream index where each step starts
+            base = self.h + steps * self.span + rank * self.share
+            lo_s = base + np.maximum(a - first, 0)
+            hi_s = base + np.minimum(b - first, self.share)
+            out.append(np.stack([lo_s, hi_s], axis=1))
+        a, b = max(start, tb), min(stop, self.per_rank)
+        if a < b:
+            lo, cnt = self._chunk(self.tail, rank)
+            i0, i1 = lo + (a - tb), lo + min(b - tb, cnt)
+            if i0 < i1:
+                out.append(np.array([[self.tail_lo + i0, self.tail_lo + i1]], np.int64))
+        return np.concatenate(out)
+
 
 # ---------------------------------------------------------------------------------------------
 # States
 
 
 def _ranges(value: Any) -> list[tuple[int, int]]:
-    """Validated, sorted, merged [lo, hi) ranges."""
+    """Validated, sorted, merged [lo, hi) ranges (of a rank's stream indices)."""
     if not isinstance(value, (list, tuple)):
         raise ElasticStateError(f"state 'consumed' must be a list of [lo, hi], got {value!r}")
-    out: list[tuple[int, int]] = []
-    for r in sorted((int(a), int(b)) for a, b in value):
-        if r[0] < 0 or r[1] < r[0]:
-            raise ElasticStateError(f"state 'consumed' has a bad range {list(r)}")
-        if out and r[0] <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], r[1]))
-        elif r[1] > r[0]:
-            out.append(r)
-    return out
+    try:
+        iv = np.asarray(value, dtype=np.int64).reshape(-1, 2)
+    except (TypeError, ValueError) as exc:
+        raise ElasticStateError(f"state 'consumed' must be a list of [lo, hi] ({exc})") from exc
+    if len(iv) and (iv.min() < 0 or (iv[:, 1] < iv[:, 0]).any()):
+        raise ElasticStateError("state 'consumed' has a negative or reversed range")
+    return [(int(a), int(b)) for a, b in union(iv)]
 
 
 def _check_state(state: Any) -> dict:
@@ -200,13 +259,12 @@ def _check_state(state: Any) -> dict:
     return dict(state)
 
 
-def _normalize(frontier: int, extra: np.ndarray, total: int) -> tuple[int, np.ndarray]:
-    """(frontier, ahead) of the set [0, frontier) | extra."""
-    extra = np.unique(np.asarray(extra, dtype=np.int64))
-    extra = extra[(extra >= frontier) & (extra < total)]
-    # sorted, unique and >= frontier: extra[i] == frontier + i holds exactly on a leading run
-    run = int(np.sum(extra == frontier + np.arange(len(extra))))
-    return frontier + run, extra[run:]
+def _normalize(frontier: int, intervals: np.ndarray, total: int) -> tuple[int, np.ndarray]:
+    """(frontier, ahead) of the set [0, frontier) | intervals."""
+    iv = union(np.clip(intervals, frontier, total))
+    if len(iv) and iv[0, 0] <= frontier:
+        frontier, iv = int(iv[0, 1]), iv[1:]
+    return frontier, iv
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict:
@@ -246,28 +304,30 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict:
     run = RunLayout(order, world, frontier, ahead)
     ranges = {r: _ranges(v) for r, v in per_rank.items()}
     # Steps every rank finished: everything before them is consumed (no need to list it).
-    done = [rg[0][1] if rg and rg[0][0] == 0 else 0 for rg in ranges.values()]
-    common = min(done)
+    common = min(rg[0][1] if rg and rg[0][0] == 0 else 0 for rg in ranges.values())
     skip = 0
     if common >= run.head_size:
-        steps = min((common - run.head_size) // run.share, run.full) if run.share else 0
+        steps = min((common - run.head_size) // run.share, run.full)
         skip = run.head_size + steps * run.share
-        frontier, ahead = run.h + steps * run.span, np.zeros(0, np.int64)
-    extra = [ahead]
+        frontier, ahead = run.h + steps * run.span, np.zeros((0, 2), np.int64)
+    parts = [ahead]
     for r, rg in ranges.items():
-        for lo, hi in rg:
-            if hi > skip:
-                extra.append(run.positions(r, max(lo, skip), hi))
-    frontier, ahead = _normalize(frontier, np.concatenate(extra), order.total)
+        parts += [run.intervals(r, max(lo, skip), hi) for lo, hi in rg if hi > skip]
+    frontier, ahead = _normalize(frontier, np.concatenate(parts), order.total)
     return _global(first, frontier, ahead)
 
 
 def _ahead(state: Mapping[str, Any], total: int) -> np.ndarray:
-    a = np.asarray(state["ahead"], dtype=np.int64).reshape(-1)
     f = int(state["frontier"])
-    if not 0 <= f <= total or (len(a) and (a.min() < f or a.max() >= total)):
+    try:
+        a = np.asarray(state["ahead"], dtype=np.int64).reshape(-1, 2)
+    except (TypeError, ValueError) as exc:
+        raise ElasticStateError(f"state 'ahead' must be a list of [lo, hi] ({exc})") from exc
+    if not 0 <= f <= total or (
+        len(a) and (a.min() < f or a.max() > total or (a[:, 1] < a[:, 0]).any())
+    ):
         raise ElasticStateError(f"state position outside the epoch (frontier {f}, {total} samples)")
-    return np.unique(a)
+    return union(a)
 
 
 def _global(base: Mapping[str, Any], frontier: int, ahead: np.ndarray) -> dict:
