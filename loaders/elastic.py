@@ -518,7 +518,7 @@ class ElasticLoader:
             "pool_rows": self.pool_rows,
         }
 
-    def _start(self, epoch: int, frontier: int, ahead: np.ndarray) -> None:
+    def _start(self, epoch: int, frontier: int, ahead: Any) -> None:
         self.epoch = int(epoch)
         self.run = RunLayout(self.order, self.world_size, frontier, ahead)
         self.consumed: list[tuple[int, int]] = []
@@ -576,6 +576,8 @@ class ElasticLoader:
         epoch, frontier, ahead, consumed = resume_point(
             state, self.identity(), self.order, self.world_size, self.rank
         )
+        if frontier >= self.order.total:  # the epoch was finished: the next one starts
+            epoch, frontier, ahead, consumed = epoch + 1, 0, None, []
         self._start(epoch, frontier, ahead)
         self.consumed = consumed
 
