@@ -21,7 +21,8 @@ The epoch's order does not depend on the world size. It is built from a canonica
   steps ``w, w + K, ...``), which is the order ``DataLoader`` hands batches out in, so the
   worker count never changes what a step holds.
 - **Global position** (the state). What the whole job consumed is the set of global positions
-  below ``frontier`` plus a few ``ahead`` of it (ranks stopped at different points). Each rank's
+  below ``frontier`` plus intervals ``ahead`` of it (ranks stopped at different points; one
+  interval per step a rank is ahead, never one entry per sample). Each rank's
   :meth:`ElasticLoader.state_dict` says what it consumed of its own stream (ranges of its stream
   indices) and where its run started (``frontier``/``ahead``, the same on every rank);
   :func:`merge_states` turns the per-rank states into one global state.
