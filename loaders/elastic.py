@@ -16,10 +16,11 @@ The epoch's order does not depend on the world size. It is built from a canonica
   ``W`` divides ``C``, rank ``r`` reads bins ``[r C / W, (r + 1) C / W)`` (file order, so the
   row-group locality of the plan is kept). Fallback when ``W`` does not divide ``C * m``: a
   step spans ``g = W / gcd(W, C m)`` rounds (the smallest whole number of rounds ``W`` divides),
-  cut the same way; a rank then reads ``C / W + 1`` bins at most. Every rank yields the same
-  number of samples. DataLoader workers of a rank take its steps in turn (worker ``w`` yields
-  steps ``w, w + K, ...``), which is the order ``DataLoader`` hands batches out in, so the
-  worker count never changes what a step holds.
+  taken bin by bin (bin 0's samples of the g rounds, then bin 1's...) and cut into ``W``
+  chunks, so a rank still reads ``C / W + 1`` bins at most; an epoch's last partial group is
+  padded to equal counts. Every rank yields the same number of samples. DataLoader workers of
+  a rank take its steps in turn (worker ``w`` yields steps ``w, w + K, ...``), which is the
+  order ``DataLoader`` hands batches out in, so the worker count never changes a step.
 - **Global position** (the state). What the whole job consumed is the set of global positions
   below ``frontier`` plus intervals ``ahead`` of it (ranks stopped at different points; one
   interval per step a rank is ahead, never one entry per sample). Each rank's
@@ -180,13 +181,24 @@ class RunLayout:
         sel = (k >= hs) & (k < tb)
         if sel.any():
             step, off = np.divmod(k[sel] - hs, self.share)
-            out[sel] = self.h + step * self.span + rank * self.share + off
+            out[sel] = self.h + step * self.span + self._in_step(rank * self.share + off)
         sel = k >= tb
         if sel.any():
             lo, cnt = self._chunk(self.tail, rank)
             idx = lo + np.minimum(k[sel] - tb, max(cnt - 1, 0))
             out[sel] = self.tail_lo + np.minimum(idx, self.tail - 1)
         return out
+
+    def _in_step(self, offset: np.ndarray) -> np.ndarray:
+        """Offset inside a step (its ``group`` rounds taken bin by bin: bin 0's samples of every
+        round, then bin 1's...) -> offset from the step's first position. With one round per
+        step this is the identity; with several, a rank's chunk still covers C / W (+ 1) bins."""
+        if self.group == 1:
+            return offset
+        m = self.order.micro_batch
+        c, q = np.divmod(offset, self.group * m)
+        t, i = np.divmod(q, m)
+        return t * self.order.window + c * m + i
 
     def unit_positions(self, rank: int, unit: int) -> np.ndarray:
         """Global positions of one unit (step) of ``rank``."""
@@ -210,7 +222,11 @@ class RunLayout:
                 hi_k = np.minimum(self.head_cum[ks + 1], i1) + base
                 out.append(np.stack([lo_k, hi_k], axis=1))
         a, b = max(start, hs), min(stop, tb)
-        if a < b:
+        if a < b and self.group > 1:  # bin-major steps: runs of consecutive positions
+            p = np.sort(self.positions(rank, a, b))
+            cut = np.flatnonzero(np.diff(p) != 1) + 1
+            out.append(np.stack([p[np.r_[0, cut]], p[np.r_[cut - 1, len(p) - 1]] + 1], axis=1))
+        elif a < b:
             steps = np.arange((a - hs) // self.share, (b - 1 - hs) // self.share + 1)
             first = hs + steps * self.share  # stream index where each step starts
             base = self.h + steps * self.span + rank * self.share

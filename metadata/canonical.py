@@ -14,8 +14,9 @@ carry, so a plan with more item columns (e.g. a mixture's source) partitions the
 
 Default ``C`` (:func:`default_canonical_bins`): among the numbers ``2^a x 3^b x 5^c`` (a <= 8,
 b, c <= 1) up to ``min(3840, episodes // 16)``, the one with the most divisors (ties: the larger),
-so that the common world sizes divide it (3840 = 2^8 x 3 x 5: 1..16, 20, 24, 32, 40, 48, 64,
-..., 256 ranks) while every bin keeps >= 16 episodes to balance. Fewer than 16 episodes: 1 bin.
+so that the common world sizes divide it (3840 = 2^8 x 3 x 5: 1-6, 8, 10, 12, 15, 16, 20, 24,
+32, 40, 48, 64, 80, 96, 128, 256 ranks...) while every bin keeps >= 16 episodes to balance.
+Fewer than 32 episodes: 1 bin.
 
 Only ``plan_file`` is imported at module level: the loader reads canonical plans without pulling
 in the batch toolchain.

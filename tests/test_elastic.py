@@ -245,6 +245,22 @@ def test_ragged_stops_and_chained_resizes_lose_nothing():
         assert losses == 0 and dups <= pads
 
 
+def test_fallback_steps_are_whole_windows_and_keep_locality():
+    order = GlobalOrder(48, 42)
+    run = RunLayout(order, 5)  # 5 does not divide 48: a step is 5 rounds, taken bin by bin
+    assert run.group == 5 and run.share == 48 and run.full == 8
+    for k in range(run.full):
+        step = np.sort(np.concatenate([run.unit_positions(r, k) for r in range(5)]))
+        np.testing.assert_array_equal(step, np.arange(k * 5 * 48, (k + 1) * 5 * 48))
+    for r in range(5):
+        bins = np.unique(order.locate(run.positions(r, 0, run.body_end))[0])
+        assert len(bins) <= 48 // 5 + 2 and np.all(np.diff(bins) == 1)
+    after = [run.positions(r) for r in range(5)]
+    assert len({len(a) for a in after}) == 1
+    # the last 2 rounds (96 samples) are padded to 5 x 20
+    assert dups_losses(order, after) == (run.repeats, 0) and run.repeats == 4
+
+
 def test_merge_handles_far_apart_ranks_in_intervals():
     order = GlobalOrder(64, 10_000)
     run = RunLayout(order, 4)
