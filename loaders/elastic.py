@@ -42,6 +42,7 @@ bin orders are built only for the bins a rank reads.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import sys
@@ -59,6 +60,7 @@ from episodekit.loaders.sharded import BinLayout, BinOrder, torch_worker
 
 STATE_FORMAT = "episodekit.elastic_state"
 STATE_VERSION = 1
+LOOKAHEAD = 1024  # samples of a bin's stream computed at once (see ElasticLoader.frames_of)
 DEFAULT_POOL_ROWS = 262_144  # rows per pool of a canonical bin (a few prepared row groups)
 IDENTITY = ("plan", "seed", "canonical_bins", "samples_per_bin", "micro_batch", "pool_rows")
 
@@ -248,7 +250,7 @@ class RunLayout:
 
 def _ranges(value: Any) -> list[tuple[int, int]]:
     """Validated, sorted, merged [lo, hi) ranges (of a rank's stream indices)."""
-    if not isinstance(value, (list, tuple)):
+    if not isinstance(value, (list, tuple, np.ndarray)):
         raise ElasticStateError(f"state 'consumed' must be a list of [lo, hi], got {value!r}")
     try:
         iv = np.asarray(value, dtype=np.int64).reshape(-1, 2)
@@ -312,14 +314,14 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict:
         r = int(s["rank"])
         if not 0 <= r < world:
             raise ElasticStateError(f"state rank {r} is outside world size {world}")
-        per_rank.setdefault(r, []).extend(s.get("consumed") or [])
+        per_rank.setdefault(r, []).append(_consumed(s))
     missing = sorted(set(range(world)) - set(per_rank))
     if missing:
         raise ElasticStateError(
             f"states of ranks {missing[:10]} of {world} are missing: merge every rank's state"
         )
     run = RunLayout(order, world, frontier, ahead)
-    ranges = {r: _ranges(v) for r, v in per_rank.items()}
+    ranges = {r: _ranges(np.concatenate([f(run) for f in v])) for r, v in per_rank.items()}
     # Steps every rank finished: everything before them is consumed (no need to list it).
     common = min(rg[0][1] if rg and rg[0][0] == 0 else 0 for rg in ranges.values())
     skip = 0
@@ -332,6 +334,35 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict:
         parts += [run.intervals(r, max(lo, skip), hi) for lo, hi in rg if hi > skip]
     frontier, ahead = _normalize(frontier, np.concatenate(parts), order.total)
     return _global(first, frontier, ahead)
+
+
+def _steps(state: Mapping[str, Any]) -> list[int] | None:
+    """A state's ``steps``: [first, stride, count] (units first, first + stride, ... of the
+    run's stream: what one DataLoader worker yields in order), or None."""
+    v = state.get("steps") or None
+    if v is None:
+        return None
+    if not (isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, int) for x in v)):
+        raise ElasticStateError(f"state 'steps' must be [first, stride, count], got {v!r}")
+    if v[0] < 0 or v[1] < 1 or v[2] < 0:
+        raise ElasticStateError(f"state 'steps' has a bad value {v!r}")
+    return list(v)
+
+
+def _consumed(state: Mapping[str, Any]):
+    """A function of the run layout giving the state's consumed stream ranges, (k, 2)."""
+    ranges = np.asarray(_ranges(state.get("consumed") or []), np.int64).reshape(-1, 2)
+    steps = _steps(state)
+
+    def at(run: RunLayout) -> np.ndarray:
+        if steps is None:
+            return ranges
+        u = steps[0] + steps[1] * np.arange(steps[2])
+        u = u[u < run.num_units]
+        units = np.stack([run.unit_start[u], run.unit_start[u + 1]], axis=1)
+        return np.concatenate([ranges, units])
+
+    return at
 
 
 def _ahead(state: Mapping[str, Any], total: int) -> np.ndarray:
@@ -417,10 +448,10 @@ def resume_point(
     world_size: int,
     rank: int,
 ) -> tuple[int, int, np.ndarray, list[tuple[int, int]]]:
-    """(epoch, frontier, ahead, consumed) a loader of ``world_size`` ranks (this one ``rank``)
-    starts from: a list of states is merged first; a rank's own state of a run of the same size
-    continues that run (``consumed`` kept); anything else starts a new run at the global
-    position. What :meth:`ElasticLoader.load_state_dict` does, without a dataset."""
+    """(epoch, frontier, ahead, consumed, steps) a loader of ``world_size`` ranks (this one
+    ``rank``) starts from: a list of states is merged first; a rank's own state of a run of the
+    same size continues that run (``consumed``/``steps`` kept); anything else starts a new run
+    at the global position. What :meth:`ElasticLoader.load_state_dict` does, without a dataset."""
     if isinstance(state, Sequence) and not isinstance(state, Mapping):
         states = [_check_state(s) for s in state]
         for s in states:
@@ -433,7 +464,7 @@ def resume_point(
     if state["world_size"] is not None:
         w, r = int(state["world_size"]), int(state["rank"])
         if w == int(world_size) and r == int(rank):  # the same run continues
-            return epoch, frontier, ahead, _ranges(state.get("consumed") or [])
+            return epoch, frontier, ahead, _ranges(state.get("consumed") or []), _steps(state)
         if w != 1:
             raise ElasticStateError(
                 f"this is rank {r}'s state of a {w}-rank run: resume from every rank's "
@@ -441,7 +472,7 @@ def resume_point(
             )
         state = merge_states([state])
         frontier, ahead = int(state["frontier"]), _ahead(state, order.total)
-    return epoch, frontier, ahead, []
+    return epoch, frontier, ahead, [], None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -519,8 +550,9 @@ class ElasticLoader:
         self._ds = ds
         self._layouts: dict[int, BinLayout] = {}
         self._orders: dict[tuple[int, int], BinOrder] = {}
+        self._tables: dict[tuple[int, int], list] = {}  # (epoch, block) -> [rows, table]
         self.epoch = 0
-        self._start(0, 0, np.zeros(0, np.int64))
+        self._start(0, 0, None)
 
     # -- identity and position ----------------------------------------------------------------
 
@@ -539,6 +571,7 @@ class ElasticLoader:
         self.epoch = int(epoch)
         self.run = RunLayout(self.order, self.world_size, frontier, ahead)
         self.consumed: list[tuple[int, int]] = []
+        self.steps_done: list[int] | None = None  # [first, stride, count] of units yielded
 
     def __len__(self) -> int:
         """Samples this rank yields in the current run of the epoch (equal on every rank)."""
@@ -547,7 +580,7 @@ class ElasticLoader:
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning (a no-op when already in it, e.g. after resume)."""
         if int(epoch) != self.epoch:
-            self._start(epoch, 0, np.zeros(0, np.int64))
+            self._start(epoch, 0, None)
 
     def units(self) -> list[int]:
         """The steps (units of this rank's stream) this process yields, in order."""
@@ -562,7 +595,9 @@ class ElasticLoader:
     def state_dict(self) -> dict[str, Any]:
         """This rank's state: the plan identity, the epoch, where this run started (the whole
         job's position then: ``frontier`` and ``ahead``, global positions), the run's world size
-        and this rank, and ``consumed``: the ranges of this rank's stream yielded so far. Merge
+        and this rank, ``consumed``: ranges of this rank's stream yielded so far, and ``steps``:
+        [first, stride, count], the units (steps) this process yielded in order (a DataLoader
+        worker's are strided: O(1) however long the epoch). Merge
         the states of all ranks with :func:`merge_states` (or pass them all to
         :meth:`load_state_dict`)."""
         return {
@@ -575,6 +610,7 @@ class ElasticLoader:
             "world_size": self.world_size,
             "rank": self.rank,
             "consumed": [list(r) for r in self.consumed],
+            "steps": list(self.steps_done) if self.steps_done else [],
         }
 
     def state_at(self, steps: int) -> dict[str, Any]:
@@ -583,6 +619,7 @@ class ElasticLoader:
         steps = min(max(int(steps), 0), self.run.num_units)
         state = self.state_dict()
         state["consumed"] = [[0, int(self.run.unit_start[steps])]] if steps else []
+        state["steps"] = []
         return state
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
@@ -590,13 +627,13 @@ class ElasticLoader:
         this rank's own state of a run of the same world size (that run continues as it was).
         Raises :class:`ElasticStateError` for a state of another plan, seed, pool size or
         micro-batch, and for one rank's state of a run of another size."""
-        epoch, frontier, ahead, consumed = resume_point(
+        epoch, frontier, ahead, consumed, steps = resume_point(
             state, self.identity(), self.order, self.world_size, self.rank
         )
         if frontier >= self.order.total:  # the epoch was finished: the next one starts
-            epoch, frontier, ahead, consumed = epoch + 1, 0, None, []
+            epoch, frontier, ahead, consumed, steps = epoch + 1, 0, None, [], None
         self._start(epoch, frontier, ahead)
-        self.consumed = consumed
+        self.consumed, self.steps_done = consumed, steps
 
     # -- the order ----------------------------------------------------------------------------
 
@@ -622,14 +659,50 @@ class ElasticLoader:
         return order
 
     def frames_of(self, positions: np.ndarray, epoch: int | None = None) -> np.ndarray:
-        """Global frame indices of global positions of ``epoch`` (default: the current one)."""
+        """Global frame indices of global positions of ``epoch`` (default: the current one).
+
+        A step takes ``m`` consecutive samples of each of its bins, so bin streams are computed
+        ``LOOKAHEAD`` samples at a time into a table (a row per bin read, 8 bytes a sample) and
+        a step is one vectorized gather from it."""
         epoch = self.epoch if epoch is None else int(epoch)
         c, j = self.order.locate(positions)
+        block = j // LOOKAHEAD
+        blocks = np.unique(block)
+        if len(blocks) > 2:  # a wide request (a head): evaluate bin by bin, no table
+            out = np.empty(len(c), dtype=np.int64)
+            by_bin = np.argsort(c, kind="stable")
+            bins, starts = np.unique(c[by_bin], return_index=True)
+            for b, idx in zip(bins.tolist(), np.split(by_bin, starts[1:])):
+                out[idx] = bin_frames(self._bin_order(epoch, b), j[idx])
+            return out
         out = np.empty(len(c), dtype=np.int64)
-        for b in np.unique(c).tolist():
-            sel = c == b
-            out[sel] = bin_frames(self._bin_order(epoch, b), j[sel])
+        for blk in blocks.tolist():
+            sel = block == blk
+            rows, table = self._table(epoch, blk, np.unique(c[sel]))
+            out[sel] = table[rows[c[sel]], j[sel] - blk * LOOKAHEAD]
         return out
+
+    def _table(self, epoch: int, block: int, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row of each bin, table) of samples [block * LOOKAHEAD, ...) of ``bins``' streams;
+        the two most recent blocks are kept."""
+        key = (epoch, block)
+        entry = self._tables.get(key)
+        if entry is None:
+            if len(self._tables) >= 2:
+                self._tables.pop(next(iter(self._tables)))
+            rows = np.full(self.order.num_bins, -1, dtype=np.int64)
+            entry = self._tables[key] = [rows, np.zeros((0, LOOKAHEAD), np.int64)]
+        rows, table = entry
+        missing = bins[rows[bins] < 0]
+        if len(missing):
+            lo = block * LOOKAHEAD
+            js = np.arange(lo, min(lo + LOOKAHEAD, self.order.samples_per_bin))
+            new = np.zeros((len(missing), LOOKAHEAD), np.int64)
+            for k, b in enumerate(missing.tolist()):
+                new[k, : len(js)] = bin_frames(self._bin_order(epoch, b), js)
+            rows[missing] = len(table) + np.arange(len(missing))
+            table = entry[1] = np.concatenate([table, new])
+        return rows, table
 
     def epoch_positions(self) -> np.ndarray:
         """Every global position this process yields in the current run, in order (tests)."""
@@ -640,20 +713,34 @@ class ElasticLoader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         run = self.run
-        if run.per_rank and self._covered(0, run.per_rank):  # the run was finished
-            self._start(self.epoch + 1, 0, np.zeros(0, np.int64))
+        if all(self._done(u) for u in range(run.num_units)):  # the run was finished
+            self._start(self.epoch + 1, 0, None)
             run = self.run
         epoch = self.epoch
-        for u in self.units():
-            lo, hi = int(run.unit_start[u]), int(run.unit_start[u + 1])
-            if self._covered(lo, hi):
+        units = self.units()
+        stride = units[1] - units[0] if len(units) > 1 else 1
+        for u in units:
+            if self._done(u):
                 continue
-            frames = self.frames_of(run.positions(self.rank, lo, hi), epoch)
-            batch = self.frames.get_frames(frames)
-            self.consumed = _ranges([*self.consumed, (lo, hi)])
+            lo, hi = int(run.unit_start[u]), int(run.unit_start[u + 1])
+            batch = self.frames.get_frames(self.frames_of(run.positions(self.rank, lo, hi), epoch))
+            sd = self.steps_done
+            if sd is None:
+                self.steps_done = [u, stride, 1]
+            elif u == sd[0] + sd[1] * sd[2]:
+                sd[2] += 1
+            else:
+                self.consumed = _ranges([*self.consumed, (lo, hi)])
             yield batch
             if self.run is not run:  # load_state_dict/set_epoch while iterating
                 return
 
-    def _covered(self, lo: int, hi: int) -> bool:
-        return any(a <= lo and hi <= b for a, b in self.consumed)
+    def _done(self, unit: int) -> bool:
+        """Whether ``unit`` of the current run was consumed (by this process's record)."""
+        sd = self.steps_done
+        if sd is not None and unit >= sd[0] and (unit - sd[0]) % sd[1] == 0:
+            if (unit - sd[0]) // sd[1] < sd[2]:
+                return True
+        lo, hi = int(self.run.unit_start[unit]), int(self.run.unit_start[unit + 1])
+        k = bisect.bisect_right(self.consumed, (lo, 1 << 62)) - 1
+        return k >= 0 and self.consumed[k][0] <= lo and hi <= self.consumed[k][1]

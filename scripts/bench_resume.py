@@ -18,8 +18,11 @@ Part 2 (resume cost): a canonical plan over 1M episodes and 4096 bins synthesize
 of computing rank 0's first step of frame indices after it (bin orders of its bins). Baseline in
 the same run: ``np.argsort`` of the 1M episode lengths.
 
+Part 3 (optional, ``--root``): the loader on a prepared root with a canonical plan: rank 0 of 8
+streaming through the frame store against ``get_frames`` of the same batches, and a resume.
+
 Usage: .venv/bin/python scripts/bench_resume.py [--episodes 4000] [--stops 20] [--big-episodes
-1000000 --big-bins 4096]
+1000000 --big-bins 4096] [--root ROOT --store STORE --steps 200 --only-root]
 """
 
 from __future__ import annotations
@@ -225,7 +228,7 @@ def part2(episodes: int, bins: int, seed: int) -> bool:
         t0 = time.perf_counter()
         plan = Plan(doc)  # a fresh Plan: its digest (the identity check) is computed here
         identity = {**{k: states[0][k] for k in states[0] if k != "plan"}, "plan": plan.digest}
-        epoch, frontier, ahead, _ = resume_point(states, identity, order, 6, 0)
+        epoch, frontier, ahead, _, _ = resume_point(states, identity, order, 6, 0)
         run = RunLayout(order, 6, frontier, ahead)
         t_load = time.perf_counter() - t0
         _, peak_load = tracemalloc.get_traced_memory()
@@ -257,6 +260,58 @@ def part2(episodes: int, bins: int, seed: int) -> bool:
     return ok
 
 
+def part3(root: str, store: str | None, steps: int) -> None:
+    """The loader on a real root: rank 0 of 8 for ``steps`` steps, 50-frame action + 3-frame
+    state windows, against ``get_frames`` of the same frames (same FrameDataset, same run);
+    then a resume on 6 ranks from 8 merged states: load_state_dict and the first batch."""
+    from episodekit.loaders import ElasticLoader, load_canonical_plan
+
+    plan = load_canonical_plan(root)
+    fps = 30
+    kw = dict(
+        delta_timestamps={
+            "action": [k / fps for k in range(50)],
+            "observation.state": [-2 / fps, -1 / fps, 0.0],
+        },
+        speed=False,
+        store=store or "auto",
+    )
+    lo = ElasticLoader(root, plan, rank=0, world_size=8, **kw)
+    print(
+        f"part 3: {root}: C = {plan.num_bins}, {lo.order.total:,} samples per epoch, rank 0 of 8: "
+        f"{lo.run.share} samples per step, store {'yes' if lo.frames.store is not None else 'no'}"
+    )
+    it = iter(lo)
+    next(it)  # bin orders of its bins (once per epoch)
+    t0 = time.perf_counter()
+    got = [next(it)["index"] for _ in range(steps)]
+    t_el = time.perf_counter() - t0
+    frames = np.concatenate(got)
+    t0 = time.perf_counter()
+    for g in got:
+        lo.frames.get_frames(g)
+    t_read = time.perf_counter() - t0
+    print(
+        f"  {len(frames):,} frames in {steps} steps: {len(frames) / t_el:,.0f} frames/s = "
+        f"{t_read / t_el:.2f}x get_frames of the same batches ({len(frames) / t_read:,.0f}/s)"
+    )
+    states = [
+        ElasticLoader(root, plan, rank=r, world_size=8, **kw).state_at(steps + r % 3)
+        for r in range(8)
+    ]
+    new = ElasticLoader(root, plan, rank=0, world_size=6, **kw)
+    t0 = time.perf_counter()
+    new.load_state_dict(states)
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    first = next(iter(new))
+    t_first = time.perf_counter() - t0
+    print(
+        f"  resume on 6 ranks from 8 ragged states: load_state_dict {t_load:.3f} s, first batch "
+        f"({len(first['index'])} frames) {t_first:.2f} s"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=4000)
@@ -264,7 +319,15 @@ def main() -> None:
     ap.add_argument("--big-episodes", type=int, default=1_000_000)
     ap.add_argument("--big-bins", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--root", help="also measure the loader on this root (with a canonical plan)")
+    ap.add_argument("--store", help="frame store for --root (default: the cached one if fresh)")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--only-root", action="store_true", help="only the --root part")
     args = ap.parse_args()
+    if args.root:
+        part3(args.root, args.store, args.steps)
+        if args.only_root:
+            return
     ok1 = part1(args.episodes, args.stops, args.seed)
     ok2 = part2(args.big_episodes, args.big_bins, args.seed)
     print(

@@ -290,6 +290,9 @@ def test_loader_resume_on_other_world_sizes_real_frames(root, plan):
                 before.append(next(it)["index"])
             states.append(lo.state_dict())
     json.dumps(states)  # states are plain JSON
+    # a worker's progress is O(1): the strided steps it yielded, not one range per step
+    assert states[0]["steps"] == [0, 2, 3] and states[1]["steps"] == [1, 2, 2]
+    assert states[0]["consumed"] == states[1]["consumed"] == []
     for world in (1, 3, 6, 16):
         after = []
         for r in range(world):
