@@ -46,6 +46,7 @@ import bisect
 import math
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -56,7 +57,7 @@ from episodekit.core.world import rank_info
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
 from episodekit.loaders.sampler import feistel_permute
-from episodekit.loaders.sharded import BinLayout, BinOrder, torch_worker
+from episodekit.loaders.sharded import BinLayout, BinOrder, row_bytes_estimate, torch_worker
 
 STATE_FORMAT = "episodekit.elastic_state"
 STATE_VERSION = 1
@@ -548,11 +549,29 @@ class ElasticLoader:
             store=store,
         )
         self._ds = ds
+        if self.frames.store is None:
+            self._warn_cache(plan, cache_mb)
         self._layouts: dict[int, BinLayout] = {}
         self._orders: dict[tuple[int, int], BinOrder] = {}
         self._tables: dict[tuple[int, int], list] = {}  # (epoch, block) -> [rows, table]
         self.epoch = 0
         self._start(0, 0, None)
+
+    def _warn_cache(self, plan: Any, cache_mb: float) -> None:
+        """Without a frame store every step reads all of this rank's bins: their row groups
+        must stay resident, or each step decodes them again. Warn once when they cannot."""
+        c, w, r = plan.num_bins, self.world_size, self.rank
+        lo, hi = r * c // w, min(c, -(-(r + 1) * c // w) + 1)
+        rows = int(plan.bin_frames()[lo:hi].sum())
+        need = rows * row_bytes_estimate(self._ds, self.frames.reader.columns) / 2**20
+        if need > cache_mb:
+            warnings.warn(
+                f"ElasticLoader rank {r}: a step reads all of its ~{need:,.0f} MiB of decoded "
+                f"rows and cache_mb={cache_mb:g} is smaller, so steps would decode row groups "
+                f"again; build the frame store (episodekit prep frames {self._ds.root}) or "
+                f"pass cache_mb >= {need * 1.25:,.0f}",
+                stacklevel=3,
+            )
 
     # -- identity and position ----------------------------------------------------------------
 
