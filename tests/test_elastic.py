@@ -362,3 +362,13 @@ def test_refuses_other_plan_seed_and_partial_states(root, plan):
     with pytest.raises(ValueError, match="canonical plan"):
         ensure_plans(str(root), [2], 1)
         ElasticLoader(root, load_plan(str(root), 2, 1), rank=0, world_size=2)
+
+
+def test_warns_when_cache_cannot_hold_a_ranks_rows(root, plan):
+    with pytest.warns(UserWarning, match="ElasticLoader rank 1: a step reads"):
+        make(root, plan, 1, 2, cache_mb=0.01, store=None)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make(root, plan, 1, 2, store=None)  # the default cache holds this small root
