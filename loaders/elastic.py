@@ -591,6 +591,7 @@ class ElasticLoader:
         self.run = RunLayout(self.order, self.world_size, frontier, ahead)
         self.consumed: list[tuple[int, int]] = []
         self.steps_done: list[int] | None = None  # [first, stride, count] of units yielded
+        self._restored: tuple[list, list[int] | None] = ([], None)  # the record at load time
 
     def __len__(self) -> int:
         """Samples this rank yields in the current run of the epoch (equal on every rank)."""
@@ -633,12 +634,18 @@ class ElasticLoader:
         }
 
     def state_at(self, steps: int) -> dict[str, Any]:
-        """This rank's state after the first ``steps`` batches (steps) of the current run were
-        consumed (what a training loop counts; prefetching DataLoaders read ahead of it)."""
-        steps = min(max(int(steps), 0), self.run.num_units)
+        """This rank's state after ``steps`` batches were consumed since the loader started or
+        was last loaded (what a training loop counts; prefetching DataLoaders read ahead of
+        it): the next ``steps`` steps not done at that point, in order."""
+        consumed, done = self._restored
         state = self.state_dict()
-        state["consumed"] = [[0, int(self.run.unit_start[steps])]] if steps else []
-        state["steps"] = []
+        todo = [u for u in range(self.run.num_units) if not _unit_done(self.run, u, consumed, done)]
+        take = np.asarray(todo[: max(int(steps), 0)], dtype=np.int64)
+        units = np.stack([self.run.unit_start[take], self.run.unit_start[take + 1]], axis=1)
+        state["consumed"] = [
+            list(r) for r in _ranges(np.concatenate([np.reshape(consumed, (-1, 2)), units]))
+        ]
+        state["steps"] = list(done) if done else []
         return state
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
@@ -653,6 +660,7 @@ class ElasticLoader:
             epoch, frontier, ahead, consumed, steps = epoch + 1, 0, None, [], None
         self._start(epoch, frontier, ahead)
         self.consumed, self.steps_done = consumed, steps
+        self._restored = (list(consumed), list(steps) if steps else None)
 
     # -- the order ----------------------------------------------------------------------------
 
@@ -756,10 +764,15 @@ class ElasticLoader:
 
     def _done(self, unit: int) -> bool:
         """Whether ``unit`` of the current run was consumed (by this process's record)."""
-        sd = self.steps_done
-        if sd is not None and unit >= sd[0] and (unit - sd[0]) % sd[1] == 0:
-            if (unit - sd[0]) // sd[1] < sd[2]:
-                return True
-        lo, hi = int(self.run.unit_start[unit]), int(self.run.unit_start[unit + 1])
-        k = bisect.bisect_right(self.consumed, (lo, 1 << 62)) - 1
-        return k >= 0 and self.consumed[k][0] <= lo and hi <= self.consumed[k][1]
+        return _unit_done(self.run, unit, self.consumed, self.steps_done)
+
+
+def _unit_done(run: RunLayout, unit: int, consumed: list, steps: list[int] | None) -> bool:
+    """Whether ``unit`` is in a record: strided ``steps`` [first, stride, count] or a sorted,
+    merged list of ``consumed`` stream ranges."""
+    if steps is not None and unit >= steps[0] and (unit - steps[0]) % steps[1] == 0:
+        if (unit - steps[0]) // steps[1] < steps[2]:
+            return True
+    lo, hi = int(run.unit_start[unit]), int(run.unit_start[unit + 1])
+    k = bisect.bisect_right(consumed, (lo, 1 << 62)) - 1
+    return k >= 0 and consumed[k][0] <= lo and hi <= consumed[k][1]

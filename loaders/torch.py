@@ -139,7 +139,8 @@ class TorchElasticDataset(IterableDataset):
     """Iterable torch dataset over an :class:`ElasticLoader`:
     ``DataLoader(ds, batch_size=None, num_workers=K)``. Each batch is one step of this rank;
     DataLoader worker ``w`` yields steps ``w, w + K, ...``, the order the DataLoader hands
-    batches out in, so any ``K`` gives the same sequence of batches.
+    batches out in, so any ``K`` gives the same sequence of batches. Call :meth:`set_epoch`
+    before each epoch (workers get fresh copies of this object).
 
     To resume: :meth:`state_dict` with ``steps`` = batches the training loop consumed this run
     (the DataLoader prefetches, so the loader itself cannot know), gather every rank's state

@@ -318,6 +318,12 @@ def test_same_run_continues_from_its_own_state(root, plan):
     again.load_state_dict(lo.state_dict())
     rest = [b["index"] for b in again]
     np.testing.assert_array_equal(np.concatenate(head + rest), np.concatenate(full))
+    # state_at counts steps from the load: 3 more steps after the 4 restored ones
+    counted = make(root, plan, 2, 4)
+    counted.load_state_dict(lo.state_dict())
+    later = counted.state_at(3)
+    share = lo.run.share
+    assert later["consumed"] == [[4 * share, 7 * share]] and later["steps"] == [0, 1, 4]
 
 
 def test_finished_epoch_rolls_over(root, plan):
