@@ -5,15 +5,19 @@ numpy + pyarrow only (torch is optional: ``episodekit.loaders.torch`` wraps thes
 - :class:`FrameDataset`: map-style frames with LeRobot's delta windows, row-group-aware reads;
 - :class:`EpisodeAwareSampler`: (seed, epoch)-determined, resumable order, O(episodes) memory;
 - :class:`ShardedLoader`: one (rank, worker) bin of a shard plan, equal counts on every rank;
+- :class:`ElasticLoader` / :func:`merge_states` / :func:`load_canonical_plan`: a canonical plan's
+  epoch, resumable on another world size (:mod:`episodekit.loaders.elastic`);
 - :func:`load_plan` / :class:`Plan`: the shard plan written by ``episodekit metadata plan``;
 - the errors a training script catches: :class:`PlanNotFoundError`, :class:`StalePlanError`
   (both :class:`PlanError`) and :class:`DatasetError`.
 """
 
 from episodekit.core.errors import DatasetError
+from episodekit.loaders.elastic import ElasticLoader, ElasticStateError, merge_states
 from episodekit.loaders.frames import FrameDataset
 from episodekit.loaders.sampler import EpisodeAwareSampler
 from episodekit.loaders.sharded import ShardedLoader
+from episodekit.metadata.canonical import load_canonical_plan
 from episodekit.metadata.plan_file import (
     Plan,
     PlanError,
@@ -24,6 +28,8 @@ from episodekit.metadata.plan_file import (
 
 __all__ = [
     "DatasetError",
+    "ElasticLoader",
+    "ElasticStateError",
     "EpisodeAwareSampler",
     "FrameDataset",
     "Plan",
@@ -31,5 +37,7 @@ __all__ = [
     "PlanNotFoundError",
     "ShardedLoader",
     "StalePlanError",
+    "load_canonical_plan",
     "load_plan",
+    "merge_states",
 ]

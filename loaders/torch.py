@@ -6,6 +6,9 @@
 - :class:`TorchShardedDataset`: an ``IterableDataset`` over a :class:`ShardedLoader` that binds
   each DataLoader worker to its plan bin (``DataLoader(ds, batch_size=None, num_workers=K)`` with a
   loader made with ``batch_size``), resumable from the number of batches consumed;
+- :class:`TorchElasticDataset`: an ``IterableDataset`` over an :class:`ElasticLoader` (one batch
+  per step; workers take steps in turn), whose state resumes on any world size; it is
+  ``Stateful`` for torchdata's ``StatefulDataLoader`` (see :func:`elastic_states`);
 - :func:`collate` / :func:`to_torch`: numpy -> tensors (strings, paths and bytes stay lists).
 """
 
@@ -26,6 +29,7 @@ except ModuleNotFoundError as exc:  # torch is an optional extra, not one of our
     ) from exc
 from torch.utils.data import Dataset, IterableDataset
 
+from episodekit.loaders.elastic import ElasticLoader
 from episodekit.loaders.frames import FrameDataset
 from episodekit.loaders.sharded import ShardedLoader
 
@@ -129,3 +133,59 @@ class TorchShardedDataset(IterableDataset):
             loader.seek(epoch, position)
         for item in loader:
             yield to_torch(item)
+
+
+class TorchElasticDataset(IterableDataset):
+    """Iterable torch dataset over an :class:`ElasticLoader`:
+    ``DataLoader(ds, batch_size=None, num_workers=K)``. Each batch is one step of this rank;
+    DataLoader worker ``w`` yields steps ``w, w + K, ...``, the order the DataLoader hands
+    batches out in, so any ``K`` gives the same sequence of batches. Call :meth:`set_epoch`
+    before each epoch (workers get fresh copies of this object).
+
+    To resume: :meth:`state_dict` with ``steps`` = batches the training loop consumed this run
+    (the DataLoader prefetches, so the loader itself cannot know), gather every rank's state
+    (:func:`~episodekit.loaders.elastic.all_gather_states`), and :meth:`load_state_dict` the
+    list (or its :func:`~episodekit.loaders.elastic.merge_states`) on the new world size, before
+    iterating. With torchdata's ``StatefulDataLoader`` the per-worker states are kept by the
+    DataLoader itself: same-size resumes need nothing else; for a resize take them out with
+    :func:`elastic_states`.
+    """
+
+    def __init__(self, loader: ElasticLoader):
+        self.loader = loader
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return self.loader.run.num_units
+
+    def state_dict(self, steps: int | None = None) -> dict[str, Any]:
+        """This rank's elastic state after ``steps`` consumed batches (None: what this process
+        yielded itself, as a StatefulDataLoader worker reports it)."""
+        return self.loader.state_dict() if steps is None else self.loader.state_at(steps)
+
+    def load_state_dict(self, state: Any) -> None:
+        self.loader.load_state_dict(state)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            yield to_torch(batch)
+
+
+def elastic_states(stateful_state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The elastic states inside a ``StatefulDataLoader.state_dict()`` of one rank (one per
+    worker, or the main process's). Gather them over ranks, then ``merge_states``."""
+    out = []
+    snap = stateful_state.get("_snapshot")
+    if isinstance(snap, Mapping):
+        workers = snap.get("_worker_snapshots") or {}
+        for key in sorted(workers, key=lambda k: int(str(k).rsplit("_", 1)[-1])):
+            ds_state = workers[key].get("dataset_state")
+            if ds_state is not None:
+                out.append(ds_state)
+    elif stateful_state.get("dataset_state") is not None:
+        out.append(stateful_state["dataset_state"])
+    if not out:
+        raise ValueError("no elastic state in this StatefulDataLoader state")
+    return out

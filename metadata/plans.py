@@ -159,6 +159,7 @@ def build_plan(
     locality: str = "none",
     position: np.ndarray | None = None,
     unit: np.ndarray | None = None,
+    relabel: bool = True,
 ) -> dict:
     """Partition episodes (cost, length) over ``world_size x num_workers`` bins; a pure function.
 
@@ -166,7 +167,8 @@ def build_plan(
     (``position`` per episode, e.g. its first global frame; default episode order), cut between
     or inside row groups (``unit`` per episode: its row-group id in file order, default one unit
     per episode); ranks get ``num_workers`` consecutive bins. ``unit`` also gives the plan's
-    ``row_groups`` figures (row groups per bin).
+    ``row_groups`` figures (row groups per bin). ``relabel=False`` keeps the partition's bin
+    numbers (file order for ``rowgroup``) instead of seeded labels (canonical plans).
 
     Returns the plan as a dict: the parameters, ``items`` (n, 3) int64 rows (episode_index,
     start_frame, end_frame) sorted by bin, ``bin_offsets``, ``bin_cost``, ``bin_frames``,
@@ -209,11 +211,11 @@ def build_plan(
         items = Items.concat(parts)
         bin_of = np.concatenate(bins)
 
-    # Seeded labels: permute ranks, and workers inside each rank.
-    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
-    worker_perm = label_permutation(seed, W, K, salt=2)
-    r, w = bin_of // K, bin_of % K
-    bin_of = rank_perm[r] * K + worker_perm[r, w]
+    if relabel:  # seeded labels: permute ranks, and workers inside each rank
+        rank_perm = label_permutation(seed, 1, W, salt=1)[0]
+        worker_perm = label_permutation(seed, W, K, salt=2)
+        r, w = bin_of // K, bin_of % K
+        bin_of = rank_perm[r] * K + worker_perm[r, w]
 
     order = np.lexsort((items.start, items.episode, bin_of))
     items, bin_of = items.take(order), bin_of[order]

@@ -59,8 +59,16 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     "--world-size",
     "world_sizes",
     type=IntList(),
-    required=True,
+    default=None,
     help="Comma-separated world sizes (ranks), one plan each, e.g. 8,16,64.",
+)
+@click.option(
+    "--canonical-bins",
+    "canonical_bins",
+    default=None,
+    metavar="C|auto",
+    help="Also write the canonical plan over C bins (any world size resumes from it; see "
+    "elastic resume); auto: the default C for the episode count.",
 )
 @dataloader_workers_option()
 @cost_option()
@@ -120,6 +128,7 @@ def plan_command(
     force: bool,
     no_wait: bool,
     as_json: bool,
+    canonical_bins: str | None = None,
 ) -> None:
     """Write balanced shard plans ROOT/meta/shard_plans/ws{W}_nw{K}.json, one per world size.
 
@@ -132,11 +141,19 @@ def plan_command(
     runs out early. Prints the balance (max / lower bound, lower bound = max(total / bins,
     largest item)) next to the naive contiguous and round-robin splits on the same costs.
     A plan that exists with the same fingerprint, costs and parameters is kept.
+    With --canonical-bins, also ROOT/meta/shard_plans/canonical_c{C}.json (world size free).
     """
     from episodekit.metadata.plans import ensure_plans, format_balance
 
+    canonical = _canonical_bins(canonical_bins)
+    if not world_sizes and canonical is False:
+        raise click.UsageError("give --world-size, --canonical-bins, or both")
     t0 = time.perf_counter()
     if mixture is not None or root is None:
+        if canonical is not False:
+            raise click.UsageError(
+                "--canonical-bins plans one ROOT; it does not combine with --mixture"
+            )
         _mixture_plan(root, mixture, out, world_sizes, workers, cost, algo, split_long, seed,
                       policy, locality, force, as_json)  # fmt: skip
         return
@@ -145,7 +162,7 @@ def plan_command(
     with writing(root, no_wait):
         results = ensure_plans(
             root,
-            world_sizes,
+            world_sizes or [],
             workers,
             cost=cost,
             algo=algo,
@@ -155,6 +172,14 @@ def plan_command(
             policy=policy,
             locality=locality,
         )
+        if canonical is not False:
+            from episodekit.metadata.canonical import ensure_canonical_plan
+
+            results.append(
+                ensure_canonical_plan(
+                    root, canonical, cost, algo, split_long, seed, force, policy, locality
+                )
+            )
     if as_json:
         skip = ("items", "bin_offsets", "bin_cost", "bin_frames")
         heads = [
@@ -199,6 +224,23 @@ def _mixture_plan(
         click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
         click.echo(format_mixture_plan(plan))
     click.echo(f"{len(results)} mixture plan(s) in {time.perf_counter() - t0:.1f}s")
+
+
+def _canonical_bins(value: str | None) -> int | None | bool:
+    """--canonical-bins: False when absent, None for auto, else a positive integer."""
+    if value is None:
+        return False
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        c = int(value)
+    except ValueError:
+        c = 0
+    if c < 1:
+        raise click.BadParameter(
+            f"{value!r} is not a positive integer or auto", param_hint="--canonical-bins"
+        )
+    return c
 
 
 def _fmt(x: float | None) -> str:
