@@ -503,12 +503,14 @@ def _block(
     rows = sum(len(p) for p in pieces)
     xt = np.empty((pieces[0].shape[1], rows), pieces[0].dtype)  # (D, rows), C order
     np.concatenate([p.T for p in pieces], axis=1, out=xt)
-    xf = xt.astype(np.float64)
-    mean = np.add.reduceat(xf, starts, axis=1) / lens
-    xf -= np.repeat(mean, lens, axis=1)
-    xf *= xf
-    m2 = np.add.reduceat(xf, starts, axis=1)
-    del xf
+    mean = np.empty((xt.shape[0], len(starts)))
+    m2 = np.empty_like(mean)
+    for j, row in enumerate(xt):  # one dimension at a time: float64 temporaries stay small
+        xf = row.astype(np.float64)
+        mean[j] = np.add.reduceat(xf, starts) / lens
+        xf -= np.repeat(mean[j], lens)
+        xf *= xf
+        m2[j] = np.add.reduceat(xf, starts)
     # one comparison pass tells which dimensions need sorting (NaN counts as out of order)
     ascending = xt[:, 1:] >= xt[:, :-1]
     block_sorted = ascending.all(axis=1)
@@ -578,7 +580,7 @@ def scan_file(job: dict) -> dict:
     and ``sketch`` parts [(values, weights)]."""
     feats: dict[str, int] = job["features"]
     pf = _open_parquet(job["root"], job["rel"])
-    columns = ["episode_index", *feats]
+    columns = list(dict.fromkeys(["episode_index", *feats]))
     parts: list[dict] = []
     eps: list[np.ndarray] = []
     counts: list[np.ndarray] = []
