@@ -613,6 +613,8 @@ def scan_file(job: dict) -> dict:
                 flush(head, {n: [*held[n], v[:last]] for n, v in vals.items()})
             carry_ep = ep[last:].copy()
             carry = {n: v[last:].copy() for n, v in vals.items()}  # frees the decoded block
+            del batch, vals
+            pa.default_memory_pool().release_unused()  # keeps a worker's RSS at one block
         if len(carry_ep):
             flush(carry_ep, {n: [c] for n, c in carry.items()})
     except DatasetError as exc:
