@@ -7,20 +7,29 @@ floats, count ``[N]``), so LeRobot's ``load_stats`` / episode reader take them u
 
 How (one streaming pass per data file, files in parallel through the executor):
 
-- data is read in record batches (bounded memory); an episode that continues into the next batch
-  is carried over, so every episode is reduced whole;
-- per episode: min/max/mean/M2 by segment reductions (``np.*.reduceat``), quantiles exact from a
-  padded per-episode sort (episodes grouped by length so padding stays small), numpy's "linear"
-  rule (``np.quantile``'s default) reproduced to the bit;
+- data is decoded in blocks of about 64 MiB of feature values (``block_rows``): consecutive
+  whole row groups (faster than record batches; prepare's 32 MiB groups are one block each), a
+  larger group cut into record batches; an episode that continues into the next block is carried
+  over, so every episode is reduced whole;
+- per block and feature, one C-order ``(D, rows)`` copy; per episode: mean/M2 by segment
+  reductions (``np.add.reduceat``, one dimension at a time), min/max/quantiles exact from a padded
+  per-episode sort (episodes grouped by length so padding stays small), numpy's "linear" rule
+  (``np.quantile``'s default) reproduced to the bit. One comparison pass finds dimensions
+  already ascending inside every episode (index, frame_index, timestamp, constants): their order
+  statistics are read in place, unsorted; dimensions ascending over the whole block skip the
+  block sort too;
 - dataset mean/std: counts-weighted parallel merge of the per-episode (count, mean, M2) (Chan et
   al.), min/max of the episodes' min/max;
-- dataset quantiles: every batch contributes a mergeable rank summary (``m`` order statistics,
-  each weighted by the ranks it stands for; a summary's rank error is its largest weight - 1, and
-  errors of merged summaries add). ``quantiles="exact"``: the merged summary brackets every
-  wanted order statistic, a second pass collects the few values inside the brackets and selects
-  them exactly (what ``np.quantile`` over the whole column gives), as long as the candidates fit
-  ``memory_mb``; beyond it, or with ``quantiles="sketch"``, the quantiles come from the summary
-  and their rank-error bound is recorded. Never from an envelope of per-episode quantiles.
+- dataset quantiles: every block contributes a mergeable rank summary (``m`` order statistics
+  of its sorted columns, each weighted by the ranks it stands for; a summary's rank error is its
+  largest weight - 1, and errors of merged summaries add). ``quantiles="exact"``: each scan job
+  appends its blocks' sorted columns to one spill file (run-length encoded where values repeat,
+  with every 512th value kept in memory as a fence); the merged summary brackets every wanted
+  order statistic, and a selection reads only the windows the searches need and the few values
+  inside the brackets (``pread``, no memory map), which gives exactly what ``np.quantile`` over
+  the whole column gives, as long as the columns fit ``memory_mb``; beyond it, or with
+  ``quantiles="sketch"``, the quantiles come from the summary and their rank-error bound is
+  recorded. Never from an envelope of per-episode quantiles.
 
 Provenance lives in ``meta/episodekit_stats.parquet`` (never in stats.json, which LeRobot reads as
 features): one row per (feature, dimension) with the dataset's compacted rank summary (what a
@@ -923,10 +932,11 @@ def compute_stats(
     """Compute (do not write) the stats of ``root``; see the module docstring.
 
     ``quantiles="exact"``: while the feature columns fit ``memory_mb``, every block's sorted
-    columns are kept (memory-mapped files in a temporary folder under ``spill_dir``, removed at
-    the end; with ``executor="ray"`` a second pass over the data instead) and the dataset
-    quantiles are selected exactly from them; beyond the budget, and with ``"sketch"``, they come
-    from the merged rank summary (bound in ``rank_error``).
+    columns are kept (one spill file per data file in a temporary folder under ``spill_dir``,
+    removed at the end; with ``executor="ray"`` a second pass over the data instead) and the
+    dataset quantiles are selected exactly from them; beyond the budget, and with ``"sketch"``,
+    they come from the merged rank summary (bound in ``rank_error``).
+    ``batch_rows``: rows per decoded block (default :func:`block_rows`, about 64 MiB).
     ``episodes``: restrict to these episode indices; they must fill whole data files (used to
     show that merging halves gives the whole).
     """
