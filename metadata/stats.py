@@ -7,20 +7,29 @@ floats, count ``[N]``), so LeRobot's ``load_stats`` / episode reader take them u
 
 How (one streaming pass per data file, files in parallel through the executor):
 
-- data is read in record batches (bounded memory); an episode that continues into the next batch
-  is carried over, so every episode is reduced whole;
-- per episode: min/max/mean/M2 by segment reductions (``np.*.reduceat``), quantiles exact from a
-  padded per-episode sort (episodes grouped by length so padding stays small), numpy's "linear"
-  rule (``np.quantile``'s default) reproduced to the bit;
+- data is decoded in blocks of about 64 MiB of feature values (``block_rows``): consecutive
+  whole row groups (faster than record batches; prepare's 32 MiB groups are one block each), a
+  larger group cut into record batches; an episode that continues into the next block is carried
+  over, so every episode is reduced whole;
+- per block and feature, one C-order ``(D, rows)`` copy; per episode: mean/M2 by segment
+  reductions (``np.add.reduceat``, one dimension at a time), min/max/quantiles exact from a padded
+  per-episode sort (episodes grouped by length so padding stays small), numpy's "linear" rule
+  (``np.quantile``'s default) reproduced to the bit. One comparison pass finds dimensions
+  already ascending inside every episode (index, frame_index, timestamp, constants): their order
+  statistics are read in place, unsorted; dimensions ascending over the whole block skip the
+  block sort too;
 - dataset mean/std: counts-weighted parallel merge of the per-episode (count, mean, M2) (Chan et
   al.), min/max of the episodes' min/max;
-- dataset quantiles: every batch contributes a mergeable rank summary (``m`` order statistics,
-  each weighted by the ranks it stands for; a summary's rank error is its largest weight - 1, and
-  errors of merged summaries add). ``quantiles="exact"``: the merged summary brackets every
-  wanted order statistic, a second pass collects the few values inside the brackets and selects
-  them exactly (what ``np.quantile`` over the whole column gives), as long as the candidates fit
-  ``memory_mb``; beyond it, or with ``quantiles="sketch"``, the quantiles come from the summary
-  and their rank-error bound is recorded. Never from an envelope of per-episode quantiles.
+- dataset quantiles: every block contributes a mergeable rank summary (``m`` order statistics
+  of its sorted columns, each weighted by the ranks it stands for; a summary's rank error is its
+  largest weight - 1, and errors of merged summaries add). ``quantiles="exact"``: each scan job
+  appends its blocks' sorted columns to one spill file (run-length encoded where values repeat,
+  with every 512th value kept in memory as a fence); the merged summary brackets every wanted
+  order statistic, and a selection reads only the windows the searches need and the few values
+  inside the brackets (``pread``, no memory map), which gives exactly what ``np.quantile`` over
+  the whole column gives, as long as the columns fit ``memory_mb``; beyond it, or with
+  ``quantiles="sketch"``, the quantiles come from the summary and their rank-error bound is
+  recorded. Never from an envelope of per-episode quantiles.
 
 Provenance lives in ``meta/episodekit_stats.parquet`` (never in stats.json, which LeRobot reads as
 features): one row per (feature, dimension) with the dataset's compacted rank summary (what a
@@ -42,7 +51,7 @@ import posixpath
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -70,7 +79,7 @@ QUANTILE_MODES = ("exact", "sketch")
 DEFAULT_SKETCH_POINTS = 1024  # order statistics kept per batch of rows (per dimension)
 STORED_SKETCH_POINTS = 2048  # points per dimension kept in the summary file
 DEFAULT_MEMORY_MB = 4096.0  # budget for the sorted columns the exact selection holds
-BATCH_ROWS = 65536
+BLOCK_BYTES = 64 * 2**20  # decoded feature bytes per block: prepare's 32 MiB row groups fit whole
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 _warned: set[tuple[str, str]] = set()
@@ -300,8 +309,8 @@ def merge_stats(
 
 def feature_values(col: pa.Array | pa.ChunkedArray, dims: int, name: str) -> np.ndarray:
     """A feature column as ``(rows, dims)`` numpy (its own numeric dtype; bool as uint8)."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+    if isinstance(col, pa.ChunkedArray):  # combine_chunks copies even a single chunk
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
     t = col.type
     if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
         if not pa.types.is_fixed_size_list(t):
@@ -369,24 +378,168 @@ def _episode_quantiles(
     return out, lo, hi
 
 
+def _episode_order_stats(
+    xt: np.ndarray, starts: np.ndarray, lens: np.ndarray, ep_sorted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-episode quantiles ``(5, episodes, D)``, min and max ``(episodes, D)`` of ``xt``
+    (D, rows). Dimensions already ascending inside every episode (``ep_sorted``: index,
+    frame_index, timestamp, constant columns) are read in place; the others are sorted per
+    episode (:func:`_episode_quantiles`)."""
+    n, dims = len(starts), xt.shape[0]
+    if not ep_sorted.any():
+        return _episode_quantiles(xt, starts, lens)
+    out = np.empty((len(QUANTILES), n, dims))
+    lo = np.empty((n, dims))
+    hi = np.empty((n, dims))
+    done = np.flatnonzero(ep_sorted)
+    k0, k1, g = order_indices(lens[None, :], np.asarray(QUANTILES)[:, None])  # (5, episodes)
+    sub = xt[done]
+    lo[:, done] = sub[:, starts].T
+    hi[:, done] = sub[:, starts + lens - 1].T
+    a = sub[:, starts + k0].astype(np.float64)  # (d, 5, episodes)
+    b = sub[:, starts + k1].astype(np.float64)
+    out[:, :, done] = lerp_quantile(a, b, g[None]).transpose(1, 2, 0)
+    rest = np.flatnonzero(~ep_sorted)
+    if len(rest):
+        q, lo[:, rest], hi[:, rest] = _episode_quantiles(xt[rest], starts, lens)
+        out[:, :, rest] = q
+    return out, lo, hi
+
+
+FENCE = 512  # every FENCE-th value of a spilled run stays in memory: its searches read one window
+
+
+class _Run(NamedTuple):
+    """One spilled sorted column of one block: ``length`` values of ``dtype`` at ``offset`` of
+    ``path``; run-length encoded when ``counts_offset >= 0`` (distinct values, then their int64
+    counts there), else raw with ``fence`` (``values[::FENCE]``)."""
+
+    path: str
+    dim: int
+    dtype: str
+    offset: int
+    length: int
+    counts_offset: int
+    fence: np.ndarray | None
+
+
+class _Spill:
+    """One scan job's spill file: every block's sorted columns, one record per dimension,
+    appended with large sequential writes. A column with many repeats (integer ids, timestamps)
+    is stored run-length encoded (distinct values + counts), the rest as raw values."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fh = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.offset = 0
+
+    def _write(self, arr: np.ndarray) -> int:
+        """Append ``arr``; returns its offset."""
+        at = self.offset
+        self.fh.write(np.ascontiguousarray(arr).data)
+        self.offset += arr.nbytes
+        return at
+
+    def add(self, sorted_cols: np.ndarray) -> list[_Run]:
+        """The records of one block's sorted columns ``(D, rows)``."""
+        out = []
+        rows = sorted_cols.shape[1]
+        for j, col in enumerate(sorted_cols):
+            distinct = int(np.count_nonzero(col[1:] != col[:-1])) + 1
+            dt = col.dtype.str
+            if distinct * (col.itemsize + 8) * 2 <= col.nbytes:
+                first = np.r_[0, np.flatnonzero(col[1:] != col[:-1]) + 1]
+                counts = np.diff(np.r_[first, rows]).astype(np.int64)
+                at = self._write(col[first])
+                out.append(_Run(self.path, j, dt, at, len(first), self._write(counts), None))
+            else:
+                fence = col[::FENCE].copy()
+                out.append(_Run(self.path, j, dt, self._write(col), rows, -1, fence))
+        return out
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+class _RunReader:
+    """Reads slices of spilled runs with ``pread`` (no memory map: a mapped page-cache file
+    counts fully towards RSS once the kernel maps its large folios)."""
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+
+    def read(self, run: _Run, start: int, stop: int, counts: bool = False) -> np.ndarray:
+        dt = np.dtype(np.int64) if counts else np.dtype(run.dtype)
+        base = run.counts_offset if counts else run.offset
+        if run.path not in self.fds:
+            self.fds[run.path] = os.open(run.path, os.O_RDONLY)
+        want = (stop - start) * dt.itemsize
+        buf = bytearray()
+        while len(buf) < want:
+            got = os.pread(
+                self.fds[run.path], want - len(buf), base + start * dt.itemsize + len(buf)
+            )
+            if not got:
+                raise DatasetError(f"spilled run truncated ({run.path})")
+            buf += got
+        return np.frombuffer(buf, dt)
+
+    def count(self, run: _Run, keys: np.ndarray, side: str) -> np.ndarray:
+        """``np.searchsorted(values, keys, side)`` over a raw run, one window read per key."""
+        ts = np.searchsorted(run.fence, keys, side=side)
+        out = np.empty(len(keys), np.int64)
+        for i, (key, t) in enumerate(zip(keys, ts.tolist())):
+            start, stop = max(0, (t - 1) * FENCE), min(run.length, t * FENCE)
+            window = self.read(run, start, stop) if stop > start else run.fence[:0]
+            out[i] = start + int(np.searchsorted(window, key, side=side))
+        return out
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
 def _block(
-    x: np.ndarray, starts: np.ndarray, lens: np.ndarray, points: int, spill: str | None
+    pieces: list[np.ndarray],
+    starts: np.ndarray,
+    lens: np.ndarray,
+    points: int,
+    spill: _Spill | None,
 ) -> dict:
-    """Per-episode stats of complete episodes in ``x`` plus the block's rank summary; with
-    ``spill`` the block's sorted columns are saved there for the exact selection."""
-    xt = x.T.copy()  # (D, rows), writable: segment reductions along the last axis are fast
-    xf = xt.astype(np.float64)
-    mean = np.add.reduceat(xf, starts, axis=1) / lens
-    xf -= np.repeat(mean, lens, axis=1)
-    xf *= xf
-    m2 = np.add.reduceat(xf, starts, axis=1)
-    del xf
-    q, lo, hi = _episode_quantiles(xt, starts, lens)
-    xt.sort(axis=1)
+    """Per-episode stats of complete episodes (rows of ``pieces`` concatenated) plus the block's
+    rank summary; with ``spill`` the block's sorted columns are appended there (``runs``)."""
+    rows = sum(len(p) for p in pieces)
+    xt = np.empty((pieces[0].shape[1], rows), pieces[0].dtype)  # (D, rows), C order
+    np.concatenate([p.T for p in pieces], axis=1, out=xt)
+    mean = np.empty((xt.shape[0], len(starts)))
+    m2 = np.empty_like(mean)
+    for j, row in enumerate(xt):  # one dimension at a time: float64 temporaries stay small
+        xf = row.astype(np.float64)
+        mean[j] = np.add.reduceat(xf, starts) / lens
+        xf -= np.repeat(mean[j], lens)
+        xf *= xf
+        m2[j] = np.add.reduceat(xf, starts)
+    # one comparison pass tells which dimensions need sorting (NaN counts as out of order)
+    ascending = xt[:, 1:] >= xt[:, :-1]
+    block_sorted = ascending.all(axis=1)
+    ascending[:, starts[1:] - 1] = True  # pairs across an episode boundary do not matter
+    ep_sorted = ascending.all(axis=1)
+    del ascending
+    q, lo, hi = _episode_order_stats(xt, starts, lens, ep_sorted)
+    for j in np.flatnonzero(~block_sorted):
+        xt[j].sort()
     values, weights = _part_summary(xt, points)
-    if spill is not None:
-        np.save(spill, xt)
-    return {"min": lo, "max": hi, "mean": mean.T, "m2": m2.T, "q": q, "sketch": (values, weights)}
+    runs = spill.add(xt) if spill is not None else []
+    return {
+        "min": lo,
+        "max": hi,
+        "mean": mean.T,
+        "m2": m2.T,
+        "q": q,
+        "sketch": (values, weights),
+        "runs": runs,
+    }
 
 
 def _open_parquet(root: str, rel: str) -> pq.ParquetFile:
@@ -401,65 +554,85 @@ def _open_parquet(root: str, rel: str) -> pq.ParquetFile:
 
 
 def _batches(pf: pq.ParquetFile, columns: list[str], rows: int):
+    """The file's rows in blocks of at most ``rows`` rows: consecutive row groups that fit are
+    decoded together (whole row groups decode faster than record batches, and LeRobot's
+    one-group-per-episode files do not become one block per episode); a larger row group is
+    cut into record batches."""
     missing = [c for c in columns if c not in pf.schema_arrow.names]
     if missing:
         raise DatasetError(f"data file lacks columns {missing}")
-    yield from pf.iter_batches(batch_size=rows, columns=columns, use_threads=False)
+    groups: list[int] = []
+    held = 0
+    for i in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(i).num_rows
+        if groups and held + n > rows:
+            yield pf.read_row_groups(groups, columns=columns, use_threads=False)
+            groups, held = [], 0
+        if n > rows:
+            yield from pf.iter_batches(
+                batch_size=rows, row_groups=[i], columns=columns, use_threads=False
+            )
+            continue
+        groups.append(i)
+        held += n
+    if groups:
+        yield pf.read_row_groups(groups, columns=columns, use_threads=False)
 
 
 def scan_file(job: dict) -> dict:
     """Pass 1 over one data file (executor job): per-episode stats and rank summaries.
 
     ``job``: root, rel, features ``{name: dims}``, points, batch_rows, and optionally spill (a
-    folder) and file_id: every block's sorted columns are saved there (``runs``, per feature).
-    Returns ``episodes``
-    (episode_index in file order), ``count`` per episode and per feature ``min, max, mean, m2,
-    q`` (5 x episodes x D) and ``sketch`` parts [(values, weights)]."""
+    folder) and file_id: every block's sorted columns are appended to one file there (``runs``:
+    per feature, records of :class:`_Spill`). Returns ``episodes`` (episode_index in file
+    order), ``count`` per episode and per feature ``min, max, mean, m2, q`` (5 x episodes x D)
+    and ``sketch`` parts [(values, weights)]."""
     feats: dict[str, int] = job["features"]
     pf = _open_parquet(job["root"], job["rel"])
-    columns = ["episode_index", *feats]
+    columns = list(dict.fromkeys(["episode_index", *feats]))
     parts: list[dict] = []
     eps: list[np.ndarray] = []
     counts: list[np.ndarray] = []
     carry_ep = np.zeros(0, np.int64)
     carry: dict[str, np.ndarray] = {}
+    spill = None
+    if job.get("spill") is not None:
+        spill = _Spill(os.path.join(job["spill"], f"{job['file_id']}.bin"))
 
-    spill_dir = job.get("spill")
-    runs: dict[str, list[str]] = {n: [] for n in feats}
-
-    def flush(ep: np.ndarray, vals: dict[str, np.ndarray]) -> None:
+    def flush(ep: np.ndarray, pieces: dict[str, list[np.ndarray]]) -> None:
         starts, lens = _segments(ep)
         eps.append(ep[starts])
         counts.append(lens)
-        part: dict[str, dict] = {}
-        for n, v in vals.items():
-            spill = None
-            if spill_dir is not None:
-                name = f"{job['file_id']}-{len(parts)}-{list(feats).index(n)}.npy"
-                spill = os.path.join(spill_dir, name)
-                runs[n].append(spill)
-            part[n] = _block(v, starts, lens, job["points"], spill)
-        parts.append(part)
+        parts.append({n: _block(p, starts, lens, job["points"], spill) for n, p in pieces.items()})
 
     try:
         for batch in _batches(pf, columns, job["batch_rows"]):
-            ep = batch.column("episode_index").to_numpy(zero_copy_only=False).astype(np.int64)
-            vals = {n: feature_values(batch.column(n), d, n) for n, d in feats.items()}
-            if len(carry_ep):
-                ep = np.concatenate([carry_ep, ep])
-                vals = {n: np.concatenate([carry[n], v]) for n, v in vals.items()}
+            ep = batch.column("episode_index").to_numpy().astype(np.int64, copy=False)
             if not len(ep):
                 continue
-            last = int(_segments(ep)[0][-1])  # the last episode may go on in the next batch
-            if last > 0:
-                flush(ep[:last], {n: v[:last] for n, v in vals.items()})
-            carry_ep, carry = ep[last:], {n: v[last:] for n, v in vals.items()}
+            vals = {n: feature_values(batch.column(n), d, n) for n, d in feats.items()}
+            last = int(_segments(ep)[0][-1])  # the last episode may go on in the next block
+            if last == 0 and len(carry_ep) and carry_ep[-1] == ep[0]:  # it still goes on
+                carry_ep = np.concatenate([carry_ep, ep])
+                carry = {n: np.concatenate([carry[n], v]) for n, v in vals.items()}
+                continue
+            head = np.concatenate([carry_ep, ep[:last]])
+            if len(head):
+                held = {n: [carry[n]] if carry else [] for n in feats}
+                flush(head, {n: [*held[n], v[:last]] for n, v in vals.items()})
+            carry_ep = ep[last:].copy()
+            carry = {n: v[last:].copy() for n, v in vals.items()}  # frees the decoded block
+            del batch, vals
+            pa.default_memory_pool().release_unused()  # keeps a worker's RSS at one block
         if len(carry_ep):
-            flush(carry_ep, carry)
+            flush(carry_ep, {n: [c] for n, c in carry.items()})
     except DatasetError as exc:
         raise DatasetError(str(exc), posixpath.join(job["root"], job["rel"])) from exc
+    finally:
+        if spill is not None:
+            spill.close()
     out: dict[str, Any] = {
-        "runs": runs,
+        "runs": {n: [r for p in parts for r in p[n]["runs"]] for n in feats},
         "episodes": np.concatenate(eps) if eps else np.zeros(0, np.int64),
         "count": np.concatenate(counts) if counts else np.zeros(0, np.int64),
         "features": {},
@@ -618,16 +791,13 @@ def _brackets(fs: FeatureStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     dims = len(fs.sketches)
     lo = np.empty((len(QUANTILES), dims))
     hi = np.empty((len(QUANTILES), dims))
-    k0s, k1s = [], []
+    k0s, k1s, _ = order_indices(fs.count, np.asarray(QUANTILES))
     bound = 0.0
-    for i, q in enumerate(QUANTILES):
-        k0, k1, _ = order_indices(fs.count, q)
-        k0s.append(int(k0))
-        k1s.append(int(k1))
-        for d, s in enumerate(fs.sketches):
-            # est(v) counts every point <= v: a run of equal values gets its last cumsum
-            cum = np.cumsum(s.weights)[np.searchsorted(s.values, s.values, side="right") - 1]
-            e = s.rank_error
+    for d, s in enumerate(fs.sketches):
+        # est(v) counts every point <= v: a run of equal values gets its last cumsum
+        cum = np.cumsum(s.weights)[np.searchsorted(s.values, s.values, side="right") - 1]
+        e = s.rank_error
+        for i, (k0, k1) in enumerate(zip(k0s.tolist(), k1s.tolist())):
             j_lo = int(np.searchsorted(cum, k0 - e, side="right")) - 1
             j_hi = min(int(np.searchsorted(cum, k1 + 1, side="left")), len(cum) - 1)
             lo[i, d] = s.values[j_lo] if j_lo >= 0 else -np.inf
@@ -662,29 +832,38 @@ def _select(
     fs.quantile_error = 0.0
 
 
-def _exact_from_runs(runs: list[str], fs: FeatureStats) -> None:
-    """Exact quantiles by selection over the spilled sorted runs (memory-mapped: only the
-    bracket slices are read)."""
+def _exact_from_runs(runs: list[_Run], fs: FeatureStats) -> None:
+    """Exact quantiles by selection over the spilled sorted runs: per run and bracket, two
+    searches (one window read each) and the values inside the bracket."""
     br = _brackets(fs)
     lo, hi = br[0], br[1]
-    d = len(fs.sketches)
     below = np.zeros(lo.shape, np.int64)
     found = []
-    for path in runs:
-        run = np.load(path, mmap_mode="r")
-        for j in range(d):
-            col = run[j]
-            a = np.searchsorted(
-                col, lo[:, j].astype(col.dtype) if col.dtype.kind == "f" else lo[:, j], side="right"
-            )
-            b = np.searchsorted(
-                col, hi[:, j].astype(col.dtype) if col.dtype.kind == "f" else hi[:, j], side="left"
-            )
-            below[:, j] += a
-            for i in range(len(QUANTILES)):
-                if b[i] > a[i]:
-                    v = np.asarray(col[a[i] : b[i]], dtype=np.float64)
+    reader = _RunReader()
+    try:
+        for run in runs:
+            j = run.dim
+            kind = np.dtype(run.dtype).kind
+            keys_lo = lo[:, j].astype(run.dtype) if kind == "f" else lo[:, j]
+            keys_hi = hi[:, j].astype(run.dtype) if kind == "f" else hi[:, j]
+            if run.counts_offset >= 0:  # run-length encoded: distinct values and their counts
+                values = reader.read(run, 0, run.length)
+                counts = reader.read(run, 0, run.length, counts=True)
+                a = np.searchsorted(values, keys_lo, side="right")
+                b = np.searchsorted(values, keys_hi, side="left")
+                below[:, j] += np.concatenate([[0], np.cumsum(counts)])[a]
+                for i in np.flatnonzero(b > a):
+                    v = np.repeat(values[a[i] : b[i]].astype(np.float64), counts[a[i] : b[i]])
                     found.append((np.full(len(v), i, np.int8), np.full(len(v), j, np.int32), v))
+                continue
+            a = reader.count(run, keys_lo, "right")
+            b = reader.count(run, keys_hi, "left")
+            below[:, j] += a
+            for i in np.flatnonzero(b > a):
+                v = reader.read(run, int(a[i]), int(b[i])).astype(np.float64)
+                found.append((np.full(len(v), i, np.int8), np.full(len(v), j, np.int32), v))
+    finally:
+        reader.close()
     inside = tuple(
         np.concatenate([f[k] for f in found]) if found else np.zeros(0, t)
         for k, t in enumerate((np.int8, np.int32, np.float64))
@@ -733,6 +912,11 @@ def column_bytes(info: dict, feats: dict[str, int], frames: int) -> int:
     return total
 
 
+def block_rows(info: dict, feats: dict[str, int]) -> int:
+    """Rows per decoded block: about :data:`BLOCK_BYTES` of feature values (plus episode_index)."""
+    return max(1024, BLOCK_BYTES // (8 + column_bytes(info, feats, 1)))
+
+
 def compute_stats(
     root: Dataset | str | os.PathLike,
     features: list[str] | None = None,
@@ -741,17 +925,18 @@ def compute_stats(
     sketch_points: int = DEFAULT_SKETCH_POINTS,
     executor: str = "local",
     jobs: int | None = None,
-    batch_rows: int = BATCH_ROWS,
+    batch_rows: int | None = None,
     episodes: np.ndarray | None = None,
     spill_dir: str | None = None,
 ) -> StatsResult:
     """Compute (do not write) the stats of ``root``; see the module docstring.
 
     ``quantiles="exact"``: while the feature columns fit ``memory_mb``, every block's sorted
-    columns are kept (memory-mapped files in a temporary folder under ``spill_dir``, removed at
-    the end; with ``executor="ray"`` a second pass over the data instead) and the dataset
-    quantiles are selected exactly from them; beyond the budget, and with ``"sketch"``, they come
-    from the merged rank summary (bound in ``rank_error``).
+    columns are kept (one spill file per data file in a temporary folder under ``spill_dir``,
+    removed at the end; with ``executor="ray"`` a second pass over the data instead) and the
+    dataset quantiles are selected exactly from them; beyond the budget, and with ``"sketch"``,
+    they come from the merged rank summary (bound in ``rank_error``).
+    ``batch_rows``: rows per decoded block (default :func:`block_rows`, about 64 MiB).
     ``episodes``: restrict to these episode indices; they must fill whole data files (used to
     show that merging halves gives the whole).
     """
@@ -772,6 +957,7 @@ def compute_stats(
     rels = [ds.data_files[i] for i in ids]
     exact = quantiles == "exact"
     need = column_bytes(ds.info, feats, ds.num_frames)
+    batch_rows = batch_rows or block_rows(ds.info, feats)
     if exact and need > memory_mb * 2**20:
         log.warning(
             "%s: the columns (%.0f MiB) exceed --memory-mb %g: dataset quantiles come from the "
@@ -838,14 +1024,15 @@ def refine_quantiles(
     dataset: dict[str, FeatureStats],
     executor: str = "local",
     jobs: int | None = None,
-    batch_rows: int = BATCH_ROWS,
+    batch_rows: int | None = None,
 ) -> dict[str, FeatureStats]:
     """Exact quantiles for stats whose summaries cover exactly the frames of ``root`` (e.g. the
     :func:`merge_stats` of its halves): one pass over its data files, in place; returns ``dataset``.
     """
     ds = as_dataset(root)
     feats = {n: len(fs.sketches) for n, fs in dataset.items()}
-    _exact_quantiles(ds.root, list(ds.data_files), feats, dataset, executor, jobs, batch_rows)
+    rows = batch_rows or block_rows(ds.info, feats)
+    _exact_quantiles(ds.root, list(ds.data_files), feats, dataset, executor, jobs, rows)
     return dataset
 
 

@@ -129,6 +129,86 @@ def test_exact_quantiles_equal_numpy(make_sample, style, batch_rows):
             assert res.episode_count[i] == len(xe)
 
 
+@pytest.mark.parametrize("batch_rows", [53, None])
+def test_presorted_tied_and_random_dimensions_mixed(make_sample, batch_rows):
+    """Dimensions sorted inside episodes (read in place), heavily tied (run-length encoded
+    runs: ties straddle the quantile brackets), descending and random in one feature; a NaN-free
+    column with every kind still equals numpy per episode and for the dataset."""
+
+    def fn(ep, fi, d):
+        rng = np.random.default_rng(11)
+        out = rng.standard_normal((len(ep), d))
+        out[:, 0] = fi * 0.5  # ascending inside every episode
+        out[:, 1] = np.round(rng.random(len(ep)) * 3)  # 4 distinct values
+        out[:, 2] = -fi  # descending inside every episode
+        out[:, 3] = ep  # constant per episode, ascending over the file
+        out[:, 4] = 7.0  # constant
+        return out
+
+    root = make_sample(episodes=15, tasks=3, seed=5, style="edited", data_files_size_in_mb=0.3)
+    _set_action(root, fn)
+    res = compute_stats(root, jobs=1, batch_rows=batch_rows, sketch_points=16)
+    ep, x = _column(root, "action")
+    d = res.dataset["action"]
+    np.testing.assert_array_equal(d.quantiles, np.quantile(x, QUANTILES, axis=0))
+    np.testing.assert_array_equal(d.min, x.min(0))
+    np.testing.assert_array_equal(d.max, x.max(0))
+    for i, e in enumerate(res.episode_index):
+        xe = x[ep == e]
+        got = np.stack([res.episode["action"][k][i] for k in QUANTILE_KEYS])
+        np.testing.assert_array_equal(got, np.quantile(xe, QUANTILES, axis=0))
+        np.testing.assert_array_equal(res.episode["action"]["min"][i], xe.min(0))
+        np.testing.assert_array_equal(res.episode["action"]["max"][i], xe.max(0))
+        np.testing.assert_allclose(res.episode["action"]["mean"][i], xe.mean(0), rtol=1e-12)
+
+
+def test_spilled_run_searches_match_numpy(tmp_path):
+    """The fence + window reads answer exactly what np.searchsorted over the run answers,
+    both sides, for keys below, between, equal to (fence values too) and above the values."""
+    from episodekit.metadata.stats import FENCE, _RunReader, _Spill
+
+    rng = np.random.default_rng(0)
+    cols = np.sort(
+        np.stack(
+            [
+                rng.standard_normal(3 * FENCE + 17).astype(np.float32),
+                np.round(rng.standard_normal(3 * FENCE + 17) * 300).astype(np.float32),
+            ]
+        ),
+        axis=1,
+    )
+    spill = _Spill(str(tmp_path / "runs.bin"))
+    runs = spill.add(cols) + spill.add(cols[:, :5])
+    spill.close()
+    assert [r.counts_offset >= 0 for r in runs] == [False, False, False, False]
+    reader = _RunReader()
+    try:
+        for run in runs:
+            col = cols[run.dim, : run.length]
+            keys = np.r_[col[:: FENCE // 2], col[-1], col[0] - 1, col[-1] + 1, 0.25]
+            keys = keys.astype(np.float32)
+            for side in ("left", "right"):
+                want = np.searchsorted(col, keys, side=side)
+                np.testing.assert_array_equal(reader.count(run, keys, side), want)
+            np.testing.assert_array_equal(reader.read(run, 3, run.length), col[3:])
+    finally:
+        reader.close()
+
+
+def test_tied_runs_are_run_length_encoded(tmp_path):
+    from episodekit.metadata.stats import _RunReader, _Spill
+
+    col = np.sort(np.repeat(np.arange(5, dtype=np.int64), [1, 50, 3, 100, 2]))[None, :]
+    spill = _Spill(str(tmp_path / "runs.bin"))
+    (run,) = spill.add(col)
+    spill.close()
+    assert run.counts_offset >= 0 and run.length == 5
+    reader = _RunReader()
+    np.testing.assert_array_equal(reader.read(run, 0, 5), np.arange(5))
+    np.testing.assert_array_equal(reader.read(run, 0, 5, counts=True), [1, 50, 3, 100, 2])
+    reader.close()
+
+
 def test_sketch_mode_within_stated_rank_error(make_sample):
     root = make_sample(episodes=20, tasks=3, seed=6, data_files_size_in_mb=0.3)
     res = compute_stats(root, quantiles="sketch", sketch_points=32, batch_rows=500, jobs=1)
