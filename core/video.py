@@ -357,11 +357,13 @@ def _to_array(
     frame: Any, fmt: str, size: tuple[int, int] | None, reformatter: Any = None
 ) -> np.ndarray:
     """``frame`` as a uint8 array through FFmpeg's default conversion (LeRobot's); a reused
-    ``reformatter`` keeps one conversion context instead of one per frame (~5x faster)."""
+    ``reformatter`` keeps one conversion context instead of one per frame (~5x faster), and one
+    swscale thread (the same pixels; its default thread pool costs 2-5x more per frame at
+    96x128 and is no faster at 640x480 on a busy machine)."""
     h, w = (None, None) if size is None else size
     if reformatter is None:
         return frame.to_ndarray(format=fmt, width=w, height=h)
-    return reformatter.reformat(frame, format=fmt, width=w, height=h).to_ndarray()
+    return reformatter.reformat(frame, format=fmt, width=w, height=h, threads=1).to_ndarray()
 
 
 class VideoFile:
@@ -425,7 +427,10 @@ class VideoFile:
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             # index.pts is table.pts sorted: the decode position of the i-th frame in pts order
             self._dec_of = np.argsort(self.table.pts, kind="stable")
-            self._key_dec = np.flatnonzero(self.table.keyframe)
+            key_dec = np.flatnonzero(self.table.keyframe)
+            # decode position of the keyframe each decode position restarts from
+            at = np.searchsorted(key_dec, np.arange(len(self.table.pts)), side="right") - 1
+            self._key_of = key_dec[np.maximum(at, 0)] if len(key_dec) else np.zeros(0, np.int64)
             self._tb = stream.time_base
             self._next = -1  # decode position of the next packet to feed (-1: must restart)
             self._last_out = -1  # highest pts the decoder returned since the last restart
@@ -500,18 +505,21 @@ class VideoFile:
             return False  # fed already (still in the decoder's delay), or same keyframe run
         return k - self._next > SEEK_COST_FRAMES
 
-    def _decode_packets(self, want: list[int], drain: bool) -> dict[int, Any]:
+    def _decode_packets(self, positions: list[int], drain: bool) -> dict[int, Any]:
+        """Frames at ``positions`` (ascending, in pts order) by pts, fed from the packet index."""
         av = _AV
+        all_pts, dec_of, key_of = self.index.pts, self._dec_of, self._key_of
+        want = [int(all_pts[j]) for j in positions]
+        decode_pos = [int(dec_of[j]) for j in positions]
+        keys = [int(key_of[d]) for d in decode_pos]
         wanted = set(want)
         got: dict[int, Any] = {}
-        ctx, n = self._ctx, len(self.table.pts)
-        pos = np.searchsorted(self.index.pts, want)
-        decode_pos = self._dec_of[pos]
-        k_at = np.searchsorted(self._key_dec, decode_pos, side="right") - 1
-        keys = np.where(k_at >= 0, self._key_dec[np.maximum(k_at, 0)], 0)
+        ctx, n = self._ctx, len(all_pts)
         # the last decode position any wanted frame from here on needs
-        need = np.maximum.accumulate(decode_pos[::-1])[::-1].tolist()
-        for i, (target, d, k) in enumerate(zip(want, decode_pos.tolist(), keys.tolist())):
+        need = list(decode_pos)
+        for i in range(len(need) - 2, -1, -1):
+            need[i] = max(need[i], need[i + 1])
+        for i, (target, d, k) in enumerate(zip(want, decode_pos, keys)):
             if target in got:
                 continue
             if self._must_restart(target, d, k):
@@ -615,12 +623,16 @@ class VideoFile:
         if not want:
             return {}
         all_pts = self.index.pts
-        known = all_pts[np.minimum(np.searchsorted(all_pts, want), len(all_pts) - 1)]
-        if (known != np.asarray(want)).any():
-            raise VideoError(f"no frame at pts {want[int(np.argmax(known != want))]}", self.path)
+        pos = np.minimum(np.searchsorted(all_pts, want), len(all_pts) - 1)
+        bad = all_pts[pos] != np.asarray(want)
+        if bad.any():
+            raise VideoError(f"no frame at pts {want[int(np.argmax(bad))]}", self.path)
+        return self._decode_positions(pos.tolist(), drain)
+
+    def _decode_positions(self, positions: list[int], drain: bool | None) -> dict[int, Any]:
         if self.table is not None:
-            return self._decode_packets(want, self.threads != 1 if drain is None else drain)
-        return self._decode_demuxed(want)
+            return self._decode_packets(positions, self.threads != 1 if drain is None else drain)
+        return self._decode_demuxed([int(self.index.pts[j]) for j in positions])
 
     def to_array(self, frame: Any) -> np.ndarray:
         """``frame`` as uint8 HWC in ``fmt`` at ``size`` (FFmpeg's default conversion)."""
@@ -630,11 +642,35 @@ class VideoFile:
         """Frames at the given pts (each must be in ``index.pts``), decoded in ascending order."""
         return {p: self.to_array(f) for p, f in self.decode_pts(pts).items()}
 
+    def positions(self, seconds: Sequence[float], tolerance_s: float) -> list[int]:
+        """Index positions (pts order) of the frame closest to each query time, as
+        :meth:`nearest` picks them (scalar code: the per-item path queries one to a few times)."""
+        t = self._seconds
+        n = len(t)
+        if n == 0:
+            self.nearest(seconds, tolerance_s)  # raises: no frames
+        out = []
+        for q in seconds:
+            q = float(q)
+            j = int(t.searchsorted(q))
+            if j >= n or j == 0:
+                p = min(j, n - 1)
+            else:
+                p = j - 1 if q - t[j - 1] <= t[j] - q else j
+            if abs(t[p] - q) > tolerance_s:
+                self.nearest(seconds, tolerance_s)  # raises with the full message
+            out.append(p)
+        return out
+
     def read_seconds(self, seconds: Sequence[float], tolerance_s: float) -> list[np.ndarray]:
-        """Frames closest to each query time (LeRobot's tolerance rule), in query order."""
-        pts, _ = self.nearest(seconds, tolerance_s)
-        frames = self.read_pts(pts.tolist())
-        return [frames[int(p)] for p in pts]
+        """Frames closest to each query time (LeRobot's tolerance rule), in query order; each
+        distinct frame decoded and converted once."""
+        pos = self.positions(seconds, tolerance_s)
+        uniq = sorted(set(pos))
+        frames = self._decode_positions(uniq, None)
+        pts = self.index.pts
+        arrays = {j: self.to_array(frames[int(pts[j])]) for j in uniq}
+        return [arrays[j] for j in pos]
 
 
 def container_comment(path: str | os.PathLike) -> str | None:
