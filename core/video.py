@@ -13,6 +13,7 @@ keyframe at each episode start). Without PyAV every entry point raises
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import struct
 import time
@@ -223,11 +224,56 @@ def _u32(buf: bytes, start: int, count: int) -> np.ndarray:
     return np.frombuffer(buf, dtype=">u4", count=count, offset=start).astype(np.int64)
 
 
-def mp4_samples(fh: Any, name: str = "") -> tuple[np.ndarray, np.ndarray] | None:
-    """(pts in stream ticks, keyframe flags), in decode order, of the first video track of an
-    mp4 read from its sample tables (stts, ctts, stss, elst) with numpy: no packet is read.
-    None when the file is not a plain mp4 this reader understands (fragmented, several edits),
-    so callers fall back to demuxing. Raises :class:`VideoError` for a truncated file."""
+@dataclass
+class SampleTable:
+    """The first video track of an mp4 as its sample tables describe it, in decode order: each
+    sample's dts and pts (stream ticks, edit list applied), keyframe flag, byte offset in the file
+    and size. What a decoder needs to read packets itself, without the demuxer."""
+
+    dts: np.ndarray
+    pts: np.ndarray
+    keyframe: np.ndarray
+    offset: np.ndarray
+    size: np.ndarray
+
+
+def _sample_bytes(moov: bytes, stbl: tuple[int, int], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(file offset, size) of each of ``n`` samples from stsz/stz2, stsc and stco/co64."""
+    stsz = _child(moov, *stbl, b"stsz")
+    if stsz is None:
+        raise ValueError("no stsz box")
+    fixed, count = struct.unpack_from(">II", moov, stsz[0] + 4)
+    size = np.full(count, fixed, np.int64) if fixed else _u32(moov, stsz[0] + 12, count)
+    stsc = _child(moov, *stbl, b"stsc")
+    (m,) = struct.unpack_from(">I", moov, stsc[0] + 4)
+    runs = _u32(moov, stsc[0] + 8, 3 * m).reshape(-1, 3)
+    stco = _child(moov, *stbl, b"stco")
+    if stco is not None:
+        (c,) = struct.unpack_from(">I", moov, stco[0] + 4)
+        chunk_off = _u32(moov, stco[0] + 8, c)
+    else:
+        co64 = _child(moov, *stbl, b"co64")
+        (c,) = struct.unpack_from(">I", moov, co64[0] + 4)
+        chunk_off = np.frombuffer(moov, ">u8", count=c, offset=co64[0] + 8).astype(np.int64)
+    first = runs[:, 0] - 1  # first chunk (0-based) of each run
+    chunks_in_run = np.diff(np.r_[first, c])
+    per_chunk = np.repeat(runs[:, 1], chunks_in_run)
+    if len(size) != n or int(per_chunk.sum()) != n or (chunks_in_run < 0).any():
+        raise ValueError("sample tables disagree on the sample count")
+    chunk_of = np.repeat(np.arange(c), per_chunk)
+    ends = np.cumsum(size)
+    starts = ends - size
+    chunk_first = np.r_[0, np.cumsum(per_chunk)[:-1]]
+    offset = chunk_off[chunk_of] + starts - starts[chunk_first][chunk_of]
+    return offset, size
+
+
+def mp4_sample_table(fh: Any, name: str = "", with_bytes: bool = True) -> SampleTable | None:
+    """The :class:`SampleTable` of the first video track of an mp4 read from its sample tables
+    (stts, ctts, stss, elst; with ``with_bytes`` also stsz, stsc, stco/co64) with numpy: no packet
+    is read. None when the file is not a plain mp4 this reader understands (fragmented, several
+    edits), so callers fall back to demuxing. Raises :class:`VideoError` for a truncated file;
+    other malformed tables raise ValueError/struct.error/IndexError/TypeError."""
     moov = _read_moov(fh, name)
     if moov is None:
         return None
@@ -261,14 +307,27 @@ def mp4_samples(fh: Any, name: str = "") -> tuple[np.ndarray, np.ndarray] | None
             fmt = ">Qq" if version == 1 else ">Ii"
             _, media_time = struct.unpack_from(fmt, moov, elst[0] + 8)
             pts = pts - max(0, media_time)
+            dts = dts - max(0, media_time)
         stss = _child(moov, *stbl, b"stss")
         key = np.ones(len(pts), dtype=bool)
         if stss:
             (n,) = struct.unpack_from(">I", moov, stss[0] + 4)
             key[:] = False
             key[_u32(moov, stss[0] + 8, n) - 1] = True
-        return pts, key
+        if with_bytes:
+            offset, size = _sample_bytes(moov, stbl, len(pts))
+        else:
+            offset = size = np.zeros(len(pts), np.int64)
+        return SampleTable(dts=dts, pts=pts, keyframe=key, offset=offset, size=size)
     return None
+
+
+def mp4_samples(fh: Any, name: str = "") -> tuple[np.ndarray, np.ndarray] | None:
+    """(pts in stream ticks, keyframe flags), in decode order, of the first video track of an
+    mp4 read from its sample tables (see :func:`mp4_sample_table`); None when the file is not a
+    plain mp4 this reader understands. Raises :class:`VideoError` for a truncated file."""
+    table = mp4_sample_table(fh, name, with_bytes=False)
+    return None if table is None else (table.pts, table.keyframe)
 
 
 def probe(path: str | os.PathLike, fileobj: Any = None, demux: bool = False) -> VideoIndex:
@@ -298,19 +357,28 @@ def _to_array(
     frame: Any, fmt: str, size: tuple[int, int] | None, reformatter: Any = None
 ) -> np.ndarray:
     """``frame`` as a uint8 array through FFmpeg's default conversion (LeRobot's); a reused
-    ``reformatter`` keeps one conversion context instead of one per frame (~5x faster)."""
+    ``reformatter`` keeps one conversion context instead of one per frame (~5x faster), and one
+    swscale thread (the same pixels; its default thread pool costs 2-5x more per frame at
+    96x128 and is no faster at 640x480 on a busy machine)."""
     h, w = (None, None) if size is None else size
     if reformatter is None:
         return frame.to_ndarray(format=fmt, width=w, height=h)
-    return reformatter.reformat(frame, format=fmt, width=w, height=h).to_ndarray()
+    return reformatter.reformat(frame, format=fmt, width=w, height=h, threads=1).to_ndarray()
 
 
 class VideoFile:
-    """One open mp4 whose frames are decoded in ascending pts order, seeking only when a keyframe
-    lies between the decoder's position and the next wanted frame.
+    """One open mp4 whose frames are decoded in ascending pts order, restarting the decoder only
+    when a keyframe lies between its position and the next wanted frame.
 
-    ``threads``: decoder threads (1 suits small frames and DataLoader workers; 0 = FFmpeg's
-    choice). ``size``: optional (height, width) resize. Frames are uint8 HWC in ``fmt``.
+    A plain mp4 is read through its own packet index (:class:`SampleTable`: byte offset, size,
+    pts and keyframe flag of every packet): a jump flushes the decoder and feeds it the packets
+    from the keyframe before the wanted frame, read from a memory map of the file, so there is no
+    demuxer seek and no container re-open. Other files (fragmented, several edits) go through
+    the demuxer (seek + decode), with the same decisions and results.
+
+    ``threads``: decoder threads (1 suits random access, small frames and DataLoader workers;
+    0 = FFmpeg's choice, for sequential passes). ``size``: optional (height, width) resize.
+    Frames are uint8 HWC in ``fmt``.
     """
 
     def __init__(
@@ -319,32 +387,72 @@ class VideoFile:
         threads: int = 1,
         size: tuple[int, int] | None = None,
         fmt: str = "rgb24",
+        packets: bool = True,
     ):
         self.path = os.fspath(path)
         self.size = size
         self.fmt = fmt
+        self.threads = threads
+        table = None
         with open(self.path, "rb") as fh:
             try:
-                samples = mp4_samples(fh, self.path)
+                table = mp4_sample_table(fh, self.path)
             except (ValueError, TypeError, struct.error, IndexError):
-                samples = None
+                table = None
+            file_size = fh.seek(0, os.SEEK_END)
         self.container = _open(self.path)
         stream = _video_stream(self.container, self.path)
+        if table is not None and not (
+            len(table.pts) == stream.frames
+            and len(table.pts)
+            and (table.offset >= 0).all()
+            and int((table.offset + table.size).max()) <= file_size
+        ):
+            table = None  # tables that do not describe this stream: demux instead
+        samples = None if table is None else (table.pts, table.keyframe)
         self.index = _index_of(self.container, stream, self.path, samples)
-        self.container.seek(0, stream=stream)
+        self._seconds = self.index.seconds
         stream.codec_context.thread_count = threads
         if threads != 1:
             stream.thread_type = "AUTO"
         self.stream = stream
+        self._ctx = stream.codec_context
         self._reformatter = require_av().video.reformatter.VideoReformatter()
-        self._frames: Any = None  # the decode generator since the last seek
-        self._pos = -1  # pts of the last decoded frame (-1: must seek)
         self.seeks = 0
         self.decoded = 0
-        self._key_pos = np.flatnonzero(self.index.keyframe)
+        self.table = table if packets else None
+        self._map: Any = None
+        if self.table is not None:
+            with open(self.path, "rb") as fh:
+                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            # index.pts is table.pts sorted: the decode position of the i-th frame in pts order
+            self._dec_of = np.argsort(self.table.pts, kind="stable")
+            key_dec = np.flatnonzero(self.table.keyframe)
+            # decode position of the keyframe each decode position restarts from
+            at = np.searchsorted(key_dec, np.arange(len(self.table.pts)), side="right") - 1
+            self._key_of = key_dec[np.maximum(at, 0)] if len(key_dec) else np.zeros(0, np.int64)
+            self._tb = stream.time_base
+            self._next = -1  # decode position of the next packet to feed (-1: must restart)
+            self._last_out = -1  # highest pts the decoder returned since the last restart
+        else:
+            self.container.seek(0, stream=stream)
+            self._frames: Any = None  # the decode generator since the last seek
+            self._pos = -1  # pts of the last decoded frame (-1: must seek)
+            self._key_pos = np.flatnonzero(self.index.keyframe)
 
     def close(self) -> None:
         self.container.close()
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    def reset(self) -> None:
+        """Forget the decoder's position: the next read restarts at a keyframe (what a random
+        access pays; used to time it)."""
+        if self.table is not None:
+            self._next = -1
+        else:
+            self._pos = -1
 
     @property
     def mean_gop(self) -> float:
@@ -357,12 +465,12 @@ class VideoFile:
         """pts of the frame closest to each query time, and |that frame's time - query| (seconds).
         Raises :class:`FrameTimestampError` when one is farther than ``tolerance_s``."""
         q = np.asarray(seconds, dtype=np.float64)
-        t = self.index.seconds
-        if len(t) == 0:
+        t = self._seconds
+        n = len(t)
+        if n == 0:
             raise FrameTimestampError("video has no frames", self.path)
-        j = np.clip(np.searchsorted(t, q), 1, max(1, len(t) - 1))
-        left = np.clip(j - 1, 0, len(t) - 1)
-        right = np.clip(j, 0, len(t) - 1)
+        j = np.searchsorted(t, q)
+        left, right = np.maximum(j - 1, 0), np.minimum(j, n - 1)
         pick = np.where(np.abs(t[left] - q) <= np.abs(t[right] - q), left, right)
         dist = np.abs(t[pick] - q)
         bad = dist > tolerance_s
@@ -374,6 +482,84 @@ class VideoFile:
                 self.path,
             )
         return self.index.pts[pick], dist
+
+    # -- the packet path: our own index, packets fed by byte offset -----------------------------
+
+    def _packet(self, j: int) -> Any:
+        av = _AV
+        t = self.table
+        off = int(t.offset[j])
+        packet = av.Packet(self._map[off : off + int(t.size[j])])
+        packet.pts, packet.dts = int(t.pts[j]), int(t.dts[j])
+        packet.time_base = self._tb
+        packet.is_keyframe = bool(t.keyframe[j])
+        return packet
+
+    def _must_restart(self, target: int, d: int, k: int) -> bool:
+        """Restart at keyframe ``k`` (decode position) for frame ``target`` (pts; decode position
+        ``d``) when the decoder has no position, has already passed the frame, or would decode
+        more unwanted frames going forward than from ``k`` (plus one frame for the flush)."""
+        if self._next < 0 or target <= self._last_out:
+            return True
+        if d < self._next or k < self._next:
+            return False  # fed already (still in the decoder's delay), or same keyframe run
+        return k - self._next > SEEK_COST_FRAMES
+
+    def _decode_packets(self, positions: list[int], drain: bool) -> dict[int, Any]:
+        """Frames at ``positions`` (ascending, in pts order) by pts, fed from the packet index."""
+        av = _AV
+        all_pts, dec_of, key_of = self.index.pts, self._dec_of, self._key_of
+        want = [int(all_pts[j]) for j in positions]
+        decode_pos = [int(dec_of[j]) for j in positions]
+        keys = [int(key_of[d]) for d in decode_pos]
+        wanted = set(want)
+        got: dict[int, Any] = {}
+        ctx, n = self._ctx, len(all_pts)
+        # the last decode position any wanted frame from here on needs
+        need = list(decode_pos)
+        for i in range(len(need) - 2, -1, -1):
+            need[i] = max(need[i], need[i + 1])
+        for i, (target, d, k) in enumerate(zip(want, decode_pos, keys)):
+            if target in got:
+                continue
+            if self._must_restart(target, d, k):
+                ctx.flush_buffers()
+                self._next, self._last_out = k, -1
+                self.seeks += 1
+            while target not in got:
+                # With ``drain``, once every wanted packet is in, drain the decoder's delay
+                # (reordering, frame threads) rather than decode unwanted frames to push the
+                # wanted ones out; without, keep feeding (the next read continues from here).
+                flush = self._next >= n or (drain and self._next > need[i])
+                try:
+                    if flush:
+                        frames = ctx.decode(None)
+                        ctx.flush_buffers()
+                        self._next = -1
+                    else:
+                        frames = ctx.decode(self._packet(self._next))
+                        self._next += 1
+                except av.error.FFmpegError as exc:
+                    self._next = -1
+                    raise VideoError(f"cannot decode: {exc}", self.path) from exc
+                for frame in frames:
+                    self.decoded += 1
+                    fp = frame.pts
+                    if fp is None:
+                        self._next = -1
+                        raise VideoError("decoder returned a frame without pts", self.path)
+                    self._last_out = max(self._last_out, fp)
+                    if fp in wanted:
+                        got[fp] = frame
+                if target not in got and (self._next < 0 or self._last_out > target):
+                    self._next = -1
+                    raise VideoError(
+                        f"frame at pts {target} not decoded (decoder reached pts {self._last_out})",
+                        self.path,
+                    )
+        return got
+
+    # -- the demuxer path (files the packet index does not describe) ----------------------------
 
     def _must_seek(self, target: int) -> bool:
         """Seek when going back, or when decoding forward would pass more unwanted frames than
@@ -399,11 +585,10 @@ class VideoFile:
         self._pos = -1
         self.seeks += 1
 
-    def read_pts(self, pts: Iterable[int]) -> dict[int, np.ndarray]:
-        """Frames at the given pts (each must be in ``index.pts``), decoded in ascending order."""
-        av = require_av()
-        out: dict[int, np.ndarray] = {}
-        for target in sorted(set(int(p) for p in pts)):
+    def _decode_demuxed(self, want: list[int]) -> dict[int, Any]:
+        av = _AV
+        out: dict[int, Any] = {}
+        for target in want:
             if self._must_seek(target):
                 self._seek(target)
             while True:
@@ -419,18 +604,73 @@ class VideoFile:
                 fp = frame.pts if frame.pts is not None else -1
                 self._pos = fp
                 if fp == target:
-                    out[target] = _to_array(frame, self.fmt, self.size, self._reformatter)
+                    out[target] = frame
                     break
                 if fp > target:
                     self._pos = -1
                     raise VideoError(f"frame at pts {target} not decoded (got {fp})", self.path)
         return out
 
+    # -- reading ------------------------------------------------------------------------------
+
+    def decode_pts(self, pts: Iterable[int], drain: bool | None = None) -> dict[int, Any]:
+        """Decoded ``av.VideoFrame`` objects at the given pts (each must be in ``index.pts``),
+        decoded in ascending order, each at most once. ``drain``: once the last wanted packet is
+        in, flush the decoder's delay out instead of decoding further packets (right when no
+        read continues from here, e.g. a whole episode; the next read then restarts at a
+        keyframe); None: when the decoder is frame-threaded (``threads != 1``)."""
+        want = sorted(set(int(p) for p in pts))
+        if not want:
+            return {}
+        all_pts = self.index.pts
+        pos = np.minimum(np.searchsorted(all_pts, want), len(all_pts) - 1)
+        bad = all_pts[pos] != np.asarray(want)
+        if bad.any():
+            raise VideoError(f"no frame at pts {want[int(np.argmax(bad))]}", self.path)
+        return self._decode_positions(pos.tolist(), drain)
+
+    def _decode_positions(self, positions: list[int], drain: bool | None) -> dict[int, Any]:
+        if self.table is not None:
+            return self._decode_packets(positions, self.threads != 1 if drain is None else drain)
+        return self._decode_demuxed([int(self.index.pts[j]) for j in positions])
+
+    def to_array(self, frame: Any) -> np.ndarray:
+        """``frame`` as uint8 HWC in ``fmt`` at ``size`` (FFmpeg's default conversion)."""
+        return _to_array(frame, self.fmt, self.size, self._reformatter)
+
+    def read_pts(self, pts: Iterable[int]) -> dict[int, np.ndarray]:
+        """Frames at the given pts (each must be in ``index.pts``), decoded in ascending order."""
+        return {p: self.to_array(f) for p, f in self.decode_pts(pts).items()}
+
+    def positions(self, seconds: Sequence[float], tolerance_s: float) -> list[int]:
+        """Index positions (pts order) of the frame closest to each query time, as
+        :meth:`nearest` picks them (scalar code: the per-item path queries one to a few times)."""
+        t = self._seconds
+        n = len(t)
+        if n == 0:
+            self.nearest(seconds, tolerance_s)  # raises: no frames
+        out = []
+        for q in seconds:
+            q = float(q)
+            j = int(t.searchsorted(q))
+            if j >= n or j == 0:
+                p = min(j, n - 1)
+            else:
+                p = j - 1 if q - t[j - 1] <= t[j] - q else j
+            if abs(t[p] - q) > tolerance_s:
+                self.nearest(seconds, tolerance_s)  # raises with the full message
+            out.append(p)
+        return out
+
     def read_seconds(self, seconds: Sequence[float], tolerance_s: float) -> list[np.ndarray]:
-        """Frames closest to each query time (LeRobot's tolerance rule), in query order."""
-        pts, _ = self.nearest(seconds, tolerance_s)
-        frames = self.read_pts(pts.tolist())
-        return [frames[int(p)] for p in pts]
+        """Frames closest to each query time (LeRobot's tolerance rule), in query order; each
+        distinct frame decoded and converted once."""
+        pos = self.positions(seconds, tolerance_s)
+        uniq = sorted(set(pos))
+        frames = self._decode_positions(uniq, None)
+        pts = self.index.pts
+        arrays = {j: self.to_array(frames[int(pts[j])]) for j in uniq}
+        return [arrays[j] for j in pos]
 
 
 def container_comment(path: str | os.PathLike) -> str | None:
@@ -453,7 +693,7 @@ def random_access_seconds(
         picks = rng.choice(vf.index.pts, size=min(frames, vf.index.num_frames), replace=False)
         t0 = time.perf_counter()
         for p in picks.tolist():
-            vf._pos = -1  # force the seek a random access pays
+            vf.reset()  # force the restart a random access pays
             vf.read_pts([p])
         return (time.perf_counter() - t0) / max(1, len(picks))
     finally:

@@ -290,6 +290,9 @@ class ShardedLoader:
             self._bins.append(layout)
         row_bytes = row_bytes_estimate(ds, reader.columns)
         self.pool_rows = max(int(cache_mb * 1024 * 1024 // row_bytes), 1)
+        backend = self.frames.video_backend
+        if backend is not None:  # a pool's decoded video must fit the backend's episode cache
+            self.pool_rows = min(self.pool_rows, backend.pool_rows(ds, self.frames.video_keys))
         self.epoch = 0
         self.position = 0
 

@@ -3,13 +3,17 @@
 - :class:`PyAVBackend` is what ``FrameDataset(..., video_backend="pyav")`` uses: it returns uint8
   frames (HWC, or CHW with ``channels_first``) closest to each query time within ``tolerance_s``
   (LeRobot's rule; farther raises :class:`FrameTimestampError`), from a bounded per-process cache
-  of open files whose decoders continue forward instead of seeking again when the next query lies
-  in the same keyframe run (a window, or a neighbouring sample). With ``episode_cache_mb`` (the
-  stream: ``ShardedLoader(..., video_backend=PyAVBackend(episode_cache_mb=N))``) a file with long
-  GOPs has each episode decoded once, whole, in timestamp order, and its frames served from memory.
-- :func:`decode_episode` decodes the frames one episode needs in timestamp order, one seek per
-  run of frames that share a keyframe interval: what a stream over whole episodes should use
-  instead of a seek per frame.
+  of open files. Each file decodes from its own packet index (no demuxer seek, no re-open) and
+  continues forward instead of restarting when the next query lies in the same keyframe run (a
+  window, or a neighbouring sample); each needed frame is decoded at most once per call.
+- The stream: ``ShardedLoader(..., video_backend=PyAVBackend(episode_cache_mb=N))`` decodes each
+  episode of a pool once, whole, in one sequential pass (one restart, decoder threads unless
+  pinned), keeps its frames unconverted (yuv) in an LRU bounded by ``N`` and serves the pool's
+  shuffled frames from it; the loader bounds its pool to what that cache holds. If episodes are
+  still evicted before they are served (one episode larger than the cache), the backend warns
+  once and decodes per batch instead.
+- :func:`decode_episode` decodes the frames one episode needs in timestamp order, one restart per
+  run of frames that share a keyframe interval.
 
 PyAV opens local files: a hub root is decoded after ``prepare --out DIR --videos``.
 """
@@ -17,6 +21,7 @@ PyAV opens local files: a hub root is decoded after ``prepare --out DIR --videos
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -34,17 +39,36 @@ __all__ = [
 ]
 
 BACKENDS = ("pyav",)
-SHORT_GOP = 4  # mean frames per keyframe up to which the episode cache is not used
 DEFAULT_MAX_OPEN = 32  # open files per process (a container, its index and a decoder each)
+THRASH_LIMIT = 8  # episodes evicted mostly unserved before the episode cache turns itself off
+
+
+def frame_bytes(frame) -> int:
+    """Bytes an ``av.VideoFrame`` holds (its planes)."""
+    return sum(p.buffer_size for p in frame.planes)
+
+
+class _Episode:
+    """One episode decoded whole: its frames (pts -> ``av.VideoFrame``, not yet converted), their
+    bytes, and how many distinct frames were served (the thrash guard)."""
+
+    __slots__ = ("frames", "nbytes", "served")
+
+    def __init__(self, frames: dict):
+        self.frames = frames
+        self.nbytes = sum(frame_bytes(f) for f in frames.values())
+        self.served: set[int] = set()
 
 
 class PyAVBackend:
     """Decode video frames with PyAV from a bounded LRU of open files (per process).
 
     ``tolerance_s``: LeRobot's tolerance between a query and the closest frame; ``max_open``:
-    files kept open (each holds a demuxed index and a decoder); ``size``: optional (height,
-    width) resize; ``channels_first``: CHW instead of HWC; ``threads``: decoder threads per file
-    (1 suits small frames and DataLoader workers).
+    files kept open (each holds its packet index, a memory map and a decoder); ``size``: optional
+    (height, width) resize; ``channels_first``: CHW instead of HWC; ``threads``: decoder threads
+    per file; None (default) = one thread for random reads (a restart flushes frame threads) and
+    FFmpeg's choice for whole-episode passes; an int pins both (1 in DataLoader workers that
+    should not oversubscribe cores). ``episode_cache_mb``: see the module docstring (the stream).
     """
 
     name = "pyav"
@@ -55,7 +79,7 @@ class PyAVBackend:
         max_open: int = DEFAULT_MAX_OPEN,
         size: tuple[int, int] | None = None,
         channels_first: bool = False,
-        threads: int = 1,
+        threads: int | None = None,
         episode_cache_mb: float = 0,
     ):
         require_av()
@@ -64,11 +88,12 @@ class PyAVBackend:
         self.size = tuple(size) if size is not None else None
         self.channels_first = channels_first
         self.threads = threads
-        self._files: OrderedDict[str, VideoFile] = OrderedDict()
+        self._files: OrderedDict[tuple[str, int], VideoFile] = OrderedDict()
         self._pid = os.getpid()
         self.episode_cache_bytes = int(episode_cache_mb * 1024 * 1024)
-        self._episodes: OrderedDict[tuple[str, int], dict[int, np.ndarray]] = OrderedDict()
+        self._episodes: OrderedDict[tuple[str, int], _Episode] = OrderedDict()
         self._episode_bytes = 0
+        self._thrash = 0
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -76,18 +101,54 @@ class PyAVBackend:
         state["_episodes"], state["_episode_bytes"] = OrderedDict(), 0
         return state
 
-    def file(self, path: str) -> VideoFile:
-        """The open :class:`VideoFile` for ``path`` (opened, and the oldest closed, on a miss)."""
+    @property
+    def episode_cache(self) -> bool:
+        """Whether whole episodes are decoded and kept (on with ``episode_cache_mb`` until the
+        thrash guard turns it off)."""
+        return self.episode_cache_bytes > 0 and self._thrash < THRASH_LIMIT
+
+    def pool_rows(self, ds, keys: Sequence[str]) -> int:
+        """Frames (rows) whose decoded video, all cameras in ``keys``, fits the episode cache: the
+        stream's pool must not hold more, or episodes are evicted before their frames are
+        served. A frame's bytes are measured on the first frame of each camera's first file (as
+        kept: the decoder's planes, padding included). Without the cache: no bound."""
+        if self.episode_cache_bytes <= 0:
+            return 2**62
+        per_row = sum(self._camera_frame_bytes(ds, key) for key in keys)
+        return max(1, self.episode_cache_bytes // max(per_row, 1))
+
+    def _camera_frame_bytes(self, ds, key: str) -> int:
+        info = (ds.features.get(key) or {}).get("info") or {}
+        shape = list((ds.features.get(key) or {}).get("shape") or [1, 1, 3])
+        nominal = int(info.get("video.height", shape[0])) * int(info.get("video.width", shape[1]))
+        try:
+            chunk = int(ds.column(f"videos/{key}/chunk_index")[0])
+            file_index = int(ds.column(f"videos/{key}/file_index")[0])
+            vf = VideoFile(ds.safe_join(ds.video_path(key, chunk, file_index)))
+            try:
+                (frame,) = vf.decode_pts([int(vf.index.pts[0])]).values()
+                return frame_bytes(frame)
+            finally:
+                vf.close()
+        except (VideoError, OSError, KeyError, IndexError):
+            return 3 * nominal  # yuv420p is 1.5 bytes a pixel; allow for the decoder's padding
+
+    def file(self, path: str, threads: int | None = None) -> VideoFile:
+        """The open :class:`VideoFile` for ``path`` with ``threads`` decoder threads (default:
+        the random-access setting), opened, and the oldest closed, on a miss."""
         if os.getpid() != self._pid:  # forked (DataLoader worker): never share decoders
             self._files = OrderedDict()
             self._episodes, self._episode_bytes = OrderedDict(), 0
             self._pid = os.getpid()
-        vf = self._files.get(path)
+        if threads is None:
+            threads = 1 if self.threads is None else int(self.threads)
+        key = (path, threads)
+        vf = self._files.get(key)
         if vf is not None:
-            self._files.move_to_end(path)
+            self._files.move_to_end(key)
             return vf
-        vf = VideoFile(path, threads=self.threads, size=self.size)
-        self._files[path] = vf
+        vf = VideoFile(path, threads=threads, size=self.size)
+        self._files[key] = vf
         while len(self._files) > self.max_open:
             _, old = self._files.popitem(last=False)
             old.close()
@@ -97,38 +158,54 @@ class PyAVBackend:
         for vf in self._files.values():
             vf.close()
         self._files.clear()
+        self._episodes.clear()
+        self._episode_bytes = 0
 
     def _finish(self, frames: np.ndarray) -> np.ndarray:
         return np.moveaxis(frames, -1, -3) if self.channels_first else frames
 
-    def _episode_frames(self, path: str, start_s: float, n: int) -> dict[int, np.ndarray]:
-        """All ``n`` frames of the episode starting at ``start_s`` in ``path`` (pts -> frame),
-        decoded once in timestamp order and kept in an LRU bounded by ``episode_cache_mb``."""
+    def _episode(self, path: str, start_s: float, n: int) -> _Episode:
+        """All ``n`` frames of the episode starting at ``start_s`` in ``path``, decoded once in
+        one sequential pass (one restart, threaded unless pinned) and kept, unconverted, in an
+        LRU bounded by ``episode_cache_mb``."""
         vf = self.file(path)
         (p0,), _ = vf.nearest([start_s], self.tolerance_s)
         key = (path, int(p0))
-        frames = self._episodes.get(key)
-        if frames is not None:
+        ep = self._episodes.get(key)
+        if ep is not None:
             self._episodes.move_to_end(key)
-            return frames
+            return ep
         j0 = int(np.searchsorted(vf.index.pts, p0))
-        frames = vf.read_pts(vf.index.pts[j0 : j0 + int(n)].tolist())
-        self._episodes[key] = frames
-        self._episode_bytes += sum(f.nbytes for f in frames.values())
+        seq = self.file(path, 0 if self.threads is None else int(self.threads))
+        ep = _Episode(seq.decode_pts(vf.index.pts[j0 : j0 + int(n)].tolist(), drain=True))
+        self._episodes[key] = ep
+        self._episode_bytes += ep.nbytes
         while self._episode_bytes > self.episode_cache_bytes and len(self._episodes) > 1:
             _, old = self._episodes.popitem(last=False)
-            self._episode_bytes -= sum(f.nbytes for f in old.values())
-        return frames
+            self._episode_bytes -= old.nbytes
+            if 2 * len(old.served) < len(old.frames):
+                self._thrash += 1  # evicted before half its frames were asked for
+                if self._thrash == THRASH_LIMIT:
+                    warnings.warn(
+                        f"video episode cache ({self.episode_cache_bytes / 2**20:.0f} MiB) is "
+                        "smaller than the stream's pool: episodes are evicted before their "
+                        "frames are served; decoding per batch from now on (raise "
+                        "episode_cache_mb, or lower the loader's cache_mb)",
+                        stacklevel=2,
+                    )
+                    self._episodes.clear()
+                    self._episode_bytes = 0
+        return ep
 
     def _read(self, path: str, q: list[float], episode: tuple[float, int] | None) -> list:
         vf = self.file(path)
-        if episode is None or self.episode_cache_bytes <= 0 or vf.mean_gop <= SHORT_GOP:
-            # Short GOPs: a random frame costs at most a few decodes; whole episodes buy nothing.
+        if episode is None or not self.episode_cache:
             return vf.read_seconds(q, self.tolerance_s)
         pts, _ = vf.nearest(q, self.tolerance_s)
-        cached = self._episode_frames(path, float(episode[0]), int(episode[1]))
-        if all(int(p) in cached for p in pts):
-            return [cached[int(p)] for p in pts]
+        ep = self._episode(path, float(episode[0]), int(episode[1]))
+        if all(int(p) in ep.frames for p in pts):
+            ep.served.update(pts.tolist())
+            return [vf.to_array(ep.frames[int(p)]) for p in pts]
         return vf.read_seconds(q, self.tolerance_s)
 
     def decode(

@@ -149,11 +149,12 @@ def test_decode_episode_is_one_seek_per_run_and_keeps_query_order(make_sample):
     assert [read_frame_code(f) for f in again] == (lo + order).tolist()
 
 
-def test_sharded_loader_decodes_through_the_backend_in_timestamp_order(make_sample):
+@pytest.mark.parametrize("gop", [2, 250])
+def test_sharded_loader_decodes_through_the_backend_in_timestamp_order(make_sample, gop):
     from episodekit.loaders import ShardedLoader
     from episodekit.metadata.plans import ensure_plans
 
-    root = make_sample(**{**SPEC, "gop": 250})
+    root = make_sample(**{**SPEC, "gop": gop})
     ensure_plans(str(root), [1], 1)
     backend = PyAVBackend(episode_cache_mb=16)
     loader = ShardedLoader(
@@ -178,3 +179,57 @@ def test_sharded_loader_decodes_through_the_backend_in_timestamp_order(make_samp
     # The pool's episodes are decoded whole, once, in timestamp order: one seek per episode.
     n_episodes = len(open_dataset(str(root)).column("length"))
     assert seeks <= n_episodes and decoded == seen
+
+
+def test_stream_pool_fits_the_episode_cache_and_a_small_cache_falls_back(make_sample):
+    from episodekit.loaders import ShardedLoader
+    from episodekit.metadata.plans import ensure_plans
+
+    root = make_sample(**{**SPEC, "gop": 250, "episodes": 12})
+    ensure_plans(str(root), [1], 1)
+    ds = open_dataset(str(root))
+    keys = [CAM0, CAM1]
+    # Bytes a frame of both cameras holds decoded (measured by the backend on a real frame).
+    per_row = 2**30 // PyAVBackend(episode_cache_mb=1024).pool_rows(ds, keys)
+    assert per_row >= 2 * 48 * 64 * 3 // 2
+
+    def loader(backend):
+        return ShardedLoader(
+            root,
+            rank=0,
+            world_size=1,
+            num_workers=1,
+            worker=0,
+            batch_size=8,
+            speed=False,
+            video_backend=backend,
+        )
+
+    # The pool holds no more frames than the episode cache holds decoded (>= the longest episode).
+    rows = 2 * int(ds.column("length").max())
+    backend = PyAVBackend(episode_cache_mb=rows * per_row / 2**20)
+    stream = loader(backend)
+    assert stream.pool_rows == rows and stream.bin_order(0, 0).num_pools > 1
+    seen = 0
+    for batch in stream:
+        assert [read_frame_code(f) for f in batch[CAM0]] == batch["index"].tolist()
+        seen += len(batch["index"])
+    assert seen == int(ds.column("length").sum()) and backend.episode_cache
+    # A cache smaller than one episode: episodes evicted unserved; after a few, one warning and
+    # per-batch decoding, with the same frames.
+    tiny = PyAVBackend(episode_cache_mb=1e-6)
+    with pytest.warns(UserWarning, match="episode cache"):
+        for batch in loader(tiny):
+            assert [read_frame_code(f) for f in batch[CAM0]] == batch["index"].tolist()
+    assert not tiny.episode_cache
+
+
+def test_episode_cache_frames_equal_random_reads(make_sample):
+    root = make_sample(copy=False, **{**SPEC, "gop": 4})
+    cached = FrameDataset(root, speed=False, video_backend=PyAVBackend(episode_cache_mb=64))
+    direct = FrameDataset(root, speed=False, video_backend=PyAVBackend(threads=1))
+    order = np.random.default_rng(3).permutation(len(cached))
+    for i in order[:40].tolist():
+        a, b = cached[i], direct[i]
+        np.testing.assert_array_equal(a[CAM0], b[CAM0])
+        np.testing.assert_array_equal(a[CAM1], b[CAM1])
