@@ -24,6 +24,7 @@ $(TEST_STAMP): $(BASE_STAMP)
 	$(PIP) -e '.[dev]'
 	@# Optional extras for the torch and ray tests: on a machine without them those tests skip.
 	-$(PIP) 'torch==2.13.0' || echo "torch not installed: torch tests will skip"
+	-$(PIP) 'torchdata>=0.11' || echo "torchdata not installed: StatefulDataLoader tests will skip"
 	-$(PIP) 'ray>=2.9' || echo "ray not installed: ray tests will skip"
 	-$(PIP) 'av>=14' || echo "PyAV not installed: video tests will skip"
 	touch $(TEST_STAMP)
