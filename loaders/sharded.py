@@ -269,6 +269,10 @@ class ShardedLoader:
         self.samples_per_worker = int(plan.samples_per_worker)
         self.plan_id = int(plan.digest[:15], 16)
         rank_items = np.concatenate([plan.bin_items(self.rank, w) for w in range(self.num_workers)])
+        if isinstance(video_backend, str):  # by name: the stream's default episode cache
+            from episodekit.loaders.video import stream_backend
+
+            video_backend = stream_backend(video_backend, tolerance_s)
         self.frames = FrameDataset(
             ds,
             delta_timestamps=delta_timestamps,

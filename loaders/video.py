@@ -6,7 +6,8 @@
   of open files. Each file decodes from its own packet index (no demuxer seek, no re-open) and
   continues forward instead of restarting when the next query lies in the same keyframe run (a
   window, or a neighbouring sample); each needed frame is decoded at most once per call.
-- The stream: ``ShardedLoader(..., video_backend=PyAVBackend(episode_cache_mb=N))`` decodes each
+- The stream: ``ShardedLoader(..., video_backend="pyav")`` (an episode cache of
+  :data:`STREAM_EPISODE_CACHE_MB`; or ``PyAVBackend(episode_cache_mb=N)``) decodes each
   episode of a pool once, whole, in one sequential pass (one restart, decoder threads unless
   pinned), keeps its frames unconverted (yuv) in an LRU bounded by ``N`` and serves the pool's
   shuffled frames from it; the loader bounds its pool to what that cache holds. If episodes are
@@ -36,10 +37,12 @@ __all__ = [
     "VideoError",
     "decode_episode",
     "make_backend",
+    "stream_backend",
 ]
 
 BACKENDS = ("pyav",)
 DEFAULT_MAX_OPEN = 32  # open files per process (a container, its index and a decoder each)
+STREAM_EPISODE_CACHE_MB = 256  # the stream's default: whole episodes decoded once, kept as yuv
 THRASH_LIMIT = 8  # episodes evicted mostly unserved before the episode cache turns itself off
 
 
@@ -258,6 +261,14 @@ def make_backend(backend: str | PyAVBackend | None, tolerance_s: float) -> PyAVB
     if backend == "pyav":
         return PyAVBackend(tolerance_s=tolerance_s)
     raise ValueError(f"video_backend must be one of {BACKENDS} or None, got {backend!r}")
+
+
+def stream_backend(backend: str | PyAVBackend | None, tolerance_s: float) -> PyAVBackend | None:
+    """The stream's backend: a name gets an episode cache of :data:`STREAM_EPISODE_CACHE_MB`
+    (each episode of a pool decoded once, in one sequential pass); an instance is used as given."""
+    if isinstance(backend, str) and backend in BACKENDS:
+        return PyAVBackend(tolerance_s=tolerance_s, episode_cache_mb=STREAM_EPISODE_CACHE_MB)
+    return make_backend(backend, tolerance_s)
 
 
 def decode_episode(

@@ -233,3 +233,25 @@ def test_episode_cache_frames_equal_random_reads(make_sample):
         a, b = cached[i], direct[i]
         np.testing.assert_array_equal(a[CAM0], b[CAM0])
         np.testing.assert_array_equal(a[CAM1], b[CAM1])
+
+
+def test_sharded_loader_by_name_gets_the_stream_episode_cache(make_sample):
+    """``video_backend="pyav"`` on the stream decodes whole episodes once (the episode cache is on
+    by default there), and its frames are the same as a random read's."""
+    from episodekit.loaders import ShardedLoader
+    from episodekit.loaders.video import STREAM_EPISODE_CACHE_MB
+    from episodekit.metadata.plans import ensure_plans
+
+    root = make_sample(**SPEC)
+    ensure_plans(str(root), [1], 1)
+    loader = ShardedLoader(
+        root, rank=0, world_size=1, num_workers=1, worker=0, batch_size=16, speed=False,
+        video_backend="pyav",
+    )  # fmt: skip
+    backend = loader.frames.video_backend
+    assert backend.episode_cache and backend.episode_cache_bytes == STREAM_EPISODE_CACHE_MB << 20
+    seen = 0
+    for batch in loader:
+        assert [read_frame_code(f) for f in batch[CAM0]] == batch["index"].tolist()
+        seen += len(batch["index"])
+    assert seen == len(loader)
