@@ -355,7 +355,8 @@ def stats_command(
     q99. Per-episode values are exact; dataset mean/std come from a counts-weighted parallel
     merge, dataset quantiles from the data (exact mode) or a mergeable rank summary whose
     rank-error bound is recorded in meta/episodekit_stats.parquet. Image/video stats are kept
-    as they are unless --images. Fresh stats (same episodes fingerprint and data files) are left alone.
+    as they are unless --images. Fresh stats (same episodes fingerprint and data files) are left
+    alone.
     """
     from episodekit.metadata.stats import stats_report
 
