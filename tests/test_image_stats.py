@@ -234,3 +234,45 @@ def test_cli_images_writes_and_reports(make_sample):
     report = json.loads(p.stdout)
     assert report["status"] == "written" and report["images"]["features"] == {WRIST: "image"}
     assert np.array(load_lerobot_stats(root)[WRIST]["mean"]).shape == (3, 1, 1)
+
+
+def _stats_findings(root: Path) -> list:
+    from episodekit.validate.runner import validate
+
+    return [f for f in validate(str(root), checks="stats").findings if f.severity == "error"]
+
+
+def test_validate_accepts_image_stats_and_catches_bad_ones(make_sample):
+    root = make_sample(**IMAGE_SPEC)
+    assert _stats_findings(root) == []  # the sample's own image columns (flat [3]) pass
+    ensure_stats(root, images=True, jobs=1)
+    assert _stats_findings(root) == []
+    stats_path = root / "meta/stats.json"
+    good = json.loads(stats_path.read_text())
+
+    def with_entry(**change) -> list:
+        bad = json.loads(json.dumps(good))
+        bad[WRIST].update(change)
+        stats_path.write_text(json.dumps(bad))
+        return sorted({f.check for f in _stats_findings(root)})
+
+    assert with_entry(mean=[0.5, 0.5, 0.5]) == ["stats.shape"]  # LeRobot needs (3, 1, 1)
+    assert with_entry(max=[[[1.5]], [[1.0]], [[1.0]]]) == ["stats.order"]  # outside [0, 1]
+    assert with_entry(q01=[[[0.9]], [[0.1]], [[0.1]]]) == ["stats.order"]  # min > q01... q01 > q10
+    assert with_entry(count=[5]) == ["stats.count"]  # not LeRobot's sampled frames
+    assert with_entry(std=[[[float("nan")]], [[0.0]], [[0.0]]]) == ["stats.finite"]
+    stats_path.write_text(json.dumps(good))
+    # a per-episode image value out of range, and a column of the wrong shape
+    f = sorted(root.glob("meta/episodes/*/*.parquet"))[0]
+    t = pq.read_table(f)
+    import pyarrow as pa
+
+    c = f"stats/{WRIST}/max"
+    vals = t[c].to_pylist()
+    vals[1] = [[[2.0]], [[0.5]], [[0.5]]]
+    pq.write_table(t.set_column(t.column_names.index(c), c, pa.array(vals)), f)
+    found = _stats_findings(root)
+    assert [x.check for x in found] == ["stats.order"] and found[0].episode is not None
+    vals[1] = [[[1.0, 1.0]], [[0.5]], [[0.5]]]
+    pq.write_table(t.set_column(t.column_names.index(c), c, pa.array(vals)), f)
+    assert [x.check for x in _stats_findings(root)] == ["stats.shape"]
