@@ -128,6 +128,7 @@ def test_video_stats_by_hand_over_the_sampled_frames(make_sample):
     meta = read_summary_meta(root)["images"]
     assert meta["features"] == {CAM: "video"} and meta["sampled_frames"] == stats["count"][0]
     assert "sample_indices" in meta["sampling"]
+    assert _stats_findings(root) == []  # shapes, ranges, order, count, merge of the episodes
     # fresh now, with or without images; a forced numeric rewrite keeps the record
     assert ensure_stats(root, images=True)[1] == "fresh"
     ensure_stats(root, force=True, jobs=1)
@@ -257,9 +258,11 @@ def test_validate_accepts_image_stats_and_catches_bad_ones(make_sample):
         return sorted({f.check for f in _stats_findings(root)})
 
     assert with_entry(mean=[0.5, 0.5, 0.5]) == ["stats.shape"]  # LeRobot needs (3, 1, 1)
-    assert with_entry(max=[[[1.5]], [[1.0]], [[1.0]]]) == ["stats.order"]  # outside [0, 1]
-    assert with_entry(q01=[[[0.9]], [[0.1]], [[0.1]]]) == ["stats.order"]  # min > q01... q01 > q10
-    assert with_entry(count=[5]) == ["stats.count"]  # not LeRobot's sampled frames
+    # outside [0, 1] (and no longer the merge of the episodes' max)
+    assert with_entry(max=[[[1.5]], [[1.0]], [[1.0]]]) == ["stats.consistent", "stats.order"]
+    assert with_entry(q01=[[[0.9]], [[0.1]], [[0.1]]]) == ["stats.order"]  # q01 > q10
+    # not LeRobot's sampled frames (nor the episodes' sum)
+    assert with_entry(count=[5]) == ["stats.consistent", "stats.count"]
     assert with_entry(std=[[[float("nan")]], [[0.0]], [[0.0]]]) == ["stats.finite"]
     stats_path.write_text(json.dumps(good))
     # a per-episode image value out of range, and a column of the wrong shape
@@ -267,12 +270,24 @@ def test_validate_accepts_image_stats_and_catches_bad_ones(make_sample):
     t = pq.read_table(f)
     import pyarrow as pa
 
-    c = f"stats/{WRIST}/max"
+    c = f"stats/{WRIST}/q90"  # not part of the merge check: only order and range fire
     vals = t[c].to_pylist()
     vals[1] = [[[2.0]], [[0.5]], [[0.5]]]
     pq.write_table(t.set_column(t.column_names.index(c), c, pa.array(vals)), f)
     found = _stats_findings(root)
-    assert [x.check for x in found] == ["stats.order"] and found[0].episode is not None
+    assert {x.check for x in found} == {"stats.order"} and found[0].episode is not None
+    assert any("outside [0, 1]" in x.message for x in found)
     vals[1] = [[[1.0, 1.0]], [[0.5]], [[0.5]]]
     pq.write_table(t.set_column(t.column_names.index(c), c, pa.array(vals)), f)
     assert [x.check for x in _stats_findings(root)] == ["stats.shape"]
+
+
+def test_validate_image_stats_consistent_with_their_episodes(make_sample):
+    root = make_sample(**IMAGE_SPEC)
+    ensure_stats(root, images=True, jobs=1)
+    stats_path = root / "meta/stats.json"
+    raw = json.loads(stats_path.read_text())
+    raw[WRIST]["std"] = [[[0.1]], [[0.0]], [[0.0]]]  # the episodes' are 0 (one colour)
+    stats_path.write_text(json.dumps(raw))
+    found = _stats_findings(root)
+    assert [f.check for f in found] == ["stats.consistent"] and "std" in found[0].message

@@ -412,7 +412,10 @@ def _expected_samples(raw: RawRoot) -> np.ndarray | None:
     return np.array([estimate_num_samples(int(n)) for n in raw.episodes["length"].to_numpy()])
 
 
-def _image_dataset_part(raw: RawRoot, feats: list[str], ours: set[str]) -> list[Finding]:
+def _image_dataset_part(
+    raw: RawRoot, feats: list[str], ours: set[str], parsed: dict
+) -> list[Finding]:
+    """Findings on the image entries of stats.json; their values go into ``parsed``."""
     out: list[Finding] = []
     try:
         with raw.fs.open(raw.join(STATS_FILE), "rb") as fh:
@@ -440,6 +443,7 @@ def _image_dataset_part(raw: RawRoot, feats: list[str], ours: set[str]) -> list[
                 out.append(Finding("stats.finite", ERROR, f"{name}/{key}: not finite", STATS_FILE))
             else:
                 got[key] = arr
+        parsed[name] = got
         out += _order(name, got, STATS_FILE) + _image_range(name, got, STATS_FILE)
         if "count" in got and samples is not None:
             n, want = int(got["count"][0]), int(samples.sum())
@@ -473,7 +477,11 @@ def _flat_channels(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return vals, lengths if lengths is not None else np.full(len(vals), -1)
 
 
-def _image_episode_part(raw: RawRoot, feats: list[str], ours: set[str]) -> list[Finding]:
+def _image_episode_part(
+    raw: RawRoot, feats: list[str], ours: set[str], parsed: dict
+) -> list[Finding]:
+    """Findings on the per-episode image columns; their values go into ``parsed``
+    (``{feature: {key: [(episodes, C) per file]}}``)."""
     out: list[Finding] = []
     e = raw.episodes
     if e is None:
@@ -525,6 +533,8 @@ def _image_episode_part(raw: RawRoot, feats: list[str], ours: set[str]) -> list[
                     continue
                 got[k] = v
             ep = ep_all[rows]
+            for k, v in got.items():
+                parsed.setdefault(n, {}).setdefault(k, []).append(v)
             out += _order_rows(n, got, ep)
             bad = np.flatnonzero(
                 np.any(
@@ -560,7 +570,18 @@ def check_image_stats(raw: RawRoot) -> list[Finding]:
     rec = ((read_summary_meta(ds) if ds is not None else None) or {}).get("images") or {}
     fresh = ds is not None and rec.get("fingerprint") == ds.fingerprint
     ours = set(rec.get("features") or {}) if fresh else set()
-    return _image_dataset_part(raw, feats, ours) + _image_episode_part(raw, feats, ours)
+    dataset: dict = {}
+    episodes: dict = {}
+    out = _image_dataset_part(raw, feats, ours, dataset)
+    out += _image_episode_part(raw, feats, ours, episodes)
+    # written by --images: the dataset's stats are the sampled-frame-weighted merge of the
+    # episodes' (every frame of a feature has the same size); others may use another weighting
+    merged = {
+        n: {k: np.concatenate(v) for k, v in episodes.get(n, {}).items()}
+        for n in ours
+        if n in dataset and n in episodes
+    }
+    return out + _consistency({n: 3 for n in merged}, dataset, merged)
 
 
 def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> list[Finding]:
