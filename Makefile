@@ -27,6 +27,7 @@ $(TEST_STAMP): $(BASE_STAMP)
 	-$(PIP) 'torchdata>=0.11' || echo "torchdata not installed: StatefulDataLoader tests will skip"
 	-$(PIP) 'ray>=2.9' || echo "ray not installed: ray tests will skip"
 	-$(PIP) 'av>=14' || echo "PyAV not installed: video tests will skip"
+	-$(PIP) 'pillow>=10' || echo "Pillow not installed: image stats tests will skip"
 	touch $(TEST_STAMP)
 
 install: $(BASE_STAMP)

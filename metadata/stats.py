@@ -63,6 +63,12 @@ from episodekit.core.dataset import V3, Dataset, DatasetError, as_dataset, is_lo
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import map_files
 from episodekit.core.world import rank_info
+from episodekit.metadata.image_stats import (
+    ImageStats,
+    compute_image_stats,
+    image_features,
+    require_decoders,
+)
 
 log = logging.getLogger(__name__)
 
@@ -695,9 +701,13 @@ class StatsResult:
     fingerprint: str = ""
     state: str = ""
     info: dict = field(default_factory=dict)
+    images: ImageStats | None = None  # image/video stats (``images=True``), else kept as they are
 
     def lerobot_stats(self) -> dict[str, dict[str, list]]:
-        return {n: self.dataset[n].to_lerobot() for n in self.features}
+        out = {n: self.dataset[n].to_lerobot() for n in self.features}
+        if self.images is not None:
+            out.update(self.images.lerobot_stats())
+        return out
 
 
 def _footer_bytes(fs, full: str) -> tuple[int, bytes]:
@@ -928,6 +938,7 @@ def compute_stats(
     batch_rows: int | None = None,
     episodes: np.ndarray | None = None,
     spill_dir: str | None = None,
+    images: bool = False,
 ) -> StatsResult:
     """Compute (do not write) the stats of ``root``; see the module docstring.
 
@@ -939,6 +950,8 @@ def compute_stats(
     ``batch_rows``: rows per decoded block (default :func:`block_rows`, about 64 MiB).
     ``episodes``: restrict to these episode indices; they must fill whole data files (used to
     show that merging halves gives the whole).
+    ``images``: also the image/video features' stats (see :mod:`episodekit.metadata.image_stats`);
+    without it they are not computed and :func:`write_stats` keeps the existing ones.
     """
     if quantiles not in QUANTILE_MODES:
         raise ValueError(f"quantiles must be one of {QUANTILE_MODES}, got {quantiles!r}")
@@ -950,6 +963,10 @@ def compute_stats(
     feats = numeric_features(ds.info, features)
     if not feats:
         raise DatasetError("no numeric one-dimensional features to compute stats for")
+    if images:
+        if episodes is not None:
+            raise ValueError("images=True computes whole datasets (episodes= must be None)")
+        require_decoders(ds.info)  # before the numeric pass: a missing decoder fails at once
     file_ids = ds.column("file_id")
     if episodes is not None:
         file_ids = file_ids[np.isin(ds.column("episode_index"), np.asarray(episodes))]
@@ -1000,6 +1017,7 @@ def compute_stats(
         fingerprint=ds.fingerprint,
         state=data_state(ds),
         info=ds.info,
+        images=compute_image_stats(ds, executor, jobs) if images else None,
     )
 
 
@@ -1063,6 +1081,9 @@ def episode_columns(res: StatsResult, episode_index: np.ndarray) -> dict[str, pa
                 )
             else:
                 cols[f"stats/{n}/{key}"] = _list_column(f[key][pos], pa.float64())
+    if res.images is not None:
+        img_pos = np.searchsorted(res.images.episode_index, episode_index)
+        cols.update(res.images.episode_columns(img_pos))
     return cols
 
 
@@ -1118,6 +1139,13 @@ def _summary_table(res: StatsResult) -> pa.Table:
     )
 
 
+def _images_meta(res: StatsResult, ds: Dataset) -> dict | None:
+    """The image/video stats record: new ones, else the previous record (those stats are kept)."""
+    if res.images is not None:
+        return res.images.meta()
+    return (read_summary_meta(ds) or {}).get("images")
+
+
 def write_stats(res: StatsResult, root: Dataset | str | os.PathLike) -> bool:
     """Write the per-episode columns, ``meta/stats.json`` and the summary file; return whether
     they were written. Only the global main process writes; a remote or read-only root keeps the
@@ -1161,6 +1189,7 @@ def write_stats(res: StatsResult, root: Dataset | str | os.PathLike) -> bool:
             ),
             "sketch_points": STORED_SKETCH_POINTS,
             "outputs": outputs,
+            "images": _images_meta(res, ds),
         }
         table = _summary_table(res).replace_schema_metadata({SUMMARY_KEY: json.dumps(meta)})
         with atomic_path(base / SUMMARY_FILE) as tmp:
@@ -1247,9 +1276,11 @@ def ensure_stats(
     memory_mb: float = DEFAULT_MEMORY_MB,
     executor: str = "local",
     jobs: int | None = None,
+    images: bool = False,
 ) -> tuple[StatsResult | None, str]:
     """Batch path (CLI, prepare): ``(result, status)``, status "fresh" (result None: nothing was
-    computed), "written" or "not written" (other rank, read-only or remote root)."""
+    computed), "written" or "not written" (other rank, read-only or remote root). ``images``:
+    image/video stats too (fresh only when recorded for the same episodes fingerprint)."""
     ds = as_dataset(root)
     if ds.version != V3:
         raise DatasetError(
@@ -1262,10 +1293,19 @@ def ensure_stats(
             not stale_reason(ds, meta, feats)
             and _outputs_intact(ds, meta)
             and all((meta.get("quantiles") or {}).get(n) == quantiles for n in feats)
+            and (not images or _images_fresh(ds, meta))
         ):
             return None, "fresh"
-    res = compute_stats(ds, features, quantiles, memory_mb, executor=executor, jobs=jobs)
+    res = compute_stats(
+        ds, features, quantiles, memory_mb, executor=executor, jobs=jobs, images=images
+    )
     return res, "written" if write_stats(res, ds) else "not written"
+
+
+def _images_fresh(ds: Dataset, meta: dict) -> bool:
+    rec = meta.get("images") or {}
+    want = set(image_features(ds.info))
+    return rec.get("fingerprint") == ds.fingerprint and want <= set(rec.get("features") or {})
 
 
 def stats_report(root: Dataset | str | os.PathLike, **kwargs) -> dict:
@@ -1283,10 +1323,14 @@ def stats_report(root: Dataset | str | os.PathLike, **kwargs) -> dict:
             n: {"dims": d, "quantiles": meta["quantiles"][n], "rank_error": meta["rank_error"][n]}
             for n, d in meta["features"].items()
         }
+    rec = res.images.meta() if res is not None and res.images is not None else None
+    if rec is None:
+        rec = (meta if meta is not None else read_summary_meta(ds) or {}).get("images")
     return {
         "root": ds.root,
         "file": STATS_FILE,
         "status": status,
+        "images": rec,
         "fingerprint": ds.fingerprint,
         "frames": ds.num_frames,
         "episodes": ds.num_episodes,

@@ -324,6 +324,13 @@ def format_stats_report(report: dict) -> str:
     help="Budget for the sorted columns the exact selection keeps (memory-mapped temporary "
     "files); beyond it the quantiles come from the rank summary.",
 )
+@click.option(
+    "--images",
+    is_flag=True,
+    help="Also compute image/video feature stats (LeRobot's frame sampling, per channel, "
+    "(3,1,1), in [0,1]); needs PyAV for videos ('episodekit[video]'), Pillow for images in "
+    "parquet ('episodekit[images]'). Without it existing image/video stats are kept.",
+)
 @jobs_option
 @executor_option
 @force_option
@@ -334,6 +341,7 @@ def stats_command(
     features: str | None,
     quantiles: str,
     memory_mb: float,
+    images: bool,
     jobs: int | None,
     executor: str,
     force: bool,
@@ -347,7 +355,8 @@ def stats_command(
     q99. Per-episode values are exact; dataset mean/std come from a counts-weighted parallel
     merge, dataset quantiles from the data (exact mode) or a mergeable rank summary whose
     rank-error bound is recorded in meta/episodekit_stats.parquet. Image/video stats are kept
-    as they are. Fresh stats (same episodes fingerprint and data files) are left alone.
+    as they are unless --images. Fresh stats (same episodes fingerprint and data files) are left
+    alone.
     """
     from episodekit.metadata.stats import stats_report
 
@@ -361,6 +370,7 @@ def stats_command(
             memory_mb=memory_mb,
             executor=executor,
             jobs=jobs,
+            images=images,
         )
     click.echo(json.dumps(report, indent=2) if as_json else format_stats_report(report))
 

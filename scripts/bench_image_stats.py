@@ -1,0 +1,27 @@
+"""Time `metadata stats` with and without --images on a video sample (same run, same root).
+
+.venv/bin/python scripts/bench_image_stats.py [ROOT]   (default /work/bench-data/images-vid)
+Writes a 10-episode sample (~300 frames each, 240x320 AV1) unless ROOT already holds one.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from episodekit.metadata.stats import ensure_stats
+from episodekit.sample import write_sample
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/bench-data/images-vid")
+    if not (root / "meta/info.json").exists():
+        write_sample(
+            root, episodes=10, tasks=1, seed=1, mean_length=300, videos=1, video_size=(240, 320)
+        )
+    res = None
+    for images in (False, True):
+        t = time.perf_counter()
+        res, status = ensure_stats(root, force=True, images=images, jobs=2)
+        print(f"images={images}: {status}, {time.perf_counter() - t:.2f} s wall")
+    print(f"frames {int(res.episode_count.sum())}, sampled {int(res.images.samples.sum())}")
