@@ -203,11 +203,20 @@ def part_throughput(root: str, out: str, world: int, workers: int, repeat: int) 
     fps = ds.fps
     deltas = {"action": [k / fps for k in range(50)], "observation.state": [-2 / fps, -1 / fps, 0]}
 
+    decoded = {}
+
     def run(make) -> tuple[float, int]:
         ld = make()
         t0 = time.perf_counter()
         n = sum(len(b["index"]) for b in ld)
-        return n / (time.perf_counter() - t0), n
+        rate = n / (time.perf_counter() - t0)
+        # row groups and rows decoded: the read amplification a bin's layout causes
+        readers = [f.reader for f in ld.sources] if hasattr(ld, "sources") else [ld.frames.reader]
+        decoded["mixture" if hasattr(ld, "sources") else "single"] = (
+            sum(r.row_groups_read for r in readers),
+            sum(int((r.rg_decodes * r.rg_rows).sum()) for r in readers),
+        )
+        return rate, n
 
     kw = dict(rank=0, world_size=world, worker=0, batch_size=256, delta_timestamps=deltas,
               speed=False)  # fmt: skip
@@ -222,6 +231,54 @@ def part_throughput(root: str, out: str, world: int, workers: int, repeat: int) 
           f"{m / s:.2f}x (bar >= 0.8x); all rounds single "
           f"{[round(r) for r, _ in rates['single']]}, mixture "
           f"{[round(r) for r, _ in rates['mixture']]}")  # fmt: skip
+    for name, (rgs, rows) in decoded.items():
+        frames = rates[name][0][1]
+        print(f"  {name}: {rgs} row groups decoded, {rows:,} rows, for {frames:,} frames")
+
+
+def stratified(length: np.ndarray, cost: np.ndarray, bins: int, strata: int):
+    """(frames, cost) per bin when a source's frames, sorted by cost per frame, are cut into
+    ``strata x bins`` equal pieces dealt serpentine (each bin: one piece per stratum), and the
+    number of cuts inside episodes. Every bin holds the same frames; its cost tends to the mean
+    as the pieces shrink: the price of balancing cost per epoch with exact draws."""
+    o = np.argsort(cost / np.maximum(length, 1), kind="stable")
+    ln, c = length[o], cost[o]
+    cum = np.concatenate([[0], np.cumsum(ln)])
+    cumc = np.concatenate([[0], np.cumsum(c)])
+    pieces = strata * bins
+    edges = np.arange(pieces + 1) * int(cum[-1]) // pieces
+    e = np.minimum(np.searchsorted(cum, edges, side="right") - 1, len(ln) - 1)
+    at = cumc[e] + (edges - cum[e]) * c[e] / np.maximum(ln[e], 1)
+    m, j = np.divmod(np.arange(pieces), bins)
+    b = np.where(m % 2 == 0, j, bins - 1 - j)
+    cuts = len(np.setdiff1d(edges, cum))
+    return np.bincount(b, np.diff(edges), bins), np.bincount(b, np.diff(at), bins), cuts
+
+
+def part_tradeoff(seed: int) -> None:
+    print("== 5. bytes-like cost: what balancing cost per epoch with exact draws costs in cuts")
+    print("  (64 x 4 bins, 5 sources; each source cut into equal-frame pieces by cost per frame)")
+    weights, bins = [1, 2, 1, 3, 0.5], 256
+    for per_bin in (16, 64):
+        srcs = synthetic(per_bin * bins, seed, True)
+        p = build_mixture_plan(spec_for(srcs, weights), srcs, 64, 4, algo="auto")
+        draws = np.asarray(p["bin_draws"])
+        built = p["balance"]["plan"]["max_over_lower_bound"]
+        print(f"  {per_bin} episodes/bin: plan as built {built:.4f} ({p['split_episodes']} "
+              f"episodes cut, rate deviation {p['draw_rate_deviation']:.2f})")  # fmt: skip
+        for per_episode in (1, 4, 16):
+            work, cuts = [], 0
+            for s, src in enumerate(srcs):
+                strata = max(1, -(-len(src.length) // bins)) * per_episode
+                f, c, n = stratified(src.length, src.cost, bins, strata)
+                work.append(c * draws[:, s] / f)
+                cuts += n
+            acc = np.zeros(bins)  # stacked heaviest first, as build_mixture_plan does
+            for w in sorted(work, key=lambda w: -w.sum()):
+                acc[np.argsort(acc, kind="stable")] += np.sort(w)[::-1]
+            print(f"    ~{per_episode} pieces per episode: cost per epoch max/mean "
+                  f"{acc.max() / acc.mean():.4f}, rate deviation ~0, {cuts:,} cuts for "
+                  f"{sum(len(x.length) for x in srcs):,} episodes")  # fmt: skip
 
 
 def main() -> None:
@@ -245,6 +302,8 @@ def main() -> None:
         part_planning(a.episodes, 512, 8, a.repeat, a.seed)
     if 4 in parts:
         part_throughput(a.root, a.out, a.world_size, a.workers, a.repeat)
+    if 5 in parts:
+        part_tradeoff(a.seed)
 
 
 if __name__ == "__main__":
