@@ -264,7 +264,7 @@ def weighted_feature(parts: list[FeatureStats], widths: list[int], dims: int) ->
     """One mixture feature from its sources' as-drawn stats: dimension ``d`` merges the sources
     with ``width > d``; a dimension none has gets the padding's stats (0). Returns the arrays,
     the LeRobot count (frames drawn of the sources holding dimension 0), per-dimension counts and
-    the quantiles' rank-error bound (in frames drawn)."""
+    the quantiles' rank-error bound (a fraction of the frames drawn, the largest over dims)."""
     keys = ("mean", "std", "min", "max")
     out = {k: np.zeros(dims) for k in keys}
     out["quantiles"] = np.zeros((len(QUANTILES), dims))
@@ -280,7 +280,7 @@ def weighted_feature(parts: list[FeatureStats], widths: list[int], dims: int) ->
         out["min"][lo:hi], out["max"][lo:hi] = m.min, m.max
         out["quantiles"][:, lo:hi] = m.quantiles
         dim_count[lo:hi] = m.count
-        error = max(error, m.quantile_error)
+        error = max(error, m.quantile_error / m.mass)
     return {**out, "count": int(dim_count[0]), "dim_count": dim_count, "rank_error": error}
 
 
@@ -360,14 +360,13 @@ def compute_mixture_stats(
         ]
         w = weighted_feature(parts, f["widths"], f["dims"])
         stats[key] = _lerobot(w)
-        drawn = max(int(w["dim_count"].max()), 1)
         feature_meta[key] = {
             "dims": f["dims"],
             "source_features": f["source_names"],
             "source_dims": f["widths"],
             "dim_count": w["dim_count"].tolist(),
             "quantiles": "exact" if w["rank_error"] == 0 else "sketch",
-            "rank_error": w["rank_error"] / drawn,
+            "rank_error": w["rank_error"],
         }
     meta = {
         "format": MIXTURE_STATS_FORMAT,
@@ -439,10 +438,12 @@ def mixture_stats_stale_reason(
         return f"{MIXTURE_STATS_FILE} is missing or was edited"
     if quantiles is not None and meta.get("requested_quantiles") != quantiles:
         return f"quantiles were {meta.get('requested_quantiles')!r}, {quantiles!r} asked"
-    if features and not set(features) <= set(meta.get("features") or {}):
+    sources = resolve_sources(spec)
+    wanted = mixture_features(spec, [s.ds for s in sources], features)
+    if not set(wanted) <= set(meta.get("features") or {}):
         return "features missing from the stats"
     old = {s["name"]: s for s in meta.get("sources") or []}
-    for s in resolve_sources(spec):
+    for s in sources:
         o = old.get(s.name) or {}
         if o.get("fingerprint") != s.ds.fingerprint:
             return f"source {s.name!r} changed (its episodes fingerprint) since the stats"

@@ -198,6 +198,10 @@ def test_rerun_keeps_fresh_and_a_changed_source_is_named(roots, tmp_path):
     (out / MIXTURE_STATS_FILE).write_text("{}")
     assert "edited" in mixture_stats_stale_reason(out, spec)
     assert "spec changed" in mixture_stats_stale_reason(out, {**spec, "epoch_frames": 10})
+    # stats of some features only are not fresh for all of them
+    ensure_mixture_stats(spec, out, features=["action"])
+    assert mixture_stats_stale_reason(out, spec, features=["action"]) == ""
+    assert "features missing" in mixture_stats_stale_reason(out, spec)
 
 
 def test_feature_mapping_errors(roots, tmp_path):
