@@ -13,7 +13,8 @@ fractional repeats, the same formulas with fractional frame weights (``count`` i
 - quantiles: from the merged per-source rank summaries (:func:`stats.merge_stats`), never an
   envelope. While the selected columns fit ``memory_mb`` every summary is the sorted data
   itself and the quantiles are exact (``np.quantile``'s linear rule over the weighted frames);
-  beyond it each batch is compacted to ``sketch_points`` and the rank-error bound is recorded;
+  beyond it each batch (about 64 MiB) is compacted to ``sketch_points`` (8192) order statistics
+  and the rank-error bound is recorded;
 - features: the mixture's names (``rename``, ``drop``, ``pad_to`` as the loader's FeatureMap
   applies them); numeric one-dimensional features only (images/videos have no mixture stats).
   A ``pad_to`` feature has ``pad_to`` dimensions; dimension ``d`` counts only the sources
@@ -57,7 +58,6 @@ from episodekit.metadata.mixture import (
 )
 from episodekit.metadata.stats import (
     DEFAULT_MEMORY_MB,
-    DEFAULT_SKETCH_POINTS,
     NON_NUMERIC_DTYPES,
     QUANTILE_KEYS,
     QUANTILE_MODES,
@@ -74,6 +74,7 @@ MIXTURE_STATS_FILE = "stats.json"
 MIXTURE_STATS_META = "stats_meta.json"
 MIXTURE_STATS_FORMAT = "episodekit.mixture_stats"
 MIXTURE_STATS_VERSION = 1
+SKETCH_POINTS = 8192  # order statistics kept per batch beyond the budget: ~1e-4 rank error at 10M
 BYTES_PER_VALUE = 40  # a kept value: float64 value + weight, their merged copies, a sort index
 
 
@@ -116,7 +117,7 @@ def source_stats(
     features: dict[str, int],
     episodes: np.ndarray | None = None,
     exact: bool = True,
-    sketch_points: int = DEFAULT_SKETCH_POINTS,
+    sketch_points: int = SKETCH_POINTS,
     batch_rows: int | None = None,
 ) -> dict[str, FeatureStats]:
     """Stats of ``features`` (``{name: dims}``, the source's own names) over the rows of
@@ -329,7 +330,7 @@ def compute_mixture_stats(
     features: list[str] | None = None,
     quantiles: str = "exact",
     memory_mb: float = DEFAULT_MEMORY_MB,
-    sketch_points: int = DEFAULT_SKETCH_POINTS,
+    sketch_points: int = SKETCH_POINTS,
     batch_rows: int | None = None,
 ) -> MixtureStats:
     """Compute (do not write) the mixture's weighted stats; see the module docstring."""
