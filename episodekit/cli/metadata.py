@@ -302,7 +302,7 @@ def format_stats_report(report: dict) -> str:
 
 
 @click.command("stats")
-@root_argument()
+@root_argument(required=False)
 @click.option(
     "--features",
     default=None,
@@ -331,13 +331,27 @@ def format_stats_report(report: dict) -> str:
     "(3,1,1), in [0,1]); needs PyAV for videos ('episodekit[video]'), Pillow for images in "
     "parquet ('episodekit[images]'). Without it existing image/video stats are kept.",
 )
+@click.option(
+    "--mixture",
+    default=None,
+    metavar="FILE|JSON",
+    help="Stats of a mixture instead of ROOT, weighted as sampled (each source by its "
+    "per-epoch quota): a mixture.json file or the same JSON inline. Needs --out.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder for the mixture stats (with --mixture; the mixture plan's folder): "
+    "stats.json + stats_meta.json.",
+)
 @jobs_option
 @executor_option
 @force_option
 @no_wait_option
 @json_option
 def stats_command(
-    root: str,
+    root: str | None,
     features: str | None,
     quantiles: str,
     memory_mb: float,
@@ -347,6 +361,8 @@ def stats_command(
     force: bool,
     no_wait: bool,
     as_json: bool,
+    mixture: str | None = None,
+    out: str | None = None,
 ) -> None:
     """Compute normalization statistics of ROOT: meta/stats.json and the per-episode
     stats/{feature}/{key} columns of meta/episodes, in LeRobot v3.0's layout.
@@ -357,10 +373,23 @@ def stats_command(
     rank-error bound is recorded in meta/episodekit_stats.parquet. Image/video stats are kept
     as they are unless --images. Fresh stats (same episodes fingerprint and data files) are left
     alone.
+
+    With --mixture M --out DIR (no ROOT): the mixture's stats in DIR/stats.json, each source
+    weighted by the frames it draws per epoch (its filters honoured, features mapped as the
+    loader maps them); a changed source makes them stale and the rerun names it.
     """
     from episodekit.metadata.stats import stats_report
 
     only = [f.strip() for f in features.split(",") if f.strip()] if features else None
+    if mixture is not None or root is None:
+        if images:
+            raise click.UsageError(
+                "--images is for ROOT's stats; it does not combine with --mixture"
+            )
+        _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_json)
+        return
+    if out is not None:
+        raise click.UsageError("--out is for mixture stats (--mixture); ROOT's stats go to ROOT")
     with writing(root, no_wait):
         report = stats_report(
             root,
@@ -373,6 +402,22 @@ def stats_command(
             images=images,
         )
     click.echo(json.dumps(report, indent=2) if as_json else format_stats_report(report))
+
+
+def _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_json) -> None:
+    """``metadata stats --mixture M --out DIR``."""
+    from episodekit.metadata.mixture_stats import ensure_mixture_stats, format_mixture_stats
+
+    if root is not None:
+        raise click.UsageError("give either ROOT or --mixture, not both")
+    if mixture is None:
+        raise click.UsageError("missing ROOT (or --mixture FILE with --out DIR)")
+    if out is None:
+        raise click.UsageError("--mixture needs --out DIR (the folder the mixture stats go to)")
+    report = ensure_mixture_stats(
+        mixture, out, force=force, features=only, quantiles=quantiles, memory_mb=memory_mb
+    )
+    click.echo(json.dumps(report, indent=2) if as_json else format_mixture_stats(report))
 
 
 @click.group("metadata", cls=EpisodekitGroup)
