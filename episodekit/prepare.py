@@ -283,6 +283,7 @@ def prepare(
     locality: str = "rowgroup",
     frames: bool = False,
     wait: bool = True,
+    canonical_bins: int | None | bool = False,
 ) -> PrepareResult:
     """Run the whole job on ``root`` (or into ``out``); see the module docstring.
 
@@ -296,7 +297,9 @@ def prepare(
     anything; a failed validation is reported in the result (``ok`` False), not raised.
     ``locality``: the shard plans' (``rowgroup`` by default: each bin a contiguous run of row
     groups; ``none``: LPT/KK). ``videos_gop``: also re-encode the videos for random access with
-    this GOP (``prep videos``, after the row groups). ``frames``: also build the frame store. The
+    this GOP (``prep videos``, after the row groups). ``frames``: also build the frame store.
+    ``canonical_bins``: also write the canonical plan for elastic resume (an int C, None for the
+    default C of the episode count, False for none). The
     whole run holds the writer lock of the folder it writes (``wait=False``: EnvironmentProblem
     when another writer holds it; leftover temporaries there are removed under it).
     """
@@ -320,6 +323,8 @@ def prepare(
         raise ValueError(f"workers must be >= 1, got {num_workers}")
     if target_mb <= 0:
         raise ValueError(f"target_mb must be > 0, got {target_mb}")
+    if canonical_bins is not False and canonical_bins is not None and int(canonical_bins) < 1:
+        raise ValueError(f"canonical_bins must be >= 1, got {canonical_bins}")
     check_model(cost)
     if executor == "ray" and importlib.util.find_spec("ray") is None:
         raise EnvironmentProblem("--executor ray needs ray: pip install 'episodekit[ray]'")
@@ -331,6 +336,7 @@ def prepare(
         return _prepare(
             root, out, target_mb, world_sizes, num_workers, cost, executor, jobs, push_to_hub,
             include_videos, force, hub_api, say, split_long, videos_gop, locality, frames,
+            canonical_bins,
         )  # fmt: skip
 
 
@@ -352,6 +358,7 @@ def _prepare(
     videos_gop: int | None,
     locality: str,
     frames: bool,
+    canonical_bins: int | None | bool = False,
 ) -> PrepareResult:
     """The steps of :func:`prepare`, under the writer lock (arguments already checked)."""
     from episodekit.metadata.costs import ensure_costs
@@ -470,6 +477,26 @@ def _prepare(
                     "samples_per_rank": plan.get("samples_per_rank"),
                 }
             )
+        if canonical_bins is not False:  # world-size-free plan for elastic resume
+            from episodekit.metadata.canonical import ensure_canonical_plan
+
+            path, plan, was_changed = ensure_canonical_plan(
+                ds, canonical_bins, cost=cost, split_long=split_long == "yes", force=force,
+                locality=locality,
+            )  # fmt: skip
+            rel = os.path.relpath(path, work) if os.path.isabs(path) else path
+            if was_changed:
+                changed.append(rel)
+            detail["plans"].append(
+                {
+                    "path": rel,
+                    "canonical_bins": plan.get("canonical_bins"),
+                    "split_long": bool(plan.get("split_long")),
+                    "changed": was_changed,
+                    "balance": plan.get("balance", {}),
+                    "samples_per_rank": plan.get("samples_per_rank"),
+                }
+            )
         return ("done" if changed else "skipped"), detail, changed
 
     result.steps.append(_timed("speed", speed))
@@ -564,8 +591,13 @@ def format_result(r: PrepareResult) -> str:
         lines.append("  balance (max bin cost / lower bound; naive contiguous, round-robin)")
         for p in plans:
             b = p.get("balance") or {}
+            shape = (
+                f"ws={p['world_size']:<5} workers={p['num_workers']:<3}"
+                if "world_size" in p
+                else f"canonical C={p['canonical_bins']:<6}"
+            )
             lines.append(
-                f"    ws={p['world_size']:<5} workers={p['num_workers']:<3} "
+                f"    {shape} "
                 f"plan {_ratio(b, 'plan')}  contiguous {_ratio(b, 'contiguous')}  "
                 f"round-robin {_ratio(b, 'round_robin')}  samples/rank {p['samples_per_rank']}"
             )

@@ -138,6 +138,29 @@ def test_cli_canonical_bins(tmp_path):
     assert val.returncode == 0, val.stdout + val.stderr
 
 
+def test_cli_prepare_writes_the_canonical_plan_once(tmp_path):
+    """`prepare --canonical-bins` writes the canonical plan beside the per-world-size plans,
+    prints its balance line, keeps it on a rerun, and refuses a bad C or --mixture with it."""
+    r = write_sample(tmp_path / "r", episodes=40, tasks=2, seed=5, mean_length=30)
+    cli = [sys.executable, "-m", "episodekit.cli", "prepare", str(r), "--world-size", "2"]
+    first = subprocess.run([*cli, "--canonical-bins", "8"], capture_output=True, text=True)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "canonical C=8" in first.stdout
+    path = r / canonical_plan_path(8)
+    mtime = path.stat().st_mtime_ns
+    again = subprocess.run(
+        [*cli, "--canonical-bins", "8", "--json"], capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    plans = next(s for s in json.loads(again.stdout)["steps"] if s["name"] == "plans")
+    assert plans["status"] == "skipped" and path.stat().st_mtime_ns == mtime
+    assert [p.get("canonical_bins") for p in plans["detail"]["plans"]] == [None, 8]
+    for args in (["--canonical-bins", "-1"], ["--canonical-bins", "8", "--mixture", "{}"]):
+        bad = subprocess.run([*cli[:3], *args], capture_output=True, text=True)
+        assert bad.returncode == 2, bad.stderr
+        assert bad.stderr.startswith("Error:") and len(bad.stderr.strip().splitlines()) == 1
+
+
 # -- the order --------------------------------------------------------------------------------
 
 

@@ -406,3 +406,32 @@ def deprecated_alias(old: str, new: str, dest: str, is_flag: bool = False, **kwa
 def pick(value, deprecated):
     """The new option's value, else the deprecated alias's."""
     return deprecated if value in (None, False) and deprecated not in (None, False) else value
+
+
+def parse_canonical_bins(value: str | None) -> int | None | bool:
+    """--canonical-bins: False when absent, None for auto, else a positive integer."""
+    if value is None:
+        return False
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        c = int(value)
+    except ValueError:
+        c = 0
+    if c < 1:
+        raise click.BadParameter(
+            f"{value!r} is not a positive integer or auto", param_hint="--canonical-bins"
+        )
+    return c
+
+
+def canonical_bins_option():
+    """--canonical-bins C|auto (metadata plan, prepare): also the world-size-free plan."""
+    return click.option(
+        "--canonical-bins",
+        "canonical_bins",
+        default=None,
+        metavar="C|auto",
+        help="Also write the canonical plan over C bins (any world size resumes from it; see "
+        "elastic resume); auto: the default C for the episode count.",
+    )

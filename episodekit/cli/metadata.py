@@ -10,6 +10,7 @@ import click
 from episodekit.cli.common import (
     EpisodekitGroup,
     IntList,
+    canonical_bins_option,
     cost_option,
     dataloader_workers_option,
     deprecated_alias,
@@ -19,6 +20,7 @@ from episodekit.cli.common import (
     json_option,
     locality_option,
     no_wait_option,
+    parse_canonical_bins,
     pick,
     root_argument,
     writing,
@@ -62,14 +64,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     default=None,
     help="Comma-separated world sizes (ranks), one plan each, e.g. 8,16,64.",
 )
-@click.option(
-    "--canonical-bins",
-    "canonical_bins",
-    default=None,
-    metavar="C|auto",
-    help="Also write the canonical plan over C bins (any world size resumes from it; see "
-    "elastic resume); auto: the default C for the episode count.",
-)
+@canonical_bins_option()
 @dataloader_workers_option()
 @cost_option()
 @click.option(
@@ -145,7 +140,7 @@ def plan_command(
     """
     from episodekit.metadata.plans import ensure_plans, format_balance
 
-    canonical = _canonical_bins(canonical_bins)
+    canonical = parse_canonical_bins(canonical_bins)
     if not world_sizes and canonical is False:
         raise click.UsageError("give --world-size, --canonical-bins, or both")
     t0 = time.perf_counter()
@@ -224,23 +219,6 @@ def _mixture_plan(
         click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
         click.echo(format_mixture_plan(plan))
     click.echo(f"{len(results)} mixture plan(s) in {time.perf_counter() - t0:.1f}s")
-
-
-def _canonical_bins(value: str | None) -> int | None | bool:
-    """--canonical-bins: False when absent, None for auto, else a positive integer."""
-    if value is None:
-        return False
-    if value.strip().lower() == "auto":
-        return None
-    try:
-        c = int(value)
-    except ValueError:
-        c = 0
-    if c < 1:
-        raise click.BadParameter(
-            f"{value!r} is not a positive integer or auto", param_hint="--canonical-bins"
-        )
-    return c
 
 
 def _fmt(x: float | None) -> str:

@@ -9,6 +9,7 @@ import click
 
 from episodekit.cli.common import (
     IntList,
+    canonical_bins_option,
     cost_option,
     dataloader_workers_option,
     executor_option,
@@ -17,6 +18,7 @@ from episodekit.cli.common import (
     json_option,
     locality_option,
     no_wait_option,
+    parse_canonical_bins,
     quiet_option,
     root_argument,
     target_mb_option,
@@ -82,6 +84,7 @@ from episodekit.cli.common import (
     help="Also build the frame store for random access (`prep frames`; local cache, "
     "skipped when fresh).",
 )
+@canonical_bins_option()
 @click.option(
     "--mixture",
     default=None,
@@ -108,6 +111,7 @@ def prepare_command(
     locality: str,
     videos_gop: int | None,
     frames: bool,
+    canonical_bins: str | None,
     mixture: str | None,
     force: bool,
     no_wait: bool,
@@ -115,8 +119,9 @@ def prepare_command(
 ) -> None:
     """Take ROOT from "as recorded" to "ready for training", then prove it.
 
-    Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans, validation
-    (and with --frames the frame store).
+    Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans (with
+    --canonical-bins also the canonical plan for elastic resume), normalization stats,
+    validation (and with --frames the frame store).
     Each step is skipped when its output is already fresh, so a rerun (after a crash, or after
     adding episodes) only does what is needed. Arguments and plan feasibility are checked before
     anything is written. Exit codes: 0 prepared and valid; 1 validation or a rewrite failed;
@@ -129,7 +134,12 @@ def prepare_command(
     from episodekit.prepare import format_result, prepare
 
     hub_bars_follow(click.get_current_context())
+    canonical = parse_canonical_bins(canonical_bins)
     if mixture is not None or root is None:
+        if canonical is not False:
+            raise click.UsageError(
+                "--canonical-bins plans one ROOT; it does not combine with --mixture"
+            )
         _prepare_mixture(root, mixture, out, world_size, workers, cost, locality, split_long,
                          force, no_wait, as_json, executor=executor, jobs=jobs, frames=frames,
                          target_mb=target_mb)  # fmt: skip
@@ -151,6 +161,7 @@ def prepare_command(
         locality=locality,
         frames=frames,
         wait=not no_wait,
+        canonical_bins=canonical,
     )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:
