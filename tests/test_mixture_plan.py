@@ -191,3 +191,24 @@ def test_prepare_mixture_prepares_sources_then_plans(roots, tmp_path):
     assert [c for _, _, c in again.plans] == [False]
     for res in again.sources.values():
         assert {st.status for st in res.steps} <= {"skipped"}
+
+
+def test_prepare_mixture_refuses_a_dataset_out_before_touching_sources(roots, tmp_path):
+    _, a, b = roots
+    a2, b2 = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(a, a2)
+    shutil.copytree(b, b2)
+    before = sorted(str(p.relative_to(a2)) for p in a2.rglob("*"))
+    m = json.dumps({"sources": [{"root": str(a2), "weight": 1}, {"root": str(b2), "weight": 1}]})
+    r = run_cli("prepare", "--mixture", m, "--out", str(a2), "--world-size", "2", "-j", "1")
+    assert r.returncode == 1 and "--out is a dataset root" in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert sorted(str(p.relative_to(a2)) for p in a2.rglob("*")) == before  # nothing prepared
+
+
+@pytest.mark.parametrize("flag", [["--push-to-hub", "me/x"], ["--videos"], ["--videos-gop", "2"]])
+def test_prepare_mixture_refuses_root_only_options(roots, tmp_path, flag):
+    _, a, b = roots
+    r = run_cli("prepare", "--mixture", json.dumps(spec(a, b)), "--out", str(tmp_path / "p"), *flag)
+    assert r.returncode == 2 and f"{flag[0]} is for ROOT" in r.stderr, r.stderr
+    assert not (tmp_path / "p").exists()

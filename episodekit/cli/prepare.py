@@ -130,6 +130,13 @@ def prepare_command(
 
     hub_bars_follow(click.get_current_context())
     if mixture is not None or root is None:
+        for flag, given in (("--push-to-hub", push_to_hub), ("--videos", include_videos),
+                            ("--videos-gop", videos_gop)):  # fmt: skip
+            if given:
+                raise click.UsageError(
+                    f"{flag} is for ROOT; it does not combine with --mixture "
+                    "(prepare each source with 'episodekit prepare ROOT' instead)"
+                )
         _prepare_mixture(root, mixture, out, world_size, workers, cost, locality, split_long,
                          force, no_wait, as_json, executor=executor, jobs=jobs, frames=frames,
                          target_mb=target_mb)  # fmt: skip
