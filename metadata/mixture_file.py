@@ -42,6 +42,18 @@ def mixture_fix_hint(folder: str, world_size: int, num_workers: int) -> str:
     )
 
 
+def _plan_flags(doc: dict) -> str:
+    """The plan's non-default `metadata plan` options, so the rerun hint rebuilds the same kind
+    of plan (not, say, a `--locality none` plan where `prepare` wrote a `rowgroup` one)."""
+    flags = ""
+    for flag, key, default in (("--cost", "cost_model", "frames"), ("--algo", "algo", "auto"),
+                               ("--policy", "policy", "trim"), ("--locality", "locality", "none"),
+                               ("--seed", "seed", 0)):  # fmt: skip
+        if doc.get(key, default) != default:
+            flags += f" {flag} {doc[key]}"
+    return flags + (" --split-long" if doc.get("split_long") else "")
+
+
 class MixturePlan(Plan):
     """A shard plan over several sources: ``item_source`` per item, ``sources`` (header rows),
     ``quotas`` and ``bin_draws`` (bins x sources draws per epoch), and the mixture ``spec``."""
@@ -133,7 +145,8 @@ def load_mixture_plan(
                 raise StalePlanError(
                     f"{path}: stale mixture plan: source {s['name']!r} ({s['root']}) changed "
                     f"(episodes fingerprint {s['fingerprint']} -> {ds.fingerprint}); recompute "
-                    f"it with: {mixture_fix_hint(str(folder), world_size, num_workers)} --force"
+                    f"it with: {mixture_fix_hint(str(folder), world_size, num_workers)}"
+                    f"{_plan_flags(plan.doc)} --force"
                 )
             datasets.append(ds)
         if len(plan.items) > sum(d.num_frames for d in datasets):

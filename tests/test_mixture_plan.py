@@ -212,3 +212,23 @@ def test_prepare_mixture_refuses_root_only_options(roots, tmp_path, flag):
     r = run_cli("prepare", "--mixture", json.dumps(spec(a, b)), "--out", str(tmp_path / "p"), *flag)
     assert r.returncode == 2 and f"{flag[0]} is for ROOT" in r.stderr, r.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_stale_hint_rebuilds_the_same_kind_of_plan(roots, tmp_path):
+    """The rerun command a stale plan names, run as written, keeps the plan's options."""
+    import shlex
+
+    _, a, b = roots
+    b2 = tmp_path / "b2"
+    shutil.copytree(b, b2)
+    ensure_mixture_plans(spec(a, b2), tmp_path / "p", [1], 2, locality="rowgroup", seed=3)
+    shutil.rmtree(b2)
+    write_sample(b2, episodes=25, tasks=2, seed=2, mean_length=30, state_dim=6)
+    with pytest.raises(StalePlanError) as err:
+        load_plan(tmp_path / "p", 1, 2)
+    cmd = shlex.split(str(err.value).split("recompute it with: ")[1])
+    assert cmd[:3] == ["episodekit", "metadata", "plan"]
+    r = run_cli(*cmd[1:])
+    assert r.returncode == 0, r.stderr
+    plan = load_plan(tmp_path / "p", 1, 2)
+    assert (plan.doc["locality"], plan.doc["seed"]) == ("rowgroup", 3)
