@@ -34,6 +34,7 @@ from episodekit.metadata.plan_file import (
     PlanError,
     PlanNotFoundError,
     StalePlanError,
+    plan_flags,
     read_plan_file,
 )
 
@@ -200,6 +201,6 @@ def load_canonical_plan(
         raise StalePlanError(
             f"{path}: stale canonical plan: computed for episodes fingerprint {plan.fingerprint}, "
             f"the dataset now has {ds.fingerprint}; recompute it with: episodekit metadata plan "
-            f"{label} --canonical-bins {plan.num_bins} --force"
+            f"{label} --canonical-bins {plan.num_bins}{plan_flags(plan.doc)} --force"
         )
     return plan

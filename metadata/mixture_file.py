@@ -24,6 +24,7 @@ from episodekit.metadata.plan_file import (
     PlanError,
     PlanNotFoundError,
     StalePlanError,
+    plan_flags,
     read_plan_file,
 )
 
@@ -40,18 +41,6 @@ def mixture_fix_hint(folder: str, world_size: int, num_workers: int) -> str:
         f"episodekit metadata plan --mixture {posixpath.join(folder, MIXTURE_FILE)} "
         f"--world-size {world_size} --workers {num_workers} --out {folder}"
     )
-
-
-def _plan_flags(doc: dict) -> str:
-    """The plan's non-default `metadata plan` options, so the rerun hint rebuilds the same kind
-    of plan (not, say, a `--locality none` plan where `prepare` wrote a `rowgroup` one)."""
-    flags = ""
-    for flag, key, default in (("--cost", "cost_model", "frames"), ("--algo", "algo", "auto"),
-                               ("--policy", "policy", "trim"), ("--locality", "locality", "none"),
-                               ("--seed", "seed", 0)):  # fmt: skip
-        if doc.get(key, default) != default:
-            flags += f" {flag} {doc[key]}"
-    return flags + (" --split-long" if doc.get("split_long") else "")
 
 
 class MixturePlan(Plan):
@@ -146,7 +135,7 @@ def load_mixture_plan(
                     f"{path}: stale mixture plan: source {s['name']!r} ({s['root']}) changed "
                     f"(episodes fingerprint {s['fingerprint']} -> {ds.fingerprint}); recompute "
                     f"it with: {mixture_fix_hint(str(folder), world_size, num_workers)}"
-                    f"{_plan_flags(plan.doc)} --force"
+                    f"{plan_flags(plan.doc)} --force"
                 )
             datasets.append(ds)
         if len(plan.items) > sum(d.num_frames for d in datasets):
