@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset
+from episodekit.core.errors import EXIT_ENV, EnvironmentProblem
 
 BALANCES = ("none", "frames", "episodes")
 OVERFLOWS = ("repeat", "cap")
@@ -59,6 +60,13 @@ _FEATURE_KEYS = {"pad_to", "drop"}
 
 class MixtureError(DatasetError):
     """A mixture spec or mixture plan that cannot be used; one line naming the field."""
+
+
+class MixtureFileError(MixtureError, EnvironmentProblem):
+    """The --mixture file is missing or unreadable: a bad option or the environment, like a
+    missing ROOT (exit 2), not a data problem."""
+
+    exit_code = EXIT_ENV
 
 
 @dataclass
@@ -224,10 +232,10 @@ def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
                 with open(text, encoding="utf-8") as fh:
                     raw = fh.read(16 << 20)
             except FileNotFoundError:
-                raise _fail(where, "no such mixture file") from None
+                raise MixtureFileError(f"{where}: no such mixture file") from None
             except OSError as exc:
-                raise _fail(
-                    where, f"cannot read the mixture file ({exc.strerror or exc})"
+                raise MixtureFileError(
+                    f"{where}: cannot read the mixture file ({exc.strerror or exc})"
                 ) from None
             base_dir = os.path.dirname(os.path.abspath(text))
         try:

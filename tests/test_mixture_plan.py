@@ -232,3 +232,14 @@ def test_stale_hint_rebuilds_the_same_kind_of_plan(roots, tmp_path):
     assert r.returncode == 0, r.stderr
     plan = load_plan(tmp_path / "p", 1, 2)
     assert (plan.doc["locality"], plan.doc["seed"]) == ("rowgroup", 3)
+
+
+@pytest.mark.parametrize(
+    "command", [["info"], ["metadata", "plan", "--world-size", "2", "--out", "p"]]
+)
+def test_missing_mixture_file_is_a_usage_error(tmp_path, command):
+    """A --mixture path that does not exist is exit 2, like a missing ROOT (not a data error)."""
+    missing = tmp_path / "nope.json"
+    r = run_cli(*command, "--mixture", str(missing), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == f"Error: {missing}: no such mixture file"
