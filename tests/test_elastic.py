@@ -138,6 +138,22 @@ def test_cli_canonical_bins(tmp_path):
     assert val.returncode == 0, val.stdout + val.stderr
 
 
+def test_cli_too_many_canonical_bins_is_refused_before_any_plan(tmp_path):
+    """--canonical-bins above the episodes: one line naming the option, exit 2, and the
+    --world-size plans of the same command are not written either."""
+    r = write_sample(tmp_path / "r", episodes=40, tasks=2, seed=5, mean_length=30)
+    cli = [sys.executable, "-m", "episodekit.cli", "metadata", "plan", str(r)]
+    bad = subprocess.run(
+        [*cli, "--world-size", "2", "--canonical-bins", "1000"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip() == (
+        "Error: --canonical-bins 1000: 40 episodes are too few for 1000 bins "
+        "(use at most 40, auto, or --split-long)"
+    )
+    assert not (r / "meta" / "shard_plans").exists()
+
+
 def test_stale_hints_rebuild_the_same_kind_of_plan(tmp_path):
     """The rerun commands stale canonical and shard plans name, run as written, keep the plans'
     options (it used to drop --locality/--seed/--split-long: a rowgroup plan came back 'none')."""

@@ -160,6 +160,10 @@ def plan_command(
     if out is not None:
         raise click.UsageError("--out is for mixture plans (--mixture); ROOT's plans go to ROOT")
     with writing(root, no_wait):
+        if canonical is not False:  # before any plan is written
+            from episodekit.metadata.canonical import check_canonical_bins
+
+            check_canonical_bins(root, canonical, split_long)
         results = ensure_plans(
             root,
             world_sizes or [],
