@@ -215,6 +215,31 @@ def _source(obj: Any, i: int, where: str, base_dir: str | None) -> SourceSpec:
     )
 
 
+def renamed_features(spec: MixtureSpec, i: int, features: Any) -> dict[str, str]:
+    """Source ``i``'s features -> their mixture names (``sources[i].rename`` applied). A rename
+    of a feature the source lacks, or two features landing on one name (a rename onto a feature
+    the source keeps), is a :class:`MixtureError` naming it, never a silent pick of one."""
+    s = spec.sources[i]
+    unknown = [k for k in s.rename if k not in features]
+    if unknown:
+        raise MixtureError(
+            f"{spec.where}: source {s.name!r}: rename of {unknown[0]!r}, which is not a feature "
+            f"of {s.root}"
+        )
+    ren = {k: s.rename.get(k, k) for k in features}
+    seen: dict[str, str] = {}
+    for k, v in ren.items():
+        if v in seen:
+            a, b = sorted((seen[v], k))
+            raise MixtureError(
+                f"{spec.where}: sources[{i}].rename maps {a!r} and {b!r} of source {s.name!r} "
+                f"to one feature {v!r}: rename the other one too (to a new name, which "
+                f"features.NAME.drop can drop)"
+            )
+        seen[v] = k
+    return ren
+
+
 def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
     """A mixture spec from a dict, inline JSON (a string starting with ``{``) or a JSON file
     (relative roots are taken from the file's folder). Raises :class:`MixtureError`."""

@@ -4,6 +4,7 @@ naming the source, single-root plans untouched, the CLI as a user runs it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -243,3 +244,19 @@ def test_missing_mixture_file_is_a_usage_error(tmp_path, command):
     r = run_cli(*command, "--mixture", str(missing), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == f"Error: {missing}: no such mixture file"
+
+
+def test_rename_onto_a_kept_feature_is_refused(roots, tmp_path):
+    """A rename onto a feature the source keeps gave two features one name, and one of them was
+    silently served; the loader and `metadata stats --mixture` refuse it naming the rename."""
+    from episodekit.loaders import FrameDataset
+
+    _, a, b = roots
+    s = spec(a, b, features={"action": {"drop": True}})
+    s["sources"][0]["rename"] = {"action": "observation.state"}
+    ensure_mixture_plans(s, tmp_path / "p", [1], 1)
+    msg = "sources[0].rename maps 'action' and 'observation.state' of source 'a' to one feature"
+    with pytest.raises(MixtureError, match=re.escape(msg)):
+        FrameDataset(load_plan(tmp_path / "p", 1, 1))
+    r = run_cli("metadata", "stats", "--mixture", json.dumps(s), "--out", str(tmp_path / "p"))
+    assert r.returncode == 1 and msg in r.stderr and r.stderr.count("\n") == 1, r.stderr
