@@ -390,6 +390,10 @@ def stats_command(
             raise click.UsageError(
                 "--images is for ROOT's stats; it does not combine with --mixture"
             )
+        if executor != "local":  # the mixture stats run in this process
+            raise click.UsageError(
+                "--executor is for ROOT's stats; it does not combine with --mixture"
+            )
         _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_json)
         return
     if out is not None:
