@@ -29,7 +29,8 @@ from episodekit.cli.common import (
     "--out",
     type=click.Path(file_okay=False),
     default=None,
-    help="Prepare a complete copy here instead of in place (required for remote roots).",
+    help="Prepare a complete copy here instead of in place (required for remote roots). "
+    "With --mixture: the folder for the mixture plans (the sources are prepared in place).",
 )
 @target_mb_option
 @click.option(
@@ -86,8 +87,9 @@ from episodekit.cli.common import (
     "--mixture",
     default=None,
     metavar="FILE|JSON",
-    help="Prepare every source of a mixture (mixture.json or inline JSON) instead of ROOT, "
-    "then write its mixture plans into --out DIR.",
+    help="Prepare every local source of a mixture (mixture.json or inline JSON) in place "
+    "instead of ROOT, then write its mixture plans into --out DIR (not with --push-to-hub, "
+    "--videos, --videos-gop).",
 )
 @force_option
 @no_wait_option
