@@ -242,8 +242,10 @@ def renamed_features(spec: MixtureSpec, i: int, features: Any) -> dict[str, str]
 
 def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
     """A mixture spec from a dict, inline JSON (a string starting with ``{``) or a JSON file
-    (relative roots are taken from the file's folder). Raises :class:`MixtureError`."""
-    base_dir, where = None, "mixture"
+    (relative roots are taken from the file's folder; for inline JSON and dicts from the current
+    directory, made absolute so a plan keeps working from any directory). Raises
+    :class:`MixtureError`."""
+    base_dir, where = os.getcwd(), "mixture"
     if isinstance(value, dict):
         doc = value
     else:

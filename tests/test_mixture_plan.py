@@ -260,3 +260,20 @@ def test_rename_onto_a_kept_feature_is_refused(roots, tmp_path):
         FrameDataset(load_plan(tmp_path / "p", 1, 1))
     r = run_cli("metadata", "stats", "--mixture", json.dumps(s), "--out", str(tmp_path / "p"))
     assert r.returncode == 1 and msg in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_inline_relative_roots_are_kept_absolute(roots, tmp_path):
+    """Inline JSON roots are relative to the current directory: the plan records them absolute,
+    so a training job started elsewhere still finds the sources."""
+    from episodekit.loaders import FrameDataset
+
+    _, a, b = roots
+    shutil.copytree(a, tmp_path / "a")
+    inline = json.dumps({"sources": [{"root": "a", "weight": 1}, {"root": "./a", "weight": 1,
+                                                                  "name": "a2"}]})  # fmt: skip
+    r = run_cli("metadata", "plan", "--mixture", inline, "--world-size", "1", "--out", "p",
+                cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    plan = load_plan(tmp_path / "p", 1, 1)  # this process's cwd is not tmp_path
+    assert [s["root"] for s in plan.sources] == [str(tmp_path / "a")] * 2
+    assert len(FrameDataset(plan)) == plan.samples_per_worker
