@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from episodekit.metadata.mixture import parse_mixture
+from episodekit.metadata.mixture import MixtureError, parse_mixture
 from episodekit.prepare import PrepareResult, format_result, prepare
 
 
@@ -54,6 +55,8 @@ def prepare_mixture(
     from episodekit.metadata.mixture_plan import ensure_mixture_plans
 
     spec = parse_mixture(mixture)
+    if os.path.exists(os.path.join(os.fspath(out), "meta", "info.json")):  # before any source
+        raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
     result = MixturePrepareResult()
     for s in spec.sources:
         if "://" in s.root and not s.root.startswith("file://"):

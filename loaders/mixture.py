@@ -41,7 +41,13 @@ from episodekit.loaders.sampler import (
     items_to_ranges,
 )
 from episodekit.loaders.sharded import READ_CHUNK, BinLayout, BinOrder, ShardedLoader
-from episodekit.metadata.mixture import MIXTURE_FILE, MixtureError, MixtureSpec, parse_mixture
+from episodekit.metadata.mixture import (
+    MIXTURE_FILE,
+    MixtureError,
+    MixtureSpec,
+    parse_mixture,
+    renamed_features,
+)
 from episodekit.metadata.mixture_file import MixturePlan
 from episodekit.metadata.plan_file import is_mixture_dir
 
@@ -110,14 +116,8 @@ class FeatureMap:
         self.rename: list[dict[str, str]] = []
         self.inverse: list[dict[str, str]] = []
         keys_of: list[dict[str, Mapping[str, Any]]] = []
-        for s, ds in zip(spec.sources, datasets):
-            unknown = [k for k in s.rename if k not in ds.features]
-            if unknown:
-                raise MixtureError(
-                    f"{spec.where}: source {s.name!r}: rename of {unknown[0]!r}, which is not a "
-                    f"feature of {s.root}"
-                )
-            ren = {k: s.rename.get(k, k) for k in ds.features}
+        for i, ds in enumerate(datasets):
+            ren = renamed_features(spec, i, ds.features)
             self.rename.append(ren)
             self.inverse.append({v: k for k, v in ren.items()})
             keys_of.append({ren[k]: f for k, f in ds.features.items()})

@@ -34,6 +34,7 @@ from episodekit.metadata.plan_file import (
     PlanError,
     PlanNotFoundError,
     StalePlanError,
+    plan_flags,
     read_plan_file,
 )
 
@@ -91,6 +92,25 @@ def build_canonical_plan(
     return plan
 
 
+def check_canonical_bins(
+    root: str | Dataset, canonical_bins: int | None, split_long: bool = False
+) -> None:
+    """Refuse (ValueError: a bad option, exit 2) a C that cannot give every bin an episode (with
+    ``split_long``: a frame), before any plan is written; None (auto) always fits."""
+    from episodekit.core.dataset import as_dataset
+
+    if canonical_bins is None:
+        return
+    ds = as_dataset(root)
+    have, what = (ds.num_frames, "frames") if split_long else (ds.num_episodes, "episodes")
+    if int(canonical_bins) > have:
+        fix = "auto" if split_long else "auto, or --split-long"
+        raise ValueError(
+            f"--canonical-bins {canonical_bins}: {have} {what} are too few for "
+            f"{canonical_bins} bins (use at most {have}, {fix})"
+        )
+
+
 def ensure_canonical_plan(
     root: str | Dataset,
     canonical_bins: int | None = None,
@@ -112,6 +132,7 @@ def ensure_canonical_plan(
 
     check_model(cost)
     ds = as_dataset(root)
+    check_canonical_bins(ds, canonical_bins, split_long)
     c = default_canonical_bins(ds.num_episodes) if canonical_bins is None else int(canonical_bins)
     _check_args(None, None, c, 1, algo, policy, locality)
     costs, _ = ensure_costs(ds, cost)
@@ -200,6 +221,6 @@ def load_canonical_plan(
         raise StalePlanError(
             f"{path}: stale canonical plan: computed for episodes fingerprint {plan.fingerprint}, "
             f"the dataset now has {ds.fingerprint}; recompute it with: episodekit metadata plan "
-            f"{label} --canonical-bins {plan.num_bins} --force"
+            f"{label} --canonical-bins {plan.num_bins}{plan_flags(plan.doc)} --force"
         )
     return plan

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from episodekit.core.dataset import Dataset, DatasetError, read_parquet
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import map_files
-from episodekit.core.paths import inside_root
+from episodekit.core.paths import UnsafePathError, inside_root
 from episodekit.core.video import VideoFile, require_av
 
 IMAGE_DTYPES = ("image", "video")
@@ -258,7 +258,13 @@ def scan_images(job: dict) -> dict[int, np.ndarray]:
             if b is None:
                 if p is None:
                     raise DatasetError(f"{job['feature']}: image with neither bytes nor path")
-                with open(inside_root(job["root"], p), "rb") as fh:
+                try:
+                    safe = inside_root(job["root"], p)
+                except UnsafePathError as exc:  # name the file, feature and row at fault
+                    raise UnsafePathError(
+                        f"{job['file']}: {job['feature']} (index {r}): {exc}"
+                    ) from None
+                with open(safe, "rb") as fh:
                     b = fh.read()
             with image.open(io.BytesIO(b)) as im:
                 out[owner[r]] += pixel_histogram(np.asarray(im.convert("RGB"))[None])

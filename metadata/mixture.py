@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset
+from episodekit.core.errors import EXIT_ENV, EnvironmentProblem
 
 BALANCES = ("none", "frames", "episodes")
 OVERFLOWS = ("repeat", "cap")
@@ -59,6 +60,13 @@ _FEATURE_KEYS = {"pad_to", "drop"}
 
 class MixtureError(DatasetError):
     """A mixture spec or mixture plan that cannot be used; one line naming the field."""
+
+
+class MixtureFileError(MixtureError, EnvironmentProblem):
+    """The --mixture file is missing or unreadable: a bad option or the environment, like a
+    missing ROOT (exit 2), not a data problem."""
+
+    exit_code = EXIT_ENV
 
 
 @dataclass
@@ -207,10 +215,37 @@ def _source(obj: Any, i: int, where: str, base_dir: str | None) -> SourceSpec:
     )
 
 
+def renamed_features(spec: MixtureSpec, i: int, features: Any) -> dict[str, str]:
+    """Source ``i``'s features -> their mixture names (``sources[i].rename`` applied). A rename
+    of a feature the source lacks, or two features landing on one name (a rename onto a feature
+    the source keeps), is a :class:`MixtureError` naming it, never a silent pick of one."""
+    s = spec.sources[i]
+    unknown = [k for k in s.rename if k not in features]
+    if unknown:
+        raise MixtureError(
+            f"{spec.where}: source {s.name!r}: rename of {unknown[0]!r}, which is not a feature "
+            f"of {s.root}"
+        )
+    ren = {k: s.rename.get(k, k) for k in features}
+    seen: dict[str, str] = {}
+    for k, v in ren.items():
+        if v in seen:
+            a, b = sorted((seen[v], k))
+            raise MixtureError(
+                f"{spec.where}: sources[{i}].rename maps {a!r} and {b!r} of source {s.name!r} "
+                f"to one feature {v!r}: rename the other one too (to a new name, which "
+                f"features.NAME.drop can drop)"
+            )
+        seen[v] = k
+    return ren
+
+
 def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
     """A mixture spec from a dict, inline JSON (a string starting with ``{``) or a JSON file
-    (relative roots are taken from the file's folder). Raises :class:`MixtureError`."""
-    base_dir, where = None, "mixture"
+    (relative roots are taken from the file's folder; for inline JSON and dicts from the current
+    directory, made absolute so a plan keeps working from any directory). Raises
+    :class:`MixtureError`."""
+    base_dir, where = os.getcwd(), "mixture"
     if isinstance(value, dict):
         doc = value
     else:
@@ -224,10 +259,10 @@ def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
                 with open(text, encoding="utf-8") as fh:
                     raw = fh.read(16 << 20)
             except FileNotFoundError:
-                raise _fail(where, "no such mixture file") from None
+                raise MixtureFileError(f"{where}: no such mixture file") from None
             except OSError as exc:
-                raise _fail(
-                    where, f"cannot read the mixture file ({exc.strerror or exc})"
+                raise MixtureFileError(
+                    f"{where}: cannot read the mixture file ({exc.strerror or exc})"
                 ) from None
             base_dir = os.path.dirname(os.path.abspath(text))
         try:

@@ -24,6 +24,7 @@ from episodekit.metadata.plan_file import (
     PlanError,
     PlanNotFoundError,
     StalePlanError,
+    plan_flags,
     read_plan_file,
 )
 
@@ -133,7 +134,8 @@ def load_mixture_plan(
                 raise StalePlanError(
                     f"{path}: stale mixture plan: source {s['name']!r} ({s['root']}) changed "
                     f"(episodes fingerprint {s['fingerprint']} -> {ds.fingerprint}); recompute "
-                    f"it with: {mixture_fix_hint(str(folder), world_size, num_workers)} --force"
+                    f"it with: {mixture_fix_hint(str(folder), world_size, num_workers)}"
+                    f"{plan_flags(plan.doc)} --force"
                 )
             datasets.append(ds)
         if len(plan.items) > sum(d.num_frames for d in datasets):

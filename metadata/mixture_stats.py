@@ -53,6 +53,7 @@ from episodekit.metadata.mixture import (
     ResolvedSource,
     mixture_fingerprint,
     parse_mixture,
+    renamed_features,
     resolve_sources,
     summarize,
 )
@@ -161,14 +162,8 @@ def mixture_features(
     errors of the loader's FeatureMap for a key a source lacks or shapes that differ."""
     where = spec.where
     mapped: list[dict[str, str]] = []  # mixture name -> source name, per source
-    for s, ds in zip(spec.sources, datasets):
-        unknown = [k for k in s.rename if k not in ds.features]
-        if unknown:
-            raise MixtureError(
-                f"{where}: source {s.name!r}: rename of {unknown[0]!r}, which is not a feature "
-                f"of {s.root}"
-            )
-        mapped.append({s.rename.get(k, k): k for k in ds.features})
+    for i, ds in enumerate(datasets):
+        mapped.append({v: k for k, v in renamed_features(spec, i, ds.features).items()})
     drop = {k for k, o in spec.features.items() if o.get("drop")}
     pad_to = {k: int(o["pad_to"]) for k, o in spec.features.items() if "pad_to" in o}
     union: list[str] = []

@@ -56,6 +56,18 @@ def fix_hint(root: str, world_size: int, num_workers: int) -> str:
     return f"episodekit metadata plan {root} --world-size {world_size} --workers {num_workers}"
 
 
+def plan_flags(doc: dict) -> str:
+    """The plan's non-default `metadata plan` options, so the rerun hint rebuilds the same kind
+    of plan (not, say, a `--locality none` plan where `prepare` wrote a `rowgroup` one)."""
+    flags = ""
+    for flag, key, default in (("--cost", "cost_model", "frames"), ("--algo", "algo", "auto"),
+                               ("--policy", "policy", "trim"), ("--locality", "locality", "none"),
+                               ("--seed", "seed", 0)):  # fmt: skip
+        if doc.get(key, default) != default:
+            flags += f" {flag} {doc[key]}"
+    return flags + (" --split-long" if doc.get("split_long") else "")
+
+
 def _encode_column(values: np.ndarray, compressed: bool) -> Any:
     values = np.ascontiguousarray(values, dtype="<i8")
     if not compressed:
@@ -358,7 +370,7 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
             raise StalePlanError(
                 f"{path}: stale shard plan: computed for episodes fingerprint {plan.fingerprint}, "
                 f"the dataset now has {ds.fingerprint}; recompute it with: "
-                f"{fix_hint(label, world_size, num_workers)} --force"
+                f"{fix_hint(label, world_size, num_workers)}{plan_flags(plan.doc)} --force"
             )
     return plan
 

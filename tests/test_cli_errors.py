@@ -240,3 +240,18 @@ def test_every_option_named_in_a_message_exists():
                     if opt not in known:
                         unknown.setdefault(opt, str(path.relative_to(REPO)))
     assert not unknown, unknown
+
+
+def test_a_closed_stdout_is_not_a_hub_error(make_sample):
+    """`episodekit ... | head` stopping early used to end in 'cannot reach the server: [Errno 32]
+    Broken pipe' (BrokenPipeError is a ConnectionError): now silent, exit 2, no traceback."""
+    root = make_sample(episodes=6)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "episodekit.cli", "metadata", "plan", str(root), "--world-size=2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    p.stdout.close()  # the reader goes away before the command writes anything
+    err = p.stderr.read()
+    assert p.wait() == 2 and err == "", err

@@ -161,6 +161,50 @@ def test_cli_prepare_writes_the_canonical_plan_once(tmp_path):
         assert bad.stderr.startswith("Error:") and len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_cli_too_many_canonical_bins_is_refused_before_any_plan(tmp_path):
+    """--canonical-bins above the episodes: one line naming the option, exit 2, and the
+    --world-size plans of the same command are not written either."""
+    r = write_sample(tmp_path / "r", episodes=40, tasks=2, seed=5, mean_length=30)
+    cli = [sys.executable, "-m", "episodekit.cli", "metadata", "plan", str(r)]
+    bad = subprocess.run(
+        [*cli, "--world-size", "2", "--canonical-bins", "1000"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip() == (
+        "Error: --canonical-bins 1000: 40 episodes are too few for 1000 bins "
+        "(use at most 40, auto, or --split-long)"
+    )
+    assert not (r / "meta" / "shard_plans").exists()
+
+
+def test_stale_hints_rebuild_the_same_kind_of_plan(tmp_path):
+    """The rerun commands stale canonical and shard plans name, run as written, keep the plans'
+    options (it used to drop --locality/--seed/--split-long: a rowgroup plan came back 'none')."""
+    import shlex
+    import shutil
+
+    from episodekit.loaders import StalePlanError
+
+    r = write_sample(tmp_path / "r", episodes=40, tasks=2, seed=5, mean_length=30)
+    ensure_canonical_plan(str(r), 2, locality="rowgroup", split_long=True, seed=4)
+    ensure_plans(str(r), [2], 1, locality="rowgroup", seed=4)
+    shutil.move(r / "meta" / "shard_plans", tmp_path / "plans")
+    shutil.rmtree(r)
+    write_sample(r, episodes=41, tasks=2, seed=5, mean_length=30)
+    shutil.move(tmp_path / "plans", r / "meta" / "shard_plans")
+    for load in (lambda: load_canonical_plan(str(r)), lambda: load_plan(str(r), 2, 1)):
+        with pytest.raises(StalePlanError) as err:
+            load()
+        cmd = shlex.split(str(err.value).split("recompute it with: ")[1])
+        assert cmd[:3] == ["episodekit", "metadata", "plan"]
+        run = subprocess.run(
+            [sys.executable, "-m", "episodekit.cli", *cmd[1:]], capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        doc = load().doc
+        assert (doc["locality"], doc["seed"]) == ("rowgroup", 4), cmd
+
+
 # -- the order --------------------------------------------------------------------------------
 
 

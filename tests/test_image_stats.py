@@ -237,6 +237,31 @@ def test_cli_images_writes_and_reports(make_sample):
     assert np.array(load_lerobot_stats(root)[WRIST]["mean"]).shape == (3, 1, 1)
 
 
+def test_cli_image_path_leaving_the_root_names_the_file_exit_2(make_sample):
+    """A path-only image row pointing out of the root (hub data is untrusted) is refused in one
+    line naming the data file, the feature and the row."""
+    import pyarrow as pa
+
+    root = make_sample(**IMAGE_SPEC)
+    f = sorted((root / "data").rglob("*.parquet"))[0]
+    t = pq.read_table(f)
+    vals = t.column(WRIST).to_pylist()
+    vals[0] = {"bytes": None, "path": "../../../../etc/hostname"}
+    i = t.column_names.index(WRIST)
+    pq.write_table(t.set_column(i, WRIST, pa.array(vals, type=t.schema.field(WRIST).type)), f)
+    exe = Path(sys.executable).with_name("episodekit")
+    p = subprocess.run(
+        [str(exe), "metadata", "stats", str(root), "--images", "-j", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2, p.stderr
+    index0 = t.column("index")[0].as_py()
+    assert p.stderr.strip() == (
+        f"Error: {f}: {WRIST} (index {index0}): path '../../../../etc/hostname' leaves the root"
+    )
+
+
 def _stats_findings(root: Path) -> list:
     from episodekit.validate.runner import validate
 

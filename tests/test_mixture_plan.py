@@ -4,6 +4,7 @@ naming the source, single-root plans untouched, the CLI as a user runs it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -191,3 +192,88 @@ def test_prepare_mixture_prepares_sources_then_plans(roots, tmp_path):
     assert [c for _, _, c in again.plans] == [False]
     for res in again.sources.values():
         assert {st.status for st in res.steps} <= {"skipped"}
+
+
+def test_prepare_mixture_refuses_a_dataset_out_before_touching_sources(roots, tmp_path):
+    _, a, b = roots
+    a2, b2 = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(a, a2)
+    shutil.copytree(b, b2)
+    before = sorted(str(p.relative_to(a2)) for p in a2.rglob("*"))
+    m = json.dumps({"sources": [{"root": str(a2), "weight": 1}, {"root": str(b2), "weight": 1}]})
+    r = run_cli("prepare", "--mixture", m, "--out", str(a2), "--world-size", "2", "-j", "1")
+    assert r.returncode == 1 and "--out is a dataset root" in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert sorted(str(p.relative_to(a2)) for p in a2.rglob("*")) == before  # nothing prepared
+
+
+@pytest.mark.parametrize("flag", [["--push-to-hub", "me/x"], ["--videos"], ["--videos-gop", "2"]])
+def test_prepare_mixture_refuses_root_only_options(roots, tmp_path, flag):
+    _, a, b = roots
+    r = run_cli("prepare", "--mixture", json.dumps(spec(a, b)), "--out", str(tmp_path / "p"), *flag)
+    assert r.returncode == 2 and f"{flag[0]} is for ROOT" in r.stderr, r.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_stale_hint_rebuilds_the_same_kind_of_plan(roots, tmp_path):
+    """The rerun command a stale plan names, run as written, keeps the plan's options."""
+    import shlex
+
+    _, a, b = roots
+    b2 = tmp_path / "b2"
+    shutil.copytree(b, b2)
+    ensure_mixture_plans(spec(a, b2), tmp_path / "p", [1], 2, locality="rowgroup", seed=3)
+    shutil.rmtree(b2)
+    write_sample(b2, episodes=25, tasks=2, seed=2, mean_length=30, state_dim=6)
+    with pytest.raises(StalePlanError) as err:
+        load_plan(tmp_path / "p", 1, 2)
+    cmd = shlex.split(str(err.value).split("recompute it with: ")[1])
+    assert cmd[:3] == ["episodekit", "metadata", "plan"]
+    r = run_cli(*cmd[1:])
+    assert r.returncode == 0, r.stderr
+    plan = load_plan(tmp_path / "p", 1, 2)
+    assert (plan.doc["locality"], plan.doc["seed"]) == ("rowgroup", 3)
+
+
+@pytest.mark.parametrize(
+    "command", [["info"], ["metadata", "plan", "--world-size", "2", "--out", "p"]]
+)
+def test_missing_mixture_file_is_a_usage_error(tmp_path, command):
+    """A --mixture path that does not exist is exit 2, like a missing ROOT (not a data error)."""
+    missing = tmp_path / "nope.json"
+    r = run_cli(*command, "--mixture", str(missing), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == f"Error: {missing}: no such mixture file"
+
+
+def test_rename_onto_a_kept_feature_is_refused(roots, tmp_path):
+    """A rename onto a feature the source keeps gave two features one name, and one of them was
+    silently served; the loader and `metadata stats --mixture` refuse it naming the rename."""
+    from episodekit.loaders import FrameDataset
+
+    _, a, b = roots
+    s = spec(a, b, features={"action": {"drop": True}})
+    s["sources"][0]["rename"] = {"action": "observation.state"}
+    ensure_mixture_plans(s, tmp_path / "p", [1], 1)
+    msg = "sources[0].rename maps 'action' and 'observation.state' of source 'a' to one feature"
+    with pytest.raises(MixtureError, match=re.escape(msg)):
+        FrameDataset(load_plan(tmp_path / "p", 1, 1))
+    r = run_cli("metadata", "stats", "--mixture", json.dumps(s), "--out", str(tmp_path / "p"))
+    assert r.returncode == 1 and msg in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_inline_relative_roots_are_kept_absolute(roots, tmp_path):
+    """Inline JSON roots are relative to the current directory: the plan records them absolute,
+    so a training job started elsewhere still finds the sources."""
+    from episodekit.loaders import FrameDataset
+
+    _, a, b = roots
+    shutil.copytree(a, tmp_path / "a")
+    inline = json.dumps({"sources": [{"root": "a", "weight": 1}, {"root": "./a", "weight": 1,
+                                                                  "name": "a2"}]})  # fmt: skip
+    r = run_cli("metadata", "plan", "--mixture", inline, "--world-size", "1", "--out", "p",
+                cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    plan = load_plan(tmp_path / "p", 1, 1)  # this process's cwd is not tmp_path
+    assert [s["root"] for s in plan.sources] == [str(tmp_path / "a")] * 2
+    assert len(FrameDataset(plan)) == plan.samples_per_worker

@@ -254,6 +254,8 @@ def test_cli_mixture_stats(roots, tmp_path):
     assert r.returncode == 2 and "not both" in r.stderr
     r = run_cli("metadata", "stats", "--mixture", str(m), "--out", str(out), "--features", "nope")
     assert r.returncode == 2 and "nope" in r.stderr
+    r = run_cli("metadata", "stats", "--mixture", str(m), "--out", str(out), "--executor", "ray")
+    assert r.returncode == 2 and "--executor is for ROOT" in r.stderr  # not silently local
     bad = '{"sources": [{"root": "' + str(a) + '", "weight": 0}]}'
     r = run_cli("metadata", "stats", "--mixture", bad, "--out", str(out))
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0

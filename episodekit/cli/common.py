@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,24 @@ def _chain(exc: BaseException) -> list[BaseException]:
         seen.append(exc)
         exc = exc.__cause__ or exc.__context__
     return seen
+
+
+def _stdout_closed() -> bool:
+    """True when our stdout's reader went away (EPIPE on a flush); stdout then goes to devnull,
+    so the flush at interpreter exit does not fail again."""
+    import select  # noqa: PLC0415
+
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        closed = any(ev & select.POLLERR for _, ev in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+    if closed:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return closed
 
 
 def _one_line(text: str) -> str:
@@ -163,6 +182,8 @@ class EpisodekitGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
+            if isinstance(exc, BrokenPipeError) and _stdout_closed():
+                raise SystemExit(EXIT_ENV) from None  # `| head` stopped reading: no hub problem
             if debug_enabled(ctx):
                 raise
             root = ctx.meta.get(META_ROOT)

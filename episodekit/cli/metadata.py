@@ -155,6 +155,10 @@ def plan_command(
     if out is not None:
         raise click.UsageError("--out is for mixture plans (--mixture); ROOT's plans go to ROOT")
     with writing(root, no_wait):
+        if canonical is not False:  # before any plan is written
+            from episodekit.metadata.canonical import check_canonical_bins
+
+            check_canonical_bins(root, canonical, split_long)
         results = ensure_plans(
             root,
             world_sizes or [],
@@ -363,6 +367,10 @@ def stats_command(
         if images:
             raise click.UsageError(
                 "--images is for ROOT's stats; it does not combine with --mixture"
+            )
+        if executor != "local":  # the mixture stats run in this process
+            raise click.UsageError(
+                "--executor is for ROOT's stats; it does not combine with --mixture"
             )
         _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_json)
         return

@@ -31,7 +31,8 @@ from episodekit.cli.common import (
     "--out",
     type=click.Path(file_okay=False),
     default=None,
-    help="Prepare a complete copy here instead of in place (required for remote roots).",
+    help="Prepare a complete copy here instead of in place (required for remote roots). "
+    "With --mixture: the folder for the mixture plans (the sources are prepared in place).",
 )
 @target_mb_option
 @click.option(
@@ -89,8 +90,9 @@ from episodekit.cli.common import (
     "--mixture",
     default=None,
     metavar="FILE|JSON",
-    help="Prepare every source of a mixture (mixture.json or inline JSON) instead of ROOT, "
-    "then write its mixture plans into --out DIR.",
+    help="Prepare every local source of a mixture (mixture.json or inline JSON) in place "
+    "instead of ROOT, then write its mixture plans into --out DIR (not with --push-to-hub, "
+    "--videos, --videos-gop).",
 )
 @force_option
 @no_wait_option
@@ -136,10 +138,18 @@ def prepare_command(
     hub_bars_follow(click.get_current_context())
     canonical = parse_canonical_bins(canonical_bins)
     if mixture is not None or root is None:
-        if canonical is not False:
-            raise click.UsageError(
-                "--canonical-bins plans one ROOT; it does not combine with --mixture"
-            )
+        only_root = (
+            ("--push-to-hub", push_to_hub),
+            ("--videos", include_videos),
+            ("--videos-gop", videos_gop),
+            ("--canonical-bins", canonical is not False),
+        )
+        for flag, given in only_root:
+            if given:
+                raise click.UsageError(
+                    f"{flag} is for ROOT; it does not combine with --mixture "
+                    "(prepare each source with 'episodekit prepare ROOT' instead)"
+                )
         _prepare_mixture(root, mixture, out, world_size, workers, cost, locality, split_long,
                          force, no_wait, as_json, executor=executor, jobs=jobs, frames=frames,
                          target_mb=target_mb)  # fmt: skip
