@@ -155,10 +155,12 @@ def test_cli_prepare_writes_the_canonical_plan_once(tmp_path):
     plans = next(s for s in json.loads(again.stdout)["steps"] if s["name"] == "plans")
     assert plans["status"] == "skipped" and path.stat().st_mtime_ns == mtime
     assert [p.get("canonical_bins") for p in plans["detail"]["plans"]] == [None, 8]
-    for args in (["--canonical-bins", "-1"], ["--canonical-bins", "8", "--mixture", "{}"]):
-        bad = subprocess.run([*cli[:3], *args], capture_output=True, text=True)
+    mixture = [*cli[:4], "--mixture", "{}", "--out", str(tmp_path / "m")]
+    for args in ([*cli, "--canonical-bins", "-1"], [*mixture, "--canonical-bins", "8"]):
+        bad = subprocess.run(args, capture_output=True, text=True)
         assert bad.returncode == 2, bad.stderr
         assert bad.stderr.startswith("Error:") and len(bad.stderr.strip().splitlines()) == 1
+        assert "--canonical-bins" in bad.stderr
 
 
 def test_cli_too_many_canonical_bins_is_refused_before_any_plan(tmp_path):
