@@ -11,6 +11,7 @@ from episodekit.cli.common import (
     EpisodekitGroup,
     IntList,
     canonical_bins_option,
+    check_mixture_args,
     cost_option,
     dataloader_workers_option,
     deprecated_alias,
@@ -179,8 +180,14 @@ def plan_command(
                     root, canonical, cost, algo, split_long, seed, force, policy, locality
                 )
             )
+    skip = ("items", "bin_offsets", "bin_cost", "bin_frames")
+    _echo_plans(results, skip, format_balance, "plan(s)", t0, as_json)
+
+
+def _echo_plans(results, skip, describe, label: str, t0: float, as_json: bool) -> None:
+    """Print ``(path, plan, changed)`` results: their headers (``skip``: the bulky arrays) as
+    JSON, or one written/kept line and ``describe(plan)`` each, then the count and time."""
     if as_json:
-        skip = ("items", "bin_offsets", "bin_cost", "bin_frames")
         heads = [
             {"path": p, "changed": c, **{k: v for k, v in plan.items() if k not in skip}}
             for p, plan, c in results
@@ -189,8 +196,8 @@ def plan_command(
         return
     for path, plan, changed in results:
         click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
-        click.echo(format_balance(plan))
-    click.echo(f"{len(results)} plan(s) in {time.perf_counter() - t0:.1f}s")
+        click.echo(describe(plan))
+    click.echo(f"{len(results)} {label} in {time.perf_counter() - t0:.1f}s")
 
 
 def _mixture_plan(
@@ -200,29 +207,14 @@ def _mixture_plan(
     """``metadata plan --mixture M --out DIR``."""
     from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
 
-    if root is not None:
-        raise click.UsageError("give either ROOT or --mixture, not both")
-    if mixture is None:
-        raise click.UsageError("missing ROOT (or --mixture FILE with --out DIR)")
-    if out is None:
-        raise click.UsageError("--mixture needs --out DIR (the folder the mixture plan goes to)")
+    check_mixture_args(root, mixture, out, "the mixture plan")
     t0 = time.perf_counter()
     results = ensure_mixture_plans(
         mixture, out, world_sizes, workers, cost=cost, algo=algo, split_long=split_long,
         seed=seed, force=force, policy=policy, locality=locality,
     )  # fmt: skip
-    if as_json:
-        skip = ("items", "item_source", "bin_offsets", "bin_cost", "bin_frames", "bin_draws")
-        heads = [
-            {"path": p, "changed": c, **{k: v for k, v in plan.items() if k not in skip}}
-            for p, plan, c in results
-        ]
-        click.echo(json.dumps(heads, indent=2, sort_keys=True))
-        return
-    for path, plan, changed in results:
-        click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
-        click.echo(format_mixture_plan(plan))
-    click.echo(f"{len(results)} mixture plan(s) in {time.perf_counter() - t0:.1f}s")
+    skip = ("items", "item_source", "bin_offsets", "bin_cost", "bin_frames", "bin_draws")
+    _echo_plans(results, skip, format_mixture_plan, "mixture plan(s)", t0, as_json)
 
 
 def _fmt(x: float | None) -> str:
@@ -394,12 +386,7 @@ def _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_jso
     """``metadata stats --mixture M --out DIR``."""
     from episodekit.metadata.mixture_stats import ensure_mixture_stats, format_mixture_stats
 
-    if root is not None:
-        raise click.UsageError("give either ROOT or --mixture, not both")
-    if mixture is None:
-        raise click.UsageError("missing ROOT (or --mixture FILE with --out DIR)")
-    if out is None:
-        raise click.UsageError("--mixture needs --out DIR (the folder the mixture stats go to)")
+    check_mixture_args(root, mixture, out, "the mixture stats")
     report = ensure_mixture_stats(
         mixture, out, force=force, features=only, quantiles=quantiles, memory_mb=memory_mb
     )

@@ -10,6 +10,7 @@ import click
 from episodekit.cli.common import (
     IntList,
     canonical_bins_option,
+    check_mixture_args,
     cost_option,
     dataloader_workers_option,
     executor_option,
@@ -185,12 +186,7 @@ def _prepare_mixture(
     """``prepare --mixture M --out DIR``."""
     from episodekit.mixture import format_mixture_result, prepare_mixture
 
-    if root is not None:
-        raise click.UsageError("give either ROOT or --mixture, not both")
-    if mixture is None:
-        raise click.UsageError("missing ROOT (or --mixture FILE with --out DIR)")
-    if out is None:
-        raise click.UsageError("--mixture needs --out DIR (the folder the mixture plan goes to)")
+    check_mixture_args(root, mixture, out, "the mixture plan")
     result = prepare_mixture(
         mixture, out, world_sizes=world_size, num_workers=workers, cost=cost, locality=locality,
         split_long=split_long, force=force, wait=not no_wait, **kwargs,
