@@ -66,6 +66,15 @@ def rank_info() -> RankInfo:
     return RankInfo(0, 1, "single")
 
 
+def fill_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)``: the given values, each missing one from :func:`rank_info`."""
+    if rank is None or world_size is None:
+        info = rank_info()
+        rank = info.rank if rank is None else rank
+        world_size = info.world_size if world_size is None else world_size
+    return rank, world_size
+
+
 def barrier() -> None:
     """Wait for every rank when torch.distributed is initialized; a no-op otherwise."""
     dist = _torch_dist()

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
-from episodekit.core.world import rank_info
+from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
 from episodekit.loaders.sampler import feistel_permute
@@ -514,10 +514,7 @@ class ElasticLoader:
         from episodekit.metadata.canonical import is_canonical, load_canonical_plan
 
         ds = as_dataset(root)
-        if rank is None or world_size is None:
-            info = rank_info()
-            rank = info.rank if rank is None else rank
-            world_size = info.world_size if world_size is None else world_size
+        rank, world_size = fill_rank(rank, world_size)
         if plan is None:
             plan = load_canonical_plan(ds)
         if not is_canonical(plan):

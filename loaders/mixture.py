@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset
-from episodekit.core.world import rank_info
+from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset, int_indices
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
 from episodekit.loaders.sampler import (
@@ -40,7 +40,14 @@ from episodekit.loaders.sampler import (
     feistel_permute,
     items_to_ranges,
 )
-from episodekit.loaders.sharded import READ_CHUNK, BinLayout, BinOrder, ShardedLoader
+from episodekit.loaders.sharded import (
+    READ_CHUNK,
+    BinLayout,
+    BinOrder,
+    ShardedLoader,
+    check_run,
+    row_bytes_estimate,
+)
 from episodekit.metadata.mixture import (
     MIXTURE_FILE,
     MixtureError,
@@ -392,10 +399,7 @@ class MixtureSampler(EpisodeAwareSampler):
             raise ValueError(
                 f"dataset sources {dataset.source_names} differ from the plan's {plan.source_names}"
             )
-        if rank is None or world_size is None:
-            info = rank_info()
-            rank = info.rank if rank is None else rank
-            world_size = info.world_size if world_size is None else world_size
+        rank, world_size = fill_rank(rank, world_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         if int(plan.world_size) != int(world_size):
@@ -495,31 +499,14 @@ class MixtureLoader(ShardedLoader):
         speed: bool = True,
         video_backend: Any = None,
     ):
-        if rank is None or world_size is None:
-            info = rank_info()
-            rank = info.rank if rank is None else rank
-            world_size = info.world_size if world_size is None else world_size
+        rank, world_size = fill_rank(rank, world_size)
         if plan is None:
             from episodekit.metadata.plan_file import load_plan
 
             plan = load_plan(os.fspath(root), world_size, num_workers or 1)
         if not isinstance(plan, MixturePlan):
             raise ValueError("a mixture root needs its mixture plan (load_plan(DIR, ...))")
-        if int(plan.world_size) != int(world_size):
-            raise ValueError(f"plan is for world_size={plan.world_size}, this job has {world_size}")
-        if num_workers is not None and int(num_workers) != int(plan.num_workers):
-            raise ValueError(
-                f"plan is for {plan.num_workers} workers, got num_workers={num_workers}"
-            )
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-        if worker is not None and not 0 <= worker < plan.num_workers:
-            raise ValueError(f"worker {worker} is not in [0, {plan.num_workers})")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if cache_mb <= 0:
-            raise ValueError(f"cache_mb must be > 0, got {cache_mb}")
-        from episodekit.loaders.sharded import row_bytes_estimate
+        check_run(plan, rank, world_size, worker, num_workers, batch_size, cache_mb)
 
         spec, datasets = open_mixture(plan)
         self.spec, self.features = spec, FeatureMap(spec, datasets)

@@ -24,7 +24,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.hashing import splitmix64
-from episodekit.core.world import rank_info
+from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import FrameDataset
 from episodekit.metadata.plan_file import items_digest
 
@@ -180,10 +180,7 @@ class EpisodeAwareSampler:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         if drop_n_first_frames < 0 or drop_n_last_frames < 0:
             raise ValueError("drop_n_first_frames/drop_n_last_frames must be >= 0")
-        if rank is None or world_size is None:
-            info = rank_info()
-            rank = info.rank if rank is None else rank
-            world_size = info.world_size if world_size is None else world_size
+        rank, world_size = fill_rank(rank, world_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         self.seed, self.shuffle = int(seed), bool(shuffle)

@@ -29,7 +29,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.footer import read_footer
-from episodekit.core.world import rank_info
+from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
 from episodekit.loaders.sampler import FEISTEL_ROUNDS, feistel_permute
@@ -195,6 +195,31 @@ def row_bytes_estimate(ds: Dataset, columns: Mapping[str, tuple[int, ...]]) -> f
     return max(total, 1.0)
 
 
+def check_run(
+    plan: Any,
+    rank: int,
+    world_size: int,
+    worker: int | None,
+    num_workers: int | None,
+    batch_size: int | None,
+    cache_mb: float,
+) -> None:
+    """Raise ValueError when a stream's arguments do not fit ``plan`` (world size, workers, rank,
+    worker) or are out of range (batch size, cache)."""
+    if int(plan.world_size) != int(world_size):
+        raise ValueError(f"plan is for world_size={plan.world_size}, this job has {world_size}")
+    if num_workers is not None and int(num_workers) != int(plan.num_workers):
+        raise ValueError(f"plan is for {plan.num_workers} workers, got num_workers={num_workers}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+    if worker is not None and not 0 <= worker < plan.num_workers:
+        raise ValueError(f"worker {worker} is not in [0, {plan.num_workers})")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if cache_mb <= 0:
+        raise ValueError(f"cache_mb must be > 0, got {cache_mb}")
+
+
 class ShardedLoader:
     """Stream one rank's (and worker's) share of a root by its shard plan.
 
@@ -238,30 +263,14 @@ class ShardedLoader:
         video_backend: Any = None,
     ):
         ds = as_dataset(root)
-        if rank is None or world_size is None:
-            info = rank_info()
-            rank = info.rank if rank is None else rank
-            world_size = info.world_size if world_size is None else world_size
+        rank, world_size = fill_rank(rank, world_size)
         if plan is None:
             from episodekit.metadata.plan_file import load_plan
 
             plan = load_plan(ds, world_size, num_workers or 1)
-        if int(plan.world_size) != int(world_size):
-            raise ValueError(f"plan is for world_size={plan.world_size}, this job has {world_size}")
-        if num_workers is not None and int(num_workers) != int(plan.num_workers):
-            raise ValueError(
-                f"plan is for {plan.num_workers} workers, got num_workers={num_workers}"
-            )
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-        if worker is not None and not 0 <= worker < plan.num_workers:
-            raise ValueError(f"worker {worker} is not in [0, {plan.num_workers})")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        check_run(plan, rank, world_size, worker, num_workers, batch_size, cache_mb)
         if pool_episodes is not None and pool_episodes < 1:
             raise ValueError(f"pool_episodes must be >= 1, got {pool_episodes}")
-        if cache_mb <= 0:
-            raise ValueError(f"cache_mb must be > 0, got {cache_mb}")
         self.plan, self.rank, self.world_size = plan, int(rank), int(world_size)
         self.num_workers = int(plan.num_workers)
         self.worker = worker
