@@ -27,7 +27,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from episodekit.core.dataset import Dataset, open_dataset, resolve_root
+from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.paths import PLAN_DIR
 from episodekit.metadata.plan_file import (
     Plan,
@@ -35,6 +35,7 @@ from episodekit.metadata.plan_file import (
     PlanNotFoundError,
     StalePlanError,
     plan_flags,
+    plan_root,
     read_plan_file,
 )
 
@@ -186,12 +187,7 @@ def load_canonical_plan(
     Raises :class:`PlanNotFoundError` when there is none (or several and no choice),
     :class:`StalePlanError` when its episodes fingerprint differs from the dataset's, and
     :class:`PlanError` when the file is not a canonical plan."""
-    ds = root if isinstance(root, Dataset) else None
-    if ds is not None:
-        fs, base, label = ds.fs, ds.path, ds.root
-    else:
-        fs, base = resolve_root(root)
-        label = str(root)
+    ds, fs, base, label = plan_root(root)
     folder = posixpath.join(base.rstrip("/") or "/", PLAN_DIR)
     hint = f"create it with: episodekit metadata plan {label} --canonical-bins auto"
     if canonical_bins is None:

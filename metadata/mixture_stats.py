@@ -69,6 +69,7 @@ from episodekit.metadata.stats import (
     data_state,
     feature_values,
     merge_stats,
+    pick_features,
 )
 
 MIXTURE_STATS_FILE = "stats.json"
@@ -202,14 +203,7 @@ def mixture_features(
         else:
             dims = widths[0]
         out[key] = {"dims": dims, "source_names": [m[key] for m in mapped], "widths": widths}
-    if only:
-        unknown = [k for k in only if k not in out]
-        if unknown:
-            raise ValueError(
-                f"--features {unknown}: not numeric one-dimensional features of this mixture "
-                f"(choose from {sorted(out)})"
-            )
-        out = {k: v for k, v in out.items() if k in only}
+    out = pick_features(out, only, "this mixture")
     if not out:
         raise MixtureError(f"{where}: the mixture has no numeric one-dimensional features")
     return out

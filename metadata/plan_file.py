@@ -338,6 +338,15 @@ def read_plan_file(fs, path: str, max_items: int | None = None) -> Plan:
     return Plan(decode_plan(raw, path, max_items), path)
 
 
+def plan_root(root: str | Any) -> tuple[Dataset | None, Any, str, str]:
+    """Where a root's plans live: ``(dataset or None, filesystem, base path, label for
+    messages)`` of an opened ``Dataset`` or a path/URL."""
+    if isinstance(root, Dataset):
+        return root, root.fs, root.path, root.root
+    fs, base = resolve_root(root)
+    return None, fs, base, str(root)
+
+
 def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: bool = True) -> Plan:
     """The plan for ``world_size`` ranks x ``num_workers`` workers under a dataset root.
 
@@ -345,12 +354,8 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
     exists for that shape and :class:`StalePlanError` when its episodes fingerprint differs from
     the dataset's (checked when ``check_fresh``: this reads the episodes metadata).
     """
-    ds = root if isinstance(root, Dataset) else None
-    if ds is not None:
-        fs, base, label = ds.fs, ds.path, ds.root
-    else:
-        fs, base = resolve_root(root)
-        label = str(root)
+    ds, fs, base, label = plan_root(root)
+    if ds is None:
         if is_mixture_dir(fs, base):  # a mixture plan folder (metadata plan --mixture --out)
             from episodekit.metadata.mixture_file import load_mixture_plan
 

@@ -49,6 +49,7 @@ import logging
 import os
 import posixpath
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -113,15 +114,21 @@ def numeric_features(info: dict, only: list[str] | None = None) -> dict[str, int
         if len(shape) != 1:
             continue  # multi-dimensional tensors: not normalized per dimension by LeRobot either
         out[name] = int(shape[0])
-    if only:
-        unknown = [n for n in only if n not in out]
-        if unknown:
-            raise ValueError(
-                f"--features {unknown}: not numeric one-dimensional features of this dataset "
-                f"(choose from {sorted(out)})"
-            )
-        out = {n: d for n, d in out.items() if n in only}
-    return out
+    return pick_features(out, only, "this dataset")
+
+
+def pick_features(found: dict, only: Sequence[str] | None, of: str) -> dict:
+    """``found`` restricted to the ``--features`` names in ``only`` (all when None); a name that
+    is not in ``found`` is a ValueError listing the choices (``of``: whose features, for it)."""
+    if not only:
+        return found
+    unknown = [n for n in only if n not in found]
+    if unknown:
+        raise ValueError(
+            f"--features {unknown}: not numeric one-dimensional features of {of} "
+            f"(choose from {sorted(found)})"
+        )
+    return {n: d for n, d in found.items() if n in only}
 
 
 # --------------------------------------------------------------------------------------------
