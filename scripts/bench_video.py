@@ -37,6 +37,7 @@ import torch
 
 from episodekit.core.video import decode_all
 from episodekit.loaders.frames import FrameDataset
+from episodekit.loaders.video import STREAM_EPISODE_CACHE_MB
 from episodekit.sample import write_sample
 
 CAM0, CAM1 = "observation.images.cam0", "observation.images.cam1"
@@ -270,7 +271,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (loader)")
     p.add_argument("--episodes", type=int, default=6, help="episodes of the stream samples")
     p.add_argument("--loop-frames", type=int, default=300, help="frames of the per-frame loop")
-    p.add_argument("--episode-cache-mb", type=float, default=600)
+    p.add_argument(
+        "--episode-cache-mb",
+        type=float,
+        default=STREAM_EPISODE_CACHE_MB,
+        help='the stream\'s episode cache (default: what video_backend="pyav" gets)',
+    )
     p.add_argument("--stream-rounds", type=int, default=2)
     p.add_argument("--dir", default="/tmp/bench_video")
     a = p.parse_args()
