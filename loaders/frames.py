@@ -30,7 +30,12 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
-from episodekit.loaders.reader import DEFAULT_CACHE_MB, DEFAULT_FOOTER_MB, RowGroupReader
+from episodekit.loaders.reader import (
+    DEFAULT_CACHE_MB,
+    DEFAULT_FOOTER_MB,
+    PoolRows,
+    RowGroupReader,
+)
 from episodekit.loaders.store import AUTO, FrameStore, find_store, frames_command, warn_once
 from episodekit.loaders.video import PyAVBackend, make_backend
 
@@ -163,6 +168,8 @@ class FrameDataset:
             ds, columns, file_ids=ds.column("file_id")[rows], cache_mb=cache_mb, footer_mb=footer_mb
         )
         self._ep_rg = self.reader.single_row_group(self._from, self._from + self._len)
+        # True (a mixture's stream): columns held in an arena come back as PoolRows
+        self.defer_pool_rows = False
         self.store: FrameStore | None = find_store(ds, store)
         if self.store is None and isinstance(store, str) and store == AUTO:
             self._warn_if_thrashing(columns, cache_mb)
@@ -277,7 +284,7 @@ class FrameDataset:
         if rg < 0:  # episode split across row groups: the general path
             return _squeeze(self._batch(np.array([g]), np.array([k])))
         slot = int(reader.slot[rg])
-        if slot < 0:
+        if slot < 0 or not reader.complete(np.array([rg]))[0]:
             reader.load(np.array([rg]))
             slot = int(reader.slot[rg])
         base = slot - int(reader.rg_start[rg])
@@ -457,7 +464,8 @@ class FrameDataset:
         """Values of each ``(column, global frames)`` request: from the store for the columns it
         holds (one ``np.take`` each), the rest from parquet."""
         if self.store is None:
-            return self._gather_parquet(requests, k)
+            defer = len(self._plain) + len(self._windows) if self.defer_pool_rows else 0
+            return self._gather_parquet(requests, k, defer)
         cols, base = self.store.columns, self._store_base
         out: list[Any] = [None] * len(requests)
         rest = []
@@ -473,23 +481,32 @@ class FrameDataset:
         return out
 
     def _gather_parquet(
-        self, requests: list[tuple[str, np.ndarray]], k: np.ndarray
-    ) -> list[np.ndarray]:
-        """Pool gather; vectorized fast path when each frame's episode sits in one row group."""
+        self, requests: list[tuple[str, np.ndarray]], k: np.ndarray, defer: int = 0
+    ) -> list[Any]:
+        """Pool gather; vectorized fast path when each frame's episode sits in one row group.
+
+        In that path, the first ``defer`` requests on columns whose pool is an arena region
+        come back as :class:`PoolRows` (indices, not values): the caller gathers them."""
         reader = self.reader
         rgk = self._ep_rg[k]
         if len(rgk) and (rgk >= 0).all():
-            missing = rgk[reader.slot[rgk] < 0]
+            first = self._from[k] - reader.rg_start[rgk]  # each frame's episode, local rows
+            missing = rgk[~reader.covers(rgk, first, first + self._len[k])]
             if missing.size:
                 reader.load(missing)
             slots = reader.slot[rgk]
             if (slots >= 0).all():
                 base = slots - reader.rg_start[rgk]
-                pool = reader.pool
-                return [
-                    np.take(pool[c], f + (base if f.ndim == 1 else base[:, None]), axis=0)
-                    for c, f in requests
-                ]
+                pool, shared = reader.pool, reader.pool_base
+                out: list[Any] = []
+                for j, (c, f) in enumerate(requests):
+                    rows = f + (base if f.ndim == 1 else base[:, None])
+                    if j < defer and c in shared and c != "task_index":
+                        arr, offset = shared[c]  # gathered later, with the other sources' rows
+                        out.append(PoolRows(arr, rows + offset))
+                    else:
+                        out.append(np.take(pool[c], rows, axis=0))
+                return out
         return reader.gather(requests)
 
 

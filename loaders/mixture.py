@@ -31,8 +31,9 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.world import fill_rank
+from episodekit.loaders.arena import PoolArena
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset, int_indices
-from episodekit.loaders.reader import DEFAULT_CACHE_MB
+from episodekit.loaders.reader import DEFAULT_CACHE_MB, PoolRows
 from episodekit.loaders.sampler import (
     FEISTEL_ROUNDS,
     EpisodeAwareSampler,
@@ -45,6 +46,7 @@ from episodekit.loaders.sharded import (
     BinLayout,
     BinOrder,
     ShardedLoader,
+    _concat,
     check_run,
     row_bytes_estimate,
 )
@@ -229,24 +231,55 @@ class FeatureMap:
 
 
 def assemble(parts: list[tuple[np.ndarray, dict[str, Any]]], n: int) -> dict[str, Any]:
-    """One batch of ``n`` rows from per-source batches and the rows each one fills."""
+    """One batch of ``n`` rows from per-source batches and the rows each one fills.
+
+    Values that are :class:`PoolRows` of one arena array are gathered once for the whole batch
+    (their indices interleaved); other values are scattered into the batch."""
     if len(parts) == 1 and np.array_equal(parts[0][0], np.arange(n)):
-        return parts[0][1]
+        return {k: _values(v) for k, v in parts[0][1].items()}
     out: dict[str, Any] = {}
     first = parts[0][1]
     for key, v in first.items():
+        values = [b[key] for _, b in parts]
         if isinstance(v, Mapping):
             out[key] = assemble([(rows, b[key]) for rows, b in parts], n)
+        elif isinstance(v, PoolRows) and all(
+            isinstance(x, PoolRows) and x.base is v.base for x in values
+        ):
+            index = np.empty((n,) + v.index.shape[1:], dtype=np.int64)
+            for (rows, _), x in zip(parts, values):
+                index[rows] = x.index
+            out[key] = np.take(v.base, index, axis=0)
         elif isinstance(v, list):
             arr = np.empty(n, dtype=object)
-            for rows, b in parts:
-                arr[rows] = b[key]
+            for (rows, _), x in zip(parts, values):
+                arr[rows] = x
             out[key] = arr.tolist()
         else:
-            arr = np.empty((n,) + np.shape(v)[1:], dtype=np.asarray(v).dtype)
-            for rows, b in parts:
-                arr[rows] = b[key]
+            values = [_values(x) for x in values]
+            arr = np.empty((n,) + np.shape(values[0])[1:], dtype=np.asarray(values[0]).dtype)
+            for (rows, _), x in zip(parts, values):
+                arr[rows] = x
             out[key] = arr
+    return out
+
+
+def _values(v: Any) -> Any:
+    """``v`` gathered if it is :class:`PoolRows`, else itself."""
+    return v.values() if isinstance(v, PoolRows) else v
+
+
+def _join(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """One source's consecutive batches as one (rows of one arena array stay unresolved)."""
+    out: dict[str, Any] = {}
+    for key, v in batches[0].items():
+        values = [b[key] for b in batches]
+        if isinstance(v, PoolRows) and all(
+            isinstance(x, PoolRows) and x.base is v.base for x in values
+        ):
+            out[key] = PoolRows(v.base, np.concatenate([x.index for x in values]))
+        else:
+            out[key] = _concat([{key: _values(x)} for x in values])[key]
     return out
 
 
@@ -547,6 +580,14 @@ class MixtureLoader(ShardedLoader):
             row_bytes = row_bytes_estimate(ds, reader.columns)
             pool_rows.append(max(int(cache_mb * 1024 * 1024 // row_bytes), 1))
         self._pool_rows = pool_rows
+        # the sources' pools side by side in one array per shared column: a batch is gathered
+        # once, not gathered per source and then scattered (see loaders/arena.py)
+        self.arena = PoolArena(self._shared_columns(datasets), self.features.dtype)
+        for s, fd in enumerate(self.sources):
+            if fd.store is None:
+                fd.defer_pool_rows = True
+                largest = int(fd.reader.rg_rows.max()) if len(fd.reader.rg_rows) else 0
+                self.arena.register(s, fd.reader, max(pool_rows[s], largest))
         self.pool_rows = int(hashlib.sha256(repr(pool_rows).encode()).hexdigest()[:12], 16)
         self._num_sources = S
         self._orders: dict[tuple, BinOrder] = {}
@@ -554,6 +595,25 @@ class MixtureLoader(ShardedLoader):
         self._held: dict[int, tuple] = {}
         self.epoch = 0
         self.position = 0
+
+    def _shared_columns(self, datasets: Sequence[Dataset]) -> dict[int, dict[str, str]]:
+        """Per source, its columns that every source holds with the batch's dtype and shape
+        (no padding, no conversion): source column -> mixture name."""
+        fm = self.features
+        keys = [k for k in fm.keys if k in fm.dtype and k not in fm.width and k not in fm.drop]
+        out: dict[int, dict[str, str]] = {}
+        for s, (ds, fd) in enumerate(zip(datasets, self.sources)):
+            mine = {}
+            for k in keys:
+                c = fm.inverse[s].get(k, k)
+                try:
+                    same = np.dtype((ds.features.get(c) or {}).get("dtype")) == fm.dtype[k]
+                except TypeError:
+                    same = False
+                if same and c in fd.reader.columns:
+                    mine[c] = k
+            out[s] = mine
+        return out
 
     # -- the order --------------------------------------------------------------------------
 
@@ -569,7 +629,8 @@ class MixtureLoader(ShardedLoader):
         return self._orders[key]
 
     def _draw_parts(self, epoch: int, w: int, s: int, k0: int, k1: int) -> Iterator[tuple]:
-        """((pool rgs, needed rgs), frames) of draws [k0, k1) of source ``s`` in bin ``w``.
+        """((pool rgs, needed rgs, their row ranges), frames) of draws [k0, k1) of source ``s``
+        in bin ``w``.
 
         Draws run pass after pass over the bin's frames of the source. A last, partial pass no
         larger than the previous pass's last pool repeats that pool (still resident: no decode,
@@ -589,7 +650,7 @@ class MixtureLoader(ShardedLoader):
                 j1 = min(f, j0 + (k1 - k0))
             order = self._pass(epoch, w, s, p)
             for pool, frames, segs in order.parts(j0, j1):
-                yield (order.pool_rgs[pool], order.rgs_of_segments(segs)), frames
+                yield (order.pool_rgs[pool], *order.need_of_segments(segs)), frames
             k0 += j1 - j0
 
     def _bin_chunks(self, epoch: int, w: int, start: int, size: int) -> Iterator[tuple]:
@@ -615,7 +676,7 @@ class MixtureLoader(ShardedLoader):
                 k0 = int(counts[si])
                 streams[si] = [
                     [(epoch, w, si, k0, j), rgs, need, frames]
-                    for j, ((rgs, need), frames) in enumerate(
+                    for j, ((rgs, *need), frames) in enumerate(
                         self._draw_parts(epoch, w, si, k0, k0 + n)
                     )
                 ]
@@ -659,18 +720,23 @@ class MixtureLoader(ShardedLoader):
         raise NotImplementedError("a mixture bin has one order per source and pass")
 
     def _read_chunk(self, n: int, chunk: list[tuple]) -> dict[str, Any]:
+        """The ``n`` rows of a chunk: each source's frames read from its pool (shared columns as
+        arena row indices), then one gather per shared column for all sources."""
         parts = []
         for si, rows, draw_parts in chunk:
             fd = self.sources[si]
-            got = []
+            got: list[dict[str, Any]] = []
             for key, rgs, need, frames in draw_parts:
                 if self._held.get(si) != key:  # a part's row groups are held once
-                    fd.reader.hold(rgs, need)
+                    # the new pool overwrites this source's region: gather what points at it
+                    got = [{k: _values(v) for k, v in b.items()} for b in got]
+                    fd.reader.hold(rgs, *need)
                     self._held[si] = key
+                decoded = fd.reader.row_groups_read
                 got.append(fd.get_frames(frames))
-            from episodekit.loaders.sharded import _concat
-
-            batch = got[0] if len(got) == 1 else _concat(got)
+                if fd.reader.row_groups_read != decoded and len(got) > 1:  # pragma: no cover
+                    raise RuntimeError("a held pool missed a row group its frames need")
+            batch = got[0] if len(got) == 1 else _join(got)
             parts.append((rows, self.features.convert(si, batch, len(rows))))
         return assemble(parts, n)
 

@@ -83,6 +83,19 @@ def _check_index_statistics(md: pq.FileMetaData, first: int, path: str) -> None:
             return
 
 
+class PoolRows:
+    """Rows ``index`` of ``base`` (an arena array), not gathered yet: a batch built from several
+    readers whose pools share ``base`` gathers all of its rows with one ``np.take``."""
+
+    __slots__ = ("base", "index")
+
+    def __init__(self, base: np.ndarray, index: np.ndarray):
+        self.base, self.index = base, index
+
+    def values(self) -> np.ndarray:
+        return np.take(self.base, self.index, axis=0)
+
+
 class RowGroupReader:
     """Frames of a dataset's data files, by global frame index, through a bounded row-group pool.
 
@@ -144,10 +157,19 @@ class RowGroupReader:
         self.rg_file = cat(files)[order]
         self.rg_local = cat(local)[order]
         self.slot = np.full(len(self.rg_start), -1, dtype=np.int64)  # pool position or -1
+        # rows [valid_lo, valid_hi) of a resident row group hold its data (hold() may decode a
+        # row range only: the rows a bin's episodes need); load() always decodes whole ones
+        self.valid_lo = np.zeros(len(self.rg_start), dtype=np.int64)
+        self.valid_hi = self.rg_rows.copy()
         self.pool: dict[str, np.ndarray] = {}
+        # column -> (shared array, row offset) when the pool of that column is a region of an
+        # arena's array (a mixture's sources side by side: one gather serves all of them)
+        self.pool_base: dict[str, tuple[np.ndarray, int]] = {}
+        self.arena: Any = None  # set by the owner before the first decode
         self.capacity = 0
         self._head = 0
         self.row_groups_read = 0
+        self.rows_decoded = 0  # rows parquet decoded for hold() (its row ranges stop early)
         self.rg_decodes = np.zeros(len(self.rg_start), dtype=np.int64)  # decodes per row group
         self._min_capacity = 0
         self._held: np.ndarray | None = None  # the row-group set of the last hold()
@@ -195,7 +217,14 @@ class RowGroupReader:
         """Picklable for DataLoader workers: no file handles, an empty pool (each worker fills
         its own)."""
         state = self.__dict__.copy()
-        state.update(_handles=OrderedDict(), _files_with_handles={}, pool={}, capacity=0, _head=0)
+        state.update(
+            _handles=OrderedDict(),
+            _files_with_handles={},
+            pool={},
+            pool_base={},
+            capacity=0,
+            _head=0,
+        )
         state["rg_decodes"] = np.zeros(len(self.rg_start), dtype=np.int64)
         state["_held"] = None
         state["slot"] = np.full(len(self.rg_start), -1, dtype=np.int64)
@@ -233,10 +262,26 @@ class RowGroupReader:
         self.capacity = max(
             int(self.cache_bytes // max(row_bytes, 1.0)), largest, self._min_capacity, 1
         )
-        self.pool = {
-            name: np.empty((self.capacity, *a.shape[1:]), dtype=a.dtype)
-            for name, a in table.items()
-        }
+        specs = {name: (a.shape[1:], a.dtype) for name, a in table.items()}
+        if self.arena is not None:  # some columns live in a region of the arena's arrays
+            self.pool, self.pool_base = self.arena.allocate(self, specs, self.capacity)
+        else:
+            self.pool = {name: np.empty((self.capacity, *shp), dtype=dt)
+                         for name, (shp, dt) in specs.items()}  # fmt: skip
+
+    def complete(self, rgs: np.ndarray) -> np.ndarray:
+        """Per row group: resident with all of its rows."""
+        rgs = np.asarray(rgs, dtype=np.int64)
+        return (
+            (self.slot[rgs] >= 0)
+            & (self.valid_lo[rgs] == 0)
+            & (self.valid_hi[rgs] == self.rg_rows[rgs])
+        )
+
+    def covers(self, rgs: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Per row group: resident with (at least) its local rows [lo, hi)."""
+        rgs = np.asarray(rgs, dtype=np.int64)
+        return (self.slot[rgs] >= 0) & (self.valid_lo[rgs] <= lo) & (self.valid_hi[rgs] >= hi)
 
     def _decode(self, rg: int) -> dict[str, np.ndarray]:
         fid = int(self.rg_file[rg])
@@ -257,7 +302,7 @@ class RowGroupReader:
         """Make the given row groups resident (read those that are not); may evict others."""
         decoded = False
         for rg in np.unique(np.asarray(rgs, dtype=np.int64)).tolist():
-            if self.slot[rg] >= 0:
+            if self.complete(np.array([rg]))[0]:
                 continue
             decoded = True
             self._held = None
@@ -274,20 +319,41 @@ class RowGroupReader:
             for name, values in table.items():
                 self.pool[name][a:b] = values
             s[rg] = a
+            self.valid_lo[rg], self.valid_hi[rg] = 0, n
             self._head = b
         if decoded:  # decoded arrow buffers are copied out: give them back to the OS now,
             pa.default_memory_pool().release_unused()  # else mimalloc keeps ~50 MiB around
 
-    def hold(self, rgs: np.ndarray, need: np.ndarray | None = None) -> None:
+    def hold(
+        self,
+        rgs: np.ndarray,
+        need: np.ndarray | None = None,
+        rows: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         """Reserve room for the row groups ``rgs`` together and decode those of ``need`` (default:
-        all of ``rgs``) that are not resident yet, each once.
+        all of ``rgs``) that are not resident yet, each once. ``rows`` (local ``lo``, ``hi`` per
+        row group of ``need``) limits a decode to the rows needed: decoding stops at ``hi``, and
+        rows before ``lo`` are not converted (a bin's slice of a row group shared with others).
 
         For readers that visit row groups in known sets (the stream's pools): a new set evicts
         everything and lays its members out from the ring's start, so decoding one member never
         evicts another; the ring grows when the set exceeds its capacity.
         """
         rgs = np.unique(np.asarray(rgs, dtype=np.int64))
-        need = rgs if need is None else np.unique(np.asarray(need, dtype=np.int64))
+        need = rgs if need is None else np.asarray(need, dtype=np.int64)
+        if rows is None:
+            need = np.unique(need)
+            lo, hi = np.zeros(len(need), np.int64), self.rg_rows[need]
+        else:  # one range per row group: the hull of what is asked for it
+            order = np.argsort(need, kind="stable")
+            need = need[order]
+            lo = np.asarray(rows[0], dtype=np.int64)[order]
+            hi = np.asarray(rows[1], dtype=np.int64)[order]
+            first = np.r_[True, need[1:] != need[:-1]] if len(need) else np.zeros(0, bool)
+            at = np.flatnonzero(first)
+            if len(at) < len(need):
+                lo, hi = np.minimum.reduceat(lo, at), np.maximum.reduceat(hi, at)
+            need = need[at]
         if self._held is None or not np.array_equal(self._held, rgs):
             if not np.isin(need, rgs).all():
                 raise ValueError("hold: every row group of need must be in rgs")
@@ -299,37 +365,47 @@ class RowGroupReader:
             self._held_at = np.cumsum(rows) - rows
             if total > self._min_capacity:
                 self._min_capacity = total
-                if self.pool and self.capacity < total:
-                    self.pool, self.capacity = {}, 0  # reallocated (larger) on the next decode
+                if self.pool and self.capacity < total:  # reallocated (larger) on the next decode
+                    self.pool, self.pool_base, self.capacity = {}, {}, 0
         decoded = False
-        for rg in need[self.slot[need] < 0].tolist():
+        todo = np.flatnonzero(~self.covers(need, lo, hi))
+        for rg, r0, r1 in zip(need[todo].tolist(), lo[todo].tolist(), hi[todo].tolist()):
             a = int(self._held_at[np.searchsorted(self._held, rg)])
-            pos = a
-            for part in self._decode_batches(rg):  # bounded temporaries, straight into the ring
-                if not self.pool:
-                    self._allocate(part, int(self.rg_rows[rg]))
-                m = len(next(iter(part.values())))
-                for name, values in part.items():
-                    self.pool[name][pos : pos + m] = values
+            pos = a  # row 0 of the row group sits at a; rows before r0 are skipped
+            full = r0 == 0 and r1 == int(self.rg_rows[rg])
+            for part, m in self._decode_batches(rg, r0, r1):  # bounded temporaries, in place
+                if part is not None:
+                    if not self.pool:
+                        self._allocate(part, int(self.rg_rows[rg]))
+                    skip = max(r0 - (pos - a), 0)
+                    for name, values in part.items():
+                        self.pool[name][pos + skip : pos + m] = values[skip:]
                 pos += m
-            if pos - a != int(self.rg_rows[rg]):
+            if pos - a != r1 and (full or pos - a < r1):
                 raise InconsistentDatasetError(
                     f"row group {int(self.rg_local[rg])} gave {pos - a} rows, its footer says "
                     f"{int(self.rg_rows[rg])}",
                     self.ds.data_path(int(self.rg_file[rg])),
                 )
             self.slot[rg] = a
+            self.valid_lo[rg], self.valid_hi[rg] = r0, pos - a
             decoded = True
         if decoded:
             pa.default_memory_pool().release_unused()
 
-    def _decode_batches(self, rg: int) -> Iterator[dict[str, np.ndarray]]:
+    def _decode_batches(
+        self, rg: int, lo: int = 0, hi: int | None = None
+    ) -> Iterator[tuple[dict[str, np.ndarray] | None, int]]:
         """Row group ``rg`` decoded in record batches of DECODE_BATCH_ROWS rows (a third of the
-        peak memory of decoding it whole), counted like :meth:`_decode`."""
+        peak memory of decoding it whole), counted like :meth:`_decode`: ``(columns, rows)`` per
+        batch, columns None for a batch wholly before row ``lo``; stops once row ``hi`` is read
+        (parquet decodes pages in order: the rows after ``hi`` are never decoded)."""
         fid = int(self.rg_file[rg])
         pf = self._open(fid)
         self.row_groups_read += 1
         self.rg_decodes[rg] += 1
+        hi = int(self.rg_rows[rg]) if hi is None else int(hi)
+        at = 0
         try:
             batches = pf.iter_batches(
                 batch_size=DECODE_BATCH_ROWS,
@@ -337,11 +413,25 @@ class RowGroupReader:
                 columns=list(self.columns),
             )
             for b in batches:
-                yield {c: column_to_numpy(b.column(c), shape) for c, shape in self.columns.items()}
+                m = b.num_rows
+                if at + m <= lo:
+                    yield None, m
+                else:
+                    cols = self.columns.items()
+                    yield {c: column_to_numpy(b.column(c), shape) for c, shape in cols}, m
+                at += m
+                self.rows_decoded += m
+                if at >= hi:
+                    break
         except (OSError, pa.ArrowInvalid) as exc:
             raise DatasetError(
                 f"cannot read row group {int(self.rg_local[rg])} ({exc})", self.ds.data_path(fid)
             ) from exc
+
+    def _resident_frames(self, rgs: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        """Per frame (in row group ``rgs``): its row is resident."""
+        local = frames - self.rg_start[rgs]
+        return (self.slot[rgs] >= 0) & (self.valid_lo[rgs] <= local) & (local < self.valid_hi[rgs])
 
     def resident_bytes(self) -> int:
         """Bytes held by the pool arrays (their capacity)."""
@@ -357,9 +447,11 @@ class RowGroupReader:
         flat = [np.asarray(f, dtype=np.int64).ravel() for _, f in requests]
         rgs = [self.rg_of(f) for f in flat]
         needed = np.unique(np.concatenate(rgs)) if rgs else np.zeros(0, np.int64)
-        self.load(needed)
+        # frames resident already (a held row range counts) are not read again
+        held = [self._resident_frames(r, f) for r, f in zip(rgs, flat)]
+        self.load(np.unique(np.concatenate([r[~h] for r, h in zip(rgs, held)] or [needed])))
         out = []
-        if needed.size == 0 or (self.slot[needed] >= 0).all():
+        if needed.size == 0 or all(self._resident_frames(r, f).all() for r, f in zip(rgs, flat)):
             for (c, _), f, r in zip(requests, flat, rgs):
                 out.append(np.take(self.pool[c], self.slot[r] + (f - self.rg_start[r]), axis=0))
         else:  # the request does not fit in the pool at once: row group by row group

@@ -85,6 +85,7 @@ class BinLayout:
         order = np.lexsort((base, rg_lo))  # file order
         self.base, self.size = base[order], size[order]
         rg_lo, rg_hi = rg_lo[order], rg_hi[order]
+        ep_lo, ep_hi = ep_lo[order], ep_hi[order]
         reach = np.maximum.accumulate(rg_hi) if len(rg_hi) else rg_hi
         new = np.r_[True, rg_lo[1:] > reach[:-1]] if len(rg_lo) else np.zeros(0, bool)
         self.segment = np.cumsum(new) - 1  # per item
@@ -97,6 +98,16 @@ class BinLayout:
         self.seg_rows = np.array(
             [int(rg_rows[r].sum()) for r in self.seg_rgs], dtype=np.int64
         ).reshape(-1)
+        # the rows of each segment's row groups its episodes cover (local [lo, hi) per row
+        # group): a row group shared with another bin is decoded only as far as this bin needs
+        hull_lo = np.minimum.reduceat(ep_lo, starts) if len(starts) else np.zeros(0, np.int64)
+        hull_hi = np.maximum.reduceat(ep_hi, starts) if len(starts) else np.zeros(0, np.int64)
+        self.seg_lo = [
+            np.maximum(a - rg_start[r], 0) for a, r in zip(hull_lo.tolist(), self.seg_rgs)
+        ]
+        self.seg_hi = [
+            np.minimum(b - rg_start[r], rg_rows[r]) for b, r in zip(hull_hi.tolist(), self.seg_rgs)
+        ]
         self.total = int(self.size.sum())
 
 
@@ -128,7 +139,7 @@ class BinOrder:
         idx = np.concatenate(item_order) if item_order else np.zeros(0, np.int64)
         self.base, self.size = layout.base[idx], layout.size[idx]
         self.item_segment = layout.segment[idx]
-        self.seg_rgs = layout.seg_rgs
+        self.seg_rgs, self.seg_lo, self.seg_hi = layout.seg_rgs, layout.seg_lo, layout.seg_hi
         self.item_cum = np.concatenate([[0], np.cumsum(self.size)]).astype(np.int64)
         self.total = int(self.item_cum[-1])
         per_pool = [
@@ -170,6 +181,19 @@ class BinOrder:
         """The row groups of some segments (what their frames, windows included, need)."""
         parts = [self.seg_rgs[s] for s in np.asarray(segments).tolist()]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def need_of_segments(self, segments: np.ndarray) -> tuple[np.ndarray, tuple]:
+        """The row groups of some segments and, per row group, the local rows [lo, hi) their
+        episodes cover (what ``RowGroupReader.hold`` decodes)."""
+        segs = np.asarray(segments).tolist()
+        if not segs:
+            empty = np.zeros(0, np.int64)
+            return empty, (empty, empty)
+        cat = np.concatenate
+        return cat([self.seg_rgs[s] for s in segs]), (
+            cat([self.seg_lo[s] for s in segs]),
+            cat([self.seg_hi[s] for s in segs]),
+        )
 
 
 def row_bytes_estimate(ds: Dataset, columns: Mapping[str, tuple[int, ...]]) -> float:
@@ -357,8 +381,8 @@ class ShardedLoader:
         return BinOrder(self._bins[worker], self.seed, epoch, bin_id, self.pool_rows)
 
     def _parts(self, epoch: int, start: int) -> Iterator[tuple[tuple, np.ndarray]]:
-        """((pool's row groups, row groups needed now), global frames) from sample ``start`` of
-        ``epoch`` on."""
+        """((pool's row groups, row groups needed now, their row ranges), global frames) from
+        sample ``start`` of ``epoch`` on."""
         spw = self.samples_per_worker
         for j, w in enumerate(self.workers()):
             lo, hi = j * spw, (j + 1) * spw
@@ -366,7 +390,7 @@ class ShardedLoader:
                 continue
             order = self.bin_order(epoch, w)
             for pool, frames, segs in order.parts(max(start, lo) - lo, spw):
-                yield (order.pool_rgs[pool], order.rgs_of_segments(segs)), frames
+                yield (order.pool_rgs[pool], *order.need_of_segments(segs)), frames
 
     def frame_order(self, epoch: int, start: int = 0) -> Iterator[np.ndarray]:
         """Global frame indices of ``epoch`` from sample ``start`` on, as arrays (no data read)."""
@@ -398,8 +422,8 @@ class ShardedLoader:
         """One batch: each part's row groups are made resident first (room is reserved for the
         whole pool, so each row group is decoded once while the pool lasts)."""
         reader, out = self.frames.reader, []
-        for (rgs, need), frames in parts:
-            reader.hold(rgs, need)
+        for (rgs, need, rows), frames in parts:
+            reader.hold(rgs, need, rows)
             out.append(self.frames.get_frames(frames))
         return out[0] if len(out) == 1 else _concat(out)
 

@@ -239,15 +239,56 @@ def _fill_shares(costs: np.ndarray, shares: np.ndarray) -> np.ndarray:
     return out
 
 
+CUT_WINDOW = 32  # items on each side of a cut inside a row group that may change sides
+CUT_SLACK = 0.002  # runs when every bin of the row group ends this close to its share
+
+
+def _cut_shares(costs: np.ndarray, shares: np.ndarray, window: int = CUT_WINDOW) -> np.ndarray:
+    """Slot (into ``shares``) per item, items in file order: each slot a run of consecutive
+    items, balanced to about one small item.
+
+    The items are cut where their running cost crosses the shares' running sums; then, cut by
+    cut from the left, the items within ``window`` of a cut are divided between its two slots:
+    largest first, to the left slot while that brings it closer to its share, else to the right
+    one. A slot's rows then span its run plus at most ``window`` items at each end: a reader
+    that decodes only the row range its slot needs (``RowGroupReader.hold``) decodes ~its share
+    of the row group, not all of it."""
+    n, m = len(costs), len(shares)
+    if m == 1 or n == 0:
+        return np.zeros(n, dtype=np.int64)
+    cum = np.cumsum(costs)
+    cuts = np.searchsorted(cum - costs / 2, np.cumsum(shares)[:-1])  # first item of slot j+1
+    cuts = np.maximum.accumulate(np.clip(cuts, 0, n))
+    out = np.searchsorted(cuts, np.arange(n), side="right").astype(np.int64)
+    bounds = np.r_[0, cuts, n]
+    for j in range(m - 1):  # the cut between slots j and j + 1
+        c = int(bounds[j + 1])
+        a = max(c - window, (int(bounds[j]) + c) // 2)
+        b = min(c + window, (c + int(bounds[j + 2])) // 2)
+        if b <= a:
+            continue
+        win = np.arange(a, b)
+        have = float(costs[out == j].sum()) - float(costs[win][out[win] == j].sum())
+        left = float(shares[j]) - have
+        w = costs[win]
+        side = np.ones(len(win), dtype=np.int64)
+        for i in np.argsort(-w, kind="stable").tolist():
+            if w[i] <= 2 * left:
+                side[i] = 0
+                left -= float(w[i])
+        out[win] = j + side
+    return out
+
+
 def contiguous(items: Items, unit: np.ndarray, k: int, merge: int = MERGE_ITEMS) -> np.ndarray:
     """Bin per item for a locality-aware plan: bins are consecutive runs of *units* (row groups).
 
     ``items`` are in file/row-group order and ``unit`` (non-decreasing) is each item's unit: the
     row group it is read from (row groups joined by an episode that spans them form one unit).
     Bin ``b`` takes the units whose cost lies in ``[b, b + 1) x total / k`` along that order. A unit
-    that straddles a cut is read by the bins on both sides anyway, so its items are divided among
-    them by cost (largest first to the bin with the most of its share left): bins stay balanced
-    to about one small item while each reads only a contiguous run of row groups.
+    that straddles a cut is divided among the bins on both sides into runs of consecutive items
+    (see :func:`_cut_shares`): bins stay balanced to about one small item while each reads only a
+    contiguous run of row groups, and in a shared one about its own rows.
 
     Runs of units holding fewer than MERGE_BELOW items are first joined into units of ``merge``
     items: with one episode per row group (LeRobot's recorder) cuts would otherwise round whole
@@ -298,7 +339,11 @@ def contiguous(items: Items, unit: np.ndarray, k: int, merge: int = MERGE_ITEMS)
         shares = np.minimum(hi[u], (b + 1) * target) - np.maximum(lo[u], b * target)
         shares[-1] = unit_cost[u] - shares[:-1].sum()  # absorb rounding in the open bin
         sel = slice(starts[u], ends[u])
-        out[sel] = b[_fill_shares(cost[sel], np.clip(shares, 0.0, None))]
+        shares = np.clip(shares, 0.0, None)
+        cut, fill = _cut_shares(cost[sel], shares), _fill_shares(cost[sel], shares)
+        off = [np.abs(np.bincount(x, cost[sel], len(b)) - shares).max() for x in (cut, fill)]
+        # runs of consecutive items unless that leaves a bin further off its share
+        out[sel] = b[cut if off[0] <= max(off[1], CUT_SLACK * target) else fill]
     return out
 
 
