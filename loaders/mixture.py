@@ -593,6 +593,7 @@ class MixtureLoader(ShardedLoader):
         self._orders: dict[tuple, BinOrder] = {}
         self._orders_epoch = -1
         self._held: dict[int, tuple] = {}
+        self.chunks_read = self.shared_chunks = 0  # chunks read / gathered through the arena
         self.epoch = 0
         self.position = 0
 
@@ -728,8 +729,9 @@ class MixtureLoader(ShardedLoader):
             got: list[dict[str, Any]] = []
             for key, rgs, need, frames in draw_parts:
                 if self._held.get(si) != key:  # a part's row groups are held once
-                    # the new pool overwrites this source's region: gather what points at it
-                    got = [{k: _values(v) for k, v in b.items()} for b in got]
+                    if got and not fd.reader.holding(rgs, *need):
+                        # the hold overwrites this source's region: gather what points at it
+                        got = [{k: _values(v) for k, v in b.items()} for b in got]
                     fd.reader.hold(rgs, *need)
                     self._held[si] = key
                 decoded = fd.reader.row_groups_read
@@ -738,6 +740,10 @@ class MixtureLoader(ShardedLoader):
                     raise RuntimeError("a held pool missed a row group its frames need")
             batch = got[0] if len(got) == 1 else _join(got)
             parts.append((rows, self.features.convert(si, batch, len(rows))))
+        self.chunks_read += 1
+        idx = [b.get("index") for _, b in parts]
+        if all(isinstance(x, PoolRows) and x.base is idx[0].base for x in idx):
+            self.shared_chunks += 1  # (figures for tests and benchmarks)
         return assemble(parts, n)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:

@@ -339,21 +339,7 @@ class RowGroupReader:
         everything and lays its members out from the ring's start, so decoding one member never
         evicts another; the ring grows when the set exceeds its capacity.
         """
-        rgs = np.unique(np.asarray(rgs, dtype=np.int64))
-        need = rgs if need is None else np.asarray(need, dtype=np.int64)
-        if rows is None:
-            need = np.unique(need)
-            lo, hi = np.zeros(len(need), np.int64), self.rg_rows[need]
-        else:  # one range per row group: the hull of what is asked for it
-            order = np.argsort(need, kind="stable")
-            need = need[order]
-            lo = np.asarray(rows[0], dtype=np.int64)[order]
-            hi = np.asarray(rows[1], dtype=np.int64)[order]
-            first = np.r_[True, need[1:] != need[:-1]] if len(need) else np.zeros(0, bool)
-            at = np.flatnonzero(first)
-            if len(at) < len(need):
-                lo, hi = np.minimum.reduceat(lo, at), np.maximum.reduceat(hi, at)
-            need = need[at]
+        rgs, need, lo, hi = self._ranges(rgs, need, rows)
         if self._held is None or not np.array_equal(self._held, rgs):
             if not np.isin(need, rgs).all():
                 raise ValueError("hold: every row group of need must be in rgs")
@@ -392,6 +378,36 @@ class RowGroupReader:
             decoded = True
         if decoded:
             pa.default_memory_pool().release_unused()
+
+    def _ranges(
+        self, rgs: np.ndarray, need: np.ndarray | None, rows: tuple | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """hold()'s arguments as (sorted unique rgs, sorted unique need, lo, hi per need)."""
+        rgs = np.unique(np.asarray(rgs, dtype=np.int64))
+        need = rgs if need is None else np.asarray(need, dtype=np.int64)
+        if rows is None:
+            need = np.unique(need)
+            return rgs, need, np.zeros(len(need), np.int64), self.rg_rows[need]
+        order = np.argsort(need, kind="stable")  # one range per row group: the hull asked for
+        need = need[order]
+        lo = np.asarray(rows[0], dtype=np.int64)[order]
+        hi = np.asarray(rows[1], dtype=np.int64)[order]
+        at = np.flatnonzero(np.r_[True, need[1:] != need[:-1]]) if len(need) else need
+        if len(at) < len(need):
+            lo, hi = np.minimum.reduceat(lo, at), np.maximum.reduceat(hi, at)
+        return rgs, need[at], lo, hi
+
+    def holding(
+        self,
+        rgs: np.ndarray,
+        need: np.ndarray | None = None,
+        rows: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> bool:
+        """True when ``hold(rgs, need, rows)`` would neither decode nor move anything (rows
+        already taken from the pool stay valid)."""
+        rgs, need, lo, hi = self._ranges(rgs, need, rows)
+        same = self._held is not None and np.array_equal(self._held, rgs)
+        return bool(same and self.covers(need, lo, hi).all())
 
     def _decode_batches(
         self, rg: int, lo: int = 0, hi: int | None = None

@@ -90,8 +90,8 @@ def _batches(plan, worker: int, arena: bool, **kw):
 
 
 @pytest.mark.filterwarnings("ignore:.*do not fit cache_mb")
-@pytest.mark.parametrize("padded", [False, True])
-def test_mixture_batches_equal_with_and_without_the_arena(roots, tmp_path, padded):
+@pytest.mark.parametrize("padded,cache_mb", [(False, 1.0), (True, 1.0), (False, 0.02)])
+def test_mixture_batches_equal_with_and_without_the_arena(roots, tmp_path, padded, cache_mb):
     a, b, c = roots
     sources = [{"root": str(a), "weight": 1}, {"root": str(b), "weight": 2}]
     spec = {"sources": sources}
@@ -107,7 +107,7 @@ def test_mixture_batches_equal_with_and_without_the_arena(roots, tmp_path, padde
         batch_size=37,
         seed=3,
         speed=False,
-        cache_mb=0.02,  # several pools per source and epoch
+        cache_mb=cache_mb,  # 0.02: several pools per source and epoch
         delta_timestamps={
             "action": [k / fps for k in range(5)],
             "observation.state": [-1 / fps, 0],
@@ -125,6 +125,8 @@ def test_mixture_batches_equal_with_and_without_the_arena(roots, tmp_path, padde
                     np.testing.assert_array_equal(x[key], y[key], err_msg=key)
                 else:
                     assert x[key] == y[key], key
+        if cache_mb >= 1:  # one pool per source: every batch is gathered through the arena
+            assert ld.shared_chunks == ld.chunks_read > 0
         shared = set(ld.arena.arrays)
         assert "index" in shared and ("action" in shared) == (not padded)
         assert ld.sources[0].reader.pool_base  # the sources' pools are arena regions
