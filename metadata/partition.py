@@ -249,10 +249,10 @@ def _cut_shares(costs: np.ndarray, shares: np.ndarray, window: int = CUT_WINDOW)
 
     The items are cut where their running cost crosses the shares' running sums; then, cut by
     cut from the left, the items within ``window`` of a cut are divided between its two slots:
-    largest first, to the left slot while that brings it closer to its share, else to the right
-    one. A slot's rows then span its run plus at most ``window`` items at each end: a reader
-    that decodes only the row range its slot needs (``RowGroupReader.hold``) decodes ~its share
-    of the row group, not all of it."""
+    largest first to the left one while it stays within its share (then the smallest left over
+    if that brings it closer), the rest to the right one. A slot's rows then span its run plus
+    at most ``window`` items at each end: a reader that decodes only the row range its slot
+    needs (``RowGroupReader.hold``) decodes ~its share of the row group, not all of it."""
     n, m = len(costs), len(shares)
     if m == 1 or n == 0:
         return np.zeros(n, dtype=np.int64)
@@ -272,10 +272,14 @@ def _cut_shares(costs: np.ndarray, shares: np.ndarray, window: int = CUT_WINDOW)
         left = float(shares[j]) - have
         w = costs[win]
         side = np.ones(len(win), dtype=np.int64)
-        for i in np.argsort(-w, kind="stable").tolist():
-            if w[i] <= 2 * left:
+        order = np.argsort(-w, kind="stable").tolist()
+        for i in order:  # largest first, never past the share
+            if w[i] <= left:
                 side[i] = 0
                 left -= float(w[i])
+        rest = [i for i in order if side[i]]
+        if rest and left > 0 and float(w[rest[-1]]) < 2 * left:  # the smallest brings it closer
+            side[rest[-1]] = 0
         out[win] = j + side
     return out
 
