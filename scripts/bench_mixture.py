@@ -12,7 +12,9 @@
    single-root ``build_plan`` of the same episodes, best of --repeat, same run.
 4. loader throughput: one worker (rank 0, worker 0) of a W x K ``rowgroup`` plan, batches of
    256, 50-frame action + 3-frame state windows, first epoch of its bin: a mixture of --root's
-   three episode ranges (balance frames: quotas = frames) vs the single root itself.
+   three episode ranges (balance frames: quotas = frames) vs the single root itself, in
+   --repeat interleaved rounds: the median ratio of wall and of CPU time (the machine is
+   shared), and the rows each decodes.
 
 Usage: .venv/bin/python scripts/bench_mixture.py --root /work/bench-data/big10m \
           --out /work/bench-data/mixture-bench [--parts 1,2,3,4]
@@ -205,35 +207,38 @@ def part_throughput(root: str, out: str, world: int, workers: int, repeat: int) 
 
     decoded = {}
 
-    def run(make) -> tuple[float, int]:
+    def run(make) -> tuple[float, float, int]:
         ld = make()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         n = sum(len(b["index"]) for b in ld)
-        rate = n / (time.perf_counter() - t0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         # row groups and rows decoded: the read amplification a bin's layout causes
         readers = [f.reader for f in ld.sources] if hasattr(ld, "sources") else [ld.frames.reader]
         decoded["mixture" if hasattr(ld, "sources") else "single"] = (
             sum(r.row_groups_read for r in readers),
-            sum(int((r.rg_decodes * r.rg_rows).sum()) for r in readers),
+            sum(r.rows_decoded for r in readers),
         )
-        return rate, n
+        return n / wall, n / cpu, n
 
     kw = dict(rank=0, world_size=world, worker=0, batch_size=256, delta_timestamps=deltas,
               speed=False)  # fmt: skip
-    rates = {"single": [], "mixture": []}
+    rounds = []
     for _ in range(repeat):  # interleaved rounds: the machine is shared
-        rates["single"].append(run(lambda: ShardedLoader(root, single, **kw)))
-        rates["mixture"].append(run(lambda: ShardedLoader(None, plan, **kw)))
-    s = max(r for r, _ in rates["single"])
-    m = max(r for r, _ in rates["mixture"])
-    print(f"  single root {s:,.0f} frames/s ({rates['single'][0][1]:,} frames), "
-          f"mixture of 3 {m:,.0f} frames/s ({rates['mixture'][0][1]:,} frames): "
-          f"{m / s:.2f}x (bar >= 0.8x); all rounds single "
-          f"{[round(r) for r, _ in rates['single']]}, mixture "
-          f"{[round(r) for r, _ in rates['mixture']]}")  # fmt: skip
+        s = run(lambda: ShardedLoader(root, single, **kw))
+        m = run(lambda: ShardedLoader(None, plan, **kw))
+        rounds.append((s, m))
+        print(f"  round: single {s[0]:,.0f} frames/s, mixture {m[0]:,.0f} frames/s: wall "
+              f"{m[0] / s[0]:.2f}x, cpu {m[1] / s[1]:.2f}x")  # fmt: skip
+    wall = float(np.median([m[0] / s[0] for s, m in rounds]))
+    cpu = float(np.median([m[1] / s[1] for s, m in rounds]))
+    s_best = max(s[0] for s, _ in rounds)
+    m_best = max(m[0] for _, m in rounds)
+    print(f"  single root {rounds[0][0][2]:,} frames, mixture of 3 {rounds[0][1][2]:,} frames: "
+          f"median of {repeat} rounds {wall:.2f}x wall, {cpu:.2f}x CPU time; best rounds "
+          f"{m_best / s_best:.2f}x (bar >= 0.8x)")  # fmt: skip
     for name, (rgs, rows) in decoded.items():
-        frames = rates[name][0][1]
-        print(f"  {name}: {rgs} row groups decoded, {rows:,} rows, for {frames:,} frames")
+        frames = rounds[0][0 if name == "single" else 1][2]
+        print(f"  {name}: {rgs} row groups read, {rows:,} rows decoded, for {frames:,} frames")
 
 
 def stratified(length: np.ndarray, cost: np.ndarray, bins: int, strata: int):
@@ -289,7 +294,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=1_000_000)
     ap.add_argument("--world-size", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     parts = {int(p) for p in a.parts.split(",")}
