@@ -47,6 +47,11 @@ from episodekit.metadata.costs import (
     read_costs,
     verify_costs,
 )
+from episodekit.metadata.density_split import (
+    build_density_plan,
+    constant_density,
+    equal_shares,
+)
 from episodekit.metadata.mixture import (
     MIXTURE_FILE,
     MixtureError,
@@ -126,52 +131,68 @@ def build_mixture_plan(
     quota = quotas(total, eff, frames, spec.overflow)
     rate = [q / f for q, f in zip(quota, frames)]
 
-    subs, split_used = [], []
+    subs, split_used, density = [], [], []
     # "auto": LPT. With episodes cut where needed, LPT + pouring lands within a frame of the
     # mean; KK's refinement (O(items x bins) per rank) would cost 2-3x the planning time here.
     sub_algo = "lpt" if algo == "auto" else algo
-    for s in sources:
-        if s.frames < B:
+    draws = deal_draws(quota, B)
+    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
+    worker_perm = label_permutation(seed, W, K, salt=2)
+    j = np.arange(B)
+    final = rank_perm[j // K] * K + worker_perm[j // K, j % K]  # stacked bin -> plan bin
+    for s, src in enumerate(sources):
+        if src.frames < B:
             raise MixtureError(
-                f"source {s.name!r} has {s.frames:,} frames, fewer than the plan's {B:,} bins "
-                f"({W} ranks x {K} workers): every bin draws from every source"
+                f"source {src.name!r} has {src.frames:,} frames, fewer than the plan's {B:,} "
+                f"bins ({W} ranks x {K} workers): every bin draws from every source"
             )
-        # A bin's frames of a source decide how often each is drawn: cut episodes where whole
-        # ones leave a bin more than 0.1% off (split_long cuts only then), always.
+        # Cost per frame varies: equal frames (exact draws per frame) and equal cost per bin
+        # need the density split; its bins are fixed to plan bins, the ceil frame shares
+        # going to the bins that draw ceil(quota / bins) of this source.
+        dense = locality == "none" and not constant_density(src.cost, src.length)
         try:
-            sub = build_plan(
-                s.cost, s.length, W, K, algo=sub_algo, split_long=True, seed=0,
-                episode_index=s.episode_index, policy=policy, cost_model=cost_model,
-                locality=locality, position=s.position, unit=s.unit,
-            )  # fmt: skip
+            if dense:
+                shares = equal_shares(src.frames, B, np.argsort(-draws[final, s], kind="stable"))
+                sub = build_density_plan(
+                    src.cost, src.length, W, K, episode_index=src.episode_index,
+                    policy=policy, cost_model=cost_model, bin_frames=shares, relabel=False,
+                )  # fmt: skip
+            else:
+                # A bin's frames of a source decide how often each is drawn: cut episodes
+                # where whole ones leave a bin more than 0.1% off (split_long cuts only then).
+                sub = build_plan(
+                    src.cost, src.length, W, K, algo=sub_algo, split_long=True, seed=0,
+                    episode_index=src.episode_index, policy=policy, cost_model=cost_model,
+                    locality=locality, position=src.position, unit=src.unit,
+                )  # fmt: skip
         except ValueError as exc:
-            raise MixtureError(f"source {s.name!r}: {exc}") from exc
-        cut = sub["split_episodes"] > 0
+            raise MixtureError(f"source {src.name!r}: {exc}") from exc
         subs.append(sub)
-        split_used.append(cut)
+        split_used.append(sub["split_episodes"] > 0)
+        density.append(dense)
 
     # Lay the sources on top of each other, heaviest first: a source's bin with the most work
     # per epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far.
+    # Density-split sources come first and stay where they are (equal work in every bin).
     work = []
     for sub, q in zip(subs, quota):
         sub_frames = np.maximum(np.asarray(sub["bin_frames"], dtype=np.float64), 1)
         work.append(np.asarray(sub["bin_cost"], dtype=np.float64) / sub_frames * (q / B))
-    label = [np.zeros(B, np.int64) for _ in range(S)]
+    label = [np.arange(B, dtype=np.int64) for _ in range(S)]
     acc = np.zeros(B)
-    for s in sorted(range(S), key=lambda i: (-float(work[i].sum()), i)):
+    for s in (i for i in range(S) if density[i]):
+        acc += work[s]
+    for s in sorted((i for i in range(S) if not density[i]), key=lambda i: (-work[i].sum(), i)):
         heavy = np.argsort(-work[s], kind="stable")
         light = np.argsort(acc, kind="stable")
         label[s][heavy] = light
         acc[light] += work[s][heavy]
-    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
-    worker_perm = label_permutation(seed, W, K, salt=2)
 
     parts_items, parts_bin, parts_src, parts_cost = [], [], [], []
     for s, (src, sub) in enumerate(zip(sources, subs)):
         offsets = np.asarray(sub["bin_offsets"], dtype=np.int64)
         items = np.asarray(sub["items"], dtype=np.int64).reshape(-1, 3)
-        b = label[s][np.repeat(np.arange(B), np.diff(offsets))]
-        b = rank_perm[b // K] * K + worker_perm[b // K, b % K]
+        b = final[label[s][np.repeat(np.arange(B), np.diff(offsets))]]
         pos = np.searchsorted(src.episode_index, items[:, 0])
         per_frame = src.cost[pos] / np.maximum(src.length[pos], 1)
         parts_items.append(items)
@@ -189,7 +210,6 @@ def build_mixture_plan(
     )  # fmt: skip
     item_frames = items[:, 2] - items[:, 1]
     bin_frames = np.bincount(bin_of, item_frames, minlength=B).astype(np.int64)
-    draws = deal_draws(quota, B)
     per_worker = total // B
     # frames of each source per bin, and how often the bin draws each of them per epoch
     cell = bin_of * S + item_source
@@ -268,6 +288,8 @@ def build_mixture_plan(
                 "quota": int(quota[i]),
                 "repeats": round(rate[i], 8),
                 "split_long": split_used[i],
+                "algo_used": subs[i]["algo_used"]["ranks"],
+                "split_episodes": int(subs[i]["split_episodes"]),
                 "items": int((item_source == i).sum()),
                 "costs_digest": costs_digest(s.cost),
                 "balance": subs[i]["balance"]["plan"]["max_over_lower_bound"],
