@@ -5,14 +5,24 @@ How a plan is built (a pure function of the sources' costs, the spec and the par
 1. The epoch: ``epoch_frames`` (default: the sources' selected frames) rounded to a multiple of
    the ``W x K`` bins (``trim`` down, ``wrap`` up), so every bin yields ``samples_per_worker``.
    Quotas per source: exact integers summing to that epoch (:mod:`metadata.mixture`).
-2. Each source is partitioned on its own into the ``W x K`` bins by cost, exactly as a
-   single-root plan (:func:`plans.build_plan`: LPT/KK, or ``rowgroup`` locality on that source's
-   row groups) with ``split_long`` always on: episodes are cut into frame ranges only where whole
-   ones leave a bin more than 0.1% off, so each bin holds ``1/bins`` of every source and each
-   frame is drawn as often as its source's quota says.
-3. Sources are laid on top of each other, heaviest first: a source's bin with the most work per
-   epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far. Then
-   the seeded rank/worker labels, as for single roots.
+2. Each source is partitioned on its own into the ``W x K`` bins:
+   - cost per frame constant (the ``frames`` model), or ``rowgroup`` locality: by cost, exactly
+     as a single-root plan (:func:`plans.build_plan`: LPT/KK, or ``rowgroup`` on that source's
+     row groups) with ``split_long`` always on: episodes are cut into frame ranges only where
+     whole ones leave a bin more than 0.1% off, so each bin holds ~``1/bins`` of every source;
+   - cost per frame varying across the source's episodes (``bytes``, ``decode``; ``compute``
+     only when action widths or cameras differ) with locality ``none``: the two-ended density
+     split (:mod:`metadata.density_split`): every bin gets exactly ``floor`` or ``ceil`` of the
+     source's ``frames / bins`` (the ``ceil`` ones in the bins that draw ``ceil(quota / bins)``
+     of it) at the source's mean cost per frame, within about one frame's cost, cutting at most
+     two episodes per bin. Under LPT by cost a bin of cheap frames holds more of them and draws
+     each less often. ``rowgroup`` keeps contiguous row groups instead: it cannot also give
+     every bin equal frames and equal cost.
+   Each source's header row records the algorithm its bins came from (``algo_used``).
+3. Sources are laid on top of each other: density-split sources where the split put them
+   (their bins carry equal work), then the others heaviest first: a source's bin with the most
+   work per epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so
+   far. Then the seeded rank/worker labels, as for single roots.
 4. Draws: the epoch's slots, source after source, are dealt round-robin to the bins
    (:func:`mixture.bin_draws`): bin b draws ``floor`` or ``ceil`` of ``quota / bins`` samples
    from each source, every bin exactly ``samples_per_worker``, every source exactly its quota.
@@ -22,7 +32,8 @@ draws its frames), max over the lower bound as for single roots (with the ``fram
 bin costs ``samples_per_worker``: 1.0); ``balance.content`` is the cost of what each bin holds,
 weighted by the sources' ``quota / frames``; ``draw_rate_deviation`` is the largest relative
 difference between how often a bin draws each of its frames of a source and that source's
-``quota / frames`` (0 when every bin holds exactly 1/bins of every source); ``share_deviation``
+``quota / frames`` (~0 when every bin holds 1/bins of every source: only the rounding of draws
+and frames to integers); ``share_deviation``
 the largest difference between a bin's share of a source and the source's quota share.
 
 A bin draws each of its frames of a source ``floor`` or ``ceil`` of (draws / its frames) times
