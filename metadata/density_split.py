@@ -86,17 +86,20 @@ def density_split(
     cf = np.concatenate([[0], np.cumsum(ln)])  # frame where each sorted episode starts
     cc = np.concatenate([[0.0], np.cumsum(ln * dens)])  # cost before it
     mean = float(cc[-1]) / N
-    # One pass per bin, on Python scalars: a bisection over x costs ~log2(F) lookups, far
-    # fewer than numpy calls on the bin's breakpoints would.
-    cfl, ccl, dl, last = cf.tolist(), cc.tolist(), dens.tolist(), len(ln) - 1
+    # One pass per bin, on Python scalars: a search over x costs a few lookups, far fewer
+    # than numpy calls on the bin's breakpoints would. A sentinel (density 0 past the end)
+    # makes at(N) need no clamp.
+    cfl, ccl, dl = cf.tolist(), cc.tolist(), dens.tolist() + [0.0]
 
     def at(p: int) -> float:  # cost of the first p frames of the line
-        j = min(bisect_right(cfl, p) - 1, last)
+        j = bisect_right(cfl, p) - 1
         return ccl[j] + (p - cfl[j]) * dl[j]
 
     def take(lo: int, hi: int, F: int, target: float) -> tuple[int, float]:
         """x (frames from the low end; F - x from the high end) whose cost is nearest
-        ``target``, and that cost. The cost does not increase with x: bisection."""
+        ``target``, and that cost. The cost does not increase with x and is linear between
+        episode boundaries: interpolation search (exact in two steps once the bracket lies in
+        one linear piece), halving instead when a step shrinks the bracket less than half."""
         mid, const = hi - F, at(hi) - at(lo)
         a, z = 0, F
         fa, fz = const + at(lo) - at(mid), const + at(lo + F) - at(hi)
@@ -104,13 +107,20 @@ def density_split(
             return 0, fa
         if target <= fz:
             return F, fz
+        halve = False
         while z - a > 1:  # cost(a) > target >= cost(z)
-            m = (a + z) // 2
+            width = z - a
+            if halve:
+                m = (a + z) // 2
+            else:
+                m = a + int((fa - target) / (fa - fz) * width)
+                m = min(max(m, a + 1), z - 1)
             fm = const + at(lo + m) - at(mid + m)
             if fm <= target:
                 z, fz = m, fm
             else:
                 a, fa = m, fm
+            halve = not halve and 2 * (z - a) > width
         return (a, fa) if fa - target < target - fz else (z, fz)
 
     lo_cut = np.zeros(B, np.int64)  # bin b takes [lo_b, lo_b + x_b) and [hi_b - y_b, hi_b)
