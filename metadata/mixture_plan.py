@@ -431,13 +431,15 @@ def format_mixture_plan(plan: dict) -> str:
         f"{plan['num_items']:,} items, cost {plan['cost_model']}, locality {plan['locality']}; "
         f"epoch {plan['epoch_frames']:,} frames (requested {plan['epoch_frames_requested']:,})",
         f"  {'source':<16}{'episodes':>10}{'frames':>13}{'eff. weight':>12}{'quota':>13}"
-        f"{'repeats':>9}{'max/LB':>9}",
+        f"{'repeats':>9}{'max/LB':>9}  split",
     ]
     for s in plan["sources"]:
+        algo = s.get("algo_used", "")  # older plans do not record it
+        cut = f", {s['split_episodes']:,} cut" if "split_episodes" in s else ""
         lines.append(
             f"  {s['name'][:16]:<16}{s['episodes']:>10,}{s['frames']:>13,}"
             f"{s['effective_weight']:>12.4f}{s['quota']:>13,}{s['repeats']:>9.3f}"
-            f"{s['balance']:>9.4f}"
+            f"{s['balance']:>9.4f}  {algo}{cut}"
         )
     b = plan["balance"]
     dev = plan["share_deviation"]

@@ -16,7 +16,7 @@ import pytest
 from episodekit.loaders import PlanError, StalePlanError, load_plan
 from episodekit.metadata.mixture import MixtureError, largest_remainder
 from episodekit.metadata.mixture_file import MixturePlan
-from episodekit.metadata.mixture_plan import ensure_mixture_plans
+from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
 from episodekit.metadata.plans import ensure_plans
 from episodekit.sample import write_sample
 
@@ -391,6 +391,8 @@ def test_bytes_mixture_uses_the_density_split(byte_roots, tmp_path):
         d = plan.draws[:, s]
         assert (d // frames >= np.floor(r)).all() and (-(-d // frames) <= np.ceil(r)).all()
     assert doc["balance"]["plan"]["max_over_lower_bound"] <= 1.01
+    text = format_mixture_plan(doc)
+    assert text.count("  density, ") == 2 and "cost bytes" in text
     # the frames model and rowgroup locality keep today's path
     [(_, frames_doc, _)] = ensure_mixture_plans(spec(a, b), tmp_path / "f", [W], K)
     assert {s["algo_used"] for s in frames_doc["sources"]} == {"lpt"}
