@@ -5,14 +5,24 @@ How a plan is built (a pure function of the sources' costs, the spec and the par
 1. The epoch: ``epoch_frames`` (default: the sources' selected frames) rounded to a multiple of
    the ``W x K`` bins (``trim`` down, ``wrap`` up), so every bin yields ``samples_per_worker``.
    Quotas per source: exact integers summing to that epoch (:mod:`metadata.mixture`).
-2. Each source is partitioned on its own into the ``W x K`` bins by cost, exactly as a
-   single-root plan (:func:`plans.build_plan`: LPT/KK, or ``rowgroup`` locality on that source's
-   row groups) with ``split_long`` always on: episodes are cut into frame ranges only where whole
-   ones leave a bin more than 0.1% off, so each bin holds ``1/bins`` of every source and each
-   frame is drawn as often as its source's quota says.
-3. Sources are laid on top of each other, heaviest first: a source's bin with the most work per
-   epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far. Then
-   the seeded rank/worker labels, as for single roots.
+2. Each source is partitioned on its own into the ``W x K`` bins:
+   - cost per frame constant (the ``frames`` model), or ``rowgroup`` locality: by cost, exactly
+     as a single-root plan (:func:`plans.build_plan`: LPT/KK, or ``rowgroup`` on that source's
+     row groups) with ``split_long`` always on: episodes are cut into frame ranges only where
+     whole ones leave a bin more than 0.1% off, so each bin holds ~``1/bins`` of every source;
+   - cost per frame varying across the source's episodes (``bytes``, ``decode``; ``compute``
+     only when action widths or cameras differ) with locality ``none``: the two-ended density
+     split (:mod:`metadata.density_split`): every bin gets exactly ``floor`` or ``ceil`` of the
+     source's ``frames / bins`` (the ``ceil`` ones in the bins that draw ``ceil(quota / bins)``
+     of it) at the source's mean cost per frame, within about one frame's cost, cutting at most
+     two episodes per bin. Under LPT by cost a bin of cheap frames holds more of them and draws
+     each less often. ``rowgroup`` keeps contiguous row groups instead: it cannot also give
+     every bin equal frames and equal cost.
+   Each source's header row records the algorithm its bins came from (``algo_used``).
+3. Sources are laid on top of each other: density-split sources where the split put them
+   (their bins carry equal work), then the others heaviest first: a source's bin with the most
+   work per epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so
+   far. Then the seeded rank/worker labels, as for single roots.
 4. Draws: the epoch's slots, source after source, are dealt round-robin to the bins
    (:func:`mixture.bin_draws`): bin b draws ``floor`` or ``ceil`` of ``quota / bins`` samples
    from each source, every bin exactly ``samples_per_worker``, every source exactly its quota.
@@ -22,7 +32,8 @@ draws its frames), max over the lower bound as for single roots (with the ``fram
 bin costs ``samples_per_worker``: 1.0); ``balance.content`` is the cost of what each bin holds,
 weighted by the sources' ``quota / frames``; ``draw_rate_deviation`` is the largest relative
 difference between how often a bin draws each of its frames of a source and that source's
-``quota / frames`` (0 when every bin holds exactly 1/bins of every source); ``share_deviation``
+``quota / frames`` (~0 when every bin holds 1/bins of every source: only the rounding of draws
+and frames to integers); ``share_deviation``
 the largest difference between a bin's share of a source and the source's quota share.
 
 A bin draws each of its frames of a source ``floor`` or ``ceil`` of (draws / its frames) times
@@ -46,6 +57,11 @@ from episodekit.metadata.costs import (
     ensure_costs,
     read_costs,
     verify_costs,
+)
+from episodekit.metadata.density_split import (
+    build_density_plan,
+    constant_density,
+    equal_shares,
 )
 from episodekit.metadata.mixture import (
     MIXTURE_FILE,
@@ -126,52 +142,68 @@ def build_mixture_plan(
     quota = quotas(total, eff, frames, spec.overflow)
     rate = [q / f for q, f in zip(quota, frames)]
 
-    subs, split_used = [], []
+    subs, split_used, density = [], [], []
     # "auto": LPT. With episodes cut where needed, LPT + pouring lands within a frame of the
     # mean; KK's refinement (O(items x bins) per rank) would cost 2-3x the planning time here.
     sub_algo = "lpt" if algo == "auto" else algo
-    for s in sources:
-        if s.frames < B:
+    draws = deal_draws(quota, B)
+    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
+    worker_perm = label_permutation(seed, W, K, salt=2)
+    j = np.arange(B)
+    final = rank_perm[j // K] * K + worker_perm[j // K, j % K]  # stacked bin -> plan bin
+    for s, src in enumerate(sources):
+        if src.frames < B:
             raise MixtureError(
-                f"source {s.name!r} has {s.frames:,} frames, fewer than the plan's {B:,} bins "
-                f"({W} ranks x {K} workers): every bin draws from every source"
+                f"source {src.name!r} has {src.frames:,} frames, fewer than the plan's {B:,} "
+                f"bins ({W} ranks x {K} workers): every bin draws from every source"
             )
-        # A bin's frames of a source decide how often each is drawn: cut episodes where whole
-        # ones leave a bin more than 0.1% off (split_long cuts only then), always.
+        # Cost per frame varies: equal frames (exact draws per frame) and equal cost per bin
+        # need the density split; its bins are fixed to plan bins, the ceil frame shares
+        # going to the bins that draw ceil(quota / bins) of this source.
+        dense = locality == "none" and not constant_density(src.cost, src.length)
         try:
-            sub = build_plan(
-                s.cost, s.length, W, K, algo=sub_algo, split_long=True, seed=0,
-                episode_index=s.episode_index, policy=policy, cost_model=cost_model,
-                locality=locality, position=s.position, unit=s.unit,
-            )  # fmt: skip
+            if dense:
+                shares = equal_shares(src.frames, B, np.argsort(-draws[final, s], kind="stable"))
+                sub = build_density_plan(
+                    src.cost, src.length, W, K, episode_index=src.episode_index,
+                    policy=policy, cost_model=cost_model, bin_frames=shares, relabel=False,
+                )  # fmt: skip
+            else:
+                # A bin's frames of a source decide how often each is drawn: cut episodes
+                # where whole ones leave a bin more than 0.1% off (split_long cuts only then).
+                sub = build_plan(
+                    src.cost, src.length, W, K, algo=sub_algo, split_long=True, seed=0,
+                    episode_index=src.episode_index, policy=policy, cost_model=cost_model,
+                    locality=locality, position=src.position, unit=src.unit,
+                )  # fmt: skip
         except ValueError as exc:
-            raise MixtureError(f"source {s.name!r}: {exc}") from exc
-        cut = sub["split_episodes"] > 0
+            raise MixtureError(f"source {src.name!r}: {exc}") from exc
         subs.append(sub)
-        split_used.append(cut)
+        split_used.append(sub["split_episodes"] > 0)
+        density.append(dense)
 
     # Lay the sources on top of each other, heaviest first: a source's bin with the most work
     # per epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far.
+    # Density-split sources come first and stay where they are (equal work in every bin).
     work = []
     for sub, q in zip(subs, quota):
         sub_frames = np.maximum(np.asarray(sub["bin_frames"], dtype=np.float64), 1)
         work.append(np.asarray(sub["bin_cost"], dtype=np.float64) / sub_frames * (q / B))
-    label = [np.zeros(B, np.int64) for _ in range(S)]
+    label = [np.arange(B, dtype=np.int64) for _ in range(S)]
     acc = np.zeros(B)
-    for s in sorted(range(S), key=lambda i: (-float(work[i].sum()), i)):
+    for s in (i for i in range(S) if density[i]):
+        acc += work[s]
+    for s in sorted((i for i in range(S) if not density[i]), key=lambda i: (-work[i].sum(), i)):
         heavy = np.argsort(-work[s], kind="stable")
         light = np.argsort(acc, kind="stable")
         label[s][heavy] = light
         acc[light] += work[s][heavy]
-    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
-    worker_perm = label_permutation(seed, W, K, salt=2)
 
     parts_items, parts_bin, parts_src, parts_cost = [], [], [], []
     for s, (src, sub) in enumerate(zip(sources, subs)):
         offsets = np.asarray(sub["bin_offsets"], dtype=np.int64)
         items = np.asarray(sub["items"], dtype=np.int64).reshape(-1, 3)
-        b = label[s][np.repeat(np.arange(B), np.diff(offsets))]
-        b = rank_perm[b // K] * K + worker_perm[b // K, b % K]
+        b = final[label[s][np.repeat(np.arange(B), np.diff(offsets))]]
         pos = np.searchsorted(src.episode_index, items[:, 0])
         per_frame = src.cost[pos] / np.maximum(src.length[pos], 1)
         parts_items.append(items)
@@ -189,7 +221,6 @@ def build_mixture_plan(
     )  # fmt: skip
     item_frames = items[:, 2] - items[:, 1]
     bin_frames = np.bincount(bin_of, item_frames, minlength=B).astype(np.int64)
-    draws = deal_draws(quota, B)
     per_worker = total // B
     # frames of each source per bin, and how often the bin draws each of them per epoch
     cell = bin_of * S + item_source
@@ -268,6 +299,8 @@ def build_mixture_plan(
                 "quota": int(quota[i]),
                 "repeats": round(rate[i], 8),
                 "split_long": split_used[i],
+                "algo_used": subs[i]["algo_used"]["ranks"],
+                "split_episodes": int(subs[i]["split_episodes"]),
                 "items": int((item_source == i).sum()),
                 "costs_digest": costs_digest(s.cost),
                 "balance": subs[i]["balance"]["plan"]["max_over_lower_bound"],
@@ -398,13 +431,15 @@ def format_mixture_plan(plan: dict) -> str:
         f"{plan['num_items']:,} items, cost {plan['cost_model']}, locality {plan['locality']}; "
         f"epoch {plan['epoch_frames']:,} frames (requested {plan['epoch_frames_requested']:,})",
         f"  {'source':<16}{'episodes':>10}{'frames':>13}{'eff. weight':>12}{'quota':>13}"
-        f"{'repeats':>9}{'max/LB':>9}",
+        f"{'repeats':>9}{'max/LB':>9}  split",
     ]
     for s in plan["sources"]:
+        algo = s.get("algo_used", "")  # older plans do not record it
+        cut = f", {s['split_episodes']:,} cut" if "split_episodes" in s else ""
         lines.append(
             f"  {s['name'][:16]:<16}{s['episodes']:>10,}{s['frames']:>13,}"
             f"{s['effective_weight']:>12.4f}{s['quota']:>13,}{s['repeats']:>9.3f}"
-            f"{s['balance']:>9.4f}"
+            f"{s['balance']:>9.4f}  {algo}{cut}"
         )
     b = plan["balance"]
     dev = plan["share_deviation"]

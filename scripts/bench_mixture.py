@@ -7,9 +7,11 @@
 2. balance: in memory, 5 sources of lognormal lengths, 64 x 4 bins, 16 and 64 episodes per bin
    (in total), with the ``frames`` cost and a bytes-like cost (length x a per-episode factor):
    max / lower bound of each bin's cost per epoch, next to a single-root plan of the same
-   episodes and costs.
+   episodes and costs; the per-frame draw rate deviation; which algorithm the sources used
+   (``density``: the two-ended density split) and the episodes it cut, per episode.
 3. planning time: 5 sources totalling --episodes episodes into 512 x 8 bins (in memory) vs a
-   single-root ``build_plan`` of the same episodes, best of --repeat, same run.
+   single-root ``build_plan`` of the same episodes and costs, best of --repeat, same run: once
+   with the ``frames`` cost, once bytes-like (the density split).
 4. loader throughput: one worker (rank 0, worker 0) of a W x K ``rowgroup`` plan, batches of
    256, 50-frame action + 3-frame state windows, first epoch of its bin: a mixture of --root's
    three episode ranges (balance frames: quotas = frames) vs the single root itself, in
@@ -71,7 +73,7 @@ def part_balance(seed: int) -> None:
     print("== 2. balance, 64 x 4 = 256 bins, 5 sources (max / lower bound)")
     print(
         f"  {'cost':<10}{'eps/bin':>8}{'mixture':>10}{'content':>10}{'single':>10}"
-        f"{'rate dev':>10}{'share dev':>11}"
+        f"{'rate dev':>10}{'share dev':>11}  algo     cuts/episode"
     )
     weights = [1, 2, 1, 3, 0.5]
     for bytes_like in (False, True):
@@ -81,40 +83,50 @@ def part_balance(seed: int) -> None:
             cost = np.concatenate([s.cost for s in srcs])
             length = np.concatenate([s.length for s in srcs])
             single = build_plan(cost, length, 64, 4)
+            algos = ",".join(sorted({s["algo_used"] for s in p["sources"]}))
             print(
                 f"  {'bytes-like' if bytes_like else 'frames':<10}{per_bin:>8}"
                 f"{p['balance']['plan']['max_over_lower_bound']:>10.4f}"
                 f"{p['balance']['content']['max_over_lower_bound']:>10.4f}"
                 f"{single['balance']['plan']['max_over_lower_bound']:>10.4f}"
                 f"{p['draw_rate_deviation']:>10.4f}{p['share_deviation']['max_abs']:>11.2e}"
+                f"  {algos:<8} {p['split_episodes'] / p['num_episodes']:.3f} "
+                f"({p['split_episodes']:,} of {p['num_episodes']:,})"
             )
 
 
 def part_planning(episodes: int, world: int, workers: int, repeat: int, seed: int) -> None:
     print(f"== 3. planning {episodes:,} episodes into {world} x {workers} bins (best of {repeat})")
-    srcs = synthetic(episodes, seed, False)
-    spec = spec_for(srcs, [1, 2, 1, 3, 0.5])
-    cost = np.concatenate([s.cost for s in srcs])
-    length = np.concatenate([s.length for s in srcs])
 
-    def best(fn) -> float:
+    def best(fn, *args) -> float:
         times = []
         for _ in range(repeat):
             t0 = time.perf_counter()
-            fn()
+            fn(*args)
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    t_single = best(lambda: build_plan(cost, length, world, workers))
-    t_mix = best(lambda: build_mixture_plan(spec, srcs, world, workers))
-    print(f"  single root {t_single:.2f} s, mixture of 5 {t_mix:.2f} s: {t_mix / t_single:.2f}x")
-    p = build_mixture_plan(spec, srcs, world, workers)
-    print(
-        f"  mixture: cost per epoch max/LB {p['balance']['plan']['max_over_lower_bound']:.4f}, "
-        f"rate deviation {p['draw_rate_deviation']:.4f}, share deviation "
-        f"{p['share_deviation']['max_abs']:.2e}; encode+decode "
-        f"{best(lambda: decode_plan(encode_plan(p))):.2f} s"
-    )
+    for bytes_like in (False, True):
+        srcs = synthetic(episodes, seed, bytes_like)
+        spec = spec_for(srcs, [1, 2, 1, 3, 0.5])
+        cost = np.concatenate([s.cost for s in srcs])
+        length = np.concatenate([s.length for s in srcs])
+        t_single = best(build_plan, cost, length, world, workers)
+        t_mix = best(build_mixture_plan, spec, srcs, world, workers)
+        p = build_mixture_plan(spec, srcs, world, workers)
+        algos = ",".join(sorted({s["algo_used"] for s in p["sources"]}))
+        print(
+            f"  {'bytes-like' if bytes_like else 'frames'} ({algos}): single root "
+            f"{t_single:.2f} s, mixture of 5 {t_mix:.2f} s: {t_mix / t_single:.2f}x"
+        )
+        t_codec = best(lambda doc: decode_plan(encode_plan(doc)), p)
+        print(
+            f"    mixture: cost per epoch max/LB "
+            f"{p['balance']['plan']['max_over_lower_bound']:.4f}, rate deviation "
+            f"{p['draw_rate_deviation']:.4f}, share deviation "
+            f"{p['share_deviation']['max_abs']:.2e}, {p['split_episodes']:,} episodes cut; "
+            f"encode+decode {t_codec:.2f} s"
+        )
 
 
 def mixture_of(root: str, out: str, weights, balance: str, world: int, workers: int):
@@ -241,51 +253,6 @@ def part_throughput(root: str, out: str, world: int, workers: int, repeat: int) 
         print(f"  {name}: {rgs} row groups read, {rows:,} rows decoded, for {frames:,} frames")
 
 
-def stratified(length: np.ndarray, cost: np.ndarray, bins: int, strata: int):
-    """(frames, cost) per bin when a source's frames, sorted by cost per frame, are cut into
-    ``strata x bins`` equal pieces dealt serpentine (each bin: one piece per stratum), and the
-    number of cuts inside episodes. Every bin holds the same frames; its cost tends to the mean
-    as the pieces shrink: the price of balancing cost per epoch with exact draws."""
-    o = np.argsort(cost / np.maximum(length, 1), kind="stable")
-    ln, c = length[o], cost[o]
-    cum = np.concatenate([[0], np.cumsum(ln)])
-    cumc = np.concatenate([[0], np.cumsum(c)])
-    pieces = strata * bins
-    edges = np.arange(pieces + 1) * int(cum[-1]) // pieces
-    e = np.minimum(np.searchsorted(cum, edges, side="right") - 1, len(ln) - 1)
-    at = cumc[e] + (edges - cum[e]) * c[e] / np.maximum(ln[e], 1)
-    m, j = np.divmod(np.arange(pieces), bins)
-    b = np.where(m % 2 == 0, j, bins - 1 - j)
-    cuts = len(np.setdiff1d(edges, cum))
-    return np.bincount(b, np.diff(edges), bins), np.bincount(b, np.diff(at), bins), cuts
-
-
-def part_tradeoff(seed: int) -> None:
-    print("== 5. bytes-like cost: what balancing cost per epoch with exact draws costs in cuts")
-    print("  (64 x 4 bins, 5 sources; each source cut into equal-frame pieces by cost per frame)")
-    weights, bins = [1, 2, 1, 3, 0.5], 256
-    for per_bin in (16, 64):
-        srcs = synthetic(per_bin * bins, seed, True)
-        p = build_mixture_plan(spec_for(srcs, weights), srcs, 64, 4, algo="auto")
-        draws = np.asarray(p["bin_draws"])
-        built = p["balance"]["plan"]["max_over_lower_bound"]
-        print(f"  {per_bin} episodes/bin: plan as built {built:.4f} ({p['split_episodes']} "
-              f"episodes cut, rate deviation {p['draw_rate_deviation']:.2f})")  # fmt: skip
-        for per_episode in (1, 4, 16):
-            work, cuts = [], 0
-            for s, src in enumerate(srcs):
-                strata = max(1, -(-len(src.length) // bins)) * per_episode
-                f, c, n = stratified(src.length, src.cost, bins, strata)
-                work.append(c * draws[:, s] / f)
-                cuts += n
-            acc = np.zeros(bins)  # stacked heaviest first, as build_mixture_plan does
-            for w in sorted(work, key=lambda w: -w.sum()):
-                acc[np.argsort(acc, kind="stable")] += np.sort(w)[::-1]
-            print(f"    ~{per_episode} pieces per episode: cost per epoch max/mean "
-                  f"{acc.max() / acc.mean():.4f}, rate deviation ~0, {cuts:,} cuts for "
-                  f"{sum(len(x.length) for x in srcs):,} episodes")  # fmt: skip
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default="/work/bench-data/big10m")
@@ -307,8 +274,6 @@ def main() -> None:
         part_planning(a.episodes, 512, 8, a.repeat, a.seed)
     if 4 in parts:
         part_throughput(a.root, a.out, a.world_size, a.workers, a.repeat)
-    if 5 in parts:
-        part_tradeoff(a.seed)
 
 
 if __name__ == "__main__":

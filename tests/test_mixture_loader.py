@@ -303,3 +303,88 @@ def test_two_process_gloo_over_a_mixture(roots, tmp_path):
     assert [len(g["sampler"]) for g in got] == [plan.samples_per_rank] * 2
     counts = np.bincount(np.concatenate([g["sources"] for g in got]), minlength=2)
     assert counts.tolist() == plan.quotas.tolist()
+
+
+def test_bytes_cost_mixture_draws_every_frame_evenly_and_cut_windows_exact(roots, tmp_path):
+    """Cost model bytes (its cost per frame varies), locality none: the plan's density split
+    gives every (bin, source) its frame share, so over one epoch every frame of every source is
+    drawn exactly floor or ceil of quota / frames times (loader over all bins, and sampler);
+    samples of frames in episodes cut between bins carry the same delta windows as the source's
+    own FrameDataset, also where the window crosses the cut."""
+    import shutil
+
+    _, a, b = roots
+    roots_copy = [tmp_path / "a", tmp_path / "b"]  # the bytes cost table is written into them
+    for src, dst in zip((a, b), roots_copy):
+        shutil.copytree(src, dst)
+    spec = {
+        "sources": [{"root": str(roots_copy[0]), "weight": 1}, {"root": str(roots_copy[1]),
+                                                                 "weight": 3}],
+        "features": PAD,
+    }  # fmt: skip
+    ws, nw = 2, 2
+    ensure_mixture_plans(spec, tmp_path / "p", [ws], nw, cost="bytes")
+    plan = load_plan(tmp_path / "p", ws, nw)
+    assert [s["algo_used"] for s in plan.sources] == ["density", "density"]
+    ds = FrameDataset(plan)
+    nf = [frames_of(r) for r in roots_copy]
+    sampler_idx, loader_src, loader_frm = [], [], []
+    deltas = {"action": [k / 30 for k in range(8)], "observation.state": [-2 / 30, -1 / 30, 0]}
+    for r in range(ws):
+        smp = EpisodeAwareSampler(ds, plan=plan, rank=r, world_size=ws, seed=5)
+        sampler_idx.append(smp.epoch_indices(0))
+        for w in range(nw):
+            ld = ShardedLoader(None, plan, rank=r, world_size=ws, worker=w, seed=5)
+            src, frm = ld.epoch_draws(0)
+            loader_src.append(src)
+            loader_frm.append(frm)
+    src, frm = np.concatenate(loader_src), np.concatenate(loader_frm)
+    for idx in (np.concatenate(sampler_idx), np.where(src == 0, frm, frm + nf[0])):
+        counts = per_frame_counts(ds, idx)
+        for s, (lo, hi) in enumerate(((0, nf[0]), (nf[0], nf[0] + nf[1]))):
+            q = int(plan.quotas[s])
+            assert counts[lo:hi].sum() == q
+            assert set(np.unique(counts[lo:hi])) <= {q // nf[s], -(-q // nf[s])}, s
+    # windows of frames in cut episodes, read by the loader of each bin
+    checked = crossing = 0
+    for s, root in enumerate(roots_copy):
+        sd = open_dataset(str(root))
+        first = sd.column("dataset_from_index").astype(np.int64)
+        sel = plan.item_source == s
+        items = plan.items[sel]
+        pieces = np.bincount(items[:, 0], minlength=sd.num_episodes)
+        assert (pieces > 1).any()  # the split cut episodes of this source
+        ref_ds = FrameDataset(root, delta_timestamps=deltas, speed=False)
+        bins = np.repeat(np.arange(ws * nw), np.diff(plan.bin_offsets))[sel]
+        for r in range(ws):
+            for w in range(nw):
+                b = r * nw + w
+                mine = items[(bins == b) & (pieces[items[:, 0]] > 1)]
+                ld = ShardedLoader(None, plan, rank=r, world_size=ws, worker=w, seed=5,
+                                   batch_size=64, delta_timestamps=deltas)  # fmt: skip
+                for batch in ld:
+                    keep = np.flatnonzero(batch["source_index"] == s)
+                    g = batch["index"][keep]
+                    ep = np.searchsorted(first, g, side="right") - 1
+                    fi = g - first[ep]
+                    in_cut = np.zeros(len(g), bool)
+                    ends_inside = np.zeros(len(g), bool)
+                    for e, st, en in mine:
+                        hit = (ep == e) & (fi >= st) & (fi < en)
+                        in_cut |= hit
+                        ends_inside |= hit & (fi + 7 >= en) & (en < sd.column("length")[e])
+                    rows = keep[in_cut]
+                    if not len(rows):
+                        continue
+                    ref = ref_ds.get_frames(batch["index"][rows])
+                    dim = ref["action"].shape[-1]
+                    np.testing.assert_array_equal(batch["action"][rows][..., :dim], ref["action"])
+                    np.testing.assert_array_equal(batch["action_is_pad"][rows],
+                                                  ref["action_is_pad"])  # fmt: skip
+                    sdim = ref["observation.state"].shape[-1]
+                    np.testing.assert_array_equal(
+                        batch["observation.state"][rows][..., :sdim], ref["observation.state"]
+                    )
+                    checked += len(rows)
+                    crossing += int(ends_inside.sum())
+    assert checked > 0 and crossing > 0  # windows across a cut were compared

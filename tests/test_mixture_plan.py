@@ -16,7 +16,7 @@ import pytest
 from episodekit.loaders import PlanError, StalePlanError, load_plan
 from episodekit.metadata.mixture import MixtureError, largest_remainder
 from episodekit.metadata.mixture_file import MixturePlan
-from episodekit.metadata.mixture_plan import ensure_mixture_plans
+from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
 from episodekit.metadata.plans import ensure_plans
 from episodekit.sample import write_sample
 
@@ -277,3 +277,155 @@ def test_inline_relative_roots_are_kept_absolute(roots, tmp_path):
     plan = load_plan(tmp_path / "p", 1, 1)  # this process's cwd is not tmp_path
     assert [s["root"] for s in plan.sources] == [str(tmp_path / "a")] * 2
     assert len(FrameDataset(plan)) == plan.samples_per_worker
+
+
+# -- costs that vary per frame: the two-ended density split ----------------------------------
+
+
+def test_density_split_by_hand():
+    """3 episodes of 4 frames at densities 1, 2, 3 (mean 2) into 2 bins of 6 frames: bin 0
+    takes 3 frames from the cheap end (cost 3) and 3 from the dear end (9): 12 = 6 x 2; bin 1
+    the middle (1 + 8 + 3 = 12). The input order does not matter, only the densities."""
+    from episodekit.metadata.density_split import build_density_plan, density_split
+
+    items, bin_of = density_split(np.array([4, 4, 4]), np.array([4.0, 8, 12]), np.array([6, 6]))
+    assert items.tolist() == [[0, 0, 3], [2, 1, 4], [0, 3, 4], [1, 0, 4], [2, 0, 1]]
+    assert bin_of.tolist() == [0, 0, 1, 1, 1]
+    plan = build_density_plan(np.array([12.0, 4, 8]), np.array([4, 4, 4]), 1, 2,
+                              episode_index=np.array([5, 7, 9]), relabel=False)  # fmt: skip
+    assert plan["items"].tolist() == [[5, 1, 4], [7, 0, 3], [5, 0, 1], [7, 3, 4], [9, 0, 4]]
+    assert plan["bin_offsets"].tolist() == [0, 2, 5]
+    assert plan["bin_cost"].tolist() == [12.0, 12.0] and plan["bin_frames"].tolist() == [6, 6]
+    assert plan["split_episodes"] == 2 and plan["algo_used"]["ranks"] == "density"
+    # unequal frame shares are honoured exactly: 4 + 8 frames, costs 2 x 1 + 2 x 3 = 8 and 16;
+    # 5 + 7 frames: targets 10 and 14 are a frame's step (2) apart from any reachable cost, the
+    # tie goes to the cheaper side: 9 and 15
+    dens = np.array([1.0, 2, 3])
+    for shares, costs in (([4, 8], [8.0, 16.0]), ([5, 7], [9.0, 15.0])):
+        items, bin_of = density_split(np.array([4, 4, 4]), dens * 4, np.array(shares))
+        f = items[:, 2] - items[:, 1]
+        assert np.bincount(bin_of, f).tolist() == shares
+        assert np.bincount(bin_of, f * dens[items[:, 0]]).tolist() == costs
+    with pytest.raises(ValueError, match="sum to the 12 frames"):
+        density_split(np.array([4, 4, 4]), np.array([4.0, 8, 12]), np.array([6, 5]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_density_split_equal_frames_and_cost(seed):
+    """Random sources: every bin gets its frame share exactly, its cost within one frame's
+    largest density of share x mean, every frame once, at most 2 cuts per bin."""
+    from episodekit.metadata.density_split import density_split, equal_shares
+
+    rng = np.random.default_rng(seed)
+    n, B = 200 + 50 * seed, 37
+    length = np.clip(rng.lognormal(4, 0.8, n).astype(np.int64), 1, None)
+    length[rng.integers(0, n, 3)] = 0  # empty episodes are kept (as empty items)
+    cost = length * rng.lognormal(0, 0.6, n)
+    shares = equal_shares(int(length.sum()), B)
+    assert shares.sum() == length.sum() and shares.max() - shares.min() <= 1
+    items, bin_of = density_split(length, cost, shares)
+    frames = items[:, 2] - items[:, 1]
+    assert (np.bincount(bin_of, frames, B) == shares).all()
+    density = cost / np.maximum(length, 1)
+    bin_cost = np.bincount(bin_of, frames * density[items[:, 0]], B)
+    mean = cost.sum() / length.sum()
+    assert np.abs(bin_cost - shares * mean).max() <= density.max()
+    assert np.abs(bin_cost - shares * mean).max() > 0  # not trivially equal: densities vary
+    # coverage: each episode's pieces tile [0, length) exactly
+    o = np.lexsort((items[:, 1], items[:, 0]))
+    e, s, t = items[o].T
+    assert (np.bincount(e, t - s, n) == length).all()
+    first = np.r_[True, e[1:] != e[:-1]]
+    assert (s[first] == 0).all() and (s[~first] == t[np.flatnonzero(~first) - 1]).all()
+    assert set(e.tolist()) == set(range(n))
+    cuts = int((np.bincount(e, minlength=n) > 1).sum())
+    assert 0 < cuts <= 2 * B
+
+
+@pytest.fixture
+def byte_roots(roots, tmp_path):
+    """Private copies (the bytes cost table is written into each root)."""
+    _, a, b = roots
+    shutil.copytree(a, tmp_path / "a")
+    shutil.copytree(b, tmp_path / "b")
+    return tmp_path / "a", tmp_path / "b"
+
+
+def test_bytes_mixture_uses_the_density_split(byte_roots, tmp_path):
+    """Cost model bytes (varies per frame): every (bin, source) holds floor/ceil of the source's
+    frames / bins, at the source's mean cost per frame within one frame's largest density; the
+    ceil shares sit in the bins that draw ceil(quota / bins); quotas exact; balance <= 1.01."""
+    from episodekit.metadata.costs import read_costs
+
+    a, b = byte_roots
+    W, K = 2, 3
+    B = W * K
+    [(_, doc, _)] = ensure_mixture_plans(spec(a, b), tmp_path / "p", [W], K, cost="bytes")
+    plan = load_plan(tmp_path / "p", W, K)
+    assert [s["algo_used"] for s in doc["sources"]] == ["density", "density"]
+    assert doc["algo_used"]["ranks"] == "density"
+    assert (plan.draws.sum(0) == plan.quotas).all()
+    assert (plan.draws.sum(1) == plan.samples_per_worker).all()
+    bin_of = np.repeat(np.arange(B), np.diff(plan.bin_offsets))
+    for s, root in enumerate((a, b)):
+        table = read_costs(root)
+        assert table is not None and "bytes" in str(table.schema.metadata)
+        length, cost = table["length"].to_numpy(), table["cost"].to_numpy()
+        density = cost / length
+        assert density.max() > 1.05 * density.min()  # the case this path is for
+        sel = plan.item_source == s
+        it = plan.items[sel]
+        f = it[:, 2] - it[:, 1]
+        frames = np.bincount(bin_of[sel], f, B)
+        assert frames.sum() == length.sum() and frames.max() - frames.min() <= 1
+        assert (np.bincount(it[:, 0], f, len(length)) == length).all()  # every frame once
+        ceil_draws = plan.draws[:, s] == plan.draws[:, s].max()
+        if frames.max() > frames.min() and plan.draws[:, s].max() > plan.draws[:, s].min():
+            big = frames == frames.max()
+            assert (big <= ceil_draws).all() or (ceil_draws <= big).all()  # paired
+        cell_cost = np.bincount(bin_of[sel], f * density[it[:, 0]], B)
+        mean = cost.sum() / length.sum()
+        assert np.abs(cell_cost - frames * mean).max() <= density.max()
+        # each frame of the source is drawn floor or ceil of quota / frames times
+        r = plan.quotas[s] / length.sum()
+        d = plan.draws[:, s]
+        assert (d // frames >= np.floor(r)).all() and (-(-d // frames) <= np.ceil(r)).all()
+    assert doc["balance"]["plan"]["max_over_lower_bound"] <= 1.01
+    text = format_mixture_plan(doc)
+    assert text.count("  density, ") == 2 and "cost bytes" in text
+    # the frames model and rowgroup locality keep today's path
+    [(_, frames_doc, _)] = ensure_mixture_plans(spec(a, b), tmp_path / "f", [W], K)
+    assert {s["algo_used"] for s in frames_doc["sources"]} == {"lpt"}
+    [(_, rg_doc, _)] = ensure_mixture_plans(
+        spec(a, b), tmp_path / "r", [W], K, cost="bytes", locality="rowgroup"
+    )
+    assert "density" not in {s["algo_used"] for s in rg_doc["sources"]}
+
+
+def test_validate_accepts_a_density_plan(make_sample, tmp_path):
+    """A single-root plan from the density split (items that are frame ranges, one episode in
+    several bins) passes `episodekit validate --checks plans` as a user runs it; an edited one
+    does not."""
+    from episodekit.core.dataset import open_dataset
+    from episodekit.metadata.costs import ensure_costs
+    from episodekit.metadata.density_split import build_density_plan
+    from episodekit.metadata.plan_file import encode_plan
+    from episodekit.metadata.plans import plan_path, write_plan
+
+    root = make_sample(episodes=20, tasks=2, seed=5, mean_length=40)
+    ds = open_dataset(str(root))
+    table, _ = ensure_costs(ds, "bytes")
+    plan = build_density_plan(
+        table["cost"].to_numpy(), table["length"].to_numpy(), 2, 3, seed=4,
+        episode_index=table["episode_index"].to_numpy(), cost_model="bytes",
+        fingerprint=ds.fingerprint,
+    )  # fmt: skip
+    assert plan["split_episodes"] > 0
+    assert plan["bin_frames"].max() - plan["bin_frames"].min() <= 1
+    write_plan(ds, plan)
+    r = run_cli("validate", str(root), "--checks", "plans")
+    assert r.returncode == 0, r.stdout + r.stderr
+    plan["items"][0, 2] -= 1  # a gap in an episode
+    (root / plan_path(2, 3)).write_bytes(encode_plan(plan))
+    r = run_cli("validate", str(root), "--checks", "plans")
+    assert r.returncode == 1 and "gap" in r.stdout + r.stderr
