@@ -171,11 +171,18 @@ def build_mixture_plan(
             else:
                 # A bin's frames of a source decide how often each is drawn: cut episodes
                 # where whole ones leave a bin more than 0.1% off (split_long cuts only then).
+                # rowgroup with a cost per frame that varies: runs cut by frames, so every
+                # frame is still drawn quota / frames times; the cost per epoch then follows
+                # how the cost per frame varies along the files (the plan's balance says so).
+                by_frames = locality == "rowgroup" and not constant_density(src.cost, src.length)
                 sub = build_plan(
-                    src.cost, src.length, W, K, algo=sub_algo, split_long=True, seed=0,
-                    episode_index=src.episode_index, policy=policy, cost_model=cost_model,
-                    locality=locality, position=src.position, unit=src.unit,
+                    src.length.astype(np.float64) if by_frames else src.cost, src.length, W, K,
+                    algo=sub_algo, split_long=True, seed=0, episode_index=src.episode_index,
+                    policy=policy, cost_model=cost_model, locality=locality,
+                    position=src.position, unit=src.unit,
                 )  # fmt: skip
+                if by_frames:
+                    _recost(sub, src)
         except ValueError as exc:
             raise MixtureError(f"source {src.name!r}: {exc}") from exc
         subs.append(sub)
@@ -314,6 +321,17 @@ def build_mixture_plan(
         "items": items,
         "item_source": item_source,
     }
+
+
+def _recost(sub: dict, src: SourceCosts) -> None:
+    """A sub-plan partitioned by frames, its bin costs and balance in the source's real costs."""
+    items = np.asarray(sub["items"], dtype=np.int64).reshape(-1, 3)
+    pos = np.searchsorted(src.episode_index, items[:, 0])
+    cost = src.cost[pos] / np.maximum(src.length[pos], 1) * (items[:, 2] - items[:, 1])
+    bins = np.repeat(np.arange(len(sub["bin_offsets"]) - 1), np.diff(sub["bin_offsets"]))
+    sub["bin_cost"] = np.bincount(bins, cost, minlength=len(sub["bin_offsets"]) - 1)
+    sub["balance"]["plan"] = balance_figures(sub["bin_cost"], cost)
+    sub["algo_used"]["ranks"] += "-frames"
 
 
 def source_costs(ds: Dataset, model: str) -> pa.Table:

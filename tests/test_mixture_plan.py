@@ -400,6 +400,17 @@ def test_bytes_mixture_uses_the_density_split(byte_roots, tmp_path):
         spec(a, b), tmp_path / "r", [W], K, cost="bytes", locality="rowgroup"
     )
     assert "density" not in {s["algo_used"] for s in rg_doc["sources"]}
+    # ... but cut by frames, so every frame is still drawn quota / frames times
+    rg = load_plan(tmp_path / "r", W, K)
+    bin_of = np.repeat(np.arange(B), np.diff(rg.bin_offsets))
+    for s in range(2):
+        sel = rg.item_source == s
+        f = rg.items[sel][:, 2] - rg.items[sel][:, 1]
+        frames = np.bincount(bin_of[sel], f, B)
+        assert frames.max() - frames.min() <= 1
+    assert rg_doc["draw_rate_deviation"] < 0.05
+    assert {s["algo_used"] for s in rg_doc["sources"]} <= {"contiguous-frames",
+                                                           "contiguous-split-frames"}  # fmt: skip
 
 
 def test_validate_accepts_a_density_plan(make_sample, tmp_path):
