@@ -98,16 +98,12 @@ class BinLayout:
         self.seg_rows = np.array(
             [int(rg_rows[r].sum()) for r in self.seg_rgs], dtype=np.int64
         ).reshape(-1)
-        # the rows of each segment's row groups its episodes cover (local [lo, hi) per row
-        # group): a row group shared with another bin is decoded only as far as this bin needs
-        hull_lo = np.minimum.reduceat(ep_lo, starts) if len(starts) else np.zeros(0, np.int64)
-        hull_hi = np.maximum.reduceat(ep_hi, starts) if len(starts) else np.zeros(0, np.int64)
-        self.seg_lo = [
-            np.maximum(a - rg_start[r], 0) for a, r in zip(hull_lo.tolist(), self.seg_rgs)
-        ]
-        self.seg_hi = [
-            np.minimum(b - rg_start[r], rg_rows[r]) for b, r in zip(hull_hi.tolist(), self.seg_rgs)
-        ]
+        # the frames each segment's episodes cover, [hull_lo, hull_hi): a row group shared with
+        # another bin is decoded only as far as this bin needs (see BinOrder.need_of_segments)
+        none = np.zeros(0, np.int64)
+        self.hull_lo = np.minimum.reduceat(ep_lo, starts) if len(starts) else none
+        self.hull_hi = np.maximum.reduceat(ep_hi, starts) if len(starts) else none
+        self.rg_start, self.rg_rows = rg_start, rg_rows
         self.total = int(self.size.sum())
 
 
@@ -139,7 +135,7 @@ class BinOrder:
         idx = np.concatenate(item_order) if item_order else np.zeros(0, np.int64)
         self.base, self.size = layout.base[idx], layout.size[idx]
         self.item_segment = layout.segment[idx]
-        self.seg_rgs, self.seg_lo, self.seg_hi = layout.seg_rgs, layout.seg_lo, layout.seg_hi
+        self.seg_rgs, self.layout = layout.seg_rgs, layout
         self.item_cum = np.concatenate([[0], np.cumsum(self.size)]).astype(np.int64)
         self.total = int(self.item_cum[-1])
         per_pool = [
@@ -185,15 +181,17 @@ class BinOrder:
     def need_of_segments(self, segments: np.ndarray) -> tuple[np.ndarray, tuple]:
         """The row groups of some segments and, per row group, the local rows [lo, hi) their
         episodes cover (what ``RowGroupReader.hold`` decodes)."""
-        segs = np.asarray(segments).tolist()
-        if not segs:
+        segs = np.asarray(segments, dtype=np.int64)
+        parts = [self.seg_rgs[s] for s in segs.tolist()]
+        if not parts:
             empty = np.zeros(0, np.int64)
             return empty, (empty, empty)
-        cat = np.concatenate
-        return cat([self.seg_rgs[s] for s in segs]), (
-            cat([self.seg_lo[s] for s in segs]),
-            cat([self.seg_hi[s] for s in segs]),
-        )
+        rgs = np.concatenate(parts)
+        seg = np.repeat(segs, [len(p) for p in parts])
+        lay = self.layout
+        start = lay.rg_start[rgs]
+        lo = np.maximum(lay.hull_lo[seg] - start, 0)
+        return rgs, (lo, np.minimum(lay.hull_hi[seg] - start, lay.rg_rows[rgs]))
 
 
 def row_bytes_estimate(ds: Dataset, columns: Mapping[str, tuple[int, ...]]) -> float:
