@@ -491,7 +491,13 @@ class FrameDataset:
         rgk = self._ep_rg[k]
         if len(rgk) and (rgk >= 0).all():
             first = self._from[k] - reader.rg_start[rgk]  # each frame's episode, local rows
-            missing = rgk[~reader.covers(rgk, first, first + self._len[k])]
+            r0, r1 = int(rgk.min()), int(rgk.max())
+            if r0 == r1:  # one row group (most batches of a stream): one range to check
+                lo, hi = int(first.min()), int((first + self._len[k]).max())
+                ok = reader.covers(np.array([r0]), lo, hi)[0]
+                missing = rgk[:0] if ok else np.array([r0])
+            else:
+                missing = rgk[~reader.covers(rgk, first, first + self._len[k])]
             if missing.size:
                 reader.load(missing)
             slots = reader.slot[rgk]
@@ -500,11 +506,12 @@ class FrameDataset:
                 pool, shared = reader.pool, reader.pool_base
                 out: list[Any] = []
                 for j, (c, f) in enumerate(requests):
-                    rows = f + (base if f.ndim == 1 else base[:, None])
                     if j < defer and c in shared and c != "task_index":
                         arr, offset = shared[c]  # gathered later, with the other sources' rows
-                        out.append(PoolRows(arr, rows + offset))
+                        at = base + offset
+                        out.append(PoolRows(arr, f + (at if f.ndim == 1 else at[:, None])))
                     else:
+                        rows = f + (base if f.ndim == 1 else base[:, None])
                         out.append(np.take(pool[c], rows, axis=0))
                 return out
         return reader.gather(requests)

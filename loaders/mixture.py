@@ -17,7 +17,8 @@ per source; the bin's positions are mixed across sources by a keyed bijection; i
 its frames are drawn pass after pass (each pass a fresh order of the bin's frames of that source,
 the last pass a prefix: a different subset each epoch when the quota is below the frames). The
 loader streams each source's passes pool by pool, as :class:`ShardedLoader` does for one root
-(``cache_mb`` bounds each source's decoded row groups).
+(``cache_mb`` bounds the decoded row groups of all sources together, shared as the rank draws
+from them: a source's pool still holds at least one of its row groups).
 """
 
 from __future__ import annotations
@@ -553,6 +554,10 @@ class MixtureLoader(ShardedLoader):
         self.sources: list[FrameDataset] = []
         self._layouts: dict[tuple[int, int], BinLayout] = {}
         pool_rows = []
+        # cache_mb is the budget of all sources together, shared as this rank draws from them
+        # (a source's pool still holds at least one of its row groups)
+        rank_draws = np.array([plan.bin_draws(self.rank, w) for w in range(K)]).sum(0)
+        source_mb = cache_mb * rank_draws / max(int(rank_draws.sum()), 1)
         for s, ds in enumerate(datasets):
             per_worker = []
             for w in range(K):
@@ -564,7 +569,7 @@ class MixtureLoader(ShardedLoader):
                 delta_timestamps=self.features.source_deltas(s, delta_timestamps),
                 episodes=eps,
                 tolerance_s=tolerance_s,
-                cache_mb=cache_mb,
+                cache_mb=source_mb[s],
                 speed=speed,
                 video_backend=video_backend,
             )
@@ -578,7 +583,7 @@ class MixtureLoader(ShardedLoader):
                     raise ValueError(f"bin (rank {self.rank}, worker {w}) has no frames of {s}")
                 self._layouts[(w, s)] = layout
             row_bytes = row_bytes_estimate(ds, reader.columns)
-            pool_rows.append(max(int(cache_mb * 1024 * 1024 // row_bytes), 1))
+            pool_rows.append(max(int(source_mb[s] * 1024 * 1024 // row_bytes), 1))
         self._pool_rows = pool_rows
         # the sources' pools side by side in one array per shared column: a batch is gathered
         # once, not gathered per source and then scattered (see loaders/arena.py)

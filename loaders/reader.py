@@ -173,6 +173,7 @@ class RowGroupReader:
         self.rg_decodes = np.zeros(len(self.rg_start), dtype=np.int64)  # decodes per row group
         self._min_capacity = 0
         self._held: np.ndarray | None = None  # the row-group set of the last hold()
+        self._last_hold: tuple | None = None  # its arguments, while nothing else moved
         self._held_at = np.zeros(0, dtype=np.int64)
 
     # -- files ---------------------------------------------------------------------------------
@@ -339,6 +340,11 @@ class RowGroupReader:
         everything and lays its members out from the ring's start, so decoding one member never
         evicts another; the ring grows when the set exceeds its capacity.
         """
+        if self._last_hold is not None and all(
+            a is b for a, b in zip(self._last_hold, (rgs, need, rows, self._held))
+        ):  # the same arguments again (one stream part, batch after batch): nothing to do
+            return
+        args = (rgs, need, rows)
         rgs, need, lo, hi = self._ranges(rgs, need, rows)
         if self._held is None or not np.array_equal(self._held, rgs):
             if not np.isin(need, rgs).all():
@@ -376,6 +382,7 @@ class RowGroupReader:
             self.slot[rg] = a
             self.valid_lo[rg], self.valid_hi[rg] = r0, pos - a
             decoded = True
+        self._last_hold = (*args, self._held)
         if decoded:
             pa.default_memory_pool().release_unused()
 
