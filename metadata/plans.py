@@ -8,7 +8,8 @@ so every bin, hence every rank, yields the same number of samples per epoch.
 
 With ``locality="rowgroup"`` the bins are instead consecutive runs of the dataset's row groups in
 file order (see :func:`partition.contiguous`), still balanced by cost: a worker then decodes about
-``rows / bins`` rows plus its two boundary row groups, instead of every row group of the dataset
+``rows / bins`` rows plus parts of its two boundary row groups (its share of a row group shared
+with other bins is a run of consecutive episodes), instead of every row group of the dataset
 (an LPT bin's episodes are scattered over all of them). The row groups come from the parquet
 footers (:func:`rowgroup_units`).
 
