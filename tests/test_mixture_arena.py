@@ -130,3 +130,28 @@ def test_mixture_batches_equal_with_and_without_the_arena(roots, tmp_path, padde
         shared = set(ld.arena.arrays)
         assert "index" in shared and ("action" in shared) == (not padded)
         assert ld.sources[0].reader.pool_base  # the sources' pools are arena regions
+
+
+@pytest.mark.filterwarnings("ignore:.*do not fit cache_mb")
+def test_pickled_loader_starts_with_an_empty_arena(roots, tmp_path):
+    """DataLoader workers get a pickled loader: no arena arrays travel, each process fills its
+    own, and the clone yields the same batches."""
+    import pickle
+
+    a, b, _ = roots
+    spec = {"sources": [{"root": str(a), "weight": 1}, {"root": str(b), "weight": 1}]}
+    ensure_mixture_plans(spec, tmp_path / "p", [1], 1, locality="rowgroup")
+    plan = load_plan(tmp_path / "p", 1, 1)
+    ld = ShardedLoader(None, plan, rank=0, world_size=1, batch_size=64, speed=False)
+    it = iter(ld)
+    first = next(it)
+    assert ld.arena.arrays
+    blob = pickle.dumps(ld)
+    assert len(blob) < sum(x.nbytes for x in ld.arena.arrays.values())
+    clone = pickle.loads(blob)
+    assert clone.arena.arrays == {} and clone.arena.readers[0] is clone.sources[0].reader
+    clone.seek(0, 0)
+    again = next(iter(clone))
+    for key in ("index", "observation.state", "action"):
+        np.testing.assert_array_equal(again[key], first[key])
+    assert clone.shared_chunks >= 1
