@@ -194,13 +194,13 @@ def plan_shapes(
     plans_at: str | Dataset,
 ) -> list[PlanShape]:
     """Which world sizes can be planned (every bin must get a frame), decided before anything
-    is written. A fresh plan on disk proves itself; otherwise the plan is built in memory (the
-    same pure function the plans step runs) and thrown away."""
-    from episodekit.metadata.costs import compute_costs
-    from episodekit.metadata.plans import build_plan
-
-    n, frames, k = ds.num_episodes, ds.num_frames, int(num_workers)
-    costs = lengths = None
+    is written, from counts: whole episodes can fill ``bins`` bins when at least ``bins`` of
+    them have frames (LPT gives each bin one first); cut episodes can when there are ``bins``
+    frames. A fresh plan on disk keeps its ``split_long``. (The plans step itself builds the
+    plan once; a ``rowgroup`` partition that still leaves a bin empty is retried with cut
+    episodes under ``auto``, else skipped with a warning.)"""
+    n = int((ds.column("length") > 0).sum())
+    frames, k = ds.num_frames, int(num_workers)
     out = []
     for w in world_sizes:
         w, bins = int(w), int(w) * k
@@ -209,23 +209,9 @@ def plan_shapes(
             out.append(PlanShape(w, skip=f"{frames} frames cannot fill {what}"))
             continue
         tries = {"no": [False], "yes": [True], "auto": [False, True]}[split_long]
-        chosen = None
-        for split in tries:
-            if not split and n < bins:
-                continue
-            if _fresh_plan_exists(plans_at, ds, w, k, split, cost):
-                chosen = split
-                break
-            if lengths is None:
-                lengths = ds.column("length").astype("int64")
-                table = compute_costs(ds, cost)
-                costs = table["cost"].to_numpy()
-            try:
-                build_plan(costs, lengths, w, k, split_long=split)
-            except ValueError:
-                continue
-            chosen = split
-            break
+        fresh = [t for t in tries if _fresh_plan_exists(plans_at, ds, w, k, t, cost)]
+        possible = [t for t in tries if t or n >= bins]
+        chosen = (fresh or possible or [None])[0]
         if chosen is None:
             hint = (
                 "use --split-long auto to cut episodes into frame ranges, or"
@@ -454,15 +440,33 @@ def _prepare(
                     {"world_size": shape.world_size, "reason": shape.skip}
                 )
                 continue
-            [(path, plan, was_changed)] = ensure_plans(
-                ds,
-                [shape.world_size],
-                num_workers,
-                cost=cost,
-                split_long=shape.split_long,
-                force=force,
-                locality=locality,
-            )
+            try:
+                [(path, plan, was_changed)] = ensure_plans(
+                    ds,
+                    [shape.world_size],
+                    num_workers,
+                    cost=cost,
+                    split_long=shape.split_long,
+                    force=force,
+                    locality=locality,
+                )
+            except ValueError as exc:  # a bin left empty (whole episodes, rowgroup runs)
+                if shape.split_long or split_long != "auto":
+                    detail["skipped_world_sizes"].append(
+                        {"world_size": shape.world_size, "reason": str(exc)}
+                    )
+                    result.warnings.append(f"world size {shape.world_size} skipped: {exc}")
+                    say(f"warning: {result.warnings[-1]}")
+                    continue
+                [(path, plan, was_changed)] = ensure_plans(
+                    ds,
+                    [shape.world_size],
+                    num_workers,
+                    cost=cost,
+                    split_long=True,
+                    force=force,
+                    locality=locality,
+                )
             rel = os.path.relpath(path, work) if os.path.isabs(path) else path
             if was_changed:
                 changed.append(rel)

@@ -96,6 +96,31 @@ def test_plan_shapes_decides_before_writing(make_sample):
     assert sorted(p.name for p in (root / PLAN_DIR).iterdir()) == ["ws1_nw4.json", "ws8_nw4.json"]
 
 
+def test_plans_step_retries_with_cut_episodes_or_skips(make_sample, monkeypatch):
+    """A partition that leaves a bin empty (rowgroup runs can, where the count check passed):
+    ``auto`` retries with cut episodes; ``no`` skips that world size with a warning."""
+    from episodekit.metadata.plans import ensure_plans
+
+    calls = []
+
+    def picky(ds, world_sizes, num_workers, **kw):
+        calls.append(kw["split_long"])
+        if not kw["split_long"] and world_sizes == [2]:
+            raise ValueError("1 of 8 bins got no frames")
+        return ensure_plans(ds, world_sizes, num_workers, **kw)
+
+    monkeypatch.setattr("episodekit.metadata.plans.ensure_plans", picky)
+    root = make_sample(episodes=20)
+    r = prepare(str(root), world_sizes=(1, 2), num_workers=4, jobs=1, split_long="auto")
+    assert r.ok and r.warnings == [] and calls == [False, False, True]
+    plan = json.loads((root / PLAN_DIR / "ws2_nw4.json").read_text())
+    assert plan["split_long"] is True
+    calls.clear()
+    r = prepare(str(root), world_sizes=(1, 2), num_workers=4, jobs=1, split_long="no", force=True)
+    assert r.ok and calls == [False, False]
+    assert r.warnings == ["world size 2 skipped: 1 of 8 bins got no frames"]
+
+
 def test_progress_bars_on_a_terminal_plain_lines_otherwise(make_sample):
     """Under a pseudo-terminal the rewrite shows a tqdm bar; --quiet gives the plain lines."""
     pty = __import__("pty")
