@@ -111,7 +111,8 @@ class FrameDataset:
     features, ``None`` returns their path and timestamp. ``store``: ``"auto"`` reads the fixed-width
     columns from the dataset's frame store when a fresh one exists (see
     :func:`episodekit.loaders.store.find_store`), ``None`` always from parquet, a path from that
-    store (an error if it is missing or stale).
+    store (an error if it is missing or stale). ``warn_cache``: warn once when, without a store,
+    the frames do not fit ``cache_mb`` (random access would thrash); streams pass False.
 
     On a mixture (a mixture plan, its folder, or a mixture spec) this builds a
     :class:`~episodekit.loaders.mixture.MixtureFrameDataset` instead.
@@ -136,6 +137,7 @@ class FrameDataset:
         footer_mb: float = DEFAULT_FOOTER_MB,
         video_backend: str | PyAVBackend | None = None,
         store: str | os.PathLike | None = AUTO,
+        warn_cache: bool = True,
     ):
         if episodes is not None:
             episodes = int_indices(episodes, "episodes")
@@ -171,8 +173,8 @@ class FrameDataset:
         # True (a mixture's stream): columns held in an arena come back as PoolRows
         self.defer_pool_rows = False
         self.store: FrameStore | None = find_store(ds, store)
-        if self.store is None and isinstance(store, str) and store == AUTO:
-            self._warn_if_thrashing(columns, cache_mb)
+        if warn_cache and self.store is None and isinstance(store, str) and store == AUTO:
+            self._warn_if_thrashing(columns, cache_mb)  # (streams read a row group once)
         stored = set(self.store.columns) if self.store is not None else set()
         self._store_base = self.store.base if self.store is not None else 0
         # ds[i] from the store: its columns by plain indexing, the others (images, strings)

@@ -572,6 +572,7 @@ class MixtureLoader(ShardedLoader):
                 cache_mb=source_mb[s],
                 speed=speed,
                 video_backend=video_backend,
+                warn_cache=False,  # the stream decodes each row group once per epoch
             )
             self.sources.append(fd)
             reader = fd.reader

@@ -312,6 +312,7 @@ class ShardedLoader:
             cache_mb=cache_mb,
             speed=speed,
             video_backend=video_backend,  # video hook: a chunk's frames decode in pts order
+            warn_cache=False,  # the stream decodes each row group once per epoch
         )
         reader = self.frames.reader
         episode_index, length = ds.column("episode_index"), ds.column("length")

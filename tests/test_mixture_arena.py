@@ -89,7 +89,6 @@ def _batches(plan, worker: int, arena: bool, **kw):
     return ld, list(ld)
 
 
-@pytest.mark.filterwarnings("ignore:.*do not fit cache_mb")
 @pytest.mark.parametrize("padded,cache_mb", [(False, 1.0), (True, 1.0), (False, 0.02)])
 def test_mixture_batches_equal_with_and_without_the_arena(roots, tmp_path, padded, cache_mb):
     a, b, c = roots
@@ -132,7 +131,6 @@ def test_mixture_batches_equal_with_and_without_the_arena(roots, tmp_path, padde
         assert ld.sources[0].reader.pool_base  # the sources' pools are arena regions
 
 
-@pytest.mark.filterwarnings("ignore:.*do not fit cache_mb")
 def test_pickled_loader_starts_with_an_empty_arena(roots, tmp_path):
     """DataLoader workers get a pickled loader: no arena arrays travel, each process fills its
     own, and the clone yields the same batches."""

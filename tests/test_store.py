@@ -455,6 +455,13 @@ def test_explicit_store_path_must_exist(make_sample, tmp_path):
 
 def test_thrashing_parquet_access_warns_once_naming_the_command(make_sample):
     root = make_sample(**SAMPLES["recorded"])
+    from episodekit.loaders import ShardedLoader
+    from episodekit.metadata.plans import ensure_plans
+
+    ensure_plans(str(root), [1], 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a stream reads each row group once: no warning
+        ShardedLoader(root, rank=0, world_size=1, cache_mb=0.05, speed=False)
     with pytest.warns(UserWarning, match=f"episodekit prep frames {root}"):
         FrameDataset(root, cache_mb=0.05)
     with warnings.catch_warnings():
