@@ -79,6 +79,11 @@ class SourceSpec:
     episodes: list[int] | tuple[int, int] | None = None
     tasks: list[str | int] | None = None
     rename: dict[str, str] = field(default_factory=dict)
+    index: int | None = field(default=None, compare=False)  # position in ``sources`` (messages)
+
+    def field_name(self, key: str) -> str:
+        """How messages name one of its fields: ``sources[i].key``."""
+        return f"sources[{'?' if self.index is None else self.index}].{key}"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "root": self.root, "weight": _number(self.weight)}
@@ -212,6 +217,7 @@ def _source(obj: Any, i: int, where: str, base_dir: str | None) -> SourceSpec:
         episodes=_episodes(obj.get("episodes"), where, f"{what}.episodes"),
         tasks=tasks,
         rename=dict(rename),
+        index=i,
     )
 
 
@@ -434,45 +440,97 @@ class ResolvedSource:
         return len(self.episode_index)
 
 
+def _index_list(values: np.ndarray, limit: int = 5) -> str:
+    shown = ", ".join(str(int(v)) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}]"
+
+
+def _index_span(values: np.ndarray) -> str:
+    """``0..11`` for a contiguous set of indices, else the first few (a gap is possible)."""
+    if len(values) == 0:
+        return "none"
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo + 1 == len(values):
+        return f"{lo}..{hi}"
+    return f"{_index_list(np.sort(values))} ({len(values)} in {lo}..{hi})"
+
+
 def select_episodes(ds: Dataset, spec: SourceSpec, where: str = "mixture") -> np.ndarray:
-    """Rows of ``ds.episodes`` the source keeps (its ``episodes`` and ``tasks`` filters)."""
+    """Rows of ``ds.episodes`` the source keeps (its ``episodes`` and ``tasks`` filters).
+
+    Every index a filter names must exist in the source: a list entry or a ``start:stop`` range
+    beyond its episodes, or a task (string or index) it does not have, is a
+    :class:`MixtureError` naming the field, the value and what the source holds (a silently
+    shorter range would change the mixture's weights without a word)."""
     ep = ds.column("episode_index").astype(np.int64)
     keep = np.ones(len(ep), dtype=bool)
     label = f"source {spec.name!r}"
+    holds = f"{spec.root} has {len(ep):,} episodes, indices {_index_span(ep)}"
     if spec.episodes is not None:
+        what = spec.field_name("episodes")
         if isinstance(spec.episodes, tuple):
-            keep &= (ep >= spec.episodes[0]) & (ep < spec.episodes[1])
+            lo, hi = spec.episodes
+            if len(ep) == 0 or lo < int(ep.min()) or hi > int(ep.max()) + 1:
+                raise _fail(where, f"{what}: range '{lo}:{hi}' goes beyond {label}: {holds}")
+            keep &= (ep >= lo) & (ep < hi)
         else:
             wanted = np.asarray(spec.episodes, dtype=np.int64)
             missing = np.setdiff1d(wanted, ep)
             if len(missing):
                 raise _fail(
-                    where,
-                    f"{label}: episodes {missing[:5].tolist()} are not in "
-                    f"{spec.root} ({len(ep)} episodes)",
+                    where, f"{what}: episodes {_index_list(missing)} are not in {label}: {holds}"
                 )
             keep &= np.isin(ep, wanted)
     if spec.tasks is not None:
-        names = [t for t in spec.tasks if isinstance(t, str)]
-        ids = [t for t in spec.tasks if isinstance(t, int)]
-        known = set(ds.task_strings())
-        unknown = [t for t in names if t not in known]
+        what = spec.field_name("tasks")
+        task_ids = ds.tasks.column("task_index").to_numpy().astype(np.int64)
+        task_names = ds.task_strings()
+        known = f"({spec.root} has {len(task_names):,} tasks, indices {_index_span(task_ids)})"
+        names = {t for t in spec.tasks if isinstance(t, str)}
+        ids = {t for t in spec.tasks if isinstance(t, int)}
+        unknown = [t for t in spec.tasks if isinstance(t, str) and t not in set(task_names)]
         if unknown:
-            raise _fail(where, f"{label}: task {unknown[0]!r} is not a task of {spec.root}")
+            raise _fail(where, f"{what}: task {unknown[0]!r} is not a task of {label} {known}")
+        bad_ids = np.setdiff1d(np.asarray(sorted(ids), dtype=np.int64), task_ids)
+        if len(bad_ids):
+            raise _fail(
+                where,
+                f"{what}: task indices {_index_list(bad_ids)} are not tasks of {label} {known}",
+            )
+        # an index stands for its task string: either form matches any of an episode's tasks
+        names |= {n for i, n in zip(task_ids.tolist(), task_names) if i in ids}
         task_lists = ds.episodes.column("tasks").to_pylist()
-        by_name = np.array([bool(set(t or ()) & set(names)) for t in task_lists], dtype=bool)
-        by_id = np.isin(ds.column("task_index"), ids) if ids else np.zeros(len(ep), bool)
-        keep &= by_name | by_id
+        keep &= np.array([bool(set(t or ()) & names) for t in task_lists], dtype=bool)
     rows = np.flatnonzero(keep)
     if len(rows) == 0 or int(ds.column("length")[rows].sum()) == 0:
-        raise _fail(where, f"{label}: its episodes/tasks filters select no frames of {spec.root}")
+        raise _fail(
+            where,
+            f"{label}: its episodes/tasks filters select no frames of {spec.root} "
+            "(no episode matches both, or the ones that do are empty)",
+        )
     return rows
+
+
+def _check_local_root(spec: MixtureSpec, s: SourceSpec) -> None:
+    """A local source root that is missing, a file or not a dataset: one line naming
+    ``sources[i].root`` (before opening it gives a message about meta/info.json)."""
+    root = s.root[len("file://") :] if s.root.startswith("file://") else s.root
+    if "://" in root:
+        return
+    what = f"{spec.where}: {s.field_name('root')} ({s.name!r})"
+    if not os.path.exists(root):
+        raise MixtureError(f"{what}: {root}: no such folder")
+    if not os.path.isdir(root):
+        raise MixtureError(f"{what}: {root}: is a file, not a dataset folder")
+    if not os.path.exists(os.path.join(root, "meta", "info.json")):
+        raise MixtureError(f"{what}: {root}: not a LeRobot dataset (no meta/info.json)")
 
 
 def resolve_sources(spec: MixtureSpec, check_files: bool = False) -> list[ResolvedSource]:
     """Open every source root and apply its filters (metadata only)."""
     out = []
     for s in spec.sources:
+        _check_local_root(spec, s)
         try:
             ds = open_dataset(s.root, check_files=check_files, check_totals=False)
         except DatasetError as exc:

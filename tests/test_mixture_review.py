@@ -1,0 +1,129 @@
+"""Review fixes of the mixture commands (issue 16), as a user meets them: filters naming what the
+source lacks, options that do nothing in mixture mode, one-line errors with the right exit code
+and hints naming options that exist."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from episodekit.metadata.mixture import MixtureError, parse_mixture, resolve_sources
+from episodekit.sample import write_sample
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    base = tmp_path_factory.mktemp("review")
+    a = write_sample(base / "a", episodes=12, tasks=3, seed=1, mean_length=30)
+    b = write_sample(base / "b", episodes=8, tasks=2, seed=2, mean_length=20)
+    return base, a, b
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "episodekit.cli", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def one_line_error(r) -> str:
+    """The single stderr line of a failed command (asserting it is one line, no traceback)."""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
+    return lines[0]
+
+
+def mix(a, b=None, **source0):
+    sources = [{"root": str(a), "weight": 1, **source0}]
+    if b is not None:
+        sources.append({"root": str(b), "weight": 2, "name": "bee"})
+    return {"sources": sources}
+
+
+# -- 1. an episodes range beyond the source ------------------------------------------------------
+
+
+@pytest.mark.parametrize("episodes", ["0:500", "3:13", "100:200"])
+def test_range_beyond_the_source_is_an_error(roots, episodes):
+    """'0:500' on a 12-episode source kept 0..11 silently (a list was checked): the mixture's
+    weights changed without a word. Now an error naming the field, the range and the count."""
+    _, a, b = roots
+    with pytest.raises(MixtureError) as err:
+        resolve_sources(parse_mixture({"sources": [
+            {"root": str(b), "weight": 1}, {"root": str(a), "weight": 1, "episodes": episodes}
+        ]}))  # fmt: skip
+    msg = str(err.value)
+    assert f"sources[1].episodes: range '{episodes}' goes beyond source 'a'" in msg, msg
+    assert "has 12 episodes, indices 0..11" in msg
+
+
+def test_range_inside_the_source_still_works(roots):
+    _, a, _ = roots
+    [s] = resolve_sources(parse_mixture(mix(a, episodes="3:12")))
+    assert s.episode_index.tolist() == list(range(3, 12))
+
+
+def test_cli_range_beyond_the_source(roots, tmp_path):
+    _, a, b = roots
+    spec = json.dumps(mix(a, b, episodes="0:500"))
+    for cmd in (["info"], ["metadata", "plan", "--world-size", "1", "--out", str(tmp_path / "p")]):
+        r = run_cli(*cmd, "--mixture", spec)
+        assert r.returncode == 1
+        line = one_line_error(r)
+        assert "sources[0].episodes: range '0:500' goes beyond source 'a'" in line
+        assert "12 episodes" in line
+    assert not (tmp_path / "p").exists()
+
+
+# -- 2. tasks the source does not have -----------------------------------------------------------
+
+
+def test_unknown_task_indices_are_named(roots):
+    """tasks: [99] said 'filters select no frames'; [1, 99, 7] silently kept task 1 only."""
+    _, a, _ = roots
+    with pytest.raises(MixtureError) as err:
+        resolve_sources(parse_mixture(mix(a, tasks=[99])))
+    msg = str(err.value)
+    assert "sources[0].tasks: task indices [99] are not tasks of source 'a'" in msg, msg
+    assert "has 3 tasks, indices 0..2" in msg and "select no frames" not in msg
+    with pytest.raises(MixtureError, match=r"task indices \[7, 99\] are not tasks"):
+        resolve_sources(parse_mixture(mix(a, tasks=[1, 99, 7])))
+    with pytest.raises(MixtureError, match=r"sources\[0\].tasks: task 'nope' is not a task of"):
+        resolve_sources(parse_mixture(mix(a, tasks=[0, "nope"])))
+
+
+def test_cli_unknown_task_index(roots):
+    _, a, b = roots
+    r = run_cli("info", "--mixture", json.dumps(mix(a, b, tasks=[99])))
+    assert r.returncode == 1
+    assert "task indices [99] are not tasks of source 'a'" in one_line_error(r)
+
+
+def test_task_index_matches_any_of_an_episode_tasks(roots, tmp_path):
+    """A task index stands for its task string: an episode with two tasks is kept by the index
+    of its second task, as by its string (the index matched only an episode's first task)."""
+    import shutil
+
+    from episodekit.core.dataset import open_dataset
+
+    _, a, _ = roots
+    root = tmp_path / "a"
+    shutil.copytree(a, root)
+    ds = open_dataset(str(root))
+    names = ds.task_strings()
+    [path] = list((root / "meta" / "episodes").rglob("*.parquet"))
+    table = pq.read_table(path)
+    tasks = table.column("tasks").to_pylist()
+    first = next(i for i, t in enumerate(tasks) if t[0] != names[2])
+    tasks[first] = [tasks[first][0], names[2]]  # episode `first` also does task 2
+    col = table.schema.get_field_index("tasks")
+    table = table.set_column(col, "tasks", [tasks])
+    pq.write_table(table, path)
+    ep = open_dataset(str(root)).column("episode_index")
+    by_name = resolve_sources(parse_mixture(mix(root, tasks=[names[2]])))[0].episode_index
+    by_index = resolve_sources(parse_mixture(mix(root, tasks=[2])))[0].episode_index
+    assert int(ep[first]) in by_name.tolist()
+    assert by_index.tolist() == by_name.tolist()
