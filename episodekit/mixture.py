@@ -2,13 +2,59 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from episodekit.metadata.mixture import MixtureError, parse_mixture
+from episodekit.core.errors import os_problem
+from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.metadata.mixture import MixtureError, MixtureSpec, parse_mixture
 from episodekit.prepare import PrepareResult, format_result, prepare
+
+
+def _local_root(root: str) -> str | None:
+    path = root[len("file://") :] if root.startswith("file://") else root
+    return None if "://" in path else path
+
+
+@contextlib.contextmanager
+def mixture_writing(
+    spec: MixtureSpec,
+    out: str | os.PathLike,
+    wait: bool = True,
+    sources: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> Iterator[None]:
+    """Hold the writer locks a mixture command needs, as single-root commands hold ROOT's:
+    the ``out`` folder (created if missing; removed again when the command wrote nothing into
+    it) and, with ``sources``, every local source root (a mixture plan writes their cost
+    tables). Taken in one sorted order, so two mixture commands never deadlock. ``wait=False``
+    (``--no-wait``): an :class:`EnvironmentProblem` (exit 2) at once when another episodekit
+    process holds one of them."""
+    out = os.fspath(out)
+    created = not os.path.exists(out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise os_problem(exc, out, "create the --out folder") from exc
+    folders = {os.path.realpath(out)}
+    if sources:
+        local = (_local_root(s.root) for s in spec.sources)
+        folders |= {os.path.realpath(p) for p in local if p is not None and os.path.isdir(p)}
+    try:
+        with contextlib.ExitStack() as stack:
+            for folder in sorted(folders):
+                stack.enter_context(writer_lock(folder, wait=wait, say=say))
+            yield
+    finally:
+        if created:  # nothing written into it (a failure): leave no empty folder behind
+            with contextlib.suppress(OSError):
+                if set(os.listdir(out)) <= {LOCK_NAME}:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(out, LOCK_NAME))
+                    os.rmdir(out)
 
 
 @dataclass
@@ -51,12 +97,24 @@ def prepare_mixture(
     """Run :func:`episodekit.prepare.prepare` on every local source (each step skipped when
     fresh), then write the mixture plans into ``out``. Hub sources are read as they are (prepare
     them with ``episodekit prepare hf://... --out DIR`` and point the mixture at DIR). Plans are
-    written only when every source validated."""
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
-
+    written only when every source validated. The writer locks of ``out`` and every local source
+    are held for the whole run (``wait=False``: refused at once when one is held)."""
     spec = parse_mixture(mixture)
     if os.path.exists(os.path.join(os.fspath(out), "meta", "info.json")):  # before any source
         raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
+    with mixture_writing(spec, out, wait=prepare_kwargs.get("wait", True)):
+        return _prepare_sources_then_plan(
+            spec, out, world_sizes, num_workers, cost, locality, split_long, force, progress,
+            **prepare_kwargs,
+        )  # fmt: skip
+
+
+def _prepare_sources_then_plan(
+    spec, out, world_sizes, num_workers, cost, locality, split_long, force, progress,
+    **prepare_kwargs,
+) -> MixturePrepareResult:  # fmt: skip
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
     result = MixturePrepareResult()
     for s in spec.sources:
         if "://" in s.root and not s.root.startswith("file://"):

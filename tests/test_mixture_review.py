@@ -127,3 +127,118 @@ def test_task_index_matches_any_of_an_episode_tasks(roots, tmp_path):
     by_index = resolve_sources(parse_mixture(mix(root, tasks=[2])))[0].episode_index
     assert int(ep[first]) in by_name.tolist()
     assert by_index.tolist() == by_name.tolist()
+
+
+# -- 3. options that did nothing in mixture mode -------------------------------------------------
+
+
+@pytest.fixture
+def held(tmp_path):
+    """hold(folder): this process holds folder's writer lock (as a running episodekit would)."""
+    import contextlib
+
+    from episodekit.core.lock import writer_lock
+
+    with contextlib.ExitStack() as stack:
+        yield lambda folder: stack.enter_context(writer_lock(folder))
+
+
+def test_plan_no_wait_refuses_a_held_out_or_source(roots, tmp_path, held):
+    """metadata plan --mixture writes DIR and the sources' cost tables: --no-wait was ignored
+    (it wrote under another writer's lock); now exit 2 at once, one line, like ROOT mode."""
+    _, a, b = roots
+    spec = json.dumps(mix(a, b))
+    out = tmp_path / "p"
+    cmd = ("metadata", "plan", "--mixture", spec, "--world-size", "1", "--out", str(out))
+    held(out)
+    r = run_cli(*cmd, "--no-wait")
+    assert r.returncode == 2
+    assert "another episodekit process is writing here" in one_line_error(r)
+    assert not (out / "ws1_nw1.json").exists()
+    out2 = tmp_path / "p2"
+    held(b)
+    r = run_cli(*cmd[:-1], str(out2), "--no-wait")
+    assert r.returncode == 2 and str(b) in one_line_error(r)
+    assert not out2.exists()  # the folder it created is removed again
+
+
+def test_stats_no_wait_refuses_a_held_out(roots, tmp_path, held):
+    _, a, b = roots
+    out = tmp_path / "p"
+    held(out)
+    r = run_cli("metadata", "stats", "--mixture", json.dumps(mix(a, b)), "--out", str(out),
+                "--no-wait")  # fmt: skip
+    assert r.returncode == 2
+    assert "another episodekit process is writing here" in one_line_error(r)
+    assert not (out / "stats.json").exists()
+
+
+def test_prepare_no_wait_refuses_a_held_out_before_any_source(roots, tmp_path, held):
+    import shutil
+
+    _, a, b = roots
+    a2, b2 = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(a, a2)
+    shutil.copytree(b, b2)
+    before = sorted(p.name for p in (a2 / "meta").iterdir())
+    out = tmp_path / "p"
+    held(out)
+    r = run_cli("prepare", "--mixture", json.dumps(mix(a2, b2)), "--out", str(out),
+                "--world-size", "1", "--workers", "1", "-j", "1", "--no-wait")  # fmt: skip
+    assert r.returncode == 2
+    assert "another episodekit process is writing here" in one_line_error(r)
+    assert sorted(p.name for p in (a2 / "meta").iterdir()) == before  # no source touched
+
+
+def test_stats_jobs_is_refused_with_mixture(roots, tmp_path):
+    """The mixture stats run in one process: --jobs did nothing; refused like --executor."""
+    _, a, b = roots
+    r = run_cli("metadata", "stats", "--mixture", json.dumps(mix(a, b)), "--out",
+                str(tmp_path / "p"), "--jobs", "2")  # fmt: skip
+    assert r.returncode == 2
+    line = one_line_error(r)
+    assert "--jobs is for ROOT's stats; it does not combine with --mixture" in line
+    assert "'episodekit metadata stats --help'" in line
+    assert not (tmp_path / "p").exists()
+
+
+def test_prepare_mixture_passes_jobs_and_wait_to_every_source(roots, tmp_path, monkeypatch):
+    """prepare --mixture -j N --no-wait: each source's prepare gets jobs=N and wait=False."""
+    from click.testing import CliRunner
+
+    import episodekit.mixture as mixture_mod
+    from episodekit.cli import main
+
+    seen = []
+
+    def fake_prepare(root, **kwargs):
+        seen.append((root, kwargs["jobs"], kwargs["wait"]))
+        return None  # a remote-like result: nothing prepared, plans still written
+
+    monkeypatch.setattr(mixture_mod, "prepare", fake_prepare)
+    _, a, b = roots
+    r = CliRunner().invoke(main, ["prepare", "--mixture", json.dumps(mix(a, b)), "--out",
+                                  str(tmp_path / "p"), "--world-size", "1", "--workers", "1",
+                                  "-j", "3", "--no-wait"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert seen == [(str(a), 3, False), (str(b), 3, False)]
+
+
+def test_info_max_files_is_refused_with_mixture(roots):
+    _, a, b = roots
+    r = run_cli("info", "--mixture", json.dumps(mix(a, b)), "--max-files", "3")
+    assert r.returncode == 2
+    assert "--max-files lists ROOT's data files; it does not combine with --mixture" in (
+        one_line_error(r)
+    )
+
+
+def test_plan_mixture_without_world_size_names_an_option_that_works(roots, tmp_path):
+    """The hint was 'give --world-size, --canonical-bins, or both', but --canonical-bins is
+    refused with --mixture."""
+    _, a, b = roots
+    r = run_cli("metadata", "plan", "--mixture", json.dumps(mix(a, b)), "--out",
+                str(tmp_path / "p"))  # fmt: skip
+    assert r.returncode == 2
+    line = one_line_error(r)
+    assert "--world-size" in line and "--canonical-bins" not in line

@@ -142,17 +142,20 @@ def plan_command(
     from episodekit.metadata.plans import ensure_plans, format_balance
 
     canonical = parse_canonical_bins(canonical_bins)
-    if not world_sizes and canonical is False:
-        raise click.UsageError("give --world-size, --canonical-bins, or both")
     t0 = time.perf_counter()
     if mixture is not None or root is None:
         if canonical is not False:
             raise click.UsageError(
                 "--canonical-bins plans one ROOT; it does not combine with --mixture"
             )
-        _mixture_plan(root, mixture, out, world_sizes, workers, cost, algo, split_long, seed,
-                      policy, locality, force, as_json)  # fmt: skip
+        check_mixture_args(root, mixture, out, "the mixture plan")
+        if not world_sizes:
+            raise click.UsageError("--mixture needs --world-size (e.g. --world-size 8,64)")
+        _mixture_plan(mixture, out, world_sizes, workers, cost, algo, split_long, seed, policy,
+                      locality, force, no_wait, as_json)  # fmt: skip
         return
+    if not world_sizes and canonical is False:
+        raise click.UsageError("give --world-size, --canonical-bins, or both")
     if out is not None:
         raise click.UsageError("--out is for mixture plans (--mixture); ROOT's plans go to ROOT")
     with writing(root, no_wait):
@@ -201,20 +204,28 @@ def _echo_plans(results, skip, describe, label: str, t0: float, as_json: bool) -
 
 
 def _mixture_plan(
-    root, mixture, out, world_sizes, workers, cost, algo, split_long, seed, policy, locality,
-    force, as_json,
+    mixture, out, world_sizes, workers, cost, algo, split_long, seed, policy, locality, force,
+    no_wait, as_json,
 ) -> None:  # fmt: skip
-    """``metadata plan --mixture M --out DIR``."""
+    """``metadata plan --mixture M --out DIR``: holds the writer locks of DIR and of every local
+    source (their cost tables are written), as ``metadata plan ROOT`` holds ROOT's."""
+    from episodekit.metadata.mixture import parse_mixture
     from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
+    from episodekit.mixture import mixture_writing
 
-    check_mixture_args(root, mixture, out, "the mixture plan")
     t0 = time.perf_counter()
-    results = ensure_mixture_plans(
-        mixture, out, world_sizes, workers, cost=cost, algo=algo, split_long=split_long,
-        seed=seed, force=force, policy=policy, locality=locality,
-    )  # fmt: skip
+    spec = parse_mixture(mixture)
+    with mixture_writing(spec, out, wait=not no_wait, say=_say):
+        results = ensure_mixture_plans(
+            spec, out, world_sizes, workers, cost=cost, algo=algo, split_long=split_long,
+            seed=seed, force=force, policy=policy, locality=locality,
+        )  # fmt: skip
     skip = ("items", "item_source", "bin_offsets", "bin_cost", "bin_frames", "bin_draws")
     _echo_plans(results, skip, format_mixture_plan, "mixture plan(s)", t0, as_json)
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
 
 
 def _fmt(x: float | None) -> str:
@@ -360,11 +371,13 @@ def stats_command(
             raise click.UsageError(
                 "--images is for ROOT's stats; it does not combine with --mixture"
             )
-        if executor != "local":  # the mixture stats run in this process
-            raise click.UsageError(
-                "--executor is for ROOT's stats; it does not combine with --mixture"
-            )
-        _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_json)
+        for flag, given in (("--executor", executor != "local"), ("--jobs", jobs is not None)):
+            if given:  # the mixture stats run in this process
+                raise click.UsageError(
+                    f"{flag} is for ROOT's stats; it does not combine with --mixture "
+                    "(the mixture stats run in one process)"
+                )
+        _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, no_wait, as_json)
         return
     if out is not None:
         raise click.UsageError("--out is for mixture stats (--mixture); ROOT's stats go to ROOT")
@@ -382,14 +395,21 @@ def stats_command(
     click.echo(json.dumps(report, indent=2) if as_json else format_stats_report(report))
 
 
-def _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_json) -> None:
-    """``metadata stats --mixture M --out DIR``."""
+def _mixture_stats(
+    root, mixture, out, only, quantiles, memory_mb, force, no_wait, as_json
+) -> None:  # fmt: skip
+    """``metadata stats --mixture M --out DIR``: holds DIR's writer lock (the sources are only
+    read)."""
+    from episodekit.metadata.mixture import parse_mixture
     from episodekit.metadata.mixture_stats import ensure_mixture_stats, format_mixture_stats
+    from episodekit.mixture import mixture_writing
 
     check_mixture_args(root, mixture, out, "the mixture stats")
-    report = ensure_mixture_stats(
-        mixture, out, force=force, features=only, quantiles=quantiles, memory_mb=memory_mb
-    )
+    spec = parse_mixture(mixture)
+    with mixture_writing(spec, out, wait=not no_wait, sources=False, say=_say):
+        report = ensure_mixture_stats(
+            spec, out, force=force, features=only, quantiles=quantiles, memory_mb=memory_mb
+        )
     click.echo(json.dumps(report, indent=2) if as_json else format_mixture_stats(report))
 
 
