@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from episodekit.core.errors import os_problem
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.metadata.mixture import MixtureError, MixtureSpec, parse_mixture
 from episodekit.prepare import PrepareResult, format_result, prepare
@@ -37,8 +37,10 @@ def mixture_writing(
     created = not os.path.exists(out)
     try:
         os.makedirs(out, exist_ok=True)
-    except OSError as exc:
-        raise os_problem(exc, out, "create the --out folder") from exc
+    except OSError as exc:  # read-only, permission, a file on the way: the option, not the data
+        raise EnvironmentProblem(
+            f"cannot create the --out folder: {exc.strerror or exc}", out
+        ) from exc
     folders = {os.path.realpath(out)}
     if sources:
         local = (_local_root(s.root) for s in spec.sources)

@@ -242,3 +242,32 @@ def test_plan_mixture_without_world_size_names_an_option_that_works(roots, tmp_p
     assert r.returncode == 2
     line = one_line_error(r)
     assert "--world-size" in line and "--canonical-bins" not in line
+
+
+@pytest.mark.parametrize("command", ["plan", "stats"])
+def test_out_that_cannot_be_created_is_one_line_exit_2(roots, tmp_path, command):
+    _, a, b = roots
+    (tmp_path / "afile").write_text("x")
+    extra = ["--world-size", "1"] if command == "plan" else []
+    r = run_cli("metadata", command, "--mixture", json.dumps(mix(a, b)), "--out",
+                str(tmp_path / "afile" / "p"), *extra)  # fmt: skip
+    assert r.returncode == 2
+    assert "cannot create the --out folder: Not a directory" in one_line_error(r)
+
+
+def test_read_only_out_is_one_line_exit_2(roots, tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("running as root: chmod does not prevent writes")
+    _, a, b = roots
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        for out in (ro, ro / "sub"):
+            r = run_cli("metadata", "plan", "--mixture", json.dumps(mix(a, b)), "--out",
+                        str(out), "--world-size", "1")  # fmt: skip
+            assert r.returncode == 2 and "Permission denied" in one_line_error(r)
+    finally:
+        ro.chmod(0o755)
