@@ -271,3 +271,29 @@ def test_read_only_out_is_one_line_exit_2(roots, tmp_path):
             assert r.returncode == 2 and "Permission denied" in one_line_error(r)
     finally:
         ro.chmod(0o755)
+
+
+# -- 4. metadata stats --images lists the image features -----------------------------------------
+
+
+def test_stats_images_text_summary_lists_image_features(make_sample):
+    """The text summary listed only the numeric features: the image stats just computed were
+    invisible without --json. Now: kind, shape, sampled frames, range and per-channel mean,
+    the numbers of meta/stats.json."""
+    import numpy as np
+
+    root = make_sample(episodes=4, tasks=2, seed=5, mean_length=12, images=True)
+    r = run_cli("metadata", "stats", str(root), "--images", "-j", "1")
+    assert r.returncode == 0, r.stderr
+    stats = json.loads((root / "meta" / "stats.json").read_text())
+    [name] = [k for k in stats if "image" in k]
+    s = {k: np.asarray(v, dtype=float) for k, v in stats[name].items()}
+    lines = r.stdout.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith(name))
+    assert lines[row].split() == [name, "image", "3,1,1", f"{int(s['count'][0]):,}"]
+    means = " ".join(f"{v:.4g}" for v in s["mean"].ravel())
+    assert lines[row + 1].split() == (
+        f"range {s['min'].min():.4g} .. {s['max'].max():.4g}, mean per channel {means}".split()
+    )
+    again = run_cli("metadata", "stats", str(root))  # fresh, kept: still listed
+    assert again.returncode == 0 and lines[row] in again.stdout.splitlines()

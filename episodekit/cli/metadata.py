@@ -274,8 +274,12 @@ def speed_command(root: str, force: bool, recompute: bool, no_wait: bool, as_jso
     click.echo(json.dumps(report, indent=2) if as_json else format_speed_table(report))
 
 
-def format_stats_report(report: dict) -> str:
-    """Human-readable summary of a ``stats_report`` result."""
+def format_stats_report(report: dict, stats: dict | None = None) -> str:
+    """Human-readable summary of a ``stats_report`` result; the image/video features it records
+    are listed too, with their shape, sampled frames, range and per-channel mean from ``stats``
+    (``meta/stats.json`` as :func:`load_lerobot_stats` reads it; None: not shown)."""
+    import numpy as np
+
     lines = [
         f"{report['file']}: {report['status']} ({report['episodes']:,} episodes, "
         f"{report['frames']:,} frames, fingerprint {report['fingerprint']})",
@@ -283,6 +287,24 @@ def format_stats_report(report: dict) -> str:
     ]
     for name, f in report["features"].items():
         lines.append(f"{name:<28} {f['dims']:>5} {f['quantiles']:>9} {f['rank_error']:>11.2e}")
+    images = (report.get("images") or {}).get("features") or {}
+    if images:
+        lines.append(f"{'image feature':<28} {'kind':>5} {'shape':>9} {'frames':>11}")
+    for name, kind in images.items():
+        s = (stats or {}).get(name)
+        if s is None or "mean" not in s:
+            lines.append(f"{name:<28} {kind:>5} {'-':>9} {'-':>11}  (not in {report['file']})")
+            continue
+        mean = np.asarray(s["mean"], dtype=float)
+        count = int(np.asarray(s.get("count", [0])).ravel()[0])
+        shape = ",".join(str(d) for d in mean.shape)
+        lo = float(np.min(s["min"])) if "min" in s else float("nan")
+        hi = float(np.max(s["max"])) if "max" in s else float("nan")
+        lines.append(f"{name:<28} {kind:>5} {shape:>9} {count:>11,}")
+        lines.append(
+            f"{'':<4}range {lo:.4g} .. {hi:.4g}, mean per channel "
+            + " ".join(f"{v:.4g}" for v in mean.ravel())
+        )
     return "\n".join(lines)
 
 
@@ -392,7 +414,15 @@ def stats_command(
             jobs=jobs,
             images=images,
         )
-    click.echo(json.dumps(report, indent=2) if as_json else format_stats_report(report))
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    stats = None
+    if (report.get("images") or {}).get("features") and report["status"] != "not written":
+        from episodekit.metadata.stats import load_lerobot_stats
+
+        stats = load_lerobot_stats(root)
+    click.echo(format_stats_report(report, stats))
 
 
 def _mixture_stats(
