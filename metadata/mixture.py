@@ -256,7 +256,9 @@ def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
         doc = value
     else:
         text = os.fspath(value)
-        if text.lstrip().startswith("{"):
+        if not text.strip():
+            raise MixtureFileError("--mixture is empty: give a mixture.json path or inline JSON")
+        if text.lstrip().startswith(("{", "[")):  # JSON, not a path (a list: the error below)
             where = "--mixture (inline JSON)"
             raw = text
         else:

@@ -297,3 +297,73 @@ def test_stats_images_text_summary_lists_image_features(make_sample):
     )
     again = run_cli("metadata", "stats", str(root))  # fresh, kept: still listed
     assert again.returncode == 0 and lines[row] in again.stdout.splitlines()
+
+
+# -- 5. as a user runs them ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command", [["metadata", "plan", "--world-size", "1"], ["metadata", "stats"], ["prepare"]]
+)
+def test_dataset_root_as_out_is_a_usage_error(roots, tmp_path, command):
+    """--out naming a dataset root is a bad option value (exit 2, as a --out that is a file),
+    refused before anything is written (no lock file left in the dataset either)."""
+    import shutil
+
+    _, a, b = roots
+    a2 = tmp_path / "a"
+    shutil.copytree(a, a2)
+    before = sorted(str(p.relative_to(a2)) for p in a2.rglob("*"))
+    r = run_cli(*command, "--mixture", json.dumps(mix(a2, b)), "--out", str(a2))
+    assert r.returncode == 2
+    assert f"--out: {a2} is a dataset root (it has meta/info.json)" in one_line_error(r)
+    assert sorted(str(p.relative_to(a2)) for p in a2.rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    "command, hint",
+    [
+        (["info"], "use --mixture {spec}"),
+        (["metadata", "stats"], "use --mixture {spec} --out {p}"),
+        (["validate"], "run this on each source root (listed by 'episodekit info --mixture"),
+    ],
+)
+def test_mixture_plan_folder_as_root_gets_a_hint(roots, tmp_path, command, hint):
+    """`info DIR` / `validate DIR` on a mixture plan folder said only 'not a LeRobot dataset'."""
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
+    _, a, b = roots
+    p = tmp_path / "p"
+    ensure_mixture_plans(mix(a, b), p, [1], 1)
+    r = run_cli(*command, str(p))
+    assert r.returncode == 2
+    line = one_line_error(r)
+    assert "not a LeRobot dataset (no meta/info.json); it is a mixture plan folder" in line
+    assert hint.format(spec=p / "mixture.json", p=p) in line
+
+
+def test_empty_or_list_mixture_value(roots):
+    r = run_cli("info", "--mixture", "")
+    assert r.returncode == 2 and "--mixture is empty" in one_line_error(r)
+    r = run_cli("info", "--mixture", '[{"root": "a", "weight": 1}]')  # JSON, not a file name
+    assert r.returncode == 1
+    assert "a mixture is a JSON object with a 'sources' list" in one_line_error(r)
+
+
+@pytest.mark.parametrize(
+    "root, said",
+    [("nodir", "no such folder"), ("m.json", "is a file"), ("empty", "not a LeRobot dataset")],
+)
+def test_bad_source_root_names_the_field(roots, tmp_path, root, said):
+    """A source root that does not exist said '<root>/meta/info.json: file is missing'."""
+    _, a, _ = roots
+    (tmp_path / "empty").mkdir()
+    m = tmp_path / "m.json"
+    sources = [{"root": str(a), "weight": 1}, {"root": root, "weight": 1}]
+    m.write_text(json.dumps({"sources": sources}))
+    r = run_cli("metadata", "plan", "--mixture", str(m), "--world-size", "1", "--out",
+                str(tmp_path / "p"))  # fmt: skip
+    assert r.returncode == 1
+    line = one_line_error(r)
+    assert f"sources[1].root ('{root}'): {tmp_path / root}: {said}" in line, line
+    assert not (tmp_path / "p").exists()
