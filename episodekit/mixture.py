@@ -10,7 +10,14 @@ from typing import Any
 
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.lock import LOCK_NAME, writer_lock
-from episodekit.metadata.mixture import MixtureError, MixtureSpec, parse_mixture
+from episodekit.metadata.mixture import (
+    MixtureError,
+    MixtureSpec,
+    ResolvedSource,
+    epoch_size,
+    parse_mixture,
+    resolve_sources,
+)
 from episodekit.prepare import PrepareResult, format_result, prepare
 
 
@@ -66,6 +73,7 @@ class MixturePrepareResult:
     sources: dict[str, PrepareResult | None] = field(default_factory=dict)
     plans: list[tuple[str, dict, bool]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # world sizes skipped, as prepare ROOT
 
     @property
     def ok(self) -> bool:
@@ -81,6 +89,7 @@ class MixturePrepareResult:
                 for p, d, c in self.plans
             ],
             "notes": self.notes,
+            "warnings": self.warnings,
         }
 
 
@@ -104,20 +113,55 @@ def prepare_mixture(
     spec = parse_mixture(mixture)
     if os.path.exists(os.path.join(os.fspath(out), "meta", "info.json")):  # before any source
         raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
+    result = MixturePrepareResult()
+    # before anything is written: every source root and filter, and which world sizes can be
+    # planned (a size whose bins cannot all draw is skipped with a warning, as prepare ROOT)
+    resolved = resolve_sources(spec)
+    sizes = []
+    for w in world_sizes:
+        why = plan_skip_reason(spec, resolved, int(w), int(num_workers))
+        if why:
+            result.warnings.append(f"world size {w} skipped: {why}")
+        else:
+            sizes.append(int(w))
     with mixture_writing(spec, out, wait=prepare_kwargs.get("wait", True)):
         return _prepare_sources_then_plan(
-            spec, out, world_sizes, num_workers, cost, locality, split_long, force, progress,
-            **prepare_kwargs,
+            result, spec, out, sizes, world_sizes, num_workers, cost, locality, split_long, force,
+            progress, **prepare_kwargs,
         )  # fmt: skip
 
 
+def plan_skip_reason(
+    spec: MixtureSpec, sources: list[ResolvedSource], world_size: int, num_workers: int
+) -> str:
+    """Why a mixture plan of this shape cannot be built ("" when it can): its ``trim`` epoch
+    must give every bin a sample, and every source needs a frame for every bin (each bin draws
+    from every source)."""
+    bins = world_size * num_workers
+    what = f"{bins:,} bins ({world_size} ranks x {num_workers} workers)"
+    small = [s for s in sources if s.frames < bins]
+    if small:
+        return (
+            f"source {small[0].name!r} has {small[0].frames:,} selected frames, fewer than "
+            f"{what}; use a smaller --world-size or --workers"
+        )
+    epoch = spec.epoch_frames or sum(s.frames for s in sources)
+    try:
+        epoch_size(epoch, bins, "trim")
+    except MixtureError:
+        return (
+            f"an epoch of {epoch:,} frames cannot give each of {what} a sample; use a smaller "
+            "--world-size or --workers, or raise epoch_frames"
+        )
+    return ""
+
+
 def _prepare_sources_then_plan(
-    spec, out, world_sizes, num_workers, cost, locality, split_long, force, progress,
-    **prepare_kwargs,
+    result, spec, out, sizes, world_sizes, num_workers, cost, locality, split_long, force,
+    progress, **prepare_kwargs,
 ) -> MixturePrepareResult:  # fmt: skip
     from episodekit.metadata.mixture_plan import ensure_mixture_plans
 
-    result = MixturePrepareResult()
     for s in spec.sources:
         if "://" in s.root and not s.root.startswith("file://"):
             result.sources[s.name] = None
@@ -128,9 +172,9 @@ def _prepare_sources_then_plan(
             locality=locality, split_long=split_long, force=force, progress=progress,
             **prepare_kwargs,
         )  # fmt: skip
-    if result.ok:
+    if result.ok and sizes:
         result.plans = ensure_mixture_plans(
-            spec, out, list(world_sizes), num_workers, cost=cost, split_long=split_long == "yes",
+            spec, out, sizes, num_workers, cost=cost, split_long=split_long == "yes",
             force=force, locality=locality,
         )  # fmt: skip
     return result
@@ -145,9 +189,13 @@ def format_mixture_result(r: MixturePrepareResult) -> str:
         lines.append(format_result(res) if res is not None else "  not prepared (remote)")
     for note in r.notes:
         lines.append(f"note: {note}")
+    for warning in r.warnings:
+        lines.append(f"warning: {warning}")
     for path, plan, changed in r.plans:
         lines.append(f"{path}: {'written' if changed else 'fresh, kept'}")
         lines.append(format_mixture_plan(plan))
     if not r.ok:
         lines.append("mixture plans NOT written: a source failed validation")
+    elif not r.plans:
+        lines.append("no mixture plan written: every --world-size was skipped (see the warnings)")
     return "\n".join(lines)

@@ -367,3 +367,50 @@ def test_bad_source_root_names_the_field(roots, tmp_path, root, said):
     line = one_line_error(r)
     assert f"sources[1].root ('{root}'): {tmp_path / root}: {said}" in line, line
     assert not (tmp_path / "p").exists()
+
+
+def _tree(root):
+    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*"))
+
+
+def test_prepare_mixture_checks_filters_before_preparing_any_source(roots, tmp_path):
+    """A bad filter of the last source was found only after every source had been prepared
+    (row groups rewritten, tables written): now refused first, nothing touched."""
+    import shutil
+
+    _, a, b = roots
+    a2 = tmp_path / "a"
+    shutil.copytree(a, a2)
+    before = _tree(a2)
+    spec = {"sources": [{"root": str(a2), "weight": 1},
+                        {"root": str(b), "weight": 1, "episodes": "0:500"}]}  # fmt: skip
+    r = run_cli("prepare", "--mixture", json.dumps(spec), "--out", str(tmp_path / "p"),
+                "--world-size", "1", "-j", "1")  # fmt: skip
+    assert r.returncode == 1
+    assert "sources[1].episodes: range '0:500' goes beyond source 'b'" in one_line_error(r)
+    assert _tree(a2) == before and not (tmp_path / "p").exists()
+
+
+def test_prepare_mixture_skips_a_world_size_it_cannot_plan(roots, tmp_path):
+    """prepare ROOT skips a world size whose bins cannot all get a frame, with a warning;
+    prepare --mixture failed after preparing every source ('fewer than the plan's bins')."""
+    import shutil
+
+    _, a, b = roots
+    a2, b2 = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(a, a2)
+    shutil.copytree(b, b2)
+    spec = {"sources": [{"root": str(a2), "weight": 1},
+                        {"root": str(b2), "weight": 1, "episodes": [0]}]}  # fmt: skip
+    out = tmp_path / "p"
+    r = run_cli("prepare", "--mixture", json.dumps(spec), "--out", str(out), "--world-size",
+                "1,64", "--workers", "4", "-j", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "warning: world size 64 skipped: source 'b' has" in r.stdout
+    assert "fewer than 256 bins (64 ranks x 4 workers)" in r.stdout
+    assert (out / "ws1_nw4.json").exists() and not (out / "ws64_nw4.json").exists()
+    r = run_cli("prepare", "--mixture", json.dumps(spec), "--out", str(tmp_path / "q"),
+                "--world-size", "64", "--workers", "4", "-j", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "no mixture plan written: every --world-size was skipped" in r.stdout
+    assert not (tmp_path / "q").exists()

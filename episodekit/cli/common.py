@@ -346,8 +346,8 @@ json_option = click.option(
 no_wait_option = click.option(
     "--no-wait",
     is_flag=True,
-    help="Exit 2 at once when another episodekit process is writing to the same root "
-    "(default: wait for it).",
+    help="Exit 2 at once when another episodekit process is writing to the same folder "
+    "(ROOT, --out, or with --mixture a local source root; default: wait for it).",
 )
 force_option = click.option("--force", is_flag=True, help="Recompute even when fresh.")
 quiet_option = click.option(

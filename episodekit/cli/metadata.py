@@ -343,7 +343,8 @@ def format_stats_report(report: dict, stats: dict | None = None) -> str:
     default=None,
     metavar="FILE|JSON",
     help="Stats of a mixture instead of ROOT, weighted as sampled (each source by its "
-    "per-epoch quota): a mixture.json file or the same JSON inline. Needs --out.",
+    "per-epoch quota): a mixture.json file or the same JSON inline. Needs --out; not with "
+    "--images, --executor, --jobs (one process).",
 )
 @click.option(
     "--out",
