@@ -11,6 +11,7 @@ from typing import Any
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.metadata.mixture import (
+    MIXTURE_FILE,
     MixtureError,
     MixtureSpec,
     ResolvedSource,
@@ -35,11 +36,11 @@ def mixture_writing(
     say: Callable[[str], None] | None = None,
 ) -> Iterator[None]:
     """Hold the writer locks a mixture command needs, as single-root commands hold ROOT's:
-    the ``out`` folder (created if missing; removed again when the command wrote nothing into
-    it) and, with ``sources``, every local source root (a mixture plan writes their cost
-    tables). Taken in one sorted order, so two mixture commands never deadlock. ``wait=False``
-    (``--no-wait``): an :class:`EnvironmentProblem` (exit 2) at once when another episodekit
-    process holds one of them."""
+    the ``out`` folder (created if missing; removed again when the command failed or wrote
+    nothing into it) and, with ``sources``, every local source root (a mixture plan writes
+    their cost tables). Taken in one sorted order, so two mixture commands never deadlock.
+    ``wait=False`` (``--no-wait``): an :class:`EnvironmentProblem` (exit 2) at once when
+    another episodekit process holds one of them."""
     out = os.fspath(out)
     created = not os.path.exists(out)
     try:
@@ -52,18 +53,26 @@ def mixture_writing(
     if sources:
         local = (_local_root(s.root) for s in spec.sources)
         folders |= {os.path.realpath(p) for p in local if p is not None and os.path.isdir(p)}
+    failed = True
     try:
         with contextlib.ExitStack() as stack:
             for folder in sorted(folders):
                 stack.enter_context(writer_lock(folder, wait=wait, say=say))
             yield
+            failed = False
     finally:
-        if created:  # nothing written into it (a failure): leave no empty folder behind
-            with contextlib.suppress(OSError):
-                if set(os.listdir(out)) <= {LOCK_NAME}:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(os.path.join(out, LOCK_NAME))
-                    os.rmdir(out)
+        if created:  # a folder made for nothing (or for a failed plan's spec): not left behind
+            _remove_if_only(out, {LOCK_NAME, MIXTURE_FILE} if failed else {LOCK_NAME})
+
+
+def _remove_if_only(folder: str, names: set[str]) -> None:
+    """Remove ``folder`` when it holds nothing but (some of) ``names``."""
+    with contextlib.suppress(OSError):
+        if set(os.listdir(folder)) <= names:
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, name))
+            os.rmdir(folder)
 
 
 @dataclass

@@ -414,3 +414,16 @@ def test_prepare_mixture_skips_a_world_size_it_cannot_plan(roots, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "no mixture plan written: every --world-size was skipped" in r.stdout
     assert not (tmp_path / "q").exists()
+
+
+def test_failed_plan_leaves_no_half_folder(roots, tmp_path):
+    """A plan that fails (here: fewer epoch frames than bins) left DIR with only mixture.json,
+    which `info DIR` then took for a mixture plan folder."""
+    _, a, b = roots
+    spec = {**mix(a, b), "epoch_frames": 3}
+    out = tmp_path / "p"
+    r = run_cli("metadata", "plan", "--mixture", json.dumps(spec), "--world-size", "2",
+                "--workers", "2", "--out", str(out))  # fmt: skip
+    assert r.returncode == 1
+    assert "epoch_frames 3 is fewer than the plan's 4 bins" in one_line_error(r)
+    assert not out.exists()
