@@ -427,3 +427,20 @@ def test_failed_plan_leaves_no_half_folder(roots, tmp_path):
     assert r.returncode == 1
     assert "epoch_frames 3 is fewer than the plan's 4 bins" in one_line_error(r)
     assert not out.exists()
+
+
+def test_help_of_mixture_options_names_every_refused_option():
+    """Every option refused with --mixture is named in --mixture's help (and exists)."""
+    import re
+
+    refused = {
+        ("prepare",): ["--push-to-hub", "--videos", "--videos-gop", "--canonical-bins"],
+        ("metadata", "stats"): ["--images", "--executor", "--jobs"],
+    }
+    for cmd, flags in refused.items():
+        r = run_cli(*cmd, "--help")
+        text = re.sub(r"-\s+", "-", " ".join(r.stdout.split()))  # click wraps at hyphens
+        mixture_help = text[text.index("--mixture FILE|JSON") :][:400]
+        for flag in flags:
+            assert flag in mixture_help, (cmd, flag)
+            assert f"{flag} " in text.split("Options:")[1]  # the option exists
