@@ -268,6 +268,12 @@ def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
                     raw = fh.read(16 << 20)
             except FileNotFoundError:
                 raise MixtureFileError(f"{where}: no such mixture file") from None
+            except IsADirectoryError:
+                inside = os.path.join(text, MIXTURE_FILE)
+                hint = f": give {inside}" if os.path.isfile(inside) else ""
+                raise MixtureFileError(
+                    f"{where}: is a folder, not a mixture file (a .json){hint}"
+                ) from None
             except OSError as exc:
                 raise MixtureFileError(
                     f"{where}: cannot read the mixture file ({exc.strerror or exc})"

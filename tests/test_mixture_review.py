@@ -444,3 +444,16 @@ def test_help_of_mixture_options_names_every_refused_option():
         for flag in flags:
             assert flag in mixture_help, (cmd, flag)
             assert f"{flag} " in text.split("Options:")[1]  # the option exists
+
+
+def test_mixture_given_as_the_plan_folder_names_its_mixture_json(roots, tmp_path):
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
+    _, a, b = roots
+    p = tmp_path / "p"
+    ensure_mixture_plans(mix(a, b), p, [1], 1)
+    r = run_cli("info", "--mixture", str(p))
+    assert r.returncode == 2
+    line = one_line_error(r)
+    assert f"{p}: is a folder, not a mixture file (a .json): give {p / 'mixture.json'}" in line
+    assert run_cli("info", "--mixture", str(p / "mixture.json")).returncode == 0
