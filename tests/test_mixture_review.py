@@ -457,3 +457,27 @@ def test_mixture_given_as_the_plan_folder_names_its_mixture_json(roots, tmp_path
     line = one_line_error(r)
     assert f"{p}: is a folder, not a mixture file (a .json): give {p / 'mixture.json'}" in line
     assert run_cli("info", "--mixture", str(p / "mixture.json")).returncode == 0
+
+
+def test_load_mixture_stats_hint_is_a_command_that_runs(roots, tmp_path):
+    """The hints were 'run: episodekit metadata stats --mixture' (no file, no --out) and
+    '--mixture ... --out DIR': now a full command, which this test runs."""
+    import shlex
+
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+    from episodekit.metadata.mixture_stats import load_mixture_stats
+
+    _, a, b = roots
+    p = tmp_path / "p"
+    ensure_mixture_plans(mix(a, b), p, [1], 1)
+    with pytest.raises(MixtureError) as err:
+        load_mixture_stats(p)
+    hint = f"episodekit metadata stats --mixture {p / 'mixture.json'} --out {p}"
+    assert str(err.value).endswith(f"no mixture stats; compute them with: {hint}")
+    assert run_cli(*shlex.split(hint)[1:]).returncode == 0
+    assert load_mixture_stats(p)["action"]["mean"].shape == (14,)
+    m = tmp_path / "other.json"
+    m.write_text(json.dumps({**mix(a, b), "balance": "frames"}))
+    with pytest.raises(MixtureError, match="stale: the mixture spec changed") as err:
+        load_mixture_stats(p, str(m))
+    assert str(err.value).endswith(f"episodekit metadata stats --mixture {m} --out {p}")
