@@ -44,6 +44,8 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset
 from episodekit.core.errors import EXIT_ENV, EnvironmentProblem
@@ -463,6 +465,16 @@ def _index_span(values: np.ndarray) -> str:
     return f"{_index_list(np.sort(values))} ({len(values)} in {lo}..{hi})"
 
 
+def _has_task(tasks: pa.ChunkedArray, names: set[str]) -> np.ndarray:
+    """Per episode (a ``list<string>`` column): does one of its tasks lie in ``names``."""
+    col = tasks.combine_chunks()
+    hit = pc.is_in(pc.list_flatten(col), value_set=pa.array(sorted(names), pa.string()))
+    out = np.zeros(len(col), dtype=bool)
+    parents = pc.list_parent_indices(col).to_numpy()
+    out[parents[hit.to_numpy(zero_copy_only=False)]] = True
+    return out
+
+
 def select_episodes(ds: Dataset, spec: SourceSpec, where: str = "mixture") -> np.ndarray:
     """Rows of ``ds.episodes`` the source keeps (its ``episodes`` and ``tasks`` filters).
 
@@ -507,8 +519,7 @@ def select_episodes(ds: Dataset, spec: SourceSpec, where: str = "mixture") -> np
             )
         # an index stands for its task string: either form matches any of an episode's tasks
         names |= {n for i, n in zip(task_ids.tolist(), task_names) if i in ids}
-        task_lists = ds.episodes.column("tasks").to_pylist()
-        keep &= np.array([bool(set(t or ()) & names) for t in task_lists], dtype=bool)
+        keep &= _has_task(ds.episodes.column("tasks"), names)
     rows = np.flatnonzero(keep)
     if len(rows) == 0 or int(ds.column("length")[rows].sum()) == 0:
         raise _fail(
