@@ -58,6 +58,7 @@ MIXTURE_VERSION = 1
 _SOURCE_KEYS = {"root", "weight", "name", "episodes", "tasks", "rename"}
 _TOP_KEYS = {"sources", "balance", "epoch_frames", "overflow", "features", "format", "version"}
 _FEATURE_KEYS = {"pad_to", "drop"}
+_MAX_SPEC_BYTES = 16 << 20  # a mixture file is a few KiB; never read a huge file whole
 
 
 class MixtureError(DatasetError):
@@ -266,8 +267,8 @@ def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
         else:
             where = text
             try:
-                with open(text, encoding="utf-8") as fh:
-                    raw = fh.read(16 << 20)
+                with open(text, "rb") as fh:
+                    data = fh.read(_MAX_SPEC_BYTES + 1)
             except FileNotFoundError:
                 raise MixtureFileError(f"{where}: no such mixture file") from None
             except IsADirectoryError:
@@ -281,6 +282,12 @@ def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
                     f"{where}: cannot read the mixture file ({exc.strerror or exc})"
                 ) from None
             base_dir = os.path.dirname(os.path.abspath(text))
+            if len(data) > _MAX_SPEC_BYTES:
+                raise _fail(where, f"larger than {_MAX_SPEC_BYTES >> 20} MiB: not a mixture spec")
+            try:
+                raw = data.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise _fail(where, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         try:
             doc = json.loads(raw)
         except ValueError as exc:

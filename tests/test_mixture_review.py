@@ -481,3 +481,21 @@ def test_load_mixture_stats_hint_is_a_command_that_runs(roots, tmp_path):
     with pytest.raises(MixtureError, match="stale: the mixture spec changed") as err:
         load_mixture_stats(p, str(m))
     assert str(err.value).endswith(f"episodekit metadata stats --mixture {m} --out {p}")
+
+
+def test_mixture_file_not_utf8_or_huge_or_with_bom(roots, tmp_path):
+    """A non-UTF-8 file was 'unexpected UnicodeDecodeError ... please report it'; a file over
+    the read limit was cut and called invalid JSON; a BOM (Windows editors) is fine."""
+    _, a, _ = roots
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'\xff\xfe{"sources": []}')
+    r = run_cli("info", "--mixture", str(bad))
+    assert r.returncode == 1
+    assert f"{bad}: not UTF-8 text (invalid start byte at byte 0)" in one_line_error(r)
+    huge = tmp_path / "huge.json"
+    huge.write_bytes(b" " * ((16 << 20) + 1))
+    r = run_cli("info", "--mixture", str(huge))
+    assert r.returncode == 1 and "larger than 16 MiB" in one_line_error(r)
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(mix(a)).encode())
+    assert run_cli("info", "--mixture", str(bom)).returncode == 0
