@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.metadata.mixture import (
     MIXTURE_FILE,
     MixtureError,
+    MixtureFileError,
     MixtureSpec,
     ResolvedSource,
     epoch_size,
@@ -75,6 +77,28 @@ def _remove_if_only(folder: str, names: set[str]) -> None:
             os.rmdir(folder)
 
 
+def check_spec_kept(mixture: Any, spec: MixtureSpec, out: str | os.PathLike) -> None:
+    """Refuse an ``out`` whose ``mixture.json`` (the plan's normalized spec) is the --mixture
+    file itself, unless that file is already the normalized spec (rerunning a plan folder's own
+    ``DIR/mixture.json`` is fine): the plan would overwrite the user's file (roots made
+    absolute, their layout lost). Raises :class:`MixtureFileError` (a usage problem, exit 2)."""
+    if isinstance(mixture, dict) or str(mixture).lstrip().startswith(("{", "[")):
+        return
+    target = os.path.join(os.fspath(out), MIXTURE_FILE)
+    if not (os.path.exists(target) and os.path.samefile(os.fspath(mixture), target)):
+        return
+    try:
+        with open(target, "rb") as fh:
+            same = json.loads(fh.read()) == spec.to_dict()
+    except ValueError:
+        same = False
+    if not same:
+        raise MixtureFileError(
+            f"{mixture}: --out {out} would overwrite this mixture file with the plan's normalized "
+            "copy of it: give the plan its own folder"
+        )
+
+
 @dataclass
 class MixturePrepareResult:
     """Per source: its prepare result (None for a hub source, read as it is); the plans."""
@@ -122,6 +146,7 @@ def prepare_mixture(
     spec = parse_mixture(mixture)
     if os.path.exists(os.path.join(os.fspath(out), "meta", "info.json")):  # before any source
         raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
+    check_spec_kept(mixture, spec, out)
     result = MixturePrepareResult()
     # before anything is written: every source root and filter, and which world sizes can be
     # planned (a size whose bins cannot all draw is skipped with a warning, as prepare ROOT)

@@ -499,3 +499,27 @@ def test_mixture_file_not_utf8_or_huge_or_with_bom(roots, tmp_path):
     bom = tmp_path / "bom.json"
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(mix(a)).encode())
     assert run_cli("info", "--mixture", str(bom)).returncode == 0
+
+
+@pytest.mark.parametrize("command", [["metadata", "plan"], ["prepare", "-j", "1"]])
+def test_plan_never_overwrites_the_users_mixture_file(roots, tmp_path, command):
+    """`--mixture mixture.json --out .` replaced the user's file by the normalized spec (roots
+    made absolute); the plan folder's own DIR/mixture.json may still be rerun in place."""
+    import shutil
+
+    _, a, b = roots
+    shutil.copytree(a, tmp_path / "a")
+    mine = tmp_path / "mixture.json"
+    text = '{"sources": [{"root": "a", "weight": 1}]}\n'
+    mine.write_text(text)
+    r = run_cli(*command, "--mixture", "mixture.json", "--out", ".", "--world-size", "1",
+                "--workers", "1", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2
+    assert "would overwrite this mixture file" in one_line_error(r)
+    assert mine.read_text() == text and not (tmp_path / "ws1_nw1.json").exists()
+    r = run_cli(*command, "--mixture", "mixture.json", "--out", "p", "--world-size", "1",
+                "--workers", "1", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    again = run_cli(*command, "--mixture", "p/mixture.json", "--out", "p", "--world-size", "1",
+                    "--workers", "1", cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0 and "fresh, kept" in again.stdout, again.stderr

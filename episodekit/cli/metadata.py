@@ -211,10 +211,11 @@ def _mixture_plan(
     source (their cost tables are written), as ``metadata plan ROOT`` holds ROOT's."""
     from episodekit.metadata.mixture import parse_mixture
     from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
-    from episodekit.mixture import mixture_writing
+    from episodekit.mixture import check_spec_kept, mixture_writing
 
     t0 = time.perf_counter()
     spec = parse_mixture(mixture)
+    check_spec_kept(mixture, spec, out)
     with mixture_writing(spec, out, wait=not no_wait, say=_say):
         results = ensure_mixture_plans(
             spec, out, world_sizes, workers, cost=cost, algo=algo, split_long=split_long,
