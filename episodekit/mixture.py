@@ -13,6 +13,7 @@ from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.metadata.mixture import (
     MIXTURE_FILE,
+    MIXTURE_FORMAT,
     MixtureError,
     MixtureFileError,
     MixtureSpec,
@@ -78,24 +79,31 @@ def _remove_if_only(folder: str, names: set[str]) -> None:
 
 
 def check_spec_kept(mixture: Any, spec: MixtureSpec, out: str | os.PathLike) -> None:
-    """Refuse an ``out`` whose ``mixture.json`` (the plan's normalized spec) is the --mixture
-    file itself, unless that file is already the normalized spec (rerunning a plan folder's own
-    ``DIR/mixture.json`` is fine): the plan would overwrite the user's file (roots made
-    absolute, their layout lost). Raises :class:`MixtureFileError` (a usage problem, exit 2)."""
-    if isinstance(mixture, dict) or str(mixture).lstrip().startswith(("{", "[")):
-        return
+    """Refuse an ``out`` whose ``mixture.json`` a plan would overwrite but did not write: the
+    --mixture file itself, or a hand-written file (no ``"format": "episodekit.mixture"``).
+    A plan folder's own normalized spec is rewritten as designed (rerunning ``DIR/mixture.json``
+    in place, or planning another mixture into DIR). Raises :class:`MixtureFileError` (a usage
+    problem, exit 2)."""
     target = os.path.join(os.fspath(out), MIXTURE_FILE)
-    if not (os.path.exists(target) and os.path.samefile(os.fspath(mixture), target)):
+    if not os.path.isfile(target):
         return
     try:
         with open(target, "rb") as fh:
-            same = json.loads(fh.read()) == spec.to_dict()
-    except ValueError:
-        same = False
-    if not same:
+            doc = json.loads(fh.read())
+    except (OSError, ValueError):
+        doc = None
+    if doc == spec.to_dict():
+        return  # the plan's own copy of this very spec
+    inline = isinstance(mixture, dict) or str(mixture).lstrip().startswith(("{", "["))
+    if not inline and os.path.samefile(os.fspath(mixture), target):
         raise MixtureFileError(
             f"{mixture}: --out {out} would overwrite this mixture file with the plan's normalized "
             "copy of it: give the plan its own folder"
+        )
+    if not (isinstance(doc, dict) and doc.get("format") == MIXTURE_FORMAT):
+        raise MixtureFileError(
+            f'{target}: not a mixture plan\'s spec (no "format": "{MIXTURE_FORMAT}"): '
+            f"--out {out} would overwrite it; give the plan its own folder"
         )
 
 

@@ -523,3 +523,12 @@ def test_plan_never_overwrites_the_users_mixture_file(roots, tmp_path, command):
     again = run_cli(*command, "--mixture", "p/mixture.json", "--out", "p", "--world-size", "1",
                     "--workers", "1", cwd=tmp_path)  # fmt: skip
     assert again.returncode == 0 and "fresh, kept" in again.stdout, again.stderr
+    other = json.dumps({"sources": [{"root": str(b), "weight": 1}]})
+    r = run_cli(*command, "--mixture", other, "--out", ".", "--world-size", "1", "--workers",
+                "1", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2  # ./mixture.json is the user's, though not the --mixture given
+    assert "./mixture.json: not a mixture plan's spec" in one_line_error(r)
+    assert mine.read_text() == text
+    r = run_cli(*command, "--mixture", other, "--out", "p", "--world-size", "1", "--workers",
+                "1", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr  # another mixture into a plan folder: replaced
