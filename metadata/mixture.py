@@ -564,7 +564,20 @@ def resolve_sources(spec: MixtureSpec, check_files: bool = False) -> list[Resolv
         rows = select_episodes(ds, s, spec.where)
         ep = ds.column("episode_index")[rows].astype(np.int64)
         out.append(ResolvedSource(s, ds, ep, ds.column("length")[rows].astype(np.int64)))
+    _check_feature_keys(spec, out)
     return out
+
+
+def _check_feature_keys(spec: MixtureSpec, sources: list[ResolvedSource]) -> None:
+    """A ``features.KEY`` (pad_to/drop) must name a feature of some source, after ``rename``:
+    a typo would otherwise leave the real feature unpadded or undropped without a word."""
+    names = {s.spec.rename.get(k, k) for s in sources for k in s.ds.features}
+    unknown = sorted(k for k in spec.features if k not in names)
+    if unknown:
+        raise MixtureError(
+            f"{spec.where}: features.{unknown[0]} names no feature of any source (after "
+            f"rename): the sources have {', '.join(sorted(names))}"
+        )
 
 
 def mixture_fingerprint(spec: MixtureSpec, fingerprints: list[str]) -> str:

@@ -532,3 +532,18 @@ def test_plan_never_overwrites_the_users_mixture_file(roots, tmp_path, command):
     r = run_cli(*command, "--mixture", other, "--out", "p", "--world-size", "1", "--workers",
                 "1", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr  # another mixture into a plan folder: replaced
+
+
+def test_feature_setting_naming_no_feature_is_an_error(roots, tmp_path):
+    """features.observation.stat (a typo) was accepted: the real feature stayed unpadded."""
+    _, a, b = roots
+    spec = {**mix(a, b), "features": {"observation.stat": {"pad_to": 32}}}
+    r = run_cli("metadata", "plan", "--mixture", json.dumps(spec), "--world-size", "1",
+                "--out", str(tmp_path / "p"))  # fmt: skip
+    assert r.returncode == 1
+    line = one_line_error(r)
+    assert "features.observation.stat names no feature of any source (after rename)" in line
+    assert "observation.state" in line and not (tmp_path / "p").exists()
+    renamed = mix(a, b, rename={"action": "act"})
+    renamed["features"] = {"act": {"pad_to": 32}, "action": {"drop": True}}  # b's action
+    assert len(resolve_sources(parse_mixture(renamed))) == 2
