@@ -536,8 +536,9 @@ def load_mixture_stats(
 def format_mixture_stats(report: dict[str, Any]) -> str:
     """Lines for the CLI: status, sources with quotas and repeats, features with their mode."""
     head = f"{report['path']}: {report['status']}"
-    if report["status"] != "fresh" and report["reason"]:
-        head += f" ({report['reason']})"
+    reason = report["reason"]
+    if report["status"] != "fresh" and reason and reason != f"no {MIXTURE_STATS_META}":
+        head += " (--force)" if reason == "--force" else f" (were stale: {reason})"
     lines = [
         head,
         f"  epoch {report['epoch_frames']:,} frames, fingerprint {report['fingerprint']}",

@@ -547,3 +547,16 @@ def test_feature_setting_naming_no_feature_is_an_error(roots, tmp_path):
     renamed = mix(a, b, rename={"action": "act"})
     renamed["features"] = {"act": {"pad_to": 32}, "action": {"drop": True}}  # b's action
     assert len(resolve_sources(parse_mixture(renamed))) == 2
+
+
+def test_mixture_stats_status_line(roots, tmp_path):
+    """A first run said 'written (no stats_meta.json)', as if something were wrong."""
+    _, a, b = roots
+    cmd = ("metadata", "stats", "--mixture", json.dumps(mix(a, b)), "--out", str(tmp_path / "p"))
+    first = run_cli(*cmd).stdout.splitlines()[0]
+    assert first == f"{tmp_path / 'p' / 'stats.json'}: written"
+    assert run_cli(*cmd).stdout.splitlines()[0].endswith("stats.json: fresh")
+    assert run_cli(*cmd, "--force").stdout.splitlines()[0].endswith("written (--force)")
+    other = json.dumps({**mix(a, b), "balance": "frames"})
+    r = run_cli("metadata", "stats", "--mixture", other, "--out", str(tmp_path / "p"))
+    assert r.stdout.splitlines()[0].endswith("written (were stale: the mixture spec changed)")
