@@ -560,3 +560,23 @@ def test_mixture_stats_status_line(roots, tmp_path):
     other = json.dumps({**mix(a, b), "balance": "frames"})
     r = run_cli("metadata", "stats", "--mixture", other, "--out", str(tmp_path / "p"))
     assert r.stdout.splitlines()[0].endswith("written (were stale: the mixture spec changed)")
+
+
+def test_plan_of_a_replaced_mixture_is_stale(roots, tmp_path):
+    """Planning another mixture into DIR rewrote DIR/mixture.json and the planned shapes only:
+    a job of another shape loaded the old mixture's plan without a word."""
+    import shlex
+
+    from episodekit.loaders import StalePlanError, load_plan
+
+    _, a, b = roots
+    out = tmp_path / "p"
+    base = ("metadata", "plan", "--out", str(out), "--workers", "1", "--world-size")
+    assert run_cli(*base, "1,2", "--mixture", json.dumps(mix(a, b))).returncode == 0
+    assert run_cli(*base, "1", "--mixture", json.dumps(mix(a))).returncode == 0
+    assert load_plan(out, 1, 1).source_names == ["a"]
+    with pytest.raises(StalePlanError, match="it is of another mixture than") as err:
+        load_plan(out, 2, 1)
+    hint = str(err.value).split("recompute it with: ")[1]
+    assert run_cli(*shlex.split(hint)[1:]).returncode == 0
+    assert load_plan(out, 2, 1).source_names == ["a"]
