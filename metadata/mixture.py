@@ -292,6 +292,8 @@ def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
             doc = json.loads(raw)
         except ValueError as exc:
             raise _fail(where, f"not valid JSON ({exc})") from None
+        except RecursionError:
+            raise _fail(where, "not a mixture spec (JSON nested too deeply)") from None
     if not isinstance(doc, dict):
         raise _fail(where, "a mixture is a JSON object with a 'sources' list")
     unknown = sorted(set(doc) - _TOP_KEYS)

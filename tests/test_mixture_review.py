@@ -580,3 +580,8 @@ def test_plan_of_a_replaced_mixture_is_stale(roots, tmp_path):
     hint = str(err.value).split("recompute it with: ")[1]
     assert run_cli(*shlex.split(hint)[1:]).returncode == 0
     assert load_plan(out, 2, 1).source_names == ["a"]
+
+
+def test_deeply_nested_json_is_one_line():
+    r = run_cli("info", "--mixture", "[" * 100_000)
+    assert r.returncode == 1 and "JSON nested too deeply" in one_line_error(r)
