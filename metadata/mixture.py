@@ -563,6 +563,19 @@ def resolve_sources(spec: MixtureSpec, check_files: bool = False) -> list[Resolv
             ds = open_dataset(s.root, check_files=check_files, check_totals=False)
         except DatasetError as exc:
             raise MixtureError(f"{spec.where}: source {s.name!r}: {exc}") from exc
+        except EnvironmentProblem as exc:
+            raise EnvironmentProblem(
+                f"{spec.where}: {s.field_name('root')} ({s.name!r}): {exc}"
+            ) from exc
+        except Exception as exc:
+            if "://" not in s.root or s.root.startswith("file://"):
+                raise
+            # a remote source that cannot be opened (server unreachable, no such repository,
+            # no access): name the source, which the bare network error does not
+            raise EnvironmentProblem(
+                f"{spec.where}: {s.field_name('root')} ({s.name!r}): cannot open {s.root} "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
         rows = select_episodes(ds, s, spec.where)
         ep = ds.column("episode_index")[rows].astype(np.int64)
         out.append(ResolvedSource(s, ds, ep, ds.column("length")[rows].astype(np.int64)))

@@ -585,3 +585,19 @@ def test_plan_of_a_replaced_mixture_is_stale(roots, tmp_path):
 def test_deeply_nested_json_is_one_line():
     r = run_cli("info", "--mixture", "[" * 100_000)
     assert r.returncode == 1 and "JSON nested too deeply" in one_line_error(r)
+
+
+def test_unreachable_remote_source_is_named(roots):
+    """A hub source behind an unreachable server said only 'cannot reach the server: ...'."""
+    import os
+
+    _, a, _ = roots
+    spec = {"sources": [{"root": str(a), "weight": 1},
+                        {"root": "hf://datasets/owner/name", "weight": 1}]}  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "episodekit.cli", "info", "--mixture", json.dumps(spec)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9"},
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "sources[1].root ('name'): cannot open hf://datasets/owner/name (" in one_line_error(r)
