@@ -107,6 +107,42 @@ def check_spec_kept(mixture: Any, spec: MixtureSpec, out: str | os.PathLike) -> 
         )
 
 
+def plan_mixture(
+    mixture: str | os.PathLike | dict,
+    out: str | os.PathLike,
+    world_sizes: Sequence[int],
+    num_workers: int,
+    wait: bool = True,
+    say: Callable[[str], None] | None = None,
+    **plan_kwargs: Any,
+) -> list[tuple[str, dict, bool]]:
+    """``metadata plan --mixture M --out DIR``: :func:`ensure_mixture_plans` under the writer
+    locks of DIR and of every local source (their cost tables are written), never over a
+    hand-written DIR/mixture.json."""
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
+    spec = parse_mixture(mixture)
+    check_spec_kept(mixture, spec, out)
+    with mixture_writing(spec, out, wait=wait, say=say):
+        return ensure_mixture_plans(spec, out, list(world_sizes), num_workers, **plan_kwargs)
+
+
+def stats_of_mixture(
+    mixture: str | os.PathLike | dict,
+    out: str | os.PathLike,
+    wait: bool = True,
+    say: Callable[[str], None] | None = None,
+    **stats_kwargs: Any,
+) -> dict[str, Any]:
+    """``metadata stats --mixture M --out DIR``: :func:`ensure_mixture_stats` under DIR's
+    writer lock (the sources are only read)."""
+    from episodekit.metadata.mixture_stats import ensure_mixture_stats
+
+    spec = parse_mixture(mixture)
+    with mixture_writing(spec, out, wait=wait, sources=False, say=say):
+        return ensure_mixture_stats(spec, out, **stats_kwargs)
+
+
 @dataclass
 class MixturePrepareResult:
     """Per source: its prepare result (None for a hub source, read as it is); the plans."""

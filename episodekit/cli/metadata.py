@@ -207,20 +207,15 @@ def _mixture_plan(
     mixture, out, world_sizes, workers, cost, algo, split_long, seed, policy, locality, force,
     no_wait, as_json,
 ) -> None:  # fmt: skip
-    """``metadata plan --mixture M --out DIR``: holds the writer locks of DIR and of every local
-    source (their cost tables are written), as ``metadata plan ROOT`` holds ROOT's."""
-    from episodekit.metadata.mixture import parse_mixture
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
-    from episodekit.mixture import check_spec_kept, mixture_writing
+    """``metadata plan --mixture M --out DIR``."""
+    from episodekit.metadata.mixture_plan import format_mixture_plan
+    from episodekit.mixture import plan_mixture
 
     t0 = time.perf_counter()
-    spec = parse_mixture(mixture)
-    check_spec_kept(mixture, spec, out)
-    with mixture_writing(spec, out, wait=not no_wait, say=_say):
-        results = ensure_mixture_plans(
-            spec, out, world_sizes, workers, cost=cost, algo=algo, split_long=split_long,
-            seed=seed, force=force, policy=policy, locality=locality,
-        )  # fmt: skip
+    results = plan_mixture(
+        mixture, out, world_sizes, workers, wait=not no_wait, say=_say, cost=cost, algo=algo,
+        split_long=split_long, seed=seed, force=force, policy=policy, locality=locality,
+    )  # fmt: skip
     skip = ("items", "item_source", "bin_offsets", "bin_cost", "bin_frames", "bin_draws")
     _echo_plans(results, skip, format_mixture_plan, "mixture plan(s)", t0, as_json)
 
@@ -430,18 +425,15 @@ def stats_command(
 def _mixture_stats(
     root, mixture, out, only, quantiles, memory_mb, force, no_wait, as_json
 ) -> None:  # fmt: skip
-    """``metadata stats --mixture M --out DIR``: holds DIR's writer lock (the sources are only
-    read)."""
-    from episodekit.metadata.mixture import parse_mixture
-    from episodekit.metadata.mixture_stats import ensure_mixture_stats, format_mixture_stats
-    from episodekit.mixture import mixture_writing
+    """``metadata stats --mixture M --out DIR``."""
+    from episodekit.metadata.mixture_stats import format_mixture_stats
+    from episodekit.mixture import stats_of_mixture
 
     check_mixture_args(root, mixture, out, "the mixture stats")
-    spec = parse_mixture(mixture)
-    with mixture_writing(spec, out, wait=not no_wait, sources=False, say=_say):
-        report = ensure_mixture_stats(
-            spec, out, force=force, features=only, quantiles=quantiles, memory_mb=memory_mb
-        )
+    report = stats_of_mixture(
+        mixture, out, wait=not no_wait, say=_say, force=force, features=only,
+        quantiles=quantiles, memory_mb=memory_mb,
+    )  # fmt: skip
     click.echo(json.dumps(report, indent=2) if as_json else format_mixture_stats(report))
 
 
