@@ -1,4 +1,6 @@
-"""``episodekit prepare --mixture M --out DIR``: prepare every source, then plan the mixture."""
+"""The mixture commands that write: ``prepare --mixture M --out DIR`` (prepare every source,
+then plan the mixture), ``metadata plan --mixture`` and ``metadata stats --mixture``; each holds
+the writer locks of DIR (and of the sources it writes into), as ROOT commands hold ROOT's."""
 
 from __future__ import annotations
 
