@@ -1,14 +1,148 @@
-"""``episodekit prepare --mixture M --out DIR``: prepare every source, then plan the mixture."""
+"""The mixture commands that write: ``prepare --mixture M --out DIR`` (prepare every source,
+then plan the mixture), ``metadata plan --mixture`` and ``metadata stats --mixture``; each holds
+the writer locks of DIR (and of the sources it writes into), as ROOT commands hold ROOT's."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from episodekit.metadata.mixture import MixtureError, parse_mixture
+from episodekit.core.errors import EnvironmentProblem
+from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.metadata.mixture import (
+    MIXTURE_FILE,
+    MIXTURE_FORMAT,
+    MixtureError,
+    MixtureFileError,
+    MixtureSpec,
+    ResolvedSource,
+    epoch_size,
+    parse_mixture,
+    resolve_sources,
+)
 from episodekit.prepare import PrepareResult, format_result, prepare
+
+
+def _local_root(root: str) -> str | None:
+    path = root[len("file://") :] if root.startswith("file://") else root
+    return None if "://" in path else path
+
+
+@contextlib.contextmanager
+def mixture_writing(
+    spec: MixtureSpec,
+    out: str | os.PathLike,
+    wait: bool = True,
+    sources: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> Iterator[None]:
+    """Hold the writer locks a mixture command needs, as single-root commands hold ROOT's:
+    the ``out`` folder (created if missing; removed again when the command failed or wrote
+    nothing into it) and, with ``sources``, every local source root (a mixture plan writes
+    their cost tables). Taken in one sorted order, so two mixture commands never deadlock.
+    ``wait=False`` (``--no-wait``): an :class:`EnvironmentProblem` (exit 2) at once when
+    another episodekit process holds one of them."""
+    out = os.fspath(out)
+    created = not os.path.exists(out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:  # read-only, permission, a file on the way: the option, not the data
+        raise EnvironmentProblem(
+            f"cannot create the --out folder: {exc.strerror or exc}", out
+        ) from exc
+    folders = {os.path.realpath(out)}
+    if sources:
+        local = (_local_root(s.root) for s in spec.sources)
+        folders |= {os.path.realpath(p) for p in local if p is not None and os.path.isdir(p)}
+    failed = True
+    try:
+        with contextlib.ExitStack() as stack:
+            for folder in sorted(folders):
+                stack.enter_context(writer_lock(folder, wait=wait, say=say))
+            yield
+            failed = False
+    finally:
+        if created:  # a folder made for nothing (or for a failed plan's spec): not left behind
+            _remove_if_only(out, {LOCK_NAME, MIXTURE_FILE} if failed else {LOCK_NAME})
+
+
+def _remove_if_only(folder: str, names: set[str]) -> None:
+    """Remove ``folder`` when it holds nothing but (some of) ``names``."""
+    with contextlib.suppress(OSError):
+        if set(os.listdir(folder)) <= names:
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, name))
+            os.rmdir(folder)
+
+
+def check_spec_kept(mixture: Any, spec: MixtureSpec, out: str | os.PathLike) -> None:
+    """Refuse an ``out`` whose ``mixture.json`` a plan would overwrite but did not write: the
+    --mixture file itself, or a hand-written file (no ``"format": "episodekit.mixture"``).
+    A plan folder's own normalized spec is rewritten as designed (rerunning ``DIR/mixture.json``
+    in place, or planning another mixture into DIR). Raises :class:`MixtureFileError` (a usage
+    problem, exit 2)."""
+    target = os.path.join(os.fspath(out), MIXTURE_FILE)
+    if not os.path.isfile(target):
+        return
+    try:
+        with open(target, "rb") as fh:
+            doc = json.loads(fh.read())
+    except (OSError, ValueError):
+        doc = None
+    if doc == spec.to_dict():
+        return  # the plan's own copy of this very spec
+    inline = isinstance(mixture, dict) or str(mixture).lstrip().startswith(("{", "["))
+    if not inline and os.path.samefile(os.fspath(mixture), target):
+        raise MixtureFileError(
+            f"{mixture}: --out {out} would overwrite this mixture file with the plan's normalized "
+            "copy of it: give the plan its own folder"
+        )
+    if not (isinstance(doc, dict) and doc.get("format") == MIXTURE_FORMAT):
+        raise MixtureFileError(
+            f'{target}: not a mixture plan\'s spec (no "format": "{MIXTURE_FORMAT}"): '
+            f"--out {out} would overwrite it; give the plan its own folder"
+        )
+
+
+def plan_mixture(
+    mixture: str | os.PathLike | dict,
+    out: str | os.PathLike,
+    world_sizes: Sequence[int],
+    num_workers: int,
+    wait: bool = True,
+    say: Callable[[str], None] | None = None,
+    **plan_kwargs: Any,
+) -> list[tuple[str, dict, bool]]:
+    """``metadata plan --mixture M --out DIR``: :func:`ensure_mixture_plans` under the writer
+    locks of DIR and of every local source (their cost tables are written), never over a
+    hand-written DIR/mixture.json."""
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
+    spec = parse_mixture(mixture)
+    check_spec_kept(mixture, spec, out)
+    with mixture_writing(spec, out, wait=wait, say=say):
+        return ensure_mixture_plans(spec, out, list(world_sizes), num_workers, **plan_kwargs)
+
+
+def stats_of_mixture(
+    mixture: str | os.PathLike | dict,
+    out: str | os.PathLike,
+    wait: bool = True,
+    say: Callable[[str], None] | None = None,
+    **stats_kwargs: Any,
+) -> dict[str, Any]:
+    """``metadata stats --mixture M --out DIR``: :func:`ensure_mixture_stats` under DIR's
+    writer lock (the sources are only read)."""
+    from episodekit.metadata.mixture_stats import ensure_mixture_stats
+
+    spec = parse_mixture(mixture)
+    with mixture_writing(spec, out, wait=wait, sources=False, say=say):
+        return ensure_mixture_stats(spec, out, **stats_kwargs)
 
 
 @dataclass
@@ -18,6 +152,7 @@ class MixturePrepareResult:
     sources: dict[str, PrepareResult | None] = field(default_factory=dict)
     plans: list[tuple[str, dict, bool]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # world sizes skipped, as prepare ROOT
 
     @property
     def ok(self) -> bool:
@@ -33,6 +168,7 @@ class MixturePrepareResult:
                 for p, d, c in self.plans
             ],
             "notes": self.notes,
+            "warnings": self.warnings,
         }
 
 
@@ -51,13 +187,61 @@ def prepare_mixture(
     """Run :func:`episodekit.prepare.prepare` on every local source (each step skipped when
     fresh), then write the mixture plans into ``out``. Hub sources are read as they are (prepare
     them with ``episodekit prepare hf://... --out DIR`` and point the mixture at DIR). Plans are
-    written only when every source validated."""
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
-
+    written only when every source validated. The writer locks of ``out`` and every local source
+    are held for the whole run (``wait=False``: refused at once when one is held)."""
     spec = parse_mixture(mixture)
     if os.path.exists(os.path.join(os.fspath(out), "meta", "info.json")):  # before any source
         raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
+    check_spec_kept(mixture, spec, out)
     result = MixturePrepareResult()
+    # before anything is written: every source root and filter, and which world sizes can be
+    # planned (a size whose bins cannot all draw is skipped with a warning, as prepare ROOT)
+    resolved = resolve_sources(spec)
+    sizes = []
+    for w in world_sizes:
+        why = plan_skip_reason(spec, resolved, int(w), int(num_workers))
+        if why:
+            result.warnings.append(f"world size {w} skipped: {why}")
+        else:
+            sizes.append(int(w))
+    with mixture_writing(spec, out, wait=prepare_kwargs.get("wait", True)):
+        return _prepare_sources_then_plan(
+            result, spec, out, sizes, world_sizes, num_workers, cost, locality, split_long, force,
+            progress, **prepare_kwargs,
+        )  # fmt: skip
+
+
+def plan_skip_reason(
+    spec: MixtureSpec, sources: list[ResolvedSource], world_size: int, num_workers: int
+) -> str:
+    """Why a mixture plan of this shape cannot be built ("" when it can): its ``trim`` epoch
+    must give every bin a sample, and every source needs a frame for every bin (each bin draws
+    from every source)."""
+    bins = world_size * num_workers
+    what = f"{bins:,} bins ({world_size} ranks x {num_workers} workers)"
+    small = [s for s in sources if s.frames < bins]
+    if small:
+        return (
+            f"source {small[0].name!r} has {small[0].frames:,} selected frames, fewer than "
+            f"{what}; use a smaller --world-size or --workers"
+        )
+    epoch = spec.epoch_frames or sum(s.frames for s in sources)
+    try:
+        epoch_size(epoch, bins, "trim")
+    except MixtureError:
+        return (
+            f"an epoch of {epoch:,} frames cannot give each of {what} a sample; use a smaller "
+            "--world-size or --workers, or raise epoch_frames"
+        )
+    return ""
+
+
+def _prepare_sources_then_plan(
+    result, spec, out, sizes, world_sizes, num_workers, cost, locality, split_long, force,
+    progress, **prepare_kwargs,
+) -> MixturePrepareResult:  # fmt: skip
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
     for s in spec.sources:
         if "://" in s.root and not s.root.startswith("file://"):
             result.sources[s.name] = None
@@ -68,9 +252,9 @@ def prepare_mixture(
             locality=locality, split_long=split_long, force=force, progress=progress,
             **prepare_kwargs,
         )  # fmt: skip
-    if result.ok:
+    if result.ok and sizes:
         result.plans = ensure_mixture_plans(
-            spec, out, list(world_sizes), num_workers, cost=cost, split_long=split_long == "yes",
+            spec, out, sizes, num_workers, cost=cost, split_long=split_long == "yes",
             force=force, locality=locality,
         )  # fmt: skip
     return result
@@ -85,9 +269,13 @@ def format_mixture_result(r: MixturePrepareResult) -> str:
         lines.append(format_result(res) if res is not None else "  not prepared (remote)")
     for note in r.notes:
         lines.append(f"note: {note}")
+    for warning in r.warnings:
+        lines.append(f"warning: {warning}")
     for path, plan, changed in r.plans:
         lines.append(f"{path}: {'written' if changed else 'fresh, kept'}")
         lines.append(format_mixture_plan(plan))
     if not r.ok:
         lines.append("mixture plans NOT written: a source failed validation")
+    elif not r.plans:
+        lines.append("no mixture plan written: every --world-size was skipped (see the warnings)")
     return "\n".join(lines)

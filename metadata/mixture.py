@@ -44,6 +44,8 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset
 from episodekit.core.errors import EXIT_ENV, EnvironmentProblem
@@ -56,6 +58,7 @@ MIXTURE_VERSION = 1
 _SOURCE_KEYS = {"root", "weight", "name", "episodes", "tasks", "rename"}
 _TOP_KEYS = {"sources", "balance", "epoch_frames", "overflow", "features", "format", "version"}
 _FEATURE_KEYS = {"pad_to", "drop"}
+_MAX_SPEC_BYTES = 16 << 20  # a mixture file is a few KiB; never read a huge file whole
 
 
 class MixtureError(DatasetError):
@@ -79,6 +82,11 @@ class SourceSpec:
     episodes: list[int] | tuple[int, int] | None = None
     tasks: list[str | int] | None = None
     rename: dict[str, str] = field(default_factory=dict)
+    index: int | None = field(default=None, compare=False)  # position in ``sources`` (messages)
+
+    def field_name(self, key: str) -> str:
+        """How messages name one of its fields: ``sources[i].key``."""
+        return f"sources[{'?' if self.index is None else self.index}].{key}"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "root": self.root, "weight": _number(self.weight)}
@@ -212,6 +220,7 @@ def _source(obj: Any, i: int, where: str, base_dir: str | None) -> SourceSpec:
         episodes=_episodes(obj.get("episodes"), where, f"{what}.episodes"),
         tasks=tasks,
         rename=dict(rename),
+        index=i,
     )
 
 
@@ -250,25 +259,41 @@ def parse_mixture(value: str | os.PathLike | dict) -> MixtureSpec:
         doc = value
     else:
         text = os.fspath(value)
-        if text.lstrip().startswith("{"):
+        if not text.strip():
+            raise MixtureFileError("--mixture is empty: give a mixture.json path or inline JSON")
+        if text.lstrip().startswith(("{", "[")):  # JSON, not a path (a list: the error below)
             where = "--mixture (inline JSON)"
             raw = text
         else:
             where = text
             try:
-                with open(text, encoding="utf-8") as fh:
-                    raw = fh.read(16 << 20)
+                with open(text, "rb") as fh:
+                    data = fh.read(_MAX_SPEC_BYTES + 1)
             except FileNotFoundError:
                 raise MixtureFileError(f"{where}: no such mixture file") from None
+            except IsADirectoryError:
+                inside = os.path.join(text, MIXTURE_FILE)
+                hint = f": give {inside}" if os.path.isfile(inside) else ""
+                raise MixtureFileError(
+                    f"{where}: is a folder, not a mixture file (a .json){hint}"
+                ) from None
             except OSError as exc:
                 raise MixtureFileError(
                     f"{where}: cannot read the mixture file ({exc.strerror or exc})"
                 ) from None
             base_dir = os.path.dirname(os.path.abspath(text))
+            if len(data) > _MAX_SPEC_BYTES:
+                raise _fail(where, f"larger than {_MAX_SPEC_BYTES >> 20} MiB: not a mixture spec")
+            try:
+                raw = data.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise _fail(where, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         try:
             doc = json.loads(raw)
         except ValueError as exc:
             raise _fail(where, f"not valid JSON ({exc})") from None
+        except RecursionError:
+            raise _fail(where, "not a mixture spec (JSON nested too deeply)") from None
     if not isinstance(doc, dict):
         raise _fail(where, "a mixture is a JSON object with a 'sources' list")
     unknown = sorted(set(doc) - _TOP_KEYS)
@@ -434,53 +459,140 @@ class ResolvedSource:
         return len(self.episode_index)
 
 
+def _index_list(values: np.ndarray, limit: int = 5) -> str:
+    shown = ", ".join(str(int(v)) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}]"
+
+
+def _index_span(values: np.ndarray) -> str:
+    """``0..11`` for a contiguous set of indices, else the first few (a gap is possible)."""
+    if len(values) == 0:
+        return "none"
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo + 1 == len(values):
+        return f"{lo}..{hi}"
+    return f"{_index_list(np.sort(values))} ({len(values)} in {lo}..{hi})"
+
+
+def _has_task(tasks: pa.ChunkedArray, names: set[str]) -> np.ndarray:
+    """Per episode (a ``list<string>`` column): does one of its tasks lie in ``names``."""
+    col = tasks.combine_chunks()
+    hit = pc.is_in(pc.list_flatten(col), value_set=pa.array(sorted(names), pa.string()))
+    out = np.zeros(len(col), dtype=bool)
+    parents = pc.list_parent_indices(col).to_numpy()
+    out[parents[hit.to_numpy(zero_copy_only=False)]] = True
+    return out
+
+
 def select_episodes(ds: Dataset, spec: SourceSpec, where: str = "mixture") -> np.ndarray:
-    """Rows of ``ds.episodes`` the source keeps (its ``episodes`` and ``tasks`` filters)."""
+    """Rows of ``ds.episodes`` the source keeps (its ``episodes`` and ``tasks`` filters).
+
+    Every index a filter names must exist in the source: a list entry or a ``start:stop`` range
+    beyond its episodes, or a task (string or index) it does not have, is a
+    :class:`MixtureError` naming the field, the value and what the source holds (a silently
+    shorter range would change the mixture's weights without a word)."""
     ep = ds.column("episode_index").astype(np.int64)
     keep = np.ones(len(ep), dtype=bool)
     label = f"source {spec.name!r}"
+    holds = f"{spec.root} has {len(ep):,} episodes, indices {_index_span(ep)}"
     if spec.episodes is not None:
+        what = spec.field_name("episodes")
         if isinstance(spec.episodes, tuple):
-            keep &= (ep >= spec.episodes[0]) & (ep < spec.episodes[1])
+            lo, hi = spec.episodes
+            if len(ep) == 0 or lo < int(ep.min()) or hi > int(ep.max()) + 1:
+                raise _fail(where, f"{what}: range '{lo}:{hi}' goes beyond {label}: {holds}")
+            keep &= (ep >= lo) & (ep < hi)
         else:
             wanted = np.asarray(spec.episodes, dtype=np.int64)
             missing = np.setdiff1d(wanted, ep)
             if len(missing):
                 raise _fail(
-                    where,
-                    f"{label}: episodes {missing[:5].tolist()} are not in "
-                    f"{spec.root} ({len(ep)} episodes)",
+                    where, f"{what}: episodes {_index_list(missing)} are not in {label}: {holds}"
                 )
             keep &= np.isin(ep, wanted)
     if spec.tasks is not None:
-        names = [t for t in spec.tasks if isinstance(t, str)]
-        ids = [t for t in spec.tasks if isinstance(t, int)]
-        known = set(ds.task_strings())
-        unknown = [t for t in names if t not in known]
+        what = spec.field_name("tasks")
+        task_ids = ds.tasks.column("task_index").to_numpy().astype(np.int64)
+        task_names = ds.task_strings()
+        known = f"({spec.root} has {len(task_names):,} tasks, indices {_index_span(task_ids)})"
+        names = {t for t in spec.tasks if isinstance(t, str)}
+        ids = {t for t in spec.tasks if isinstance(t, int)}
+        unknown = [t for t in spec.tasks if isinstance(t, str) and t not in set(task_names)]
         if unknown:
-            raise _fail(where, f"{label}: task {unknown[0]!r} is not a task of {spec.root}")
-        task_lists = ds.episodes.column("tasks").to_pylist()
-        by_name = np.array([bool(set(t or ()) & set(names)) for t in task_lists], dtype=bool)
-        by_id = np.isin(ds.column("task_index"), ids) if ids else np.zeros(len(ep), bool)
-        keep &= by_name | by_id
+            raise _fail(where, f"{what}: task {unknown[0]!r} is not a task of {label} {known}")
+        bad_ids = np.setdiff1d(np.asarray(sorted(ids), dtype=np.int64), task_ids)
+        if len(bad_ids):
+            raise _fail(
+                where,
+                f"{what}: task indices {_index_list(bad_ids)} are not tasks of {label} {known}",
+            )
+        # an index stands for its task string: either form matches any of an episode's tasks
+        names |= {n for i, n in zip(task_ids.tolist(), task_names) if i in ids}
+        keep &= _has_task(ds.episodes.column("tasks"), names)
     rows = np.flatnonzero(keep)
     if len(rows) == 0 or int(ds.column("length")[rows].sum()) == 0:
-        raise _fail(where, f"{label}: its episodes/tasks filters select no frames of {spec.root}")
+        raise _fail(
+            where,
+            f"{label}: its episodes/tasks filters select no frames of {spec.root} "
+            "(no episode matches both, or the ones that do are empty)",
+        )
     return rows
+
+
+def _check_local_root(spec: MixtureSpec, s: SourceSpec) -> None:
+    """A local source root that is missing, a file or not a dataset: one line naming
+    ``sources[i].root`` (before opening it gives a message about meta/info.json)."""
+    root = s.root[len("file://") :] if s.root.startswith("file://") else s.root
+    if "://" in root:
+        return
+    what = f"{spec.where}: {s.field_name('root')} ({s.name!r})"
+    if not os.path.exists(root):
+        raise MixtureError(f"{what}: {root}: no such folder")
+    if not os.path.isdir(root):
+        raise MixtureError(f"{what}: {root}: is a file, not a dataset folder")
+    if not os.path.exists(os.path.join(root, "meta", "info.json")):
+        raise MixtureError(f"{what}: {root}: not a LeRobot dataset (no meta/info.json)")
 
 
 def resolve_sources(spec: MixtureSpec, check_files: bool = False) -> list[ResolvedSource]:
     """Open every source root and apply its filters (metadata only)."""
     out = []
     for s in spec.sources:
+        _check_local_root(spec, s)
         try:
             ds = open_dataset(s.root, check_files=check_files, check_totals=False)
         except DatasetError as exc:
             raise MixtureError(f"{spec.where}: source {s.name!r}: {exc}") from exc
+        except EnvironmentProblem as exc:
+            raise EnvironmentProblem(
+                f"{spec.where}: {s.field_name('root')} ({s.name!r}): {exc}"
+            ) from exc
+        except Exception as exc:
+            if "://" not in s.root or s.root.startswith("file://"):
+                raise
+            # a remote source that cannot be opened (server unreachable, no such repository,
+            # no access): name the source, which the bare network error does not
+            raise EnvironmentProblem(
+                f"{spec.where}: {s.field_name('root')} ({s.name!r}): cannot open {s.root} "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
         rows = select_episodes(ds, s, spec.where)
         ep = ds.column("episode_index")[rows].astype(np.int64)
         out.append(ResolvedSource(s, ds, ep, ds.column("length")[rows].astype(np.int64)))
+    _check_feature_keys(spec, out)
     return out
+
+
+def _check_feature_keys(spec: MixtureSpec, sources: list[ResolvedSource]) -> None:
+    """A ``features.KEY`` (pad_to/drop) must name a feature of some source, after ``rename``:
+    a typo would otherwise leave the real feature unpadded or undropped without a word."""
+    names = {s.spec.rename.get(k, k) for s in sources for k in s.ds.features}
+    unknown = sorted(k for k in spec.features if k not in names)
+    if unknown:
+        raise MixtureError(
+            f"{spec.where}: features.{unknown[0]} names no feature of any source (after "
+            f"rename): the sources have {', '.join(sorted(names))}"
+        )
 
 
 def mixture_fingerprint(spec: MixtureSpec, fingerprints: list[str]) -> str:

@@ -12,6 +12,7 @@ worker) reads a mixture plan the same way.
 
 from __future__ import annotations
 
+import json
 import posixpath
 from typing import Any
 
@@ -105,6 +106,27 @@ def check_mixture_doc(doc: dict, where: str) -> None:
         raise PlanError(f"{where}: an item names a source outside 'sources'")
 
 
+def _check_folder_spec(fs: Any, base: str, path: str, plan: MixturePlan, folder: str) -> None:
+    """The plan must be of the mixture its folder's ``mixture.json`` describes: planning another
+    mixture into the folder rewrites that file and the planned shapes only, and a job of
+    another shape would otherwise train on the old mixture without a word."""
+    spec_path = posixpath.join(base.rstrip("/") or "/", MIXTURE_FILE)
+    try:
+        with fs.open(spec_path, "rb") as fh:
+            current = json.loads(fh.read(16 << 20))
+    except FileNotFoundError:
+        return  # a plan file copied on its own: its own header is all there is
+    except ValueError as exc:
+        raise PlanError(f"{spec_path}: not valid JSON ({exc})") from None
+    if current != plan.doc["mixture"]:
+        raise StalePlanError(
+            f"{path}: stale mixture plan: it is of another mixture than {spec_path} (the "
+            f"folder was planned for a new mixture since); recompute it with: "
+            f"{mixture_fix_hint(folder, plan.world_size, plan.num_workers)}"
+            f"{plan_flags(plan.doc)} --force"
+        )
+
+
 def load_mixture_plan(
     folder: str | Any, world_size: int, num_workers: int, check_fresh: bool = True
 ) -> MixturePlan:
@@ -124,6 +146,7 @@ def load_mixture_plan(
     check_mixture_doc(plan.doc, path)
     plan = MixturePlan(plan.doc, path)
     if check_fresh:
+        _check_folder_spec(fs, base, path, plan, str(folder))
         datasets = []
         for s in plan.sources:
             try:

@@ -48,6 +48,7 @@ from episodekit.core.atomic import atomic_write_bytes
 from episodekit.core.dataset import Dataset, DatasetError
 from episodekit.core.world import rank_info
 from episodekit.metadata.mixture import (
+    MIXTURE_FILE,
     MixtureError,
     MixtureSpec,
     ResolvedSource,
@@ -497,6 +498,19 @@ def ensure_mixture_stats(
     }
 
 
+def _stats_hint(out: str | os.PathLike, mixture: Any) -> str:
+    """The command that (re)computes ``out``'s stats: the mixture file given, else the plan
+    folder's ``mixture.json``, else a placeholder."""
+    out = os.fspath(out)
+    if isinstance(mixture, (str, os.PathLike)) and not os.fspath(mixture).lstrip().startswith("{"):
+        m = os.fspath(mixture)
+    elif mixture is None and os.path.isfile(os.path.join(out, MIXTURE_FILE)):
+        m = os.path.join(out, MIXTURE_FILE)
+    else:
+        m = "MIXTURE.json"
+    return f"episodekit metadata stats --mixture {m} --out {out}"
+
+
 def load_mixture_stats(
     out: str | os.PathLike, mixture: str | os.PathLike | dict | MixtureSpec | None = None
 ) -> dict[str, dict[str, np.ndarray]]:
@@ -504,13 +518,15 @@ def load_mixture_stats(
     ``mixture`` (default: the spec recorded with it); stale: :class:`MixtureError` naming why."""
     meta = read_mixture_stats_meta(out)
     if meta is None:
-        raise MixtureError(f"{out}: no mixture stats (run: episodekit metadata stats --mixture)")
+        raise MixtureError(
+            f"{out}: no mixture stats; compute them with: {_stats_hint(out, mixture)}"
+        )
     spec = mixture if mixture is not None else meta["mixture"]
     reason = mixture_stats_stale_reason(out, spec)
     if reason:
         raise MixtureError(
-            f"{out}: mixture stats are stale: {reason} (rerun: episodekit metadata stats "
-            f"--mixture ... --out {out})"
+            f"{out}: mixture stats are stale: {reason}; recompute them with: "
+            f"{_stats_hint(out, mixture)}"
         )
     with open(_paths(out)[0], "rb") as fh:
         raw = json.loads(fh.read())
@@ -520,8 +536,9 @@ def load_mixture_stats(
 def format_mixture_stats(report: dict[str, Any]) -> str:
     """Lines for the CLI: status, sources with quotas and repeats, features with their mode."""
     head = f"{report['path']}: {report['status']}"
-    if report["status"] != "fresh" and report["reason"]:
-        head += f" ({report['reason']})"
+    reason = report["reason"]
+    if report["status"] != "fresh" and reason and reason != f"no {MIXTURE_STATS_META}":
+        head += " (--force)" if reason == "--force" else f" (were stale: {reason})"
     lines = [
         head,
         f"  epoch {report['epoch_frames']:,} frames, fingerprint {report['fingerprint']}",

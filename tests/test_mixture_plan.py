@@ -202,7 +202,7 @@ def test_prepare_mixture_refuses_a_dataset_out_before_touching_sources(roots, tm
     before = sorted(str(p.relative_to(a2)) for p in a2.rglob("*"))
     m = json.dumps({"sources": [{"root": str(a2), "weight": 1}, {"root": str(b2), "weight": 1}]})
     r = run_cli("prepare", "--mixture", m, "--out", str(a2), "--world-size", "2", "-j", "1")
-    assert r.returncode == 1 and "--out is a dataset root" in r.stderr
+    assert r.returncode == 2 and "is a dataset root" in r.stderr  # a bad option: usage
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert sorted(str(p.relative_to(a2)) for p in a2.rglob("*")) == before  # nothing prepared
 

@@ -249,8 +249,29 @@ def check_root(ctx: click.Context, param: click.Parameter, value: str | None) ->
     if not path.is_dir():
         raise RootProblem(f"{value}: is a file; ROOT is a dataset folder (the one holding meta/)")
     if not (path / "meta" / "info.json").exists():  # unreadable: the command says why (exit 1)
-        raise RootProblem(f"{value}: not a LeRobot dataset (no meta/info.json)")
+        raise RootProblem(
+            f"{value}: not a LeRobot dataset (no meta/info.json)" + _mixture_hint(ctx, path)
+        )
     return value
+
+
+def _mixture_hint(ctx: click.Context, folder: Path) -> str:
+    """For a mixture plan folder given as ROOT: how to run the command on the mixture (with the
+    options this command has), or on its sources."""
+    from episodekit.metadata.mixture import MIXTURE_FILE  # noqa: PLC0415
+
+    spec = folder / MIXTURE_FILE
+    if not spec.is_file():
+        return ""
+    options = {p.name for p in ctx.command.params}
+    if "mixture" in options and "out" in options:
+        return f"; it is a mixture plan folder: use --mixture {spec} --out {folder}"
+    if "mixture" in options:
+        return f"; it is a mixture plan folder: use --mixture {spec}"
+    return (
+        f"; it is a mixture plan folder: run this on each source root (listed by "
+        f"'episodekit info --mixture {spec}')"
+    )
 
 
 def _check_remote_root(url: str) -> None:
@@ -325,8 +346,8 @@ json_option = click.option(
 no_wait_option = click.option(
     "--no-wait",
     is_flag=True,
-    help="Exit 2 at once when another episodekit process is writing to the same root "
-    "(default: wait for it).",
+    help="Exit 2 at once when another episodekit process is writing to the same folder "
+    "(ROOT, --out, or with --mixture a local source root; default: wait for it).",
 )
 force_option = click.option("--force", is_flag=True, help="Recompute even when fresh.")
 quiet_option = click.option(
@@ -467,3 +488,8 @@ def check_mixture_args(root: str | None, mixture: str | None, out: str | None, w
         raise click.UsageError("missing ROOT (or --mixture FILE with --out DIR)")
     if out is None:
         raise click.UsageError(f"--mixture needs --out DIR (the folder for {what})")
+    if os.path.exists(os.path.join(out, "meta", "info.json")):  # before anything is written
+        raise click.BadParameter(
+            f"{out} is a dataset root (it has meta/info.json); give another folder for {what}",
+            param_hint="--out",
+        )

@@ -53,6 +53,11 @@ def info_command(root: str | None, as_json: bool, max_files: int, mixture: str |
             raise click.UsageError("give either ROOT or --mixture, not both")
         if mixture is None:
             raise click.UsageError("missing ROOT (or --mixture FILE)")
+        source = click.get_current_context().get_parameter_source("max_files")
+        if source == click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError(
+                "--max-files lists ROOT's data files; it does not combine with --mixture"
+            )
         from episodekit.metadata.mixture import describe_mixture, format_mixture
 
         d = describe_mixture(mixture)

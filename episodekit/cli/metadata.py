@@ -142,17 +142,20 @@ def plan_command(
     from episodekit.metadata.plans import ensure_plans, format_balance
 
     canonical = parse_canonical_bins(canonical_bins)
-    if not world_sizes and canonical is False:
-        raise click.UsageError("give --world-size, --canonical-bins, or both")
     t0 = time.perf_counter()
     if mixture is not None or root is None:
         if canonical is not False:
             raise click.UsageError(
                 "--canonical-bins plans one ROOT; it does not combine with --mixture"
             )
-        _mixture_plan(root, mixture, out, world_sizes, workers, cost, algo, split_long, seed,
-                      policy, locality, force, as_json)  # fmt: skip
+        check_mixture_args(root, mixture, out, "the mixture plan")
+        if not world_sizes:
+            raise click.UsageError("--mixture needs --world-size (e.g. --world-size 8,64)")
+        _mixture_plan(mixture, out, world_sizes, workers, cost, algo, split_long, seed, policy,
+                      locality, force, no_wait, as_json)  # fmt: skip
         return
+    if not world_sizes and canonical is False:
+        raise click.UsageError("give --world-size, --canonical-bins, or both")
     if out is not None:
         raise click.UsageError("--out is for mixture plans (--mixture); ROOT's plans go to ROOT")
     with writing(root, no_wait):
@@ -201,20 +204,24 @@ def _echo_plans(results, skip, describe, label: str, t0: float, as_json: bool) -
 
 
 def _mixture_plan(
-    root, mixture, out, world_sizes, workers, cost, algo, split_long, seed, policy, locality,
-    force, as_json,
+    mixture, out, world_sizes, workers, cost, algo, split_long, seed, policy, locality, force,
+    no_wait, as_json,
 ) -> None:  # fmt: skip
     """``metadata plan --mixture M --out DIR``."""
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
+    from episodekit.metadata.mixture_plan import format_mixture_plan
+    from episodekit.mixture import plan_mixture
 
-    check_mixture_args(root, mixture, out, "the mixture plan")
     t0 = time.perf_counter()
-    results = ensure_mixture_plans(
-        mixture, out, world_sizes, workers, cost=cost, algo=algo, split_long=split_long,
-        seed=seed, force=force, policy=policy, locality=locality,
+    results = plan_mixture(
+        mixture, out, world_sizes, workers, wait=not no_wait, say=_say, cost=cost, algo=algo,
+        split_long=split_long, seed=seed, force=force, policy=policy, locality=locality,
     )  # fmt: skip
     skip = ("items", "item_source", "bin_offsets", "bin_cost", "bin_frames", "bin_draws")
     _echo_plans(results, skip, format_mixture_plan, "mixture plan(s)", t0, as_json)
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
 
 
 def _fmt(x: float | None) -> str:
@@ -263,8 +270,12 @@ def speed_command(root: str, force: bool, recompute: bool, no_wait: bool, as_jso
     click.echo(json.dumps(report, indent=2) if as_json else format_speed_table(report))
 
 
-def format_stats_report(report: dict) -> str:
-    """Human-readable summary of a ``stats_report`` result."""
+def format_stats_report(report: dict, stats: dict | None = None) -> str:
+    """Human-readable summary of a ``stats_report`` result; the image/video features it records
+    are listed too, with their shape, sampled frames, range and per-channel mean from ``stats``
+    (``meta/stats.json`` as :func:`load_lerobot_stats` reads it; None: not shown)."""
+    import numpy as np
+
     lines = [
         f"{report['file']}: {report['status']} ({report['episodes']:,} episodes, "
         f"{report['frames']:,} frames, fingerprint {report['fingerprint']})",
@@ -272,6 +283,24 @@ def format_stats_report(report: dict) -> str:
     ]
     for name, f in report["features"].items():
         lines.append(f"{name:<28} {f['dims']:>5} {f['quantiles']:>9} {f['rank_error']:>11.2e}")
+    images = (report.get("images") or {}).get("features") or {}
+    if images:
+        lines.append(f"{'image feature':<28} {'kind':>5} {'shape':>9} {'frames':>11}")
+    for name, kind in images.items():
+        s = (stats or {}).get(name)
+        if s is None or "mean" not in s:
+            lines.append(f"{name:<28} {kind:>5} {'-':>9} {'-':>11}  (not in {report['file']})")
+            continue
+        mean = np.asarray(s["mean"], dtype=float)
+        count = int(np.asarray(s.get("count", [0])).ravel()[0])
+        shape = ",".join(str(d) for d in mean.shape)
+        lo = float(np.min(s["min"])) if "min" in s else float("nan")
+        hi = float(np.max(s["max"])) if "max" in s else float("nan")
+        lines.append(f"{name:<28} {kind:>5} {shape:>9} {count:>11,}")
+        lines.append(
+            f"{'':<4}range {lo:.4g} .. {hi:.4g}, mean per channel "
+            + " ".join(f"{v:.4g}" for v in mean.ravel())
+        )
     return "\n".join(lines)
 
 
@@ -310,7 +339,8 @@ def format_stats_report(report: dict) -> str:
     default=None,
     metavar="FILE|JSON",
     help="Stats of a mixture instead of ROOT, weighted as sampled (each source by its "
-    "per-epoch quota): a mixture.json file or the same JSON inline. Needs --out.",
+    "per-epoch quota): a mixture.json file or the same JSON inline. Needs --out; not with "
+    "--images, --executor, --jobs (one process).",
 )
 @click.option(
     "--out",
@@ -360,11 +390,13 @@ def stats_command(
             raise click.UsageError(
                 "--images is for ROOT's stats; it does not combine with --mixture"
             )
-        if executor != "local":  # the mixture stats run in this process
-            raise click.UsageError(
-                "--executor is for ROOT's stats; it does not combine with --mixture"
-            )
-        _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_json)
+        for flag, given in (("--executor", executor != "local"), ("--jobs", jobs is not None)):
+            if given:  # the mixture stats run in this process
+                raise click.UsageError(
+                    f"{flag} is for ROOT's stats; it does not combine with --mixture "
+                    "(the mixture stats run in one process)"
+                )
+        _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, no_wait, as_json)
         return
     if out is not None:
         raise click.UsageError("--out is for mixture stats (--mixture); ROOT's stats go to ROOT")
@@ -379,17 +411,29 @@ def stats_command(
             jobs=jobs,
             images=images,
         )
-    click.echo(json.dumps(report, indent=2) if as_json else format_stats_report(report))
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    stats = None
+    if (report.get("images") or {}).get("features") and report["status"] != "not written":
+        from episodekit.metadata.stats import load_lerobot_stats
+
+        stats = load_lerobot_stats(root)
+    click.echo(format_stats_report(report, stats))
 
 
-def _mixture_stats(root, mixture, out, only, quantiles, memory_mb, force, as_json) -> None:
+def _mixture_stats(
+    root, mixture, out, only, quantiles, memory_mb, force, no_wait, as_json
+) -> None:  # fmt: skip
     """``metadata stats --mixture M --out DIR``."""
-    from episodekit.metadata.mixture_stats import ensure_mixture_stats, format_mixture_stats
+    from episodekit.metadata.mixture_stats import format_mixture_stats
+    from episodekit.mixture import stats_of_mixture
 
     check_mixture_args(root, mixture, out, "the mixture stats")
-    report = ensure_mixture_stats(
-        mixture, out, force=force, features=only, quantiles=quantiles, memory_mb=memory_mb
-    )
+    report = stats_of_mixture(
+        mixture, out, wait=not no_wait, say=_say, force=force, features=only,
+        quantiles=quantiles, memory_mb=memory_mb,
+    )  # fmt: skip
     click.echo(json.dumps(report, indent=2) if as_json else format_mixture_stats(report))
 
 

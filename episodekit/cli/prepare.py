@@ -93,7 +93,7 @@ from episodekit.cli.common import (
     metavar="FILE|JSON",
     help="Prepare every local source of a mixture (mixture.json or inline JSON) in place "
     "instead of ROOT, then write its mixture plans into --out DIR (not with --push-to-hub, "
-    "--videos, --videos-gop).",
+    "--videos, --videos-gop, --canonical-bins).",
 )
 @force_option
 @no_wait_option
