@@ -50,6 +50,7 @@ import pyarrow as pa
 
 from episodekit.core.atomic import atomic_write_bytes
 from episodekit.core.dataset import Dataset
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.metadata.costs import (
     check_model,
     compute_costs,
@@ -336,9 +337,12 @@ def _recost(sub: dict, src: SourceCosts) -> None:
 
 def source_costs(ds: Dataset, model: str) -> pa.Table:
     """A source's cost table: the stored one when fresh, else computed (and written when the
-    root is local)."""
+    root is local and writable: a read-only source, e.g. on shared storage, is only read)."""
     if ds.is_local:
-        return ensure_costs(ds, model)[0]
+        try:
+            return ensure_costs(ds, model)[0]
+        except EnvironmentProblem:  # read-only, permission, disk full: computed in memory
+            pass
     table = read_costs(ds)
     if table is not None and not verify_costs(table, ds, model):
         return table

@@ -440,3 +440,23 @@ def test_validate_accepts_a_density_plan(make_sample, tmp_path):
     (root / plan_path(2, 3)).write_bytes(encode_plan(plan))
     r = run_cli("validate", str(root), "--checks", "plans")
     assert r.returncode == 1 and "gap" in r.stdout + r.stderr
+
+
+def test_read_only_sources_are_planned_from_costs_computed_in_memory(
+    byte_roots, tmp_path, monkeypatch
+):
+    """A source on read-only storage: its cost table cannot be written, the plan is still made
+    (costs computed in memory) and nothing is written into the source."""
+    import episodekit.metadata.mixture_plan as mp
+    from episodekit.core.errors import EnvironmentProblem
+
+    def read_only(ds, model, **kw):
+        raise EnvironmentProblem("read-only file system", str(ds.root))
+
+    monkeypatch.setattr(mp, "ensure_costs", read_only)
+    a, b = byte_roots
+    before = sorted(p.name for p in (a / "meta").iterdir())
+    [(_, doc, _)] = ensure_mixture_plans(spec(a, b), tmp_path / "p", [2], 2, cost="bytes")
+    assert sorted(p.name for p in (a / "meta").iterdir()) == before
+    assert doc["cost_model"] == "bytes" and sum(doc["quotas"]) == doc["epoch_frames"]
+    assert load_plan(tmp_path / "p", 2, 2).samples_per_worker > 0
