@@ -32,13 +32,10 @@ from bisect import bisect_right
 
 import numpy as np
 
-from episodekit.metadata.plan_file import PLAN_FORMAT, PLAN_VERSION
 from episodekit.metadata.plans import (
     _check_args,
-    balance_figures,
-    costs_digest,
     label_permutation,
-    naive_totals,
+    plan_document,
 )
 
 ALGO = "density"
@@ -200,43 +197,21 @@ def build_density_plan(
     items = np.stack([ep[pos], rows[o, 1], rows[o, 2]], axis=1)
     frames = items[:, 2] - items[:, 1]
     item_cost = costs[pos] * frames / np.maximum(lengths[pos], 1)  # pro rata, as verify_plan
-    bin_cost = np.bincount(bin_of, item_cost, minlength=B)
-    bin_frames_out = np.bincount(bin_of, frames, minlength=B).astype(np.int64)
-    per_worker = int(bin_frames_out.min() if policy == "trim" else bin_frames_out.max())
-    naive = naive_totals(costs, B)
-    pieces = np.bincount(pos, minlength=n)
-    return {
-        "format": PLAN_FORMAT,
-        "version": PLAN_VERSION,
-        "fingerprint": fingerprint,
-        "locality": "none",
-        "world_size": W,
-        "num_workers": K,
-        "num_bins": B,
-        "algo": "auto",
-        "algo_used": {"ranks": ALGO, "workers": {ALGO: W}},
-        "cost_model": cost_model,
-        "seed": int(seed),
-        "split_long": True,
-        "policy": policy,
-        "num_episodes": n,
-        "num_items": len(items),
-        "split_episodes": int((pieces > 1).sum()),
-        "costs_digest": costs_digest(costs),
-        "total_frames": int(lengths.sum()),
-        "total_cost": float(costs.sum()),
-        "samples_per_worker": per_worker,
-        "samples_per_rank": per_worker * K,
-        "dropped_frames": int(np.clip(bin_frames_out - per_worker, 0, None).sum()),
-        "repeated_frames": int(np.clip(per_worker - bin_frames_out, 0, None).sum()),
-        "balance": {
-            "plan": balance_figures(bin_cost, item_cost),
-            "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), item_cost),
-            "contiguous": balance_figures(naive["contiguous"], costs),
-            "round_robin": balance_figures(naive["round_robin"], costs),
-        },
-        "bin_offsets": np.searchsorted(bin_of, np.arange(B + 1)).astype(np.int64),
-        "bin_cost": bin_cost,
-        "bin_frames": bin_frames_out,
-        "items": items.astype(np.int64),
-    }
+    return plan_document(
+        items,
+        bin_of,
+        item_cost,
+        costs,
+        lengths,
+        W,
+        K,
+        fingerprint=fingerprint,
+        locality="none",
+        algo="auto",
+        algo_used={"ranks": ALGO, "workers": {ALGO: W}},
+        cost_model=cost_model,
+        seed=seed,
+        split_long=True,
+        policy=policy,
+        split_episodes=int((np.bincount(pos, minlength=n) > 1).sum()),
+    )

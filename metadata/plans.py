@@ -220,9 +220,7 @@ def build_plan(
 
     order = np.lexsort((items.start, items.episode, bin_of))
     items, bin_of = items.take(order), bin_of[order]
-    frames = items.end - items.start
-    bin_cost = np.bincount(bin_of, items.cost, minlength=B)
-    bin_frames = np.bincount(bin_of, frames, minlength=B).astype(np.int64)
+    bin_frames = np.bincount(bin_of, items.end - items.start, minlength=B)
     empty = np.flatnonzero(bin_frames == 0)
     if len(empty):
         hint = "" if split_long else " (use --split-long to cut long episodes)"
@@ -230,18 +228,62 @@ def build_plan(
             f"{len(empty)} of {B} bins got no frames: {n} episodes are too few for "
             f"{W} ranks x {K} workers{hint}"
         )
-    if policy == "trim":
-        per_worker = int(bin_frames.min())
-    else:
-        per_worker = int(bin_frames.max())
+    plan = plan_document(
+        np.stack([items.episode, items.start, items.end], axis=1),
+        bin_of,
+        items.cost,
+        costs,
+        lengths,
+        W,
+        K,
+        fingerprint=fingerprint,
+        locality=locality,
+        algo=algo,
+        algo_used={"ranks": used_ranks, "workers": dict(sorted(used_workers.items()))},
+        cost_model=cost_model,
+        seed=seed,
+        split_long=split_long,
+        policy=policy,
+        split_episodes=_split_count(items),
+    )
+    if unit_of_episode is not None:
+        pos_of = np.searchsorted(np.sort(ep), items.episode)
+        unit_sorted = unit_of_episode[np.argsort(ep, kind="stable")]
+        plan["row_groups"] = row_group_figures(unit_sorted[pos_of], bin_of, B)
+    return plan
+
+
+def plan_document(
+    items: np.ndarray,
+    bin_of: np.ndarray,
+    item_cost: np.ndarray,
+    costs: np.ndarray,
+    lengths: np.ndarray,
+    world_size: int,
+    num_workers: int,
+    *,
+    fingerprint: str | None,
+    locality: str,
+    algo: str,
+    algo_used: dict,
+    cost_model: str,
+    seed: int,
+    split_long: bool,
+    policy: str,
+    split_episodes: int,
+) -> dict:
+    """The plan dict of a partition: ``items`` (episode, start, end) sorted by bin, their bins
+    and costs, with the figures every plan carries (samples per worker under ``policy``,
+    balance against the naive splits, dropped/repeated frames). One shape for every
+    partitioner (:func:`build_plan`, the density split)."""
+    W, K = int(world_size), int(num_workers)
+    B = W * K
+    frames = items[:, 2] - items[:, 1]
+    bin_cost = np.bincount(bin_of, item_cost, minlength=B)
+    bin_frames = np.bincount(bin_of, frames, minlength=B).astype(np.int64)
+    per_worker = int(bin_frames.min() if policy == "trim" else bin_frames.max())
     naive = naive_totals(costs, B)
-    balance = {
-        "plan": balance_figures(bin_cost, items.cost),
-        "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), items.cost),
-        "contiguous": balance_figures(naive["contiguous"], costs),
-        "round_robin": balance_figures(naive["round_robin"], costs),
-    }
-    plan = {
+    return {
         "format": PLAN_FORMAT,
         "version": PLAN_VERSION,
         "fingerprint": fingerprint,
@@ -250,14 +292,14 @@ def build_plan(
         "num_workers": K,
         "num_bins": B,
         "algo": algo,
-        "algo_used": {"ranks": used_ranks, "workers": dict(sorted(used_workers.items()))},
+        "algo_used": algo_used,
         "cost_model": cost_model,
         "seed": int(seed),
         "split_long": bool(split_long),
         "policy": policy,
-        "num_episodes": n,
+        "num_episodes": len(costs),
         "num_items": len(items),
-        "split_episodes": _split_count(items),
+        "split_episodes": int(split_episodes),
         "costs_digest": costs_digest(costs),
         "total_frames": int(lengths.sum()),
         "total_cost": float(costs.sum()),
@@ -265,17 +307,17 @@ def build_plan(
         "samples_per_rank": per_worker * K,
         "dropped_frames": int(np.clip(bin_frames - per_worker, 0, None).sum()),
         "repeated_frames": int(np.clip(per_worker - bin_frames, 0, None).sum()),
-        "balance": balance,
+        "balance": {
+            "plan": balance_figures(bin_cost, item_cost),
+            "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), item_cost),
+            "contiguous": balance_figures(naive["contiguous"], costs),
+            "round_robin": balance_figures(naive["round_robin"], costs),
+        },
         "bin_offsets": np.searchsorted(bin_of, np.arange(B + 1)).astype(np.int64),
         "bin_cost": bin_cost,
         "bin_frames": bin_frames,
-        "items": np.stack([items.episode, items.start, items.end], axis=1).astype(np.int64),
+        "items": np.asarray(items, dtype=np.int64),
     }
-    if unit_of_episode is not None:
-        pos_of = np.searchsorted(np.sort(ep), items.episode)
-        unit_sorted = unit_of_episode[np.argsort(ep, kind="stable")]
-        plan["row_groups"] = row_group_figures(unit_sorted[pos_of], bin_of, B)
-    return plan
 
 
 def row_group_figures(item_unit: np.ndarray, bin_of: np.ndarray, num_bins: int) -> dict:
