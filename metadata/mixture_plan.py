@@ -140,6 +140,12 @@ def build_mixture_plan(
     requested = int(spec.epoch_frames or sum(frames))
     total = epoch_size(requested, B, policy)
     eff = effective_weights([s.weight for s in spec.sources], frames, episodes, spec.balance)
+    if spec.overflow == "cap" and requested <= sum(frames) < total:
+        raise MixtureError(
+            f"{spec.where}: epoch_frames {requested:,} rounds up to {total:,} (a multiple of the "
+            f"{B:,} bins, policy {policy}), more than the sources hold ({sum(frames):,} frames) "
+            "with overflow 'cap': lower epoch_frames, use overflow 'repeat' or the trim policy"
+        )
     quota = quotas(total, eff, frames, spec.overflow)
     rate = [q / f for q, f in zip(quota, frames)]
 

@@ -460,3 +460,19 @@ def test_read_only_sources_are_planned_from_costs_computed_in_memory(
     assert sorted(p.name for p in (a / "meta").iterdir()) == before
     assert doc["cost_model"] == "bytes" and sum(doc["quotas"]) == doc["epoch_frames"]
     assert load_plan(tmp_path / "p", 2, 2).samples_per_worker > 0
+
+
+def test_cap_epoch_rounded_past_the_sources_names_both_numbers():
+    """With overflow cap and the wrap policy, an epoch of all the frames rounds up past what the
+    sources hold: the error names the epoch the user asked for and the rounded one."""
+    from episodekit.metadata.mixture import parse_mixture
+    from episodekit.metadata.mixture_plan import SourceCosts, build_mixture_plan
+
+    srcs = [SourceCosts(n, np.arange(10), np.full(10, 50), np.full(10, 50.0)) for n in ("a", "b")]
+    srcs[1] = SourceCosts("b", np.arange(9), np.full(9, 51), np.full(9, 51.0))  # 459 frames
+    doc = {"sources": [{"root": "/x/a", "weight": 1}, {"root": "/x/b", "weight": 1}]}
+    spec = parse_mixture({**doc, "overflow": "cap"})
+    with pytest.raises(MixtureError, match=r"epoch_frames 959 rounds up to 960 .*\(959 frames\)"):
+        build_mixture_plan(spec, srcs, 4, 4, policy="wrap")
+    plan = build_mixture_plan(spec, srcs, 4, 4, policy="trim")
+    assert sum(plan["quotas"]) == 944  # trim rounds down: nothing capped away
