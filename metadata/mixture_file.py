@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset, resolve_root
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.metadata.mixture import MIXTURE_FILE, MixtureSpec, parse_mixture
 from episodekit.metadata.plan_file import (
     Plan,
@@ -153,6 +154,8 @@ def load_mixture_plan(
                 ds = open_dataset(s["root"], check_files=False, check_totals=False)
             except DatasetError as exc:
                 raise PlanError(f"{path}: source {s['name']!r}: {exc}") from exc
+            except EnvironmentProblem as exc:  # e.g. its hub unreachable: still name the source
+                raise EnvironmentProblem(f"source {s['name']!r}: {exc}", path) from exc
             if ds.fingerprint != s["fingerprint"]:
                 raise StalePlanError(
                     f"{path}: stale mixture plan: source {s['name']!r} ({s['root']}) changed "

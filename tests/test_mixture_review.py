@@ -601,3 +601,26 @@ def test_unreachable_remote_source_is_named(roots):
     )  # fmt: skip
     assert r.returncode == 2
     assert "sources[1].root ('name'): cannot open hf://datasets/owner/name (" in one_line_error(r)
+
+
+def test_unreachable_source_of_a_plan_is_named(roots, tmp_path, monkeypatch):
+    """Opening a mixture plan (load_plan, a loader's start) whose source cannot be reached names
+    that source, and stays an environment problem (exit 2)."""
+    import episodekit.metadata.mixture_file as mf
+    from episodekit.core.errors import EnvironmentProblem
+    from episodekit.loaders import load_plan
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
+    _, a, b = roots
+    spec = {"sources": [{"root": str(a), "weight": 1}, {"root": str(b), "weight": 1}]}
+    ensure_mixture_plans(spec, tmp_path / "p", [1], 1)
+    real = mf.open_dataset
+
+    def flaky(root, **kw):
+        if str(root) == str(b):
+            raise EnvironmentProblem("cannot reach the server: connection refused", str(root))
+        return real(root, **kw)
+
+    monkeypatch.setattr(mf, "open_dataset", flaky)
+    with pytest.raises(EnvironmentProblem, match=r"source 'b': .*connection refused"):
+        load_plan(tmp_path / "p", 1, 1)
