@@ -344,10 +344,14 @@ def contiguous(items: Items, unit: np.ndarray, k: int, merge: int = MERGE_ITEMS)
         shares[-1] = unit_cost[u] - shares[:-1].sum()  # absorb rounding in the open bin
         sel = slice(starts[u], ends[u])
         shares = np.clip(shares, 0.0, None)
-        cut, fill = _cut_shares(cost[sel], shares), _fill_shares(cost[sel], shares)
-        off = [np.abs(np.bincount(x, cost[sel], len(b)) - shares).max() for x in (cut, fill)]
         # runs of consecutive items unless that leaves a bin further off its share
-        out[sel] = b[cut if off[0] <= max(off[1], CUT_SLACK * target) else fill]
+        cut = _cut_shares(cost[sel], shares)
+        off = np.abs(np.bincount(cut, cost[sel], len(b)) - shares).max()
+        if off > CUT_SLACK * target:
+            fill = _fill_shares(cost[sel], shares)
+            if off > np.abs(np.bincount(fill, cost[sel], len(b)) - shares).max():
+                cut = fill
+        out[sel] = b[cut]
     return out
 
 
