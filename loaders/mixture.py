@@ -51,6 +51,7 @@ from episodekit.loaders.sharded import (
     check_run,
     row_bytes_estimate,
 )
+from episodekit.loaders.store import AUTO, find_store
 from episodekit.metadata.mixture import (
     MIXTURE_FILE,
     MixtureError,
@@ -573,7 +574,11 @@ class MixtureLoader(ShardedLoader):
                 speed=speed,
                 video_backend=video_backend,
                 warn_cache=False,  # the stream decodes each row group once per epoch
+                store=None,  # a frame store fills the pool instead (below)
             )
+            store = find_store(ds, AUTO)
+            if store is not None:  # pools copied from the store: no decode, one gather
+                fd.reader.use_store(store)
             self.sources.append(fd)
             reader = fd.reader
             ep, length = ds.column("episode_index"), ds.column("length")
@@ -590,7 +595,7 @@ class MixtureLoader(ShardedLoader):
         # once, not gathered per source and then scattered (see loaders/arena.py)
         self.arena = PoolArena(self._shared_columns(datasets), self.features.dtype)
         for s, fd in enumerate(self.sources):
-            if fd.store is None:
+            if fd.store is None:  # (always: a store fills the pool, see above)
                 fd.defer_pool_rows = True
                 largest = int(fd.reader.rg_rows.max()) if len(fd.reader.rg_rows) else 0
                 self.arena.register(s, fd.reader, max(pool_rows[s], largest))

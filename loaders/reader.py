@@ -170,6 +170,8 @@ class RowGroupReader:
         self._head = 0
         self.row_groups_read = 0
         self.rows_decoded = 0  # rows parquet decoded for hold() (its row ranges stop early)
+        self.rows_from: Any = None  # a FrameStore the pool is filled from (see use_store)
+        self.rows_from_store = 0  # rows copied from it
         self.rg_decodes = np.zeros(len(self.rg_start), dtype=np.int64)  # decodes per row group
         self._min_capacity = 0
         self._held: np.ndarray | None = None  # the row-group set of the last hold()
@@ -423,11 +425,14 @@ class RowGroupReader:
         peak memory of decoding it whole), counted like :meth:`_decode`: ``(columns, rows)`` per
         batch, columns None for a batch wholly before row ``lo``; stops once row ``hi`` is read
         (parquet decodes pages in order: the rows after ``hi`` are never decoded)."""
+        hi = int(self.rg_rows[rg]) if hi is None else int(hi)
+        if self.rows_from is not None:  # a frame store holds every column: copy, no decode
+            yield from self._store_batches(rg, lo, hi)
+            return
         fid = int(self.rg_file[rg])
         pf = self._open(fid)
         self.row_groups_read += 1
         self.rg_decodes[rg] += 1
-        hi = int(self.rg_rows[rg]) if hi is None else int(hi)
         at = 0
         try:
             batches = pf.iter_batches(
@@ -450,6 +455,30 @@ class RowGroupReader:
             raise DatasetError(
                 f"cannot read row group {int(self.rg_local[rg])} ({exc})", self.ds.data_path(fid)
             ) from exc
+
+    def _store_batches(
+        self, rg: int, lo: int, hi: int
+    ) -> Iterator[tuple[dict[str, np.ndarray] | None, int]]:
+        """Rows [lo, hi) of row group ``rg`` from the frame store ``rows_from`` (memory-mapped),
+        in :meth:`_decode_batches`' shape; nothing before ``lo`` is read."""
+        store = self.rows_from
+        at0 = int(self.rg_start[rg]) - store.base
+        self.rows_from_store += hi - lo
+        if lo:
+            yield None, lo
+        for a in range(lo, hi, DECODE_BATCH_ROWS):
+            b = min(hi, a + DECODE_BATCH_ROWS)
+            yield {c: store.columns[c][at0 + a : at0 + b] for c in self.columns}, b - a
+
+    def use_store(self, store: Any) -> bool:
+        """Fill the pool from ``store`` (a :class:`~episodekit.loaders.store.FrameStore` of this
+        dataset) instead of decoding parquet, when it holds every column with the row shapes
+        asked for; returns whether it does."""
+        cols = getattr(store, "columns", {})
+        if all(c in cols and cols[c].shape[1:] == tuple(s) for c, s in self.columns.items()):
+            self.rows_from = store
+            return True
+        return False
 
     def _resident_frames(self, rgs: np.ndarray, frames: np.ndarray) -> np.ndarray:
         """Per frame (in row group ``rgs``): its row is resident."""

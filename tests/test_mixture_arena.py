@@ -153,3 +153,39 @@ def test_pickled_loader_starts_with_an_empty_arena(roots, tmp_path):
     for key in ("index", "observation.state", "action"):
         np.testing.assert_array_equal(again[key], first[key])
     assert clone.shared_chunks >= 1
+
+
+@pytest.mark.parametrize("cache_mb", [0.05, 1.0])
+def test_sources_with_frame_stores_fill_their_pools_from_the_store(
+    roots, tmp_path, monkeypatch, cache_mb
+):
+    """A source with a fresh frame store: its pools are copied from the store (no parquet
+    decode, nothing before a range read) and batches equal those decoded from parquet."""
+    from episodekit.core.store import CACHE_ENV
+    from episodekit.prep.frames import build_frame_store
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    a, b, _ = roots
+    for r in (a, b):
+        build_frame_store(r)
+    spec = {"sources": [{"root": str(a), "weight": 1}, {"root": str(b), "weight": 2}]}
+    ensure_mixture_plans(spec, tmp_path / "p", [2], 1, locality="rowgroup")
+    plan = load_plan(tmp_path / "p", 2, 1)
+    kw = dict(
+        rank=1, world_size=2, batch_size=29, seed=5, speed=False, cache_mb=cache_mb,
+        delta_timestamps={"action": [0.0, 1 / 30, 2 / 30]},
+    )  # fmt: skip
+    stored = ShardedLoader(None, plan, **kw)
+    assert all(f.reader.rows_from is not None for f in stored.sources)
+    parquet = ShardedLoader(None, plan, **kw)
+    for f in parquet.sources:
+        f.reader.rows_from = None
+    got, ref = list(stored), list(parquet)
+    assert len(got) == len(ref)
+    for x, y in zip(got, ref):
+        for key in ("index", "action", "action_is_pad", "observation.state", "source_index"):
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    for f in stored.sources:
+        assert f.reader.row_groups_read == 0 and f.reader.rows_from_store > 0
+    if cache_mb >= 1:  # one pool per source: every chunk is one gather
+        assert stored.shared_chunks == stored.chunks_read
