@@ -421,8 +421,11 @@ class ShardedLoader:
         """One batch: each part's row groups are made resident first (room is reserved for the
         whole pool, so each row group is decoded once while the pool lasts)."""
         reader, out = self.frames.reader, []
+        store = self.frames.store
+        pool = store is None or not set(reader.columns) <= set(store.columns)
         for (rgs, need, rows), frames in parts:
-            reader.hold(rgs, need, rows)
+            if pool:  # (a frame store holding every column serves them all: nothing to decode)
+                reader.hold(rgs, need, rows)
             out.append(self.frames.get_frames(frames))
         return out[0] if len(out) == 1 else _concat(out)
 

@@ -159,6 +159,27 @@ def test_episode_subset_and_windows_at_edges_through_store(make_sample):
     np.testing.assert_array_equal(last["action"][1:], np.repeat(last["action"][:1], 49, 0))
 
 
+def test_stream_with_a_store_decodes_nothing(make_sample):
+    """ShardedLoader over a root whose store holds every column: the same batches as from
+    parquet, and no row group decoded (it used to decode each pool for nothing)."""
+    from episodekit.loaders import ShardedLoader
+    from episodekit.metadata.plans import ensure_plans
+
+    root = make_sample(**SAMPLES["recorded"])
+    ensure_plans(str(root), [1], 1)
+    kw = dict(rank=0, world_size=1, batch_size=17, speed=False,
+              delta_timestamps={"action": [0.0, 1 / 30]})  # fmt: skip
+    ref = list(ShardedLoader(root, **kw))
+    build_frame_store(root)
+    ld = ShardedLoader(root, **kw)
+    assert ld.frames.store is not None
+    got = list(ld)
+    for x, y in zip(got, ref, strict=True):
+        for key in ("index", "action", "action_is_pad", "observation.state"):
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    assert ld.frames.reader.row_groups_read == 0
+
+
 def test_pickled_dataset_maps_the_store_again(make_sample):
     root = make_sample(**SAMPLES["recorded"])
     rep = build_frame_store(root)
