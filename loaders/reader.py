@@ -173,6 +173,7 @@ class RowGroupReader:
         self.rows_from: Any = None  # a FrameStore the pool is filled from (see use_store)
         self.rows_from_store = 0  # rows copied from it
         self.rg_decodes = np.zeros(len(self.rg_start), dtype=np.int64)  # decodes per row group
+        self.rg_rows_decoded = np.zeros(len(self.rg_start), dtype=np.int64)  # rows, all decodes
         self._min_capacity = 0
         self._held: np.ndarray | None = None  # the row-group set of the last hold()
         self._last_hold: tuple | None = None  # its arguments, while nothing else moved
@@ -229,6 +230,7 @@ class RowGroupReader:
             _head=0,
         )
         state["rg_decodes"] = np.zeros(len(self.rg_start), dtype=np.int64)
+        state["rg_rows_decoded"] = np.zeros(len(self.rg_start), dtype=np.int64)
         state["_held"] = None
         state["slot"] = np.full(len(self.rg_start), -1, dtype=np.int64)
         return state
@@ -299,6 +301,7 @@ class RowGroupReader:
             ) from exc
         self.row_groups_read += 1
         self.rg_decodes[rg] += 1
+        self.rg_rows_decoded[rg] += t.num_rows
         return {c: column_to_numpy(t.column(c), shape) for c, shape in self.columns.items()}
 
     def load(self, rgs: np.ndarray) -> None:
@@ -449,6 +452,7 @@ class RowGroupReader:
                     yield {c: column_to_numpy(b.column(c), shape) for c, shape in cols}, m
                 at += m
                 self.rows_decoded += m
+                self.rg_rows_decoded[rg] += m
                 if at >= hi:
                     break
         except (OSError, pa.ArrowInvalid) as exc:

@@ -10,9 +10,10 @@ that copy. For each shape, one worker (rank 0, worker 0) of the ``rowgroup``-loc
 for a whole epoch in a child process, with the README's windows (50-frame action, 3-frame state),
 default ``cache_mb``. Reported:
 
-- read amplification: bytes decoded (footer uncompressed bytes of the columns read, per row-group
-  decode, counted by the reader) / uncompressed bytes of the rows the worker needs (the frames it
-  yields and their window frames, each row at its row group's bytes per row);
+- read amplification: bytes decoded (footer uncompressed bytes per row of the columns read, times
+  the rows the reader decoded in each row group) / uncompressed bytes of the rows the worker
+  needs (the frames it yields and their window frames, each row at its row group's bytes per
+  row);
 - frames/s of the epoch, against a baseline in the same run: ``pq.read_table`` of the same row
   groups (same columns), one at a time, + a numpy gather of the same rows and windows;
 - peak RSS (VmHWM) of the child;
@@ -136,7 +137,8 @@ def child_loader(root: str, ws: int, nw: int) -> dict:
                 if rg.column(j).path_in_schema.split(".")[0] in cols
                 or rg.column(j).path_in_schema in cols
             )
-    decoded = float((reader.rg_decodes * rg_bytes).sum())
+    # rows decoded per row group (a shared one may be decoded only up to the bin's range)
+    decoded = float((reader.rg_rows_decoded * rg_bytes / np.maximum(reader.rg_rows, 1)).sum())
     ds = loader.frames
     starts = ds.ds.column("dataset_from_index")
     lengths = ds.ds.column("length")
