@@ -406,7 +406,9 @@ class BinMix:
 class MixtureSampler(EpisodeAwareSampler):
     """:class:`EpisodeAwareSampler` over a :class:`MixtureFrameDataset` with its mixture plan:
     rank ``r`` yields ``plan.samples_per_rank`` indices per epoch, each bin exactly its
-    ``bin_draws`` per source; a pure function of (seed, epoch); resumable at any position."""
+    ``bin_draws`` per source; a pure function of (seed, epoch); resumable at any position.
+    ``drop_n_first_frames``/``drop_n_last_frames`` (as LeRobot's sampler) are never drawn; the
+    quotas stay exact, so the kept frames of a source are drawn a little more often."""
 
     def __init__(
         self,
@@ -421,8 +423,8 @@ class MixtureSampler(EpisodeAwareSampler):
     ):
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if drop_n_first_frames or drop_n_last_frames:
-            raise ValueError("drop_n_first_frames/drop_n_last_frames are not supported on mixtures")
+        if drop_n_first_frames < 0 or drop_n_last_frames < 0:
+            raise ValueError("drop_n_first_frames/drop_n_last_frames must be >= 0")
         if not isinstance(plan, MixturePlan):
             raise ValueError(
                 "a mixture needs its mixture plan: EpisodeAwareSampler(ds, plan=load_plan(DIR, "
@@ -454,8 +456,15 @@ class MixtureSampler(EpisodeAwareSampler):
             for s, fd in enumerate(dataset.datasets):
                 sel = items[srcs == s]
                 base, size = items_to_ranges(
-                    sel, fd.episode_index, fd.episode_lengths, fd.episode_starts
-                )
+                    sel, fd.episode_index, fd.episode_lengths, fd.episode_starts,
+                    drop_n_first_frames, drop_n_last_frames,
+                )  # fmt: skip
+                if not size.sum() and plan.bin_draws(self.rank, w)[s]:
+                    raise ValueError(
+                        f"drop_n_first_frames={drop_n_first_frames}, drop_n_last_frames="
+                        f"{drop_n_last_frames} leave no frames of source {plan.source_names[s]!r} "
+                        f"in bin (rank {self.rank}, worker {w}), which draws from it"
+                    )
                 self._ranges[(w, s)] = (base + dataset.source_offsets[s], size)
         self.epoch, self.position = 0, 0
         self._order = None
@@ -468,6 +477,8 @@ class MixtureSampler(EpisodeAwareSampler):
             "shuffle": self.shuffle,
             "frames": self.num_samples,
         }
+        if drop_n_first_frames or drop_n_last_frames:  # (states without drops stay valid)
+            self._identity["drop"] = [int(drop_n_first_frames), int(drop_n_last_frames)]
 
     def _pass_order(self, epoch: int, w: int, s: int, p: int) -> EpochOrder:
         if self._order_epoch != epoch:

@@ -289,11 +289,11 @@ class EpisodeAwareSampler:
         if ident is not None and not isinstance(ident, dict):
             raise ValueError(f"sampler state 'identity' must be a dict, got {ident!r}")
         if ident is not None and ident != self._identity:
-            diff = sorted(k for k in self._identity if ident.get(k) != self._identity[k])
-            raise ValueError(
-                f"sampler state is for another {', '.join(diff)} "
-                f"({ {k: ident.get(k) for k in diff} } vs { {k: self._identity[k] for k in diff} })"
-            )
+            keys = set(self._identity) | set(ident)
+            diff = sorted(k for k in keys if ident.get(k) != self._identity.get(k))
+            theirs = {k: ident.get(k) for k in diff}
+            mine = {k: self._identity.get(k) for k in diff}
+            raise ValueError(f"sampler state is for another {', '.join(diff)} ({theirs} vs {mine})")
         if "seed" in state and int(state["seed"]) != self.seed:
             raise ValueError(
                 f"sampler state is for seed {state['seed']}, this sampler has {self.seed}"

@@ -388,3 +388,35 @@ def test_bytes_cost_mixture_draws_every_frame_evenly_and_cut_windows_exact(roots
                     checked += len(rows)
                     crossing += int(ends_inside.sum())
     assert checked > 0 and crossing > 0  # windows across a cut were compared
+
+
+def test_sampler_drops_episode_edge_frames_and_keeps_quotas(roots, tmp_path):
+    """drop_n_first_frames / drop_n_last_frames on a mixture: those frames are never drawn, the
+    per-source quotas stay exact, a state from other drop settings is refused, and drops that
+    leave a bin without frames of a source it draws from are one clear error."""
+    plan = make_plan(roots, tmp_path / "p", 2, 2)
+    ds = FrameDataset(plan, speed=False)
+    kw = dict(plan=plan, world_size=2, seed=3, drop_n_first_frames=2, drop_n_last_frames=3)
+    counts = np.zeros(len(plan.source_names), np.int64)
+    for rank in range(2):
+        s = EpisodeAwareSampler(ds, rank=rank, **kw)
+        idx = np.fromiter(iter(s), np.int64)
+        assert len(idx) == plan.samples_per_rank
+        batch = ds.get_batch(idx)
+        fi = batch["frame_index"]
+        src = batch["source_index"]
+        for k, fd in enumerate(ds.datasets):
+            sel = src == k
+            ep_len = fd.episode_lengths[
+                np.searchsorted(fd.episode_index, batch["episode_index"][sel])
+            ]
+            assert (fi[sel] >= 2).all() and (fi[sel] < ep_len - 3).all()
+            counts[k] += sel.sum()
+        state = s.state_dict()
+    assert counts.tolist() == plan.quotas.tolist()
+    with pytest.raises(ValueError, match=r"another drop \(\{'drop': \[2, 3\]\} vs \{'drop': None"):
+        EpisodeAwareSampler(ds, plan=plan, rank=1, world_size=2, seed=3).load_state_dict(state)
+    with pytest.raises(ValueError, match="leave no frames of source"):
+        EpisodeAwareSampler(ds, plan=plan, rank=0, world_size=2, drop_n_first_frames=10_000)
+    with pytest.raises(ValueError, match=">= 0"):
+        EpisodeAwareSampler(ds, plan=plan, rank=0, world_size=2, drop_n_last_frames=-1)
