@@ -92,7 +92,6 @@ class PoolArena:
 
     def _relayout(self) -> None:
         """New arrays for the new region sizes; resident rows copied, readers' views rebound."""
-        old_offset = dict(self.offset)
         self._place()
         self.relayouts += 1
         new = {
@@ -102,8 +101,6 @@ class PoolArena:
         for s, reader in self.readers.items():
             for c, (arr, off) in list(reader.pool_base.items()):
                 name = self.columns[s][c]
-                if self.arrays.get(name) is not arr or off != old_offset[s]:
-                    continue  # not a view of the current layout (cannot happen; be safe)
                 n = len(reader.pool[c])
                 a, b = self.offset[s], self.offset[s] + n
                 new[name][a:b] = arr[off : off + n]

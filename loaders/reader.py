@@ -277,11 +277,7 @@ class RowGroupReader:
     def complete(self, rgs: np.ndarray) -> np.ndarray:
         """Per row group: resident with all of its rows."""
         rgs = np.asarray(rgs, dtype=np.int64)
-        return (
-            (self.slot[rgs] >= 0)
-            & (self.valid_lo[rgs] == 0)
-            & (self.valid_hi[rgs] == self.rg_rows[rgs])
-        )
+        return self.covers(rgs, 0, self.rg_rows[rgs])
 
     def covers(self, rgs: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Per row group: resident with (at least) its local rows [lo, hi)."""
@@ -487,7 +483,7 @@ class RowGroupReader:
     def _resident_frames(self, rgs: np.ndarray, frames: np.ndarray) -> np.ndarray:
         """Per frame (in row group ``rgs``): its row is resident."""
         local = frames - self.rg_start[rgs]
-        return (self.slot[rgs] >= 0) & (self.valid_lo[rgs] <= local) & (local < self.valid_hi[rgs])
+        return self.covers(rgs, local, local + 1)
 
     def resident_bytes(self) -> int:
         """Bytes held by the pool arrays (their capacity)."""

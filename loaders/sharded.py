@@ -173,11 +173,6 @@ class BinOrder:
             yield j, self.base[slot] + (q - self.item_cum[slot]), np.unique(self.item_segment[slot])
             start = end
 
-    def rgs_of_segments(self, segments: np.ndarray) -> np.ndarray:
-        """The row groups of some segments (what their frames, windows included, need)."""
-        parts = [self.seg_rgs[s] for s in np.asarray(segments).tolist()]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
     def need_of_segments(self, segments: np.ndarray) -> tuple[np.ndarray, tuple]:
         """The row groups of some segments and, per row group, the local rows [lo, hi) their
         episodes cover (what ``RowGroupReader.hold`` decodes)."""
@@ -315,6 +310,9 @@ class ShardedLoader:
             warn_cache=False,  # the stream decodes each row group once per epoch
         )
         reader = self.frames.reader
+        store = self.frames.store
+        # a frame store holding every column serves the stream: no pool to decode
+        self._pool_needed = store is None or not set(reader.columns) <= set(store.columns)
         episode_index, length = ds.column("episode_index"), ds.column("length")
         frm = ds.column("dataset_from_index")
         self._bins = []
@@ -421,10 +419,8 @@ class ShardedLoader:
         """One batch: each part's row groups are made resident first (room is reserved for the
         whole pool, so each row group is decoded once while the pool lasts)."""
         reader, out = self.frames.reader, []
-        store = self.frames.store
-        pool = store is None or not set(reader.columns) <= set(store.columns)
         for (rgs, need, rows), frames in parts:
-            if pool:  # (a frame store holding every column serves them all: nothing to decode)
+            if self._pool_needed:
                 reader.hold(rgs, need, rows)
             out.append(self.frames.get_frames(frames))
         return out[0] if len(out) == 1 else _concat(out)

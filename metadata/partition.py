@@ -261,6 +261,7 @@ def _cut_shares(costs: np.ndarray, shares: np.ndarray, window: int = CUT_WINDOW)
     cuts = np.maximum.accumulate(np.clip(cuts, 0, n))
     out = np.searchsorted(cuts, np.arange(n), side="right").astype(np.int64)
     bounds = np.r_[0, cuts, n]
+    reach = 0  # where the previous cut's window started: slot j's items lie from there on
     for j in range(m - 1):  # the cut between slots j and j + 1
         c = int(bounds[j + 1])
         a = max(c - window, (int(bounds[j]) + c) // 2)
@@ -268,7 +269,9 @@ def _cut_shares(costs: np.ndarray, shares: np.ndarray, window: int = CUT_WINDOW)
         if b <= a:
             continue
         win = np.arange(a, b)
-        have = float(costs[out == j].sum()) - float(costs[win][out[win] == j].sum())
+        near = slice(min(reach, int(bounds[j])), max(b, c))  # every item of slot j, in order
+        have = float(costs[near][out[near] == j].sum()) - float(costs[win][out[win] == j].sum())
+        reach = a
         left = float(shares[j]) - have
         w = costs[win]
         side = np.ones(len(win), dtype=np.int64)
