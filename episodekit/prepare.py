@@ -433,6 +433,12 @@ def _prepare(
         )
 
     def plans() -> tuple[str, dict, list[str]]:
+        def plan_one(w: int, split: bool) -> tuple[str, dict, bool]:
+            [one] = ensure_plans(
+                ds, [w], num_workers, cost=cost, split_long=split, force=force, locality=locality
+            )
+            return one
+
         changed, detail = [], {"plans": [], "skipped_world_sizes": []}
         for shape in shapes:
             if shape.skip:
@@ -441,15 +447,7 @@ def _prepare(
                 )
                 continue
             try:
-                [(path, plan, was_changed)] = ensure_plans(
-                    ds,
-                    [shape.world_size],
-                    num_workers,
-                    cost=cost,
-                    split_long=shape.split_long,
-                    force=force,
-                    locality=locality,
-                )
+                path, plan, was_changed = plan_one(shape.world_size, shape.split_long)
             except ValueError as exc:  # a bin left empty (whole episodes, rowgroup runs)
                 if shape.split_long or split_long != "auto":
                     detail["skipped_world_sizes"].append(
@@ -458,15 +456,7 @@ def _prepare(
                     result.warnings.append(f"world size {shape.world_size} skipped: {exc}")
                     say(f"warning: {result.warnings[-1]}")
                     continue
-                [(path, plan, was_changed)] = ensure_plans(
-                    ds,
-                    [shape.world_size],
-                    num_workers,
-                    cost=cost,
-                    split_long=True,
-                    force=force,
-                    locality=locality,
-                )
+                path, plan, was_changed = plan_one(shape.world_size, True)
             rel = os.path.relpath(path, work) if os.path.isabs(path) else path
             if was_changed:
                 changed.append(rel)
