@@ -39,6 +39,7 @@ from episodekit.loaders.sampler import (
     FEISTEL_ROUNDS,
     EpisodeAwareSampler,
     EpochOrder,
+    check_sampler_args,
     feistel_permute,
     items_to_ranges,
 )
@@ -421,26 +422,20 @@ class MixtureSampler(EpisodeAwareSampler):
         rank: int | None = None,
         world_size: int | None = None,
     ):
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if drop_n_first_frames < 0 or drop_n_last_frames < 0:
-            raise ValueError("drop_n_first_frames/drop_n_last_frames must be >= 0")
         if not isinstance(plan, MixturePlan):
             raise ValueError(
                 "a mixture needs its mixture plan: EpisodeAwareSampler(ds, plan=load_plan(DIR, "
                 "world_size, num_workers))"
             )
+        rank, world_size = check_sampler_args(
+            seed, drop_n_first_frames, drop_n_last_frames, rank, world_size, plan
+        )
         if not isinstance(dataset, MixtureFrameDataset):
             dataset = MixtureFrameDataset(dataset)
         if dataset.source_names != plan.source_names:
             raise ValueError(
                 f"dataset sources {dataset.source_names} differ from the plan's {plan.source_names}"
             )
-        rank, world_size = fill_rank(rank, world_size)
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-        if int(plan.world_size) != int(world_size):
-            raise ValueError(f"plan is for world_size={plan.world_size}, this job has {world_size}")
         self.seed, self.shuffle = int(seed), bool(shuffle)
         self.rank, self.world_size, self.plan = int(rank), int(world_size), plan
         self.dataset = dataset

@@ -137,6 +137,28 @@ def items_to_ranges(
     return (start[km] + lo)[keep], (hi - lo)[keep]
 
 
+def check_sampler_args(
+    seed: Any,
+    drop_first: int,
+    drop_last: int,
+    rank: int | None,
+    world_size: int | None,
+    plan: Any = None,
+) -> tuple[int, int]:
+    """Raise ValueError on a bad seed, drop count, rank, or a plan for another world size;
+    returns (rank, world_size) resolved as :func:`~episodekit.core.world.fill_rank` does."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if drop_first < 0 or drop_last < 0:
+        raise ValueError("drop_n_first_frames/drop_n_last_frames must be >= 0")
+    rank, world_size = fill_rank(rank, world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+    if plan is not None and int(plan.world_size) != int(world_size):
+        raise ValueError(f"plan is for world_size={plan.world_size}, this job has {world_size}")
+    return int(rank), int(world_size)
+
+
 class EpisodeAwareSampler:
     """Frame indices of a :class:`FrameDataset` (or a root) in a (seed, epoch)-determined order.
 
@@ -176,13 +198,9 @@ class EpisodeAwareSampler:
         rank: int | None = None,
         world_size: int | None = None,
     ):
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if drop_n_first_frames < 0 or drop_n_last_frames < 0:
-            raise ValueError("drop_n_first_frames/drop_n_last_frames must be >= 0")
-        rank, world_size = fill_rank(rank, world_size)
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        rank, world_size = check_sampler_args(
+            seed, drop_n_first_frames, drop_n_last_frames, rank, world_size, plan
+        )
         self.seed, self.shuffle = int(seed), bool(shuffle)
         self.rank, self.world_size = int(rank), int(world_size)
         self.plan = plan
@@ -190,10 +208,6 @@ class EpisodeAwareSampler:
         if plan is None:
             items = np.stack([episode_index, np.zeros_like(length), length], 1)
         else:
-            if int(plan.world_size) != self.world_size:
-                raise ValueError(
-                    f"plan is for world_size={plan.world_size}, this job has {self.world_size}"
-                )
             items = plan_items(plan, self.rank)
         self._base, self._size = items_to_ranges(
             items, episode_index, length, start, drop_n_first_frames, drop_n_last_frames
