@@ -34,8 +34,8 @@ import numpy as np
 
 from episodekit.metadata.plans import (
     _check_args,
-    label_permutation,
     plan_document,
+    relabel_bins,
 )
 
 ALGO = "density"
@@ -188,9 +188,7 @@ def build_density_plan(
     shares = equal_shares(int(lengths.sum()), B) if bin_frames is None else bin_frames
     rows, bin_of = density_split(lengths, costs, shares)
     if relabel:
-        rank_perm = label_permutation(seed, 1, W, salt=1)[0]
-        worker_perm = label_permutation(seed, W, K, salt=2)
-        bin_of = rank_perm[bin_of // K] * K + worker_perm[bin_of // K, bin_of % K]
+        bin_of = relabel_bins(bin_of, seed, W, K)
     pos = rows[:, 0]
     o = np.lexsort((rows[:, 1], ep[pos], bin_of))
     pos, bin_of = pos[o], bin_of[o]

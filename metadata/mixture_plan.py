@@ -88,8 +88,8 @@ from episodekit.metadata.plans import (
     balance_figures,
     build_plan,
     costs_digest,
-    label_permutation,
     naive_totals,
+    relabel_bins,
     rowgroup_units,
 )
 
@@ -154,10 +154,7 @@ def build_mixture_plan(
     # mean; KK's refinement (O(items x bins) per rank) would cost 2-3x the planning time here.
     sub_algo = "lpt" if algo == "auto" else algo
     draws = deal_draws(quota, B)
-    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
-    worker_perm = label_permutation(seed, W, K, salt=2)
-    j = np.arange(B)
-    final = rank_perm[j // K] * K + worker_perm[j // K, j % K]  # stacked bin -> plan bin
+    final = relabel_bins(np.arange(B), seed, W, K)  # stacked bin -> plan bin
     for s, src in enumerate(sources):
         if src.frames < B:
             raise MixtureError(

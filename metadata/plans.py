@@ -110,6 +110,16 @@ def label_permutation(seed: int, groups: int, size: int, salt: int) -> np.ndarra
     return np.argsort(keys, axis=1, kind="stable")
 
 
+def relabel_bins(bin_of: np.ndarray, seed: int, world_size: int, num_workers: int) -> np.ndarray:
+    """Seeded labels: bin ``r * K + w`` of a partition becomes the plan's bin of rank
+    ``rank_perm[r]``, worker ``worker_perm[r, w]`` (the only use of a plan's seed)."""
+    W, K = int(world_size), int(num_workers)
+    rank_perm = label_permutation(seed, 1, W, salt=1)[0]
+    worker_perm = label_permutation(seed, W, K, salt=2)
+    r, w = bin_of // K, bin_of % K
+    return rank_perm[r] * K + worker_perm[r, w]
+
+
 def _check_args(
     costs: np.ndarray | None,
     lengths: np.ndarray | None,
@@ -213,10 +223,7 @@ def build_plan(
         bin_of = np.concatenate(bins)
 
     if relabel:  # seeded labels: permute ranks, and workers inside each rank
-        rank_perm = label_permutation(seed, 1, W, salt=1)[0]
-        worker_perm = label_permutation(seed, W, K, salt=2)
-        r, w = bin_of // K, bin_of % K
-        bin_of = rank_perm[r] * K + worker_perm[r, w]
+        bin_of = relabel_bins(bin_of, seed, W, K)
 
     order = np.lexsort((items.start, items.episode, bin_of))
     items, bin_of = items.take(order), bin_of[order]
