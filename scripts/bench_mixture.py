@@ -17,7 +17,7 @@
    three episode ranges (balance frames: quotas = frames) vs the single root itself, in
    --repeat interleaved rounds: the median ratio of wall and of CPU time (the machine is
    shared) for the first epoch (pools' pages mapped as they fill) and the second, and the
-   rows each decodes.
+   rows each decodes. With --store DIR both loaders read through that frame store of --root.
 
 Usage: .venv/bin/python scripts/bench_mixture.py --root /work/bench-data/big10m \
           --out /work/bench-data/mixture-bench [--parts 1,2,3,4]
@@ -258,6 +258,20 @@ def part_throughput(root: str, out: str, world: int, workers: int, repeat: int) 
         print(f"  {name}: {rgs} row groups read, {rows:,} rows decoded, for {frames:,} frames")
 
 
+def publish_store(root: str, store: str) -> None:
+    """Make ``store`` the default (auto-found) store of ``root`` for this process only: a
+    temporary ``$EPISODEKIT_CACHE`` holding a link to it where ``find_store`` looks."""
+    import tempfile
+
+    from episodekit.core.store import CACHE_ENV, default_store_dir
+
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="bench-mixture-cache-")
+    where = default_store_dir(open_dataset(root, check_files=False))
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.symlink_to(os.path.abspath(store))
+    print(f"frame store {store} published for this run at {where}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default="/work/bench-data/big10m")
@@ -268,7 +282,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--store",
+        help="a frame store of --root (built by `episodekit prep frames --store DIR`): published "
+        "in a temporary cache for this run so that both loaders of part 4 read through it",
+    )
     a = ap.parse_args()
+    if a.store:
+        publish_store(a.root, a.store)
     parts = {int(p) for p in a.parts.split(",")}
     print(f"load average {os.getloadavg()[0]:.1f}")
     if 1 in parts:
