@@ -18,7 +18,7 @@ FOLDERS = {  # folder -> layer (package)
     "metadata": "metadata",
     "loaders": "loaders",
     "validate": "validate",
-    "episodekit": "top",
+    "app": "top",
 }
 ALLOWED = {
     "core": {"core"},
@@ -44,7 +44,7 @@ def layer_of_module(name: str) -> str | None:
 def package_of(path: Path) -> str:
     """The package relative imports resolve against (prep/band.py -> episodekit.prep)."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
-    head = ["episodekit"] if parts[0] == "episodekit" else ["episodekit", parts[0]]
+    head = ["episodekit"] if parts[0] == "app" else ["episodekit", parts[0]]
     return ".".join(head + parts[1:-1])
 
 

@@ -51,3 +51,9 @@ def test_wheel_install_has_no_generic_top_level(tmp_path):
     assert not {"prep", "metadata", "loaders"} & set(top)
     for sub in ("prep", "metadata", "loaders"):
         assert (target / "episodekit" / sub / "__init__.py").exists()
+    # A regular (non-editable) install imports from the repository root too: no folder there is
+    # named like the import package, so nothing shadows the installed one.
+    assert not (REPO / "episodekit").exists()
+    code = "import episodekit.loaders, episodekit.cli; print(episodekit.loaders.__file__)"
+    loaders_file = _run(code, cwd=REPO, env_path=str(target))
+    assert Path(loaders_file).resolve().is_relative_to(target.resolve())
