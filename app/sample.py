@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_text
+from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, VIDEO_PATH_V2, VIDEO_PATH_V3
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
@@ -374,9 +375,14 @@ def _task_names(n: int) -> list[str]:
     return names
 
 
-def write_sample(root: str | os.PathLike, spec: SampleSpec | None = None, **kwargs) -> Path:
-    """Write a synthetic LeRobot dataset to ``root`` (replaced if it exists) and return its path.
+def write_sample(
+    root: str | os.PathLike, spec: SampleSpec | None = None, force: bool = False, **kwargs
+) -> Path:
+    """Write a synthetic LeRobot dataset to ``root`` and return its path.
 
+    ``root`` must be missing, empty or a sample written earlier (its marker file; it is replaced)
+    unless ``force``; never the current folder, a parent of it, ``/`` or ``$HOME``
+    (:func:`~episodekit.core.outdir.check_output_dir`, raises before anything is deleted).
     ``kwargs`` override fields of ``spec`` (e.g. ``write_sample(p, episodes=10, style="edited")``).
     """
     spec = spec or SampleSpec()
@@ -392,15 +398,26 @@ def write_sample(root: str | os.PathLike, spec: SampleSpec | None = None, **kwar
         require_av()  # before anything is written: says what to install
         if spec.video_codec not in ENCODERS:
             raise ValueError(f"video_codec must be one of {tuple(ENCODERS)}")
-    root = Path(root)
-    if root.exists():
-        shutil.rmtree(root)
+    root = check_output_dir(root, force=force, option="--force")
+    _empty_folder(root)
+    mark_output_dir(root, "episodekit sample")
     (root / "meta").mkdir(parents=True)
     if spec.version == "v2.1":
         _write_v21(root, spec)
     else:
         _write_v30(root, spec)
     return root
+
+
+def _empty_folder(root: Path) -> None:
+    """Delete what ``root`` holds (the folder itself, or the link to it, stays)."""
+    if not root.exists():
+        return
+    for entry in root.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _plan_files(byte_sizes: np.ndarray, limit_bytes: float) -> np.ndarray:

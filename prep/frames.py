@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem
+from episodekit.core.outdir import check_output_dir
 from episodekit.core.store import (
     BOUNDS_FILE,
     CACHE_ENV,
@@ -317,6 +318,7 @@ def build_frame_store(
             return FramesReport(
                 str(final), "fresh", ds.num_frames, names, nbytes, time.perf_counter() - t0
             )
+    check_output_dir(final, own=(MANIFEST,))  # publishing replaces it: never a user's folder
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(final)

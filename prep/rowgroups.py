@@ -20,6 +20,7 @@ import numpy as np
 from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
 from episodekit.core.lock import writer_lock
+from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB, UnsafePathError, inside_root
 from episodekit.prep.rewrite import (
     FileJob,
@@ -177,6 +178,8 @@ def rewrite_rowgroups(
             raise UnsafePathError(
                 "--out is the dataset root itself; omit --out to rewrite in place", str(out)
             )
+        if not dry_run:  # before anything is written: a user's folder is never overwritten
+            check_output_dir(out)
     src_fs = None if ds.is_local else ds.fs
     if src_fs is not None and "memory" in _protocols(src_fs):
         workers = 1  # an in-memory filesystem is not shared with worker processes
@@ -199,6 +202,7 @@ def rewrite_rowgroups(
     with lock as removed:
         report.removed_temporaries = len(removed)
         if not dry_run and out is not None:
+            mark_output_dir(out_root, "a prepared copy")
             _copy_tree(ds.fs, ds.path, out_root, "meta")
             if copy_videos:
                 _copy_tree(ds.fs, ds.path, out_root, "videos")

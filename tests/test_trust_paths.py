@@ -16,6 +16,7 @@ import pytest
 
 from episodekit.core.dataset import open_dataset
 from episodekit.core.lock import LOCK_NAME
+from episodekit.core.outdir import MARKER
 from episodekit.core.paths import UnsafePathError, format_template, inside_root
 
 SPEC = dict(episodes=12, tasks=2, seed=3)
@@ -177,6 +178,7 @@ def test_out_is_never_left_and_never_the_source(world, tmp_path):
     # An --out whose data/ is a symlink to elsewhere (here: the source's own data) is refused.
     out = tmp_path / "out"
     out.mkdir()
+    (out / MARKER).write_text("")  # an earlier episodekit output (else refused as foreign)
     (out / "data").symlink_to(root / "data", target_is_directory=True)
     proc = run_cli("prep", "rowgroups", root, "--quiet", "--out", out, "--target-mb", "0.01")
     assert proc.returncode == 2, proc.stderr

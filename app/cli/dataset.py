@@ -135,6 +135,12 @@ POSITIVE = click.IntRange(min=1)
     default="v3.0",
     show_default=True,
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace ROOT even when it holds files episodekit did not write (never ., a parent of "
+    "the current folder, / or $HOME).",
+)
 def sample_command(
     root: str,
     episodes: int,
@@ -152,8 +158,13 @@ def sample_command(
     file_mb: float,
     chunks_size: int,
     codebase_version: str,
+    force: bool,
 ) -> None:
-    """Write a synthetic dataset in the exact LeRobot layout to ROOT (replacing it)."""
+    """Write a synthetic dataset in the exact LeRobot layout to ROOT.
+
+    ROOT must be missing, empty, or a sample written earlier (it is replaced); a folder holding
+    other files is refused (exit 2, nothing deleted) unless --force.
+    """
     import time
 
     from episodekit.sample import write_sample
@@ -176,6 +187,7 @@ def sample_command(
         data_files_size_in_mb=file_mb,
         chunks_size=chunks_size,
         version=codebase_version,
+        force=force,
     )
     from episodekit.core.dataset import read_info
 
