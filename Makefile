@@ -41,5 +41,15 @@ test: $(TEST_STAMP)
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
+# Everything `make`, `make demo` and `make test` wrote: the venv, build and test caches, the demo
+# dataset, and the demo's frame store under ~/.cache/episodekit/frames (found before the venv goes).
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	-@if [ -x $(BIN)/python ] && [ -f $(DEMO_DIR)/meta/info.json ]; then \
+		$(BIN)/python -c "import shutil, sys; \
+	from episodekit.core.dataset import open_dataset; \
+	from episodekit.core.store import default_store_dir; \
+	d = default_store_dir(open_dataset(sys.argv[1])); \
+	print('removing the demo frame store', d) if d.exists() else None; \
+	shutil.rmtree(d, ignore_errors=True)" $(DEMO_DIR); fi
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis $(DEMO_DIR)
+	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

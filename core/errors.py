@@ -1,14 +1,20 @@
 """The errors episodekit raises on purpose, and what each means for a command's exit code.
 
-Light on purpose: the CLI imports these without pyarrow. One meaning per exit code:
-0 success; 1 the data or a check failed (:class:`DatasetError` and subclasses); 2 usage or
-environment (:class:`EnvironmentProblem`: disk full, read-only root, permission, unreachable
-hub, missing optional dependency, another writer holding the root's lock; and bad options).
+Light on purpose: the CLI imports these without pyarrow. One meaning per exit code (the table
+is docs/exit-codes.md): 0 success; 1 the data is at fault: it failed a check, or a file of it
+cannot be read as what it claims to be (:class:`DatasetError` and subclasses); 2 the command
+cannot run as asked: usage, a path that does not exist or is the wrong kind, an output folder it
+may not write, the environment (:class:`EnvironmentProblem`: disk full, read-only root,
+permission, unreachable hub, missing optional dependency, another writer holding the lock);
+130 interrupted (Ctrl-C, as shells expect: 128 + SIGINT).
 """
 
 from __future__ import annotations
 
-EXIT_OK, EXIT_DATA, EXIT_ENV = 0, 1, 2
+import os
+import re
+
+EXIT_OK, EXIT_DATA, EXIT_ENV, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class DatasetError(Exception):
@@ -67,9 +73,16 @@ def os_problem(exc: OSError, path: object, operation: str) -> DatasetError | Env
     permission and the like, else a :class:`DatasetError` (exit 1). The result keeps ``errno``."""
     import errno as _errno
 
-    name = _errno.errorcode.get(exc.errno or 0, "")
-    reason = exc.strerror or str(exc) or type(exc).__name__
+    # pyarrow's OSErrors say "[errno 13]" in a message naming the temporary file: the plain
+    # reason keeps the one line naming ``path`` once.
+    code = exc.errno
+    if code is None:
+        found = re.search(r"\[errno (\d+)\]", str(exc))
+        code = int(found.group(1)) if found else None
+    name = _errno.errorcode.get(code or 0, "")
+    plain = os.strerror(code) if code else ""
+    reason = plain or exc.strerror or str(exc) or type(exc).__name__
     cls = EnvironmentProblem if name in _ENV_ERRNOS else DatasetError
     out = cls(f"cannot {operation}: {reason}", str(path))
-    out.errno = exc.errno  # type: ignore[attr-defined]
+    out.errno = code  # type: ignore[attr-defined]
     return out

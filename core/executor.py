@@ -5,9 +5,10 @@ one process per file is how parquet work parallelizes (pyarrow's writer is singl
 ``executor="ray"`` uses an existing cluster (``ray.init(address="auto")``) when there is one, else
 starts a local instance; ray is an optional extra (``episodekit[ray]``).
 
-A pool is started only when there is work for it: ``quick(item)`` (optional) is tried in this
-process first and may answer an item without a worker (e.g. a file whose footer says it is done),
-so a rerun where everything is fresh never pays the seconds a spawn pool costs. Every call reports
+A pool is started (and a progress bar opened) only when there is work for it: ``quick(item)``
+(optional) is tried in this process first and may answer an item without a worker (e.g. a file
+whose footer says it is done), so a rerun where everything is fresh never pays the seconds a spawn
+pool costs, nor draws a bar. Every call reports
 finished items to the current progress reporter (:mod:`episodekit.core.progress`).
 """
 
@@ -75,15 +76,17 @@ def imap_files(
     workers = workers or default_workers()
     if not items:
         return
-    with current().task(len(items)) as task:
-        todo = []
-        for i, item in enumerate(items):
-            answer = quick(item) if quick is not None else None
-            if answer is None:
-                todo.append(i)
-                continue
-            task.advance()
-            yield i, answer
+    todo = []
+    for i, item in enumerate(items):
+        answer = quick(item) if quick is not None else None
+        if answer is None:
+            todo.append(i)
+            continue
+        yield i, answer
+    if not todo:
+        return  # nothing ran: no progress bar for a no-op (e.g. a rerun with every file done)
+    with current().task(len(items)) as task:  # drawn once real work starts
+        task.advance(len(items) - len(todo))
         for i, r in _run(fn, [(i, items[i]) for i in todo], executor, workers):
             task.advance()
             yield i, r

@@ -72,6 +72,13 @@ class MixtureFileError(MixtureError, EnvironmentProblem):
     exit_code = EXIT_ENV
 
 
+class MixtureSourceMissing(MixtureError, EnvironmentProblem):
+    """A local source root that is missing, a file or not a dataset: a path the user must fix,
+    like a missing ROOT (exit 2), not a data problem."""
+
+    exit_code = EXIT_ENV
+
+
 @dataclass
 class SourceSpec:
     """One source of a mixture, as written in the spec."""
@@ -547,11 +554,11 @@ def _check_local_root(spec: MixtureSpec, s: SourceSpec) -> None:
         return
     what = f"{spec.where}: {s.field_name('root')} ({s.name!r})"
     if not os.path.exists(root):
-        raise MixtureError(f"{what}: {root}: no such folder")
+        raise MixtureSourceMissing(f"{what}: {root}: no such folder")
     if not os.path.isdir(root):
-        raise MixtureError(f"{what}: {root}: is a file, not a dataset folder")
+        raise MixtureSourceMissing(f"{what}: {root}: is a file, not a dataset folder")
     if not os.path.exists(os.path.join(root, "meta", "info.json")):
-        raise MixtureError(f"{what}: {root}: not a LeRobot dataset (no meta/info.json)")
+        raise MixtureSourceMissing(f"{what}: {root}: not a LeRobot dataset (no meta/info.json)")
 
 
 def resolve_sources(spec: MixtureSpec, check_files: bool = False) -> list[ResolvedSource]:

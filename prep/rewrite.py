@@ -11,6 +11,7 @@ file, never raised, so the other files complete.
 from __future__ import annotations
 
 import contextlib
+import errno
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ from episodekit.prep.checksum import TableChecksum
 READ_BUFFER_TOTAL = 32 * MIB  # read buffers of all column streams (pre_buffer off) together
 BATCH_BYTES = 8 * MIB  # aim for read batches of about this many uncompressed bytes
 DICTIONARY_COLUMNS = ("episode_index", "task_index")  # low cardinality; others stay plain
+# Write failures that no other file escapes (read-only, permission, disk full): the run stops
+# with exit 2 instead of reporting every file as failed; other errors (EIO...) fail one file.
+STOPS_THE_RUN = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
 STATUSES = ("rewritten", "skipped", "copied", "planned", "failed")
 
 
@@ -100,6 +104,7 @@ class FileResult:
     before: LayoutStats | None = None
     after: LayoutStats | None = None
     seconds: float = 0.0
+    environment: bool = False  # failed for the environment (read-only, disk full), not the file
 
     @property
     def bytes(self) -> int:
@@ -336,7 +341,10 @@ def rewrite_file(job: FileJob) -> FileResult:
         _rewrite(job, result)
     except Exception as exc:  # any failure of one file is reported, the others go on
         result.status = "failed"
-        result.reason = f"{job.src}: {type(exc).__name__}: {exc}"
+        result.environment = getattr(exc, "errno", None) in STOPS_THE_RUN
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        named = text.startswith((str(job.src), str(job.dst)))
+        result.reason = text if named else f"{job.src}: {text}"  # the path once
     result.seconds = time.perf_counter() - t0
     return result
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from episodekit.core.dataset import open_dataset
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import imap_files
 from episodekit.core.lock import writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
@@ -214,4 +215,7 @@ def rewrite_rowgroups(
                 progress(res, done, len(jobs))
     report.files = [r for r in results if r is not None]
     report.seconds = time.perf_counter() - t0
+    env = [r for r in report.files if r.environment]
+    if env:  # read-only or full disk: the command cannot run here (exit 2), not a bad file
+        raise EnvironmentProblem(env[0].reason)
     return report

@@ -150,11 +150,13 @@ def read_raw(root: str) -> RawRoot:
         with fs.open(info_path, "rb") as fh:
             info = json.loads(fh.read())
     except FileNotFoundError as exc:
-        raise CannotValidate("meta/info.json is missing", info_path) from exc
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise CannotValidate(f"meta/info.json is not valid JSON ({exc})", info_path) from exc
+        raise CannotValidate("missing", info_path) from exc
+    except OSError as exc:
+        raise CannotValidate(f"cannot read: {exc.strerror or exc}", info_path) from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CannotValidate(f"not valid JSON ({exc})", info_path) from exc
     if not isinstance(info, dict):
-        raise CannotValidate("meta/info.json is not a JSON object", info_path)
+        raise CannotValidate("not a JSON object", info_path)
     raw = RawRoot(root=str(root), fs=fs, path=path, info=info)
     try:
         raw.tasks = read_tasks_table(fs, path, raw.version)

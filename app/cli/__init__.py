@@ -22,8 +22,10 @@ def main() -> None:
     Typical use: `episodekit prepare ROOT` (rewrite row groups, compute speed percentiles, cost
     tables and shard plans, validate). Each step also has its own command.
 
-    Exit codes: 0 success; 1 the data or a check failed; 2 usage or environment (bad option,
-    missing root, unreachable hub, missing optional dependency).
+    Exit codes: 0 success; 1 the data is at fault (a failed check, an unreadable info.json or
+    data file); 2 the command cannot run as asked (bad option, missing root or mixture source,
+    an output folder holding other files, read-only or full disk, unreachable hub, missing
+    optional dependency); 130 interrupted (Ctrl-C).
     """
 
 

@@ -1,9 +1,10 @@
 """Helpers shared by the CLI modules: one error policy, root checks, --debug/--quiet/--json,
 progress, and the options several commands share (one definition, one meaning everywhere).
 
-Exit codes, one meaning each (core/errors.py): 0 success; 1 the data or a check failed; 2 usage or
-environment (bad option value, missing root or not a dataset, unreachable hub, missing optional
-dependency, disk full, permission). An expected failure prints one line on stderr, never a
+Exit codes, one meaning each (core/errors.py, docs/exit-codes.md): 0 success; 1 the data or a
+check failed; 2 usage or environment (bad option value, missing root or not a dataset, an output
+folder holding other files, unreachable hub, missing optional dependency, disk full, permission);
+130 interrupted. An expected failure prints one line on stderr, never a
 traceback; ``--debug`` (or ``EPISODEKIT_DEBUG=1``) lets the traceback through.
 
 Commands get all of this by being added to an :class:`EpisodekitGroup` (the root command and the
@@ -23,16 +24,18 @@ from typing import Any
 
 import click
 
-from episodekit.core.errors import EXIT_DATA, EXIT_ENV, DatasetError, EnvironmentProblem
+from episodekit.cli.meta import DEBUG_ENV, META_DEBUG, META_JSON, META_QUIET, META_ROOT
+from episodekit.cli.progress import CliProgress
+from episodekit.core.errors import (
+    EXIT_DATA,
+    EXIT_ENV,
+    EXIT_INTERRUPTED,
+    DatasetError,
+    EnvironmentProblem,
+)
 from episodekit.core.executor import EXECUTORS
 from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
 from episodekit.core.progress import reporting
-
-DEBUG_ENV = "EPISODEKIT_DEBUG"
-META_DEBUG = "episodekit.debug"
-META_QUIET = "episodekit.quiet"
-META_JSON = "episodekit.json"
-META_ROOT = "episodekit.root"
 
 # OSError numbers that mean "the environment", not the data.
 ENV_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EMFILE}
@@ -174,8 +177,6 @@ class EpisodekitGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         if ctx.parent is not None:  # only the root command wraps (once)
             return super().invoke(ctx)
-        from episodekit.cli.progress import CliProgress  # noqa: PLC0415
-
         try:
             with reporting(CliProgress(ctx.meta)):
                 return super().invoke(ctx)
@@ -218,9 +219,9 @@ class EpisodekitGroup(click.Group):
         except click.ClickException as exc:
             exc.show()
             raise SystemExit(exc.exit_code) from None
-        except click.Abort:
-            click.echo("Aborted!", err=True)
-            raise SystemExit(1) from None
+        except click.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
+            click.echo("Error: interrupted", err=True)
+            raise SystemExit(EXIT_INTERRUPTED) from None
         raise SystemExit(rv if isinstance(rv, int) else 0)
 
 
@@ -324,14 +325,25 @@ class IntList(click.ParamType):
 @contextlib.contextmanager
 def writing(root: str, no_wait: bool) -> Iterator[None]:
     """Hold the writer lock of a local, existing ROOT for the command (a remote or missing root:
-    no lock; the command itself reports what is wrong)."""
+    no lock; the command itself reports what is wrong). A read-only ROOT is refused first
+    (exit 2, one line): a writing command never reports success without writing."""
     from episodekit.core.lock import writer_lock  # noqa: PLC0415
 
     if "://" in str(root) or not os.path.isdir(root):
         yield
         return
+    check_writable(root)
     with writer_lock(root, wait=not no_wait, say=lambda m: click.echo(m, err=True)):
         yield
+
+
+def check_writable(root: str) -> None:
+    """A local ROOT whose meta/ (or itself, without one) this process cannot write: one
+    :class:`EnvironmentProblem` naming it (read-only mount, permissions)."""
+    meta = os.path.join(root, "meta")
+    target = meta if os.path.isdir(meta) else root
+    if not os.access(target, os.W_OK):
+        raise EnvironmentProblem("not writable (read-only, or no permission)", target)
 
 
 # -- options shared by several commands (one definition, one meaning everywhere) ----------------

@@ -86,7 +86,8 @@ def rowgroups_command(
     from episodekit.prep import format_report, rewrite_rowgroups
 
     def progress(result, done: int, total: int) -> None:
-        current().active().advance(0, nbytes=result.bytes)  # the executor counts the files
+        if result.status == "rewritten":  # the rate counts work done, not files skipped
+            current().active().advance(0, nbytes=result.bytes)  # the executor counts the files
 
     current().stage("prep rowgroups")
     report = rewrite_rowgroups(

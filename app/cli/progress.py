@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from episodekit.cli.common import META_JSON, META_QUIET
+from episodekit.cli.meta import META_JSON, META_QUIET
 from episodekit.core.progress import Progress, Task
 
 

@@ -11,10 +11,12 @@ import click
 from episodekit.cli.common import (
     RootProblem,
     check_root,
+    classify,
     executor_option,
     json_option,
     quiet_option,
 )
+from episodekit.core.errors import EXIT_DATA, EXIT_ENV
 
 
 @click.command("validate")
@@ -100,7 +102,8 @@ def validate_command(
     placeholder or rare tasks, distribution shift.
 
     Exit codes: 0 clean (warnings allowed unless --strict / --fail-on warning), 1 findings
-    that fail, 2 could not run (bad usage, unreadable root or info.json).
+    that fail (an unreadable info.json too), 2 could not run (bad usage, no such root, the
+    environment).
     """
     from episodekit.validate.runner import (
         CHECKS,
@@ -119,7 +122,7 @@ def validate_command(
     try:  # the shared ROOT check, here so that --json can still answer in JSON
         check_root(click.get_current_context(), None, root)
     except RootProblem as exc:
-        _cannot_validate(root, exc.format_message(), as_json)
+        _cannot_validate(root, exc.format_message(), as_json, EXIT_ENV)
     try:
         select_checks(checks, deep=deep)
     except ValueError as exc:
@@ -150,8 +153,11 @@ def validate_command(
             progress=progress,
             quality_thresholds=thresholds,
         )
-    except CannotValidate as exc:
-        _cannot_validate(root, f"could not validate: {exc}", as_json)
+    except CannotValidate as exc:  # info.json unreadable: the data is at fault (exit 1)
+        cause = exc.__cause__
+        known = classify(cause) if isinstance(cause, OSError) else None
+        code = EXIT_ENV if known and known[0] == EXIT_ENV else EXIT_DATA
+        _cannot_validate(root, str(exc), as_json, code)
     if report_path:
         from episodekit.validate.report import write_markdown
 
@@ -165,11 +171,12 @@ def validate_command(
     sys.exit(report.exit_code())
 
 
-def _cannot_validate(root: str, message: str, as_json: bool) -> None:
-    """Nothing could be validated: one line on stderr, exit 2; with --json also a JSON document
-    on stdout (--json always prints JSON)."""
+def _cannot_validate(root: str, message: str, as_json: bool, code: int) -> None:
+    """Nothing could be validated: one line on stderr, exit ``code`` (2: no such root or the
+    environment; 1: its info.json is broken); with --json also a JSON document on stdout
+    (--json always prints JSON)."""
     if as_json:
-        doc = {"version": 1, "root": root, "ok": False, "exit_code": 2, "error": message}
+        doc = {"version": 1, "root": root, "ok": False, "exit_code": code, "error": message}
         click.echo(json.dumps(doc, indent=2))
     click.echo(f"Error: {message}", err=True)
-    sys.exit(2)
+    sys.exit(code)
