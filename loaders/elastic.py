@@ -519,7 +519,7 @@ class ElasticLoader:
             plan = load_canonical_plan(ds)
         if not is_canonical(plan):
             raise ValueError(
-                "ElasticLoader needs a canonical plan (episodekit metadata plan ROOT "
+                f"ElasticLoader needs a canonical plan (episodekit metadata plan {ds.root} "
                 "--canonical-bins auto; load it with load_canonical_plan)"
             )
         if not 0 <= int(rank) < int(world_size):

@@ -52,8 +52,20 @@ def plan_path(world_size: int, num_workers: int) -> str:
     return f"{PLAN_DIR}/ws{int(world_size)}_nw{int(num_workers)}.json"
 
 
-def fix_hint(root: str, world_size: int, num_workers: int) -> str:
-    return f"episodekit metadata plan {root} --world-size {world_size} --workers {num_workers}"
+def fix_hint(root: str, world_size: int, num_workers: int, episodes: int | None = None) -> str:
+    """The command that writes the plan for this shape; with ``episodes`` (the dataset's count)
+    below the bins, ``--split-long`` too: whole episodes cannot give every bin a frame."""
+    cut = " --split-long" if episodes is not None and episodes < world_size * num_workers else ""
+    return f"episodekit metadata plan {root} --world-size {world_size} --workers {num_workers}{cut}"
+
+
+def _episodes_of(ds: Dataset | None, root: Any) -> int | None:
+    """The root's episode count for a hint, None when its metadata cannot be read."""
+    try:
+        ds = ds or open_dataset(str(root), check_files=False, check_totals=False)
+    except Exception:  # noqa: BLE001 - a hint never hides the error it belongs to
+        return None
+    return ds.num_episodes
 
 
 def plan_flags(doc: dict) -> str:
@@ -364,7 +376,8 @@ def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: b
     if not fs.exists(path):
         raise PlanNotFoundError(
             f"{path}: no shard plan for world size {world_size} x {num_workers} workers; "
-            f"create it with: {fix_hint(label, world_size, num_workers)}"
+            f"create it with: "
+            f"{fix_hint(label, world_size, num_workers, _episodes_of(ds, root))}"
         )
     if check_fresh and ds is None:
         ds = open_dataset(str(root), check_files=False, check_totals=False)

@@ -103,7 +103,7 @@ def check_speed(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
             err(
                 "speed.fresh",
                 f"stale: fingerprint {sorted(stale)[0]!r}, the episodes give {ds.fingerprint!r}; "
-                "recompute with `episodekit metadata speed`",
+                f"recompute with `episodekit metadata speed {raw.root}`",
             )
         ]
     task_ids = [r["task_index"] for r in rows]

@@ -61,7 +61,7 @@ def check_layout(
                     WARNING,
                     f"{len(bad)} of {n} row groups outside [{lo / MIB:.0f}, {hi / MIB:.0f}] MiB "
                     f"(min {b.min():.2f}, median {np.median(b):.2f}, max {b.max():.2f} MiB); "
-                    "run `episodekit prep`",
+                    f"run `episodekit prep rowgroups {raw.root}`",
                     rel,
                 )
             )

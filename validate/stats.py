@@ -63,7 +63,7 @@ def _dataset_part(raw: RawRoot, feats: dict[str, int]) -> tuple[list[Finding], d
         out.append(Finding(check, ERROR, msg, STATS_FILE))
 
     if not raw.fs.exists(full):
-        err("stats.present", "missing; compute it with `episodekit metadata stats ROOT`")
+        err("stats.present", f"missing; compute it with `episodekit metadata stats {raw.root}`")
         return out, {}
     try:
         with raw.fs.open(full, "rb") as fh:
@@ -604,7 +604,7 @@ def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> li
                 Finding(
                     "stats.fresh",
                     ERROR,
-                    f"stale: {why}; recompute with `episodekit metadata stats ROOT --force`",
+                    f"stale: {why}; recompute with `episodekit metadata stats {raw.root} --force`",
                     posixpath.join("meta", "episodekit_stats.parquet"),
                 )
             )
