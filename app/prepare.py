@@ -51,6 +51,7 @@ ARTIFACT_GLOBS = (
     "meta/episodekit_stats.parquet",
 )
 SPLIT_LONG = ("no", "yes", "auto")
+STATS_MODES = ("keep", "recompute")
 
 
 @dataclass
@@ -229,6 +230,7 @@ class PrepareOptions:
     frames: bool = False
     wait: bool = True
     canonical_bins: int | None | bool = False
+    stats: str = "keep"
 
     def check(self, root: str) -> None:
         """Raise ``ValueError`` / ``EnvironmentProblem`` for bad options, before any write."""
@@ -250,6 +252,8 @@ class PrepareOptions:
         c = self.canonical_bins
         if c is not False and c is not None and int(c) < 1:
             raise ValueError(f"canonical_bins must be >= 1, got {c}")
+        if self.stats not in STATS_MODES:
+            raise ValueError(f"stats must be one of {STATS_MODES}, got {self.stats!r}")
         check_model(self.cost)
         if self.executor == "ray" and importlib.util.find_spec("ray") is None:
             raise EnvironmentProblem("--executor ray needs ray: pip install 'episodekit[ray]'")
@@ -276,7 +280,9 @@ def prepare(root: str, out: str | None = None, **options: Any) -> PrepareResult:
     each bin a contiguous run of row groups; ``none``: LPT/KK). ``videos_gop``: also re-encode
     the videos for random access with this GOP (``prep videos``, after the row groups).
     ``frames``: also build the frame store. ``canonical_bins``: also write the canonical plan for
-    elastic resume (an int C, None for the default C of the episode count, False for none). The
+    elastic resume (an int C, None for the default C of the episode count, False for none).
+    ``stats``: "keep" the dataset's own stats when they pass the ``stats.*`` checks (computed
+    where missing, stale or failing), "recompute" to replace them. The
     whole run holds the writer lock of the folder it writes (``wait=False``: EnvironmentProblem
     when another writer holds it; leftover temporaries there are removed under it).
     """

@@ -310,32 +310,84 @@ def canonical_plan(ctx: Context) -> tuple[str, dict, bool]:
 
 
 class Stats(PrepareStep):
-    """Normalization stats (stats.json + per-episode stats columns), skipped when fresh."""
+    """Normalization stats (stats.json + per-episode stats columns). Stats episodekit wrote are
+    recomputed when stale; the dataset's own (another tool's, e.g. LeRobot's) are kept when they
+    pass the ``stats.*`` checks and replaced only when they fail them, are missing, or with
+    ``stats="recompute"``. The detail says which (``status``: fresh, kept, written,
+    recomputed) and why."""
 
     name = "stats"
 
     def run(self, ctx: Context) -> Outcome:
-        from episodekit.metadata.stats import STATS_FILE, SUMMARY_FILE, ensure_stats
-
-        ds, work, o = ctx.ds, ctx.work, ctx.opts
+        ds, o = ctx.ds, ctx.opts
         if ds.version != "v3.0":
             return "skipped", {"status": f"{ds.version}: stats are written for v3.0 only"}, []
-        res, status = ensure_stats(str(work), force=o.force, executor=o.executor, jobs=o.jobs)
+        if o.force or o.stats == "recompute":
+            why = "--stats recompute" if o.stats == "recompute" else ""  # --force: as before
+            return self._write(ctx, force=True, why=why)
+        foreign = self._foreign(ctx)
+        if foreign is None:  # ours (or none): recomputed where stale, as ``metadata stats``
+            return self._write(ctx, force=False, why="")
+        problem = self._problem(ctx) if foreign else "no meta/stats.json"
+        if not problem:
+            why = "the dataset's own stats pass the stats checks"
+            return "skipped", {"status": "kept", "why": why}, []
+        return self._write(ctx, force=True, why=problem)
+
+    @staticmethod
+    def _foreign(ctx: Context) -> bool | None:
+        """None when episodekit wrote the stats there now (its summary records this very
+        stats.json) or there are none and no summary; True for another writer's stats.json;
+        False when stats.json is missing."""
+        import hashlib
+
+        from episodekit.metadata.stats import STATS_FILE, read_summary_meta
+
+        path = ctx.work / STATS_FILE
+        if not path.is_file():
+            return False
+        meta = read_summary_meta(str(ctx.work)) or {}
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        return None if (meta.get("outputs") or {}).get("stats_sha256") == sha else True
+
+    @staticmethod
+    def _problem(ctx: Context) -> str:
+        """The first error of the ``stats.*`` checks on the work root ("" when none)."""
+        from episodekit.validate.raw import ERROR, read_raw
+        from episodekit.validate.stats import check_stats
+
+        for f in check_stats(read_raw(str(ctx.work))):
+            if f.severity == ERROR and f.check != "stats.fresh":  # freshness: of our summary
+                return f"{f.check}: {f.file or ''} {f.message}".replace("  ", " ")
+        return ""
+
+    @staticmethod
+    def _write(ctx: Context, force: bool, why: str) -> Outcome:
+        from episodekit.metadata.stats import STATS_FILE, SUMMARY_FILE, ensure_stats
+
+        work, o = ctx.work, ctx.opts
+        res, status = ensure_stats(str(work), force=force, executor=o.executor, jobs=o.jobs)
         if res is None:
             return "skipped", {"status": status}, []
         changed = []
         if status == "written":
             changed = [STATS_FILE, SUMMARY_FILE]
             changed += [str(p.relative_to(work)) for p in work.glob("meta/episodes/*/*.parquet")]
+            if o.stats == "recompute":
+                status = "recomputed"
         detail = {"status": status, "features": len(res.features), "quantiles": res.mode}
-        return ("done" if status == "written" else "skipped"), detail, changed
+        if why:
+            detail["why"] = why
+        return ("done" if changed else "skipped"), detail, changed
 
     def summary(self, step: Step) -> str:
         d = step.detail
+        why = f" ({d['why']})" if d.get("why") else ""
         if "features" not in d:
-            return "fresh" if d.get("status") == "fresh" else str(d.get("status", ""))
+            status = d.get("status", "")
+            return ("fresh" if status == "fresh" else str(status)) + why
         modes = sorted(set((d.get("quantiles") or {}).values()))
-        return f"{d['features']} features, quantiles {'/'.join(modes)}, {d.get('status')}"
+        return f"{d['features']} features, quantiles {'/'.join(modes)}, {d.get('status')}{why}"
 
 
 class Validate(PrepareStep):
@@ -445,7 +497,7 @@ def timed(step: PrepareStep, ctx: Context) -> Step:
     t0 = time.perf_counter()
     status, detail, changed = step.run(ctx)
     done = Step(step.name, status, time.perf_counter() - t0, detail, changed)
-    what = step.summary(done) if status != "skipped" else ""
+    what = step.summary(done) if status != "skipped" else ""  # a kept stats: in the table
     line = f"{step.name}: {status}" + (f" in {done.seconds:.2f}s; {what}" if what else "")
     reporter.step(line)
     return done
@@ -472,6 +524,8 @@ def run_steps(ctx: Context, steps: tuple[PrepareStep, ...] = STEPS) -> None:
 
 def summarize(step: Step) -> str:
     """A finished step's summary line text (nothing for a skipped one)."""
-    if step.status == "skipped" or step.name not in BY_NAME:
+    if step.name not in BY_NAME:
+        return ""
+    if step.status == "skipped" and step.detail.get("status") != "kept":  # kept: say so
         return ""
     return BY_NAME[step.name].summary(step)

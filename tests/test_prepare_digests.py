@@ -141,11 +141,32 @@ def _check(case: str, inputs: dict, outputs: dict) -> None:
 
 
 def test_prepare_root_bytes_pinned(tmp_path):
-    _check("root", *root_case(tmp_path))
+    # the pinned run replaced the sample's stats (before stats were kept): --stats recompute
+    _check("root", *root_case(tmp_path, stats="recompute"))
 
 
 def test_prepare_mixture_bytes_pinned(tmp_path):
-    _check("mixture", *mixture_case(tmp_path))
+    _check("mixture", *mixture_case(tmp_path, stats="recompute"))
+
+
+def _kept(pinned: dict, inputs: dict) -> dict:
+    """The pinned outputs with the inputs' stats kept: stats.json and meta/episodes as they were,
+    no summary of ours."""
+    out = {k: v for k, v in pinned.items() if not k.endswith("meta/episodekit_stats.parquet")}
+    for k, v in inputs.items():
+        if k.endswith("meta/stats.json") or "/meta/episodes/" in k:
+            out[k] = v
+    return out
+
+
+def test_prepare_root_keeps_the_datasets_stats_bytes_pinned(tmp_path):
+    inputs, outputs = root_case(tmp_path)
+    assert outputs == _kept(PINNED["root"], PINNED["root_inputs"])
+
+
+def test_prepare_mixture_keeps_the_sources_stats_bytes_pinned(tmp_path):
+    inputs, outputs = mixture_case(tmp_path)
+    assert outputs == _kept(PINNED["mixture"], PINNED["mixture_inputs"])
 
 
 if __name__ == "__main__":  # print the table to paste into PINNED
