@@ -16,8 +16,8 @@ import pytest
 
 EPISODEKIT = str(Path(sys.executable).parent / "episodekit")
 ENV = {k: v for k, v in os.environ.items() if k != "EPISODEKIT_DEBUG"}
-FIXTURES = Path(__file__).parent / "fixtures" / "lerobot"  # copied there on another branch
-LEROBOT = FIXTURES if FIXTURES.is_dir() else Path("/work/shared/lerobot-written")
+# LeRobot-written datasets: the test fixtures, or a folder of them named by LEROBOT_WRITTEN
+LEROBOT = Path(os.environ.get("LEROBOT_WRITTEN", Path(__file__).parent / "fixtures" / "lerobot"))
 SUMMARY = "meta/episodekit_stats.parquet"
 
 
