@@ -224,7 +224,7 @@ class PrepareOptions:
     force: bool = False
     hub_api: Any = None
     progress: Callable[[str], None] | None = None
-    split_long: str | bool = "no"
+    split_long: str | bool = "auto"
     videos_gop: int | None = None
     locality: str = "rowgroup"
     frames: bool = False
@@ -269,10 +269,12 @@ def prepare(root: str, out: str | None = None, **options: Any) -> PrepareResult:
     """Run the whole job on ``root`` (or into ``out``); see the module docstring.
 
     ``options`` are :class:`PrepareOptions`' fields. ``jobs``: processes for the per-file steps
-    (default: cores). ``hub_api``: an object with huggingface_hub's ``create_commit`` (tests pass
-    a fake). ``split_long``: "no" (skip a world size whose bins cannot all get whole episodes),
-    "yes" (always cut long episodes), "auto" (cut only where needed); skipped world sizes are in
-    ``result.warnings``. ``progress``: an extra callback for the step lines (the current
+    (default: cores). ``hub_api``: an object with huggingface_hub's ``create_commit`` (tests
+    pass a fake). ``split_long``: "auto" (cut episodes into frame ranges only where whole ones
+    cannot fill the bins; the plans step says where), "yes" (always cut long episodes), "no"
+    (skip such a world size); skipped world sizes are in ``result.warnings``, and a run where
+    every world size is skipped fails at the plans step (no verdict without plans).
+    ``progress``: an extra callback for the step lines (the current
     :mod:`episodekit.core.progress` reporter gets them too). Raises ``ValueError`` for bad
     arguments, ``EnvironmentProblem`` for a missing optional dependency and ``DatasetError`` for
     an unreadable root, all before writing anything; a failed validation is reported in the
@@ -282,9 +284,9 @@ def prepare(root: str, out: str | None = None, **options: Any) -> PrepareResult:
     ``frames``: also build the frame store. ``canonical_bins``: also write the canonical plan for
     elastic resume (an int C, None for the default C of the episode count, False for none).
     ``stats``: "keep" the dataset's own stats when they pass the ``stats.*`` checks (computed
-    where missing, stale or failing), "recompute" to replace them. The
-    whole run holds the writer lock of the folder it writes (``wait=False``: EnvironmentProblem
-    when another writer holds it; leftover temporaries there are removed under it).
+    where missing, stale or failing), "recompute" to replace them. The whole run holds the
+    writer lock of the folder it writes (``wait=False``: EnvironmentProblem when another writer
+    holds it; leftover temporaries there are removed under it).
     """
     return run_prepare(str(root), PrepareOptions(out=out, **options))
 

@@ -238,6 +238,7 @@ class Plans(PrepareStep):
     ``canonical_bins``, the world-size-free canonical plan for elastic resume."""
 
     name = "plans"
+    stops_on_failure = True  # never a passing verdict without plans
 
     def run(self, ctx: Context) -> Outcome:
         changed: list[str] = []
@@ -264,6 +265,15 @@ class Plans(PrepareStep):
                 changed.append(rel)
             keys = {"canonical_bins": plan.get("canonical_bins")}
             detail["plans"].append(_plan_entry(rel, plan, was_changed, keys))
+        if ctx.opts.split_long == "auto":  # say where whole episodes could not fill the bins
+            cut = [
+                p["world_size"] for p in detail["plans"] if p.get("world_size") and p["split_long"]
+            ]
+            if cut:
+                detail["cut_episodes"] = cut
+        if not any("world_size" in p for p in detail["plans"]):
+            detail["reason"] = "no shard plan: every world size was skipped (see the warnings)"
+            return "failed", detail, changed
         return _done(changed), detail, changed
 
     @staticmethod
@@ -283,7 +293,15 @@ class Plans(PrepareStep):
             return shard_plan(ctx, shape.world_size, True)
 
     def summary(self, step: Step) -> str:
-        return f"{len(step.detail.get('plans', []))} plans, {len(step.changed)} written"
+        d = step.detail
+        txt = f"{len(d.get('plans', []))} plans, {len(step.changed)} written"
+        if d.get("cut_episodes"):
+            sizes = ", ".join(str(w) for w in d["cut_episodes"])
+            txt += f"; world size {sizes}: episodes cut into frame ranges (whole ones cannot fill"
+            txt += " the bins)"
+        if d.get("reason"):
+            txt += f"; {d['reason']}"
+        return txt
 
 
 def shard_plan(ctx: Context, world_size: int, split: bool) -> tuple[str, dict, bool]:

@@ -49,10 +49,11 @@ from episodekit.cli.common import (
 @click.option(
     "--split-long",
     type=click.Choice(["no", "yes", "auto"]),
-    default="no",
+    default="auto",
     show_default=True,
-    help="Cut episodes into contiguous frame ranges: yes for every plan, auto only for world "
-    "sizes whose bins cannot all get whole episodes (no: skip those sizes).",
+    help="Cut episodes into contiguous frame ranges: auto only for world sizes whose bins "
+    "cannot all get whole episodes (the summary says which), yes for every plan, no: skip "
+    "those sizes. A run where every world size is skipped exits 1.",
 )
 @cost_option()
 @executor_option
