@@ -234,6 +234,7 @@ def _prepare_sources_then_plan(
 ) -> MixturePrepareResult:
     """Every local source through ``prepare`` (the single-root steps), then the mixture plans."""
     per_source = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name != "out"}
+    per_source["plans_required"] = False  # a job loads the mixture's plans, written below
     for s in spec.sources:
         if "://" in s.root and not s.root.startswith("file://"):
             result.sources[s.name] = None

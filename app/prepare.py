@@ -231,14 +231,10 @@ class PrepareOptions:
     wait: bool = True
     canonical_bins: int | None | bool = False
     stats: str = "keep"
+    plans_required: bool = True  # False for a mixture's sources: the mixture's plans are loaded
 
-    def check(self, root: str) -> None:
-        """Raise ``ValueError`` / ``EnvironmentProblem`` for bad options, before any write."""
-        import importlib.util
-
-        from episodekit.core.hub import is_remote
-        from episodekit.metadata.costs import check_model
-
+    def check_values(self) -> None:
+        """Raise ``ValueError`` for a bad value (no import: the no-op rerun starts fast)."""
         if isinstance(self.split_long, bool):
             self.split_long = "yes" if self.split_long else "no"
         if self.split_long not in SPLIT_LONG:
@@ -254,6 +250,15 @@ class PrepareOptions:
             raise ValueError(f"canonical_bins must be >= 1, got {c}")
         if self.stats not in STATS_MODES:
             raise ValueError(f"stats must be one of {STATS_MODES}, got {self.stats!r}")
+
+    def check(self, root: str) -> None:
+        """Raise ``ValueError`` / ``EnvironmentProblem`` for bad options, before any write."""
+        import importlib.util
+
+        from episodekit.core.hub import is_remote
+        from episodekit.metadata.costs import check_model
+
+        self.check_values()
         check_model(self.cost)
         if self.executor == "ray" and importlib.util.find_spec("ray") is None:
             raise EnvironmentProblem("--executor ray needs ray: pip install 'episodekit[ray]'")
@@ -294,6 +299,7 @@ def prepare(root: str, out: str | None = None, **options: Any) -> PrepareResult:
 def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
     """:func:`prepare` with its options as one object."""
     from episodekit.core.lock import writer_lock
+    from episodekit.prepare_noop import eligible, noop_result
 
     reporter = current()
 
@@ -302,6 +308,12 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
         if opts.progress is not None:
             opts.progress(msg)
 
+    opts.check_values()
+    if eligible(root, opts):  # a rerun where every step is fresh: from the stamp alone
+        with writer_lock(root, wait=opts.wait, say=say):
+            noop = noop_result(root, opts, say)
+        if noop is not None:
+            return noop
     opts.check(root)  # nothing is written before the options and the plans' feasibility pass
     with writer_lock(opts.out or root, wait=opts.wait, say=say):
         return _run_locked(root, opts, say)

@@ -271,7 +271,7 @@ class Plans(PrepareStep):
             ]
             if cut:
                 detail["cut_episodes"] = cut
-        if not any("world_size" in p for p in detail["plans"]):
+        if ctx.opts.plans_required and not any("world_size" in p for p in detail["plans"]):
             detail["reason"] = "no shard plan: every world size was skipped (see the warnings)"
             return "failed", detail, changed
         return _done(changed), detail, changed
@@ -428,6 +428,7 @@ class Validate(PrepareStep):
             stamp = json.loads((ctx.work / STAMP_FILE).read_text())
             return "skipped", {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}, []
         from episodekit.prepare import STAMP_VERSION, state_digest
+        from episodekit.prepare_noop import eligible, rerun_record
         from episodekit.validate.runner import validate
 
         o, work, ds = ctx.opts, ctx.work, ctx.ds
@@ -449,6 +450,8 @@ class Validate(PrepareStep):
                 "ok": True,
                 "counts": {"errors": detail["errors"], "warnings": detail["warnings"]},
             }
+            if eligible(ctx.root, o, recording=True):  # what a rerun reports: prepare_noop
+                stamp["rerun"] = rerun_record(ctx.result, o, list(ds.data_files))
             from episodekit.core.atomic import atomic_write_text
 
             text = json.dumps(stamp, indent=2, sort_keys=True)

@@ -95,6 +95,7 @@ def _digests(base: Path, only: Path | None = None) -> dict[str, str]:
         if rel.endswith(STAMP_FILE) or rel.startswith("plans/ws"):
             doc = json.loads(data)
             doc.pop("state", None)  # the stamp's size/mtime digest
+            doc.pop("rerun", None)  # the stamp's record for a no-op rerun (holds timings)
             doc.pop("fingerprint", None)  # a mixture plan's: a hash of its sources' paths
             data = json.dumps(doc, sort_keys=True).encode()
         out[rel] = hashlib.sha256(data).hexdigest()[:20]
