@@ -21,7 +21,7 @@ from episodekit.core.version import __version__
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from episodekit.prepare import PrepareOptions, PrepareResult, Step
+    from episodekit.prepare_model import PrepareOptions, PrepareResult, Step
 
 RERUN_STEPS = ("rowgroups", "speed", "costs", "plans", "stats", "validate")
 
@@ -94,7 +94,7 @@ def noop_result(
 ) -> PrepareResult | None:
     """The result of a rerun where everything is fresh, or None when anything may not be."""
     from episodekit.core.progress import current
-    from episodekit.prepare import PrepareResult, Step, read_stamp, state_digest
+    from episodekit.prepare_model import PrepareResult, Step, read_stamp, state_digest
 
     t0 = time.perf_counter()
     work = Path(root).resolve()

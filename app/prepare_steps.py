@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from episodekit.core.dataset import Dataset
-    from episodekit.prepare import PlanShape, PrepareOptions, PrepareResult, Step
+    from episodekit.prepare_model import PlanShape, PrepareOptions, PrepareResult, Step
 
 Outcome = tuple[str, dict, list[str]]  # status ("done" | "skipped" | "failed"), detail, changed
 
@@ -415,7 +415,7 @@ class Validate(PrepareStep):
     name = "validate"
 
     def is_fresh(self, ctx: Context) -> bool:
-        from episodekit.prepare import read_stamp, state_digest
+        from episodekit.prepare_model import read_stamp, state_digest
 
         stamp = read_stamp(ctx.work)
         digest = state_digest(ctx.work, ctx.ds.fingerprint, ctx.ds.data_files)
@@ -427,7 +427,7 @@ class Validate(PrepareStep):
         if self.is_fresh(ctx):
             stamp = json.loads((ctx.work / STAMP_FILE).read_text())
             return "skipped", {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}, []
-        from episodekit.prepare import STAMP_VERSION, state_digest
+        from episodekit.prepare_model import STAMP_VERSION, state_digest
         from episodekit.prepare_noop import eligible, rerun_record
         from episodekit.validate.runner import validate
 
@@ -511,7 +511,7 @@ BY_NAME = {s.name: s for s in STEPS}
 
 def timed(step: PrepareStep, ctx: Context) -> Step:
     """Run one step under its name (labels progress bars); one line when it ends."""
-    from episodekit.prepare import Step
+    from episodekit.prepare_model import Step
 
     reporter = current()
     reporter.stage(step.name)
