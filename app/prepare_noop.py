@@ -69,6 +69,8 @@ def rerun_detail(step: Step) -> dict | None:
     if step.name == "plans":
         return {**d, "plans": [{**p, "changed": False} for p in d.get("plans", [])]}
     if step.name == "stats":
+        if d.get("status") == "kept":  # kept again, without the one-time summary removal
+            return {"status": "kept", "why": d["why"].split("; ")[0]}
         return {"status": "fresh"} if step.status == "done" else d
     return None
 

@@ -348,9 +348,22 @@ class Stats(PrepareStep):
             return self._write(ctx, force=False, why="")
         problem = self._problem(ctx) if foreign else "no meta/stats.json"
         if not problem:
-            why = "the dataset's own stats pass the stats checks"
-            return "skipped", {"status": "kept", "why": why}, []
+            return self._keep(ctx)
         return self._write(ctx, force=True, why=problem)
+
+    @staticmethod
+    def _keep(ctx: Context) -> Outcome:
+        """Keep the dataset's own stats; a summary of ours left from earlier stats describes
+        other numbers: removed, so that no check holds the kept stats to it."""
+        from episodekit.metadata.stats import SUMMARY_FILE
+
+        detail = {"status": "kept", "why": "the dataset's own stats pass the stats checks"}
+        summary = ctx.work / SUMMARY_FILE
+        if not summary.exists():
+            return "skipped", detail, []
+        summary.unlink()
+        detail["why"] += f"; {SUMMARY_FILE} of earlier stats removed"
+        return "done", detail, [SUMMARY_FILE]
 
     @staticmethod
     def _foreign(ctx: Context) -> bool | None:

@@ -63,6 +63,22 @@ def test_valid_foreign_stats_are_kept_byte_identical(make_sample):
     assert stats_files(root) == before
 
 
+def test_kept_stats_drop_a_stale_summary_of_ours(make_sample):
+    """Another tool rewrote stats.json after episodekit's stats: our summary describes other
+    numbers (and would call them stale after a row rewrite): removed, the stats kept."""
+    root = make_sample(episodes=30, tasks=3, seed=4, data_files_size_in_mb=1, style="edited")
+    assert run("metadata", "stats", str(root)).returncode == 0
+    doc = json.loads((root / "meta/stats.json").read_text())
+    (root / "meta/stats.json").write_text(json.dumps(doc, indent=1))
+    before = stats_files(root)
+    p = run("prepare", str(root), "--world-size", "2", "--workers", "2", "--target-mb", "0.25")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert stats_files(root) == before and not (root / SUMMARY).exists()
+    assert f"kept (the dataset's own stats pass the stats checks; {SUMMARY} of earlier" in (
+        stats_line(p.stdout)
+    )
+
+
 def test_stats_recompute_replaces_them_and_says_so(make_sample):
     root = foreign_root(make_sample)
     before = stats_files(root)
