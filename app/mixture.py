@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from episodekit.core.errors import EnvironmentProblem
@@ -24,7 +24,7 @@ from episodekit.metadata.mixture import (
     parse_mixture,
     resolve_sources,
 )
-from episodekit.prepare import PrepareResult, format_result, prepare
+from episodekit.prepare import PrepareOptions, PrepareResult, format_result, prepare
 
 
 def _local_root(root: str) -> str | None:
@@ -121,12 +121,10 @@ def plan_mixture(
     """``metadata plan --mixture M --out DIR``: :func:`ensure_mixture_plans` under the writer
     locks of DIR and of every local source (their cost tables are written), never over a
     hand-written DIR/mixture.json."""
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
-
     spec = parse_mixture(mixture)
     check_spec_kept(mixture, spec, out)
     with mixture_writing(spec, out, wait=wait, say=say):
-        return ensure_mixture_plans(spec, out, list(world_sizes), num_workers, **plan_kwargs)
+        return mixture_plans(spec, out, list(world_sizes), num_workers, **plan_kwargs)
 
 
 def stats_of_mixture(
@@ -173,22 +171,16 @@ class MixturePrepareResult:
 
 
 def prepare_mixture(
-    mixture: str | dict,
-    out: str,
-    world_sizes: Sequence[int] = (8, 64),
-    num_workers: int = 4,
-    cost: str = "frames",
-    locality: str = "rowgroup",
-    split_long: str = "no",
-    force: bool = False,
-    progress: Callable[[str], None] | None = None,
-    **prepare_kwargs: Any,
+    mixture: str | dict, out: str, progress: Callable[[str], None] | None = None, **options: Any
 ) -> MixturePrepareResult:
-    """Run :func:`episodekit.prepare.prepare` on every local source (each step skipped when
-    fresh), then write the mixture plans into ``out``. Hub sources are read as they are (prepare
-    them with ``episodekit prepare hf://... --out DIR`` and point the mixture at DIR). Plans are
-    written only when every source validated. The writer locks of ``out`` and every local source
-    are held for the whole run (``wait=False``: refused at once when one is held)."""
+    """Run :func:`episodekit.prepare.prepare` (the same steps) on every local source, each step
+    skipped when fresh, then write the mixture plans into ``out``. ``options`` are
+    :class:`~episodekit.prepare.PrepareOptions`' fields (``out`` excepted: here it is the plans'
+    folder). Hub sources are read as they are (prepare them with ``episodekit prepare hf://...
+    --out DIR`` and point the mixture at DIR). Plans are written only when every source
+    validated. The writer locks of ``out`` and every local source are held for the whole run
+    (``wait=False``: refused at once when one is held)."""
+    opts = PrepareOptions(progress=progress, **options)
     spec = parse_mixture(mixture)
     if os.path.exists(os.path.join(os.fspath(out), "meta", "info.json")):  # before any source
         raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
@@ -198,17 +190,14 @@ def prepare_mixture(
     # planned (a size whose bins cannot all draw is skipped with a warning, as prepare ROOT)
     resolved = resolve_sources(spec)
     sizes = []
-    for w in world_sizes:
-        why = plan_skip_reason(spec, resolved, int(w), int(num_workers))
+    for w in opts.world_sizes:
+        why = plan_skip_reason(spec, resolved, int(w), int(opts.num_workers))
         if why:
             result.warnings.append(f"world size {w} skipped: {why}")
         else:
             sizes.append(int(w))
-    with mixture_writing(spec, out, wait=prepare_kwargs.get("wait", True)):
-        return _prepare_sources_then_plan(
-            result, spec, out, sizes, world_sizes, num_workers, cost, locality, split_long, force,
-            progress, **prepare_kwargs,
-        )  # fmt: skip
+    with mixture_writing(spec, out, wait=opts.wait):
+        return _prepare_sources_then_plan(result, spec, out, sizes, opts)
 
 
 def plan_skip_reason(
@@ -237,27 +226,37 @@ def plan_skip_reason(
 
 
 def _prepare_sources_then_plan(
-    result, spec, out, sizes, world_sizes, num_workers, cost, locality, split_long, force,
-    progress, **prepare_kwargs,
-) -> MixturePrepareResult:  # fmt: skip
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
-
+    result: MixturePrepareResult,
+    spec: MixtureSpec,
+    out: str,
+    sizes: list[int],
+    opts: PrepareOptions,
+) -> MixturePrepareResult:
+    """Every local source through ``prepare`` (the single-root steps), then the mixture plans."""
+    per_source = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name != "out"}
+    per_source["plans_required"] = False  # a job loads the mixture's plans, written below
     for s in spec.sources:
         if "://" in s.root and not s.root.startswith("file://"):
             result.sources[s.name] = None
             result.notes.append(f"{s.name}: {s.root} is remote, read as it is (not prepared)")
             continue
-        result.sources[s.name] = prepare(
-            s.root, world_sizes=world_sizes, num_workers=num_workers, cost=cost,
-            locality=locality, split_long=split_long, force=force, progress=progress,
-            **prepare_kwargs,
-        )  # fmt: skip
+        result.sources[s.name] = prepare(s.root, **per_source)
     if result.ok and sizes:
-        result.plans = ensure_mixture_plans(
-            spec, out, sizes, num_workers, cost=cost, split_long=split_long == "yes",
-            force=force, locality=locality,
+        result.plans = mixture_plans(
+            spec, out, sizes, opts.num_workers, cost=opts.cost,
+            split_long=opts.split_long == "yes", force=opts.force, locality=opts.locality,
         )  # fmt: skip
     return result
+
+
+def mixture_plans(
+    spec: MixtureSpec, out: str | os.PathLike, world_sizes: list[int], num_workers: int, **kw: Any
+) -> list[tuple[str, dict, bool]]:
+    """The one call of ``ensure_mixture_plans`` (``metadata plan --mixture``, ``prepare
+    --mixture``)."""
+    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+
+    return ensure_mixture_plans(spec, out, world_sizes, num_workers, **kw)
 
 
 def format_mixture_result(r: MixturePrepareResult) -> str:

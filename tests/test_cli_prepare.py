@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from episodekit.core.paths import PLAN_DIR
 from episodekit.prepare import plan_shapes, prepare
 
@@ -29,24 +31,47 @@ def tree(root: Path) -> dict[str, str]:
     }
 
 
-def test_defaults_on_20_episodes_skip_world_sizes_that_cannot_fill_their_bins(make_sample):
-    root = make_sample(episodes=20)
+@pytest.mark.parametrize("episodes", [20, 30])
+def test_defaults_on_few_episodes_cut_them_and_write_usable_plans(make_sample, episodes):
+    """Issue 29: 8 x 4 = 32 and 64 x 4 = 256 bins cannot all get a whole episode: the defaults
+    cut episodes into frame ranges there, say so, and the plans load."""
+    from episodekit.loaders import load_plan
+
+    root = make_sample(episodes=episodes)
     p = run("prepare", str(root))
     assert p.returncode == 0, p.stderr
-    # 8 x 4 = 32 and 64 x 4 = 256 bins: 20 episodes cannot give each bin a whole episode.
-    for w, bins in ((8, 32), (64, 256)):
-        warning = f"warning: world size {w} skipped: 20 episodes cannot give each of {bins} bins"
-        assert warning in p.stderr and warning in p.stdout
-    assert "--split-long auto" in p.stderr
-    assert not (root / PLAN_DIR).exists() or not any((root / PLAN_DIR).iterdir())
+    assert "warning:" not in p.stdout + p.stderr
+    assert "world size 8, 64: episodes cut into frame ranges" in p.stdout
     assert "validation PASSED" in p.stdout
-    # Cut episodes where needed: both plans written, balanced.
-    p = run("prepare", str(root), "--split-long", "auto", "--json")
+    for w in (8, 64):
+        assert load_plan(root, w, 4).split_long
+    p = run("prepare", str(root), "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["warnings"] == [] and p.stderr == ""  # --json: nothing on stderr
     plans = next(s for s in d["steps"] if s["name"] == "plans")["detail"]["plans"]
     assert [(q["world_size"], q["split_long"]) for q in plans] == [(8, True), (64, True)]
+
+
+def test_no_plan_possible_exits_1_saying_why_never_passed(make_sample):
+    root = make_sample(episodes=20)
+    # whole episodes only: both world sizes are skipped, so there is no plan to pass
+    p = run("prepare", str(root), "--split-long", "no")
+    assert p.returncode == 1, p.stdout + p.stderr
+    for w, bins in ((8, 32), (64, 256)):
+        warning = f"warning: world size {w} skipped: 20 episodes cannot give each of {bins} bins"
+        assert warning in p.stderr and warning in p.stdout
+    assert "--split-long auto" in p.stderr
+    assert "PASSED" not in p.stdout
+    assert "no shard plan: every world size was skipped" in p.stdout
+    assert "prepare FAILED at step plans" in p.stdout
+    assert not (root / PLAN_DIR).exists() or not any((root / PLAN_DIR).iterdir())
+    # fewer frames than bins: no cutting helps
+    tiny = make_sample(episodes=3, mean_length=20)
+    p = run("prepare", str(tiny), "--world-size", "64", "--json")
+    assert p.returncode == 1
+    d = json.loads(p.stdout)
+    assert d["ok"] is False and "cannot fill" in d["warnings"][0]
 
 
 def test_fresh_rerun_says_skipped_and_nothing_else(make_sample):

@@ -35,6 +35,7 @@ def _statuses(result) -> dict[str, str]:
 
 def test_first_run_does_everything_second_run_nothing(make_sample):
     root = make_sample(episodes=60, style="recorded", data_files_size_in_mb=1)
+    (root / "meta/stats.json").unlink()  # the dataset's own stats would be kept, not written
     first = prepare(str(root), target_mb=1, world_sizes=SIZES, num_workers=2, jobs=1)
     assert first.ok
     assert _statuses(first) == dict.fromkeys(

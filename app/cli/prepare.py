@@ -49,10 +49,11 @@ from episodekit.cli.common import (
 @click.option(
     "--split-long",
     type=click.Choice(["no", "yes", "auto"]),
-    default="no",
+    default="auto",
     show_default=True,
-    help="Cut episodes into contiguous frame ranges: yes for every plan, auto only for world "
-    "sizes whose bins cannot all get whole episodes (no: skip those sizes).",
+    help="Cut episodes into contiguous frame ranges: auto only for world sizes whose bins "
+    "cannot all get whole episodes (the summary says which), yes for every plan, no: skip "
+    "those sizes. A run where every world size is skipped exits 1.",
 )
 @cost_option()
 @executor_option
@@ -88,6 +89,15 @@ from episodekit.cli.common import (
 )
 @canonical_bins_option()
 @click.option(
+    "--stats",
+    "stats",
+    type=click.Choice(["keep", "recompute"]),
+    default="keep",
+    show_default=True,
+    help="keep: the dataset's own stats (meta/stats.json, per-episode stats) stay when they pass "
+    "the stats.* checks (computed where missing, stale or failing); recompute: replace them.",
+)
+@click.option(
     "--mixture",
     default=None,
     metavar="FILE|JSON",
@@ -115,6 +125,7 @@ def prepare_command(
     videos_gop: int | None,
     frames: bool,
     canonical_bins: str | None,
+    stats: str,
     mixture: str | None,
     force: bool,
     no_wait: bool,
@@ -153,7 +164,7 @@ def prepare_command(
                 )
         _prepare_mixture(root, mixture, out, world_size, workers, cost, locality, split_long,
                          force, no_wait, as_json, executor=executor, jobs=jobs, frames=frames,
-                         target_mb=target_mb)  # fmt: skip
+                         target_mb=target_mb, stats=stats)  # fmt: skip
         return
     result = prepare(
         root,
@@ -173,6 +184,7 @@ def prepare_command(
         frames=frames,
         wait=not no_wait,
         canonical_bins=canonical,
+        stats=stats,
     )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:

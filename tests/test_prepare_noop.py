@@ -1,0 +1,114 @@
+"""The no-op `prepare` (issues 25 and 29): a rerun where everything is fresh answers from the
+validation stamp (no parquet/dataframe import, same result as the step-by-step path), is
+invalidated by any change of a file or an option, and draws no progress bar on a terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from episodekit.core.paths import STAMP_FILE
+from episodekit.prepare import format_result, prepare
+
+EPISODEKIT = str(Path(sys.executable).parent / "episodekit")
+KW = {"world_sizes": (2, 4), "num_workers": 2, "jobs": 1}
+
+
+def _plain(result) -> dict:
+    d = result.to_dict()
+    d["seconds"] = 0
+    for s in d["steps"]:
+        s["seconds"] = 0
+        s["detail"].pop("seconds", None)
+        s["detail"].pop("mb_per_s", None)
+    return d
+
+
+def _no_stamp_path(monkeypatch) -> None:
+    import episodekit.prepare_noop as noop
+
+    real = noop.eligible
+    monkeypatch.setattr(
+        noop, "eligible", lambda r, o, recording=False: recording and real(r, o, True)
+    )
+
+
+def test_stamp_rerun_equals_the_step_by_step_rerun(make_sample, monkeypatch):
+    root = make_sample(episodes=40, style="recorded", data_files_size_in_mb=1)
+    assert prepare(str(root), target_mb=1, canonical_bins=None, **KW).ok
+    fast = prepare(str(root), target_mb=1, canonical_bins=None, **KW)
+    assert "rerun" in json.loads((root / STAMP_FILE).read_text())
+    _no_stamp_path(monkeypatch)
+    slow = prepare(str(root), target_mb=1, canonical_bins=None, **KW)
+    assert {s.status for s in slow.steps} == {"skipped"}
+    assert _plain(fast) == _plain(slow)
+    strip = lambda r: [line.split()[:2] for line in format_result(r).splitlines()[2:9]]  # noqa: E731
+    assert strip(fast) == strip(slow)
+    assert format_result(fast).splitlines()[9:-1] == format_result(slow).splitlines()[9:-1]
+
+
+def test_any_change_of_a_file_or_an_option_takes_the_step_path(make_sample):
+    root = make_sample(episodes=40)
+    assert prepare(str(root), **KW).ok
+    speed = root / "meta/speed_percentiles.jsonl"
+    speed.write_text(speed.read_text() + "\n")  # an artifact touched by hand: size changes
+    again = prepare(str(root), **KW)
+    assert again.step("validate").status == "done"  # validated again, not answered from stamp
+    speed.unlink()
+    again = prepare(str(root), **KW)
+    assert again.step("speed").status == "done" and again.step("validate").status == "done"
+    other = prepare(str(root), **{**KW, "world_sizes": (2,)})  # another option: validated again?
+    assert {s.status for s in other.steps} == {"skipped"}  # (the stamp is fresh) but no record
+    assert [p["world_size"] for p in other.step("plans").detail["plans"]] == [2]
+    assert prepare(str(root), **{**KW, "world_sizes": (2, 4)}).step("plans").detail["plans"]
+
+
+def test_noop_rerun_imports_no_parquet_or_dataframe_library(make_sample):
+    root = make_sample(episodes=30)
+    assert prepare(str(root)).ok
+    code = (
+        "import sys; from episodekit.cli import main\n"
+        f"try: main(['prepare', {str(root)!r}, '-q'])\n"
+        "except SystemExit as e: assert e.code in (0, None), e.code\n"
+        "heavy = ('pyarrow', 'polars', 'duckdb', 'numpy', 'fsspec')\n"
+        "print([m for m in heavy if m in sys.modules])"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_noop_prepare_on_a_terminal_draws_no_bar(make_sample, record):
+    """Progress only for work that runs: the stamp path and the step path alike."""
+    pty = __import__("pty")
+    root = make_sample(episodes=30, style="edited", data_files_size_in_mb=1)
+    args = [EPISODEKIT, "prepare", str(root), "--world-size", "2", "--workers", "2", "-j", "1"]
+    assert subprocess.run(args, capture_output=True, timeout=300).returncode == 0
+    if not record:  # the step-by-step path: every step reads its own headers
+        stamp = json.loads((root / STAMP_FILE).read_text())
+        del stamp["rerun"]
+        (root / STAMP_FILE).write_text(json.dumps(stamp))
+    out = bytearray()
+
+    def read(fd: int) -> bytes:
+        data = os.read(fd, 65536)
+        out.extend(data)
+        return data
+
+    env_backup = dict(os.environ)
+    os.environ.pop("EPISODEKIT_DEBUG", None)
+    try:
+        status = pty.spawn(args, read)
+    finally:
+        os.environ.clear()
+        os.environ.update(env_backup)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "rowgroups: skipped" in text
+    assert "%|" not in text and "MiB/s" not in text and "files/s" not in text, text
