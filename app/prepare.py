@@ -177,6 +177,10 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
         if noop is not None:
             return noop
     opts.check(root)  # nothing is written before the options and the plans' feasibility pass
+    if opts.out is not None:  # refused before the lock file is written into it
+        from episodekit.core.outdir import check_output_dir
+
+        check_output_dir(opts.out)
     with writer_lock(opts.out or root, wait=opts.wait, say=say):
         return _run_locked(root, opts, say)
 

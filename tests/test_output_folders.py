@@ -91,6 +91,7 @@ def test_out_copy_refuses_a_foreign_folder_then_reruns_into_its_own(make_sample,
         assert "not written by episodekit" in one_error(proc)
         assert f.read_text() == "precious"
         assert not (out / "meta").exists() and not (out / "data").exists()
+        assert sorted(x.name for x in out.iterdir()) == ["important.txt"], cmd  # no lock left
     out2 = tmp_path / "out2"
     for _ in range(2):  # a rerun into the copy it made is fine
         proc = run("prep", "rowgroups", root, "--out", out2)
