@@ -138,6 +138,10 @@ PLACEHOLDER_TASKS = {
 }
 PLACEHOLDER_PATTERN = re.compile(r"^(task|episode|demo)[ _-]?\d+$|^<.*>$|^\{.*\}$")
 
+# A normal distribution's standard deviation over its median absolute deviation (MAD): the
+# robust scales below are MAD_TO_SIGMA x MAD.
+MAD_TO_SIGMA = 1.4826
+
 
 class ThresholdsError(ValueError):
     """A thresholds file is unreadable or names an unknown threshold."""
@@ -493,7 +497,7 @@ def _robust_scales(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         else:
             lo = hi = np.full(vals.shape[1], np.nan)
         step_sigma = (
-            1.4826 * np.nanmedian(steps, axis=0)
+            MAD_TO_SIGMA * np.nanmedian(steps, axis=0)
             if len(steps) and np.isfinite(steps).any()
             else np.full(vals.shape[1], np.nan)
         )
@@ -832,7 +836,7 @@ def _episode_checks(raw: RawRoot, m: Merged, th: dict, scanned: set[str]) -> lis
         if sel.sum() < th["length_min_episodes"]:
             continue
         mu = np.median(logl[sel])
-        sd = max(1.4826 * np.median(np.abs(logl[sel] - mu)), th["length_log_floor"])
+        sd = max(MAD_TO_SIGMA * np.median(np.abs(logl[sel] - mu)), th["length_log_floor"])
         z[sel] = np.abs(logl[sel] - mu) / sd
         med[sel] = np.exp(mu)
     add(
@@ -896,7 +900,7 @@ def _quarter(means: np.ndarray, stds: np.ndarray, sel: np.ndarray):
     MAD), median within-episode standard deviation, episode count. Medians, so that one bad
     episode (a spike) moves nothing."""
     mu = np.nanmedian(means[sel], 0)
-    spread = 1.4826 * np.nanmedian(np.abs(means[sel] - mu), 0)
+    spread = MAD_TO_SIGMA * np.nanmedian(np.abs(means[sel] - mu), 0)
     return mu, spread, np.nanmedian(stds[sel], 0), len(sel)
 
 
