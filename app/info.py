@@ -9,8 +9,7 @@ import polars as pl
 
 from episodekit.core.dataset import open_dataset
 from episodekit.core.footer import file_layout
-
-MiB = 1024 * 1024
+from episodekit.core.paths import MIB
 
 
 def describe(root: str) -> dict[str, Any]:
@@ -71,7 +70,7 @@ def describe(root: str) -> dict[str, Any]:
 
 
 def _mb(b: float) -> str:
-    return f"{b / MiB:.2f}"
+    return f"{b / MIB:.2f}"
 
 
 def format_description(d: dict[str, Any], max_files: int = 20) -> str:

@@ -23,8 +23,8 @@ from episodekit.metadata.plan_file import (
     PlanError,
     PlanNotFoundError,
     StalePlanError,
-    load_plan,
 )
+from episodekit.metadata.plan_load import load_plan
 
 __all__ = [
     "DatasetError",

@@ -542,7 +542,7 @@ class MixtureLoader(ShardedLoader):
     ):
         rank, world_size = fill_rank(rank, world_size)
         if plan is None:
-            from episodekit.metadata.plan_file import load_plan
+            from episodekit.metadata.plan_load import load_plan
 
             plan = load_plan(os.fspath(root), world_size, num_workers or 1)
         if not isinstance(plan, MixturePlan):

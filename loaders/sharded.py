@@ -282,7 +282,7 @@ class ShardedLoader:
         ds = as_dataset(root)
         rank, world_size = fill_rank(rank, world_size)
         if plan is None:
-            from episodekit.metadata.plan_file import load_plan
+            from episodekit.metadata.plan_load import load_plan
 
             plan = load_plan(ds, world_size, num_workers or 1)
         check_run(plan, rank, world_size, worker, num_workers, batch_size, cache_mb)

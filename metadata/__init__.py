@@ -22,7 +22,7 @@ _EXPORTS = {
     "build_plan": "episodekit.metadata.plans",
     "verify_plan": "episodekit.metadata.plans",
     "Plan": "episodekit.metadata.plan_file",
-    "load_plan": "episodekit.metadata.plan_file",
+    "load_plan": "episodekit.metadata.plan_load",
     "PlanError": "episodekit.metadata.plan_file",
     "PlanNotFoundError": "episodekit.metadata.plan_file",
     "StalePlanError": "episodekit.metadata.plan_file",

@@ -134,7 +134,37 @@ def build_mixture_plan(
     """The mixture plan as a dict (see the module docstring); raises MixtureError/ValueError."""
     _check_args(None, None, world_size, num_workers, algo, policy, locality)
     W, K = int(world_size), int(num_workers)
-    B, S = W * K, len(sources)
+    B = W * K
+    epoch = _epoch_quotas(spec, sources, B, policy)
+    draws = deal_draws(epoch.quota, B)
+    final = relabel_bins(np.arange(B), seed, W, K)  # stacked bin -> plan bin
+    subs, density = [], []
+    for s, src in enumerate(sources):
+        sub, dense = _source_plan(src, W, K, algo, policy, locality, cost_model, draws[final, s])
+        subs.append(sub)
+        density.append(dense)
+    label = _stack_labels(subs, epoch.quota, density, B)
+    laid = _lay_items(sources, subs, final, label, B)
+    figures = _mixture_figures(sources, laid, epoch, draws, W, K)
+    return _mixture_document(
+        spec, sources, subs, laid, epoch, figures, draws, W, K,
+        algo=algo, split_long=split_long, seed=seed, policy=policy, locality=locality,
+        cost_model=cost_model, fingerprints=fingerprints,
+    )  # fmt: skip
+
+
+class _Epoch:
+    """The epoch of a mixture plan: frames requested and planned, weights, quotas, rates."""
+
+    def __init__(self, requested: int, total: int, eff: list, quota: list, frames: list):
+        self.requested, self.total, self.eff, self.quota = requested, total, eff, quota
+        self.frames = frames
+        self.episodes: list[int] = []
+        self.rate = [q / f for q, f in zip(quota, frames)]
+
+
+def _epoch_quotas(spec: MixtureSpec, sources: list[SourceCosts], B: int, policy: str) -> _Epoch:
+    """The epoch rounded to the bins, the effective weights and each source's exact quota."""
     frames = [s.frames for s in sources]
     episodes = [len(s.episode_index) for s in sources]
     requested = int(spec.epoch_frames or sum(frames))
@@ -146,56 +176,68 @@ def build_mixture_plan(
             f"{B:,} bins, policy {policy}), more than the sources hold ({sum(frames):,} frames) "
             "with overflow 'cap': lower epoch_frames, use overflow 'repeat' or the trim policy"
         )
-    quota = quotas(total, eff, frames, spec.overflow)
-    rate = [q / f for q, f in zip(quota, frames)]
+    epoch = _Epoch(requested, total, eff, quotas(total, eff, frames, spec.overflow), frames)
+    epoch.episodes = episodes
+    return epoch
 
-    subs, split_used, density = [], [], []
+
+def _source_plan(
+    src: SourceCosts,
+    W: int,
+    K: int,
+    algo: str,
+    policy: str,
+    locality: str,
+    cost_model: str,
+    bin_draws: np.ndarray,
+) -> tuple[dict, bool]:
+    """One source partitioned on its own into the W x K bins; (sub-plan, density-split?).
+    ``bin_draws``: how many samples each stacked bin draws from this source."""
+    B = W * K
+    if src.frames < B:
+        raise MixtureError(
+            f"source {src.name!r} has {src.frames:,} frames, fewer than the plan's {B:,} "
+            f"bins ({W} ranks x {K} workers): every bin draws from every source"
+        )
     # "auto": LPT. With episodes cut where needed, LPT + pouring lands within a frame of the
     # mean; KK's refinement (O(items x bins) per rank) would cost 2-3x the planning time here.
     sub_algo = "lpt" if algo == "auto" else algo
-    draws = deal_draws(quota, B)
-    final = relabel_bins(np.arange(B), seed, W, K)  # stacked bin -> plan bin
-    for s, src in enumerate(sources):
-        if src.frames < B:
-            raise MixtureError(
-                f"source {src.name!r} has {src.frames:,} frames, fewer than the plan's {B:,} "
-                f"bins ({W} ranks x {K} workers): every bin draws from every source"
-            )
-        # Cost per frame varies: equal frames (exact draws per frame) and equal cost per bin
-        # need the density split; its bins are fixed to plan bins, the ceil frame shares
-        # going to the bins that draw ceil(quota / bins) of this source.
-        dense = locality == "none" and not constant_density(src.cost, src.length)
-        try:
-            if dense:
-                shares = equal_shares(src.frames, B, np.argsort(-draws[final, s], kind="stable"))
-                sub = build_density_plan(
-                    src.cost, src.length, W, K, episode_index=src.episode_index,
-                    policy=policy, cost_model=cost_model, bin_frames=shares, relabel=False,
-                )  # fmt: skip
-            else:
-                # A bin's frames of a source decide how often each is drawn: cut episodes
-                # where whole ones leave a bin more than 0.1% off (split_long cuts only then).
-                # rowgroup with a cost per frame that varies: runs cut by frames, so every
-                # frame is still drawn quota / frames times; the cost per epoch then follows
-                # how the cost per frame varies along the files (the plan's balance says so).
-                by_frames = locality == "rowgroup" and not constant_density(src.cost, src.length)
-                sub = build_plan(
-                    src.length.astype(np.float64) if by_frames else src.cost, src.length, W, K,
-                    algo=sub_algo, split_long=True, seed=0, episode_index=src.episode_index,
-                    policy=policy, cost_model=cost_model, locality=locality,
-                    position=src.position, unit=src.unit,
-                )  # fmt: skip
-                if by_frames:
-                    _recost(sub, src)
-        except ValueError as exc:
-            raise MixtureError(f"source {src.name!r}: {exc}") from exc
-        subs.append(sub)
-        split_used.append(sub["split_episodes"] > 0)
-        density.append(dense)
+    # Cost per frame varies: equal frames (exact draws per frame) and equal cost per bin
+    # need the density split; its bins are fixed to plan bins, the ceil frame shares
+    # going to the bins that draw ceil(quota / bins) of this source.
+    dense = locality == "none" and not constant_density(src.cost, src.length)
+    try:
+        if dense:
+            shares = equal_shares(src.frames, B, np.argsort(-bin_draws, kind="stable"))
+            sub = build_density_plan(
+                src.cost, src.length, W, K, episode_index=src.episode_index,
+                policy=policy, cost_model=cost_model, bin_frames=shares, relabel=False,
+            )  # fmt: skip
+            return sub, dense
+        # A bin's frames of a source decide how often each is drawn: cut episodes
+        # where whole ones leave a bin more than 0.1% off (split_long cuts only then).
+        # rowgroup with a cost per frame that varies: runs cut by frames, so every
+        # frame is still drawn quota / frames times; the cost per epoch then follows
+        # how the cost per frame varies along the files (the plan's balance says so).
+        by_frames = locality == "rowgroup" and not constant_density(src.cost, src.length)
+        sub = build_plan(
+            src.length.astype(np.float64) if by_frames else src.cost, src.length, W, K,
+            algo=sub_algo, split_long=True, seed=0, episode_index=src.episode_index,
+            policy=policy, cost_model=cost_model, locality=locality,
+            position=src.position, unit=src.unit,
+        )  # fmt: skip
+        if by_frames:
+            _recost(sub, src)
+        return sub, dense
+    except ValueError as exc:
+        raise MixtureError(f"source {src.name!r}: {exc}") from exc
 
-    # Lay the sources on top of each other, heaviest first: a source's bin with the most work
-    # per epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far.
-    # Density-split sources come first and stay where they are (equal work in every bin).
+
+def _stack_labels(subs: list[dict], quota: list, density: list[bool], B: int) -> list:
+    """Lay the sources on top of each other, heaviest first: a source's bin with the most work
+    per epoch (its draws, ~quota / bins, x its cost per frame) joins the lightest bin so far.
+    Density-split sources come first and stay where they are (equal work in every bin)."""
+    S = len(subs)
     work = []
     for sub, q in zip(subs, quota):
         sub_frames = np.maximum(np.asarray(sub["bin_frames"], dtype=np.float64), 1)
@@ -209,7 +251,22 @@ def build_mixture_plan(
         light = np.argsort(acc, kind="stable")
         label[s][heavy] = light
         acc[light] += work[s][heavy]
+    return label
 
+
+class _Laid:
+    """Every source's items in plan-bin order: (episode, start, stop), bin, source, cost."""
+
+    def __init__(self, items, bin_of, item_source, item_cost):
+        self.items, self.bin_of, self.item_source, self.item_cost = (
+            items, bin_of, item_source, item_cost
+        )  # fmt: skip
+
+
+def _lay_items(sources: list[SourceCosts], subs: list[dict], final, label, B: int) -> _Laid:
+    """The sources' items with their plan bins, sorted by bin then source (each (bin, source)
+    run is already in (episode, start) order); an item's cost is its cost drawn once."""
+    S = len(sources)
     parts_items, parts_bin, parts_src, parts_cost = [], [], [], []
     for s, (src, sub) in enumerate(zip(sources, subs)):
         offsets = np.asarray(sub["bin_offsets"], dtype=np.int64)
@@ -224,72 +281,45 @@ def build_mixture_plan(
     items = np.concatenate(parts_items)
     bin_of = np.concatenate(parts_bin)
     item_source = np.concatenate(parts_src)
-    item_cost = np.concatenate(parts_cost)  # the item's cost, drawn once
-    # by bin, then source; each (bin, source) run is already in (episode, start) order
+    item_cost = np.concatenate(parts_cost)
     order = np.argsort(bin_of * S + item_source, kind="stable")
-    items, bin_of, item_source, item_cost = (
-        items[order], bin_of[order], item_source[order], item_cost[order]
-    )  # fmt: skip
-    item_frames = items[:, 2] - items[:, 1]
-    bin_frames = np.bincount(bin_of, item_frames, minlength=B).astype(np.int64)
-    per_worker = total // B
+    return _Laid(items[order], bin_of[order], item_source[order], item_cost[order])
+
+
+def _mixture_figures(
+    sources: list[SourceCosts], laid: _Laid, epoch: _Epoch, draws: np.ndarray, W: int, K: int
+) -> dict:
+    """Per-bin frames and cost per epoch, the balance figures and the draw/share deviations."""
+    B, S = W * K, len(sources)
+    item_frames = laid.items[:, 2] - laid.items[:, 1]
+    per_worker = epoch.total // B
     # frames of each source per bin, and how often the bin draws each of them per epoch
-    cell = bin_of * S + item_source
+    cell = laid.bin_of * S + laid.item_source
     cell_frames = np.bincount(cell, item_frames, minlength=B * S).reshape(B, S)
     cell_rate = draws / np.maximum(cell_frames, 1)
-    item_work = item_cost * cell_rate.ravel()[cell]  # the item's cost per epoch
-    bin_cost = np.bincount(bin_of, item_work, minlength=B)
-    item_content = item_cost * np.asarray(rate)[item_source]
-    content = np.bincount(bin_of, item_content, minlength=B)
-    all_cost = np.concatenate([s.cost * r for s, r in zip(sources, rate)])
+    item_work = laid.item_cost * cell_rate.ravel()[cell]  # the item's cost per epoch
+    bin_cost = np.bincount(laid.bin_of, item_work, minlength=B)
+    item_content = laid.item_cost * np.asarray(epoch.rate)[laid.item_source]
+    content = np.bincount(laid.bin_of, item_content, minlength=B)
+    all_cost = np.concatenate([s.cost * r for s, r in zip(sources, epoch.rate)])
     naive = naive_totals(all_cost, B)
-    balance = {
-        "plan": balance_figures(bin_cost, item_work),
-        "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), item_work),
-        "content": balance_figures(content, item_content),
-        "contiguous": balance_figures(naive["contiguous"], all_cost),
-        "round_robin": balance_figures(naive["round_robin"], all_cost),
-    }
-    rates = np.asarray(rate)[None, :]
+    rates = np.asarray(epoch.rate)[None, :]
     drawn = draws > 0
     rate_dev = np.abs(cell_rate / rates - 1)[drawn] if drawn.any() else np.zeros(1)
-    share = np.asarray(quota, dtype=np.float64) / total
+    share = np.asarray(epoch.quota, dtype=np.float64) / epoch.total
     bin_share = draws / per_worker
-    fps = fingerprints or [""] * S
     return {
-        "format": "episodekit.shard_plan",
-        "version": 1,
-        "mixture_version": MIXTURE_PLAN_VERSION,
-        "mixture": spec.to_dict(),
-        "fingerprint": mixture_fingerprint(spec, fps),
-        "locality": locality,
-        "world_size": W,
-        "num_workers": K,
-        "num_bins": B,
-        "algo": algo,
-        "algo_used": {
-            "ranks": ",".join(sorted({sub["algo_used"]["ranks"] for sub in subs})),
-            "workers": {},
+        "bin_frames": np.bincount(laid.bin_of, item_frames, minlength=B).astype(np.int64),
+        "bin_cost": bin_cost,
+        "all_cost": all_cost,
+        "per_worker": per_worker,
+        "balance": {
+            "plan": balance_figures(bin_cost, item_work),
+            "plan_ranks": balance_figures(bin_cost.reshape(W, K).sum(1), item_work),
+            "content": balance_figures(content, item_content),
+            "contiguous": balance_figures(naive["contiguous"], all_cost),
+            "round_robin": balance_figures(naive["round_robin"], all_cost),
         },
-        "cost_model": cost_model,
-        "seed": int(seed),
-        "split_long": bool(split_long),
-        "policy": policy,
-        "num_episodes": int(sum(episodes)),
-        "num_items": len(items),
-        "split_episodes": int(sum(sub["split_episodes"] for sub in subs)),
-        "costs_digest": costs_digest(all_cost),
-        "total_frames": int(sum(frames)),
-        "total_cost": float(all_cost.sum()),
-        "epoch_frames_requested": requested,
-        "epoch_frames": total,
-        "samples_per_worker": per_worker,
-        "samples_per_rank": per_worker * K,
-        "dropped_frames": int(sum(max(f - q, 0) for f, q in zip(frames, quota))),
-        "repeated_frames": int(sum(max(q - f, 0) for f, q in zip(frames, quota))),
-        "balance": balance,
-        "quotas": [int(q) for q in quota],
-        "bin_draws": draws,
         "draw_rate_deviation": round(float(rate_dev.max()), 8),
         "share_deviation": {
             "max_abs": round(float(np.abs(bin_share - share).max()), 8),
@@ -297,33 +327,96 @@ def build_mixture_plan(
                 float((np.abs(bin_share - share) / np.maximum(share, 1e-300)).max()), 8
             ),
         },
+    }
+
+
+def _mixture_document(
+    spec: MixtureSpec,
+    sources: list[SourceCosts],
+    subs: list[dict],
+    laid: _Laid,
+    epoch: _Epoch,
+    figures: dict,
+    draws: np.ndarray,
+    W: int,
+    K: int,
+    **params,
+) -> dict:
+    """The plan dict, keys in the order the plan format has always written them."""
+    B, S = W * K, len(sources)
+    frames, quota = epoch.frames, epoch.quota
+    fps = params["fingerprints"] or [""] * S
+    all_cost = figures["all_cost"]
+    per_worker = figures["per_worker"]
+    return {
+        "format": "episodekit.shard_plan",
+        "version": 1,
+        "mixture_version": MIXTURE_PLAN_VERSION,
+        "mixture": spec.to_dict(),
+        "fingerprint": mixture_fingerprint(spec, fps),
+        "locality": params["locality"],
+        "world_size": W,
+        "num_workers": K,
+        "num_bins": B,
+        "algo": params["algo"],
+        "algo_used": {
+            "ranks": ",".join(sorted({sub["algo_used"]["ranks"] for sub in subs})),
+            "workers": {},
+        },
+        "cost_model": params["cost_model"],
+        "seed": int(params["seed"]),
+        "split_long": bool(params["split_long"]),
+        "policy": params["policy"],
+        "num_episodes": int(sum(epoch.episodes)),
+        "num_items": len(laid.items),
+        "split_episodes": int(sum(sub["split_episodes"] for sub in subs)),
+        "costs_digest": costs_digest(all_cost),
+        "total_frames": int(sum(frames)),
+        "total_cost": float(all_cost.sum()),
+        "epoch_frames_requested": epoch.requested,
+        "epoch_frames": epoch.total,
+        "samples_per_worker": per_worker,
+        "samples_per_rank": per_worker * K,
+        "dropped_frames": int(sum(max(f - q, 0) for f, q in zip(frames, quota))),
+        "repeated_frames": int(sum(max(q - f, 0) for f, q in zip(frames, quota))),
+        "balance": figures["balance"],
+        "quotas": [int(q) for q in quota],
+        "bin_draws": draws,
+        "draw_rate_deviation": figures["draw_rate_deviation"],
+        "share_deviation": figures["share_deviation"],
         "sources": [
-            {
-                "name": s.name,
-                "root": spec.sources[i].root,
-                "fingerprint": fps[i],
-                "episodes": episodes[i],
-                "frames": frames[i],
-                "weight": spec.to_dict()["sources"][i]["weight"],
-                "effective_weight": float(eff[i]),
-                "effective_weight_exact": str(eff[i]),
-                "quota": int(quota[i]),
-                "repeats": round(rate[i], 8),
-                "split_long": split_used[i],
-                "algo_used": subs[i]["algo_used"]["ranks"],
-                "split_episodes": int(subs[i]["split_episodes"]),
-                "items": int((item_source == i).sum()),
-                "costs_digest": costs_digest(s.cost),
-                "balance": subs[i]["balance"]["plan"]["max_over_lower_bound"],
-                **({"row_groups": subs[i]["row_groups"]} if "row_groups" in subs[i] else {}),
-            }
-            for i, s in enumerate(sources)
+            _source_row(spec, i, s, subs[i], laid, epoch, fps) for i, s in enumerate(sources)
         ],
-        "bin_offsets": np.searchsorted(bin_of, np.arange(B + 1)).astype(np.int64),
-        "bin_cost": bin_cost,
-        "bin_frames": bin_frames,
-        "items": items,
-        "item_source": item_source,
+        "bin_offsets": np.searchsorted(laid.bin_of, np.arange(B + 1)).astype(np.int64),
+        "bin_cost": figures["bin_cost"],
+        "bin_frames": figures["bin_frames"],
+        "items": laid.items,
+        "item_source": laid.item_source,
+    }
+
+
+def _source_row(
+    spec: MixtureSpec, i: int, s: SourceCosts, sub: dict, laid: _Laid, epoch: _Epoch, fps: list
+) -> dict:
+    """One source's header row in the plan."""
+    return {
+        "name": s.name,
+        "root": spec.sources[i].root,
+        "fingerprint": fps[i],
+        "episodes": epoch.episodes[i],
+        "frames": epoch.frames[i],
+        "weight": spec.to_dict()["sources"][i]["weight"],
+        "effective_weight": float(epoch.eff[i]),
+        "effective_weight_exact": str(epoch.eff[i]),
+        "quota": int(epoch.quota[i]),
+        "repeats": round(epoch.rate[i], 8),
+        "split_long": sub["split_episodes"] > 0,
+        "algo_used": sub["algo_used"]["ranks"],
+        "split_episodes": int(sub["split_episodes"]),
+        "items": int((laid.item_source == i).sum()),
+        "costs_digest": costs_digest(s.cost),
+        "balance": sub["balance"]["plan"]["max_over_lower_bound"],
+        **({"row_groups": sub["row_groups"]} if "row_groups" in sub else {}),
     }
 
 

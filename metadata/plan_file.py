@@ -359,19 +359,17 @@ def plan_root(root: str | Any) -> tuple[Dataset | None, Any, str, str]:
     return None, fs, base, str(root)
 
 
-def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: bool = True) -> Plan:
-    """The plan for ``world_size`` ranks x ``num_workers`` workers under a dataset root.
+def load_root_plan(
+    root: str | Any, world_size: int, num_workers: int, check_fresh: bool = True
+) -> Plan:
+    """The plan for ``world_size`` ranks x ``num_workers`` workers under a dataset root
+    (mixture plan folders: :func:`episodekit.metadata.plan_load.load_plan`).
 
     ``root`` is a path/URL or an opened ``Dataset``. Raises :class:`PlanNotFoundError` when no plan
     exists for that shape and :class:`StalePlanError` when its episodes fingerprint differs from
     the dataset's (checked when ``check_fresh``: this reads the episodes metadata).
     """
     ds, fs, base, label = plan_root(root)
-    if ds is None:
-        if is_mixture_dir(fs, base):  # a mixture plan folder (metadata plan --mixture --out)
-            from episodekit.metadata.mixture_file import load_mixture_plan
-
-            return load_mixture_plan(root, world_size, num_workers, check_fresh)
     path = posixpath.join(base.rstrip("/") or "/", plan_path(world_size, num_workers))
     if not fs.exists(path):
         raise PlanNotFoundError(

@@ -155,6 +155,44 @@ def _check_args(
         )
 
 
+def _partition_rowgroup(
+    items: Items,
+    ep: np.ndarray,
+    position: np.ndarray | None,
+    unit_of_episode: np.ndarray | None,
+    W: int,
+    K: int,
+    split_long: bool,
+) -> tuple[Items, np.ndarray, str, dict]:
+    """One level: W x K consecutive bins along the file order; rank r holds bins rK..rK+K-1."""
+    n = len(ep)
+    pos = ep if position is None else np.asarray(position, dtype=np.int64)
+    order = np.lexsort((ep, pos))
+    u = np.arange(n) if unit_of_episode is None else unit_of_episode[order]
+    u = np.maximum.accumulate(u) if n else u  # a unit never comes back in file order
+    items, bin_of, used = partition_contiguous(items.take(order), u, W * K, split_long)
+    return items, bin_of, used, {used: W}
+
+
+def _partition_two_level(
+    items: Items, W: int, K: int, algo: str, split_long: bool
+) -> tuple[Items, np.ndarray, str, dict]:
+    """Level 1: ranks; level 2: workers inside each rank (LPT/KK each)."""
+    # "auto" tries KK next to LPT only for moderate sizes: KK costs O(items x bins) overall.
+    run = "lpt" if algo == "auto" and len(items.cost) > KK_AUTO_MAX_ITEMS else algo
+    items, rank, used_ranks = partition(items, W, run, split_long)
+    order = np.argsort(rank, kind="stable")
+    bounds = np.searchsorted(rank[order], np.arange(W + 1))
+    parts, bins, used_workers = [], [], {}
+    for r in range(W):
+        sub = items.take(order[bounds[r] : bounds[r + 1]])
+        sub, worker, used = partition(sub, K, run, split_long)
+        used_workers[used] = used_workers.get(used, 0) + 1
+        parts.append(sub)
+        bins.append(r * K + worker)
+    return Items.concat(parts), np.concatenate(bins), used_ranks, used_workers
+
+
 def build_plan(
     costs: np.ndarray,
     lengths: np.ndarray,
@@ -198,29 +236,13 @@ def build_plan(
     unit_of_episode = None if unit is None else np.asarray(unit, dtype=np.int64)
 
     if locality == "rowgroup":
-        # One level: B consecutive bins along the file order; rank r holds bins rK..rK+K-1.
-        pos = ep if position is None else np.asarray(position, dtype=np.int64)
-        order = np.lexsort((ep, pos))
-        u = np.arange(n) if unit_of_episode is None else unit_of_episode[order]
-        u = np.maximum.accumulate(u) if n else u  # a unit never comes back in file order
-        items, bin_of, used = partition_contiguous(items.take(order), u, B, split_long)
-        used_ranks, used_workers = used, {used: W}
+        items, bin_of, used_ranks, used_workers = _partition_rowgroup(
+            items, ep, position, unit_of_episode, W, K, split_long
+        )
     else:
-        # "auto" tries KK next to LPT only for moderate sizes: KK costs O(items x bins) overall.
-        run = "lpt" if algo == "auto" and n > KK_AUTO_MAX_ITEMS else algo
-        # Level 1: ranks. Level 2: workers inside each rank.
-        items, rank, used_ranks = partition(items, W, run, split_long)
-        order = np.argsort(rank, kind="stable")
-        bounds = np.searchsorted(rank[order], np.arange(W + 1))
-        parts, bins, used_workers = [], [], {}
-        for r in range(W):
-            sub = items.take(order[bounds[r] : bounds[r + 1]])
-            sub, worker, used = partition(sub, K, run, split_long)
-            used_workers[used] = used_workers.get(used, 0) + 1
-            parts.append(sub)
-            bins.append(r * K + worker)
-        items = Items.concat(parts)
-        bin_of = np.concatenate(bins)
+        items, bin_of, used_ranks, used_workers = _partition_two_level(
+            items, W, K, algo, split_long
+        )
 
     if relabel:  # seeded labels: permute ranks, and workers inside each rank
         bin_of = relabel_bins(bin_of, seed, W, K)

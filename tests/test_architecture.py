@@ -185,3 +185,95 @@ def test_cli_help_and_version_import_no_data_libraries():
         )
         loaded = loaded_after(code)
         assert not set(loaded) & {"pyarrow", "polars", "duckdb", "numpy"}, (args, loaded)
+
+
+def module_name(path: Path) -> str:
+    """Absolute module name of one of our files (app/cli/common.py -> episodekit.cli.common)."""
+    pkg = package_of(path)
+    return pkg if path.name == "__init__.py" else f"{pkg}.{path.stem}"
+
+
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (never executed: no import at run time)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                skip |= {id(n) for n in ast.walk(stmt)}
+    return skip
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> our modules it imports anywhere in its body, functions included."""
+    files = {module_name(p): p for p, _ in our_files()}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text())
+        skip = type_checking_nodes(tree)
+        deps = set()
+        for node in ast.walk(tree):
+            if id(node) in skip or not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for _, mod in imported_modules(node, package_of(path)):
+                while mod and mod not in files:  # a name imported from a module
+                    mod = mod.rpartition(".")[0]
+                if mod and mod != name:
+                    deps.add(mod)
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_import_cycles_counting_imports_inside_functions():
+    """An import inside a function hides a cycle from Python, not from the design."""
+    assert cycles(module_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+MAX_FUNCTION_LINES = 100
+
+
+def test_no_function_over_100_lines():
+    long = []
+    for path, _ in our_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []

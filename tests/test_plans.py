@@ -18,9 +18,9 @@ from episodekit.metadata.plan_file import (
     StalePlanError,
     decode_plan,
     encode_plan,
-    load_plan,
     plan_path,
 )
+from episodekit.metadata.plan_load import load_plan
 from episodekit.metadata.plans import (
     balance_figures,
     build_plan,

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from episodekit.core.dataset import open_dataset
-from episodekit.metadata.plan_file import PlanError, load_plan
+from episodekit.metadata.plan_file import PlanError
+from episodekit.metadata.plan_load import load_plan
 from episodekit.metadata.speed import max_speed_bytes, read_speed_file
 
 sys.path.insert(0, str(Path(__file__).parent))

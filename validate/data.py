@@ -261,8 +261,34 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
             + ["task_index", "data_file", "tasks"]
         )
     ).unique(subset="episode_index", keep="first", maintain_order=True)
-    out: list[Finding] = []
-    # Rows of an episode in a file the table does not point it at (or of an unknown episode).
+    out = _stray_findings(agg, e)
+    own = agg.rename({"file": "data_file"})
+    df = e.filter(pl.col("data_file").is_in(list(scanned))).join(
+        own, on=["episode_index", "data_file"], how="left"
+    )
+    df = df.with_columns(pl.col("rows").fill_null(0))
+    L = pl.col("length")
+    rows_ok = pl.col("rows") == L
+    out += _finding_rows(
+        df,
+        "data.rows",
+        ~rows_ok,
+        pl.format("{} rows in the data file but length is {}", pl.col("rows"), L),
+    )
+    short_files = df.filter(~rows_ok)["data_file"].unique().to_list()  # order means nothing there
+    df = df.filter(rows_ok & (pl.col("rows") > 0))
+    fi_ok, index_ok, found = _index_findings(df)
+    out += found
+    out += _order_findings(df.filter(~pl.col("data_file").is_in(short_files)), index_ok)
+    out += _timestamp_findings(raw, df.filter(fi_ok))  # judged against a sound frame_index
+    out += _task_findings(raw, df)
+    out += _value_findings(df)
+    return out
+
+
+def _stray_findings(agg: pl.DataFrame, e: pl.DataFrame) -> list[Finding]:
+    """``data.file``: rows of an episode in a file the table does not point it at (or of an
+    unknown episode, or with a null episode_index)."""
     placed = agg.join(
         e.select("episode_index", pl.col("data_file").alias("expected")),
         on="episode_index",
@@ -270,7 +296,7 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
     )
     stray = placed.filter(pl.col("expected").is_null() | (pl.col("expected") != pl.col("file")))
     stray = stray.rename({"file": "data_file"})
-    out += _finding_rows(
+    return _finding_rows(
         stray,
         "data.file",
         pl.lit(True),
@@ -286,22 +312,13 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
             )
         ),
     )
-    own = agg.rename({"file": "data_file"})
-    df = e.filter(pl.col("data_file").is_in(list(scanned))).join(
-        own, on=["episode_index", "data_file"], how="left"
-    )
-    df = df.with_columns(pl.col("rows").fill_null(0))
+
+
+def _index_findings(df: pl.DataFrame) -> tuple[pl.Expr, pl.Expr, list[Finding]]:
+    """``data.frame_index`` (0..length-1 once each) and ``data.index`` (contiguous from
+    dataset_from_index); returns both conditions for the checks that build on them."""
     L = pl.col("length")
     frm = pl.col("dataset_from_index")
-    rows_ok = pl.col("rows") == L
-    out += _finding_rows(
-        df,
-        "data.rows",
-        ~rows_ok,
-        pl.format("{} rows in the data file but length is {}", pl.col("rows"), L),
-    )
-    short_files = df.filter(~rows_ok)["data_file"].unique().to_list()  # order means nothing there
-    df = df.filter(rows_ok & (pl.col("rows") > 0))
     Lf = L.cast(pl.Float64)
     fi_ok = (
         (pl.col("fi_min") == 0)
@@ -309,7 +326,7 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
         & (pl.col("fi_sum") == Lf * (Lf - 1) / 2)
         & (pl.col("fi_sq") == (Lf - 1) * Lf * (2 * Lf - 1) / 6)
     ).fill_null(False)
-    out += _finding_rows(
+    out = _finding_rows(
         df,
         "data.frame_index",
         ~fi_ok,
@@ -338,15 +355,18 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
             pl.col("index_max"),
         ),
     )
-    out += _order_findings(df.filter(~pl.col("data_file").is_in(short_files)), index_ok)
-    out += _timestamp_findings(raw, df.filter(fi_ok))  # judged against a sound frame_index
+    return fi_ok, index_ok, out
+
+
+def _task_findings(raw: RawRoot, df: pl.DataFrame) -> list[Finding]:
+    """``data.task_index``: the data's task_index is the episode's, and a known task."""
     valid = raw.tasks["task_index"].to_pylist() if raw.tasks is not None else []
     task_ok = (
         (pl.col("task_min") == pl.col("task_index"))
         & (pl.col("task_max") == pl.col("task_index"))
         & pl.col("task_min").is_in(valid)
     ).fill_null(False)
-    out += _finding_rows(
+    return _finding_rows(
         df,
         "data.task_index",
         ~task_ok,
@@ -357,6 +377,11 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
             pl.col("task_index"),
         ),
     )
+
+
+def _value_findings(df: pl.DataFrame) -> list[Finding]:
+    """Per-column counters of the scan: nulls, NaN/inf, shapes, image bytes."""
+    out: list[Finding] = []
     for prefix, check, what in (
         ("nulls:", "data.nulls", "null values"),
         ("elem_nulls:", "data.nulls", "rows with null elements"),

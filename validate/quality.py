@@ -138,6 +138,10 @@ PLACEHOLDER_TASKS = {
 }
 PLACEHOLDER_PATTERN = re.compile(r"^(task|episode|demo)[ _-]?\d+$|^<.*>$|^\{.*\}$")
 
+# A normal distribution's standard deviation over its median absolute deviation (MAD): the
+# robust scales below are MAD_TO_SIGMA x MAD.
+MAD_TO_SIGMA = 1.4826
+
 
 class ThresholdsError(ValueError):
     """A thresholds file is unreadable or names an unknown threshold."""
@@ -493,7 +497,7 @@ def _robust_scales(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         else:
             lo = hi = np.full(vals.shape[1], np.nan)
         step_sigma = (
-            1.4826 * np.nanmedian(steps, axis=0)
+            MAD_TO_SIGMA * np.nanmedian(steps, axis=0)
             if len(steps) and np.isfinite(steps).any()
             else np.full(vals.shape[1], np.nan)
         )
@@ -510,122 +514,158 @@ def _dim_label(raw: RawRoot, feature: str, j: int) -> str:
 
 
 def _signal_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
+    """Per-feature signal checks over the merged per-episode summaries, then action range."""
+    out: list[Candidate] = []
+    for name, c in m.features.items():
+        s = _robust_scales(c)
+        for check in (_frozen, _jumps, _out_of_range, _clipping, _dead_dimensions):
+            out += check(raw, m, th, name, c, s)
+    out += _action_range(raw, m, th)
+    return out
+
+
+def _frozen(raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict) -> list[Candidate]:
+    """``quality.frozen`` (one vector for most of an episode) and ``quality.frozen_run``."""
     out: list[Candidate] = []
     fps = raw.fps or 0.0
     L = m.rows
-    scales: dict[str, dict[str, np.ndarray]] = {}
-    for name, c in m.features.items():
-        s = scales[name] = _robust_scales(c)
-        # Frozen vectors.
-        longest, midrun = c["frozen_longest"], c["frozen_mid"]
-        with np.errstate(invalid="ignore"):
-            frozen = (longest >= th["frozen_share"] * L) & (longest >= th["frozen_min_frames"])
-            frozen &= L >= 2
-        for i in np.flatnonzero(frozen):
-            out.append(
-                Candidate(
-                    "quality.frozen",
-                    f"{name} holds one vector for {int(longest[i])} of {int(L[i])} frames "
-                    f"({longest[i] / L[i]:.0%}; threshold {th['frozen_share']:.0%})",
-                    feature=name,
-                    value=float(longest[i] / L[i]),
-                    score=float(longest[i] / L[i] / max(th["frozen_share"], 1e-9)),
-                    **_ep(m, i),
-                )
+    # Frozen vectors.
+    longest, midrun = c["frozen_longest"], c["frozen_mid"]
+    with np.errstate(invalid="ignore"):
+        frozen = (longest >= th["frozen_share"] * L) & (longest >= th["frozen_min_frames"])
+        frozen &= L >= 2
+    for i in np.flatnonzero(frozen):
+        out.append(
+            Candidate(
+                "quality.frozen",
+                f"{name} holds one vector for {int(longest[i])} of {int(L[i])} frames "
+                f"({longest[i] / L[i]:.0%}; threshold {th['frozen_share']:.0%})",
+                feature=name,
+                value=float(longest[i] / L[i]),
+                score=float(longest[i] / L[i] / max(th["frozen_share"], 1e-9)),
+                **_ep(m, i),
             )
-        need = max(2, math.ceil(th["frozen_run_seconds"] * fps)) if fps else math.inf
-        for i in np.flatnonzero((midrun >= need) & ~frozen):
-            out.append(
-                Candidate(
-                    "quality.frozen_run",
-                    f"{name} holds one vector for {int(midrun[i])} frames "
-                    f"({midrun[i] / fps:.1f} s) mid-episode "
-                    f"(threshold {th['frozen_run_seconds']} s)",
-                    feature=name,
-                    value=float(midrun[i]),
-                    score=float(midrun[i] / need),
-                    **_ep(m, i),
-                )
+        )
+    need = max(2, math.ceil(th["frozen_run_seconds"] * fps)) if fps else math.inf
+    for i in np.flatnonzero((midrun >= need) & ~frozen):
+        out.append(
+            Candidate(
+                "quality.frozen_run",
+                f"{name} holds one vector for {int(midrun[i])} frames "
+                f"({midrun[i] / fps:.1f} s) mid-episode "
+                f"(threshold {th['frozen_run_seconds']} s)",
+                feature=name,
+                value=float(midrun[i]),
+                score=float(midrun[i] / need),
+                **_ep(m, i),
             )
-        # Jumps.
-        with np.errstate(invalid="ignore"):
-            limit = np.fmax(th["jump_sigmas"] * s["step_sigma"], th["jump_range_share"] * s["span"])
-            limit[~(limit > 0)] = np.nan  # no scale to judge by (a near-constant dimension)
-            jump = c["maxstep"] > limit[None, :]
-        for i, j in zip(*np.nonzero(jump)):
-            v = float(c["maxstep"][i, j])
+        )
+    return out
+
+
+def _jumps(raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict) -> list[Candidate]:
+    """``quality.jump``: one step far beyond the dimension's robust step deviation."""
+    out: list[Candidate] = []
+    with np.errstate(invalid="ignore"):
+        limit = np.fmax(th["jump_sigmas"] * s["step_sigma"], th["jump_range_share"] * s["span"])
+        limit[~(limit > 0)] = np.nan  # no scale to judge by (a near-constant dimension)
+        jump = c["maxstep"] > limit[None, :]
+    for i, j in zip(*np.nonzero(jump)):
+        v = float(c["maxstep"][i, j])
+        out.append(
+            Candidate(
+                "quality.jump",
+                f"{_dim_label(raw, name, j)} jumps by {v:.4g} in one step "
+                f"({v / s['step_sigma'][j]:.0f} robust step deviations, "
+                f"{v / s['span'][j]:.2f} of its range)"
+                if s["span"][j] > 0 and s["step_sigma"][j] > 0
+                else f"{_dim_label(raw, name, j)} jumps by {v:.4g} in one step",
+                feature=name,
+                dimension=int(j),
+                value=v,
+                score=v / float(limit[j]) if limit[j] > 0 else math.inf,
+                locate="step",
+                **_ep(m, i),
+            )
+        )
+    return out
+
+
+def _out_of_range(
+    raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict
+) -> list[Candidate]:
+    """``quality.out_of_range``: values far outside the dataset's q1..q99."""
+    out: list[Candidate] = []
+    rs = np.where(s["span"] > 0, s["span"] / 4.653 * th["range_sigmas"], np.nan)
+    lo_lim, hi_lim = s["lo"] - rs, s["hi"] + rs
+    with np.errstate(invalid="ignore"):
+        over, under = c["maxs"] > hi_lim, c["mins"] < lo_lim
+    for i, j in zip(*np.nonzero(over | under)):
+        v = float(c["maxs"][i, j] if over[i, j] else c["mins"][i, j])
+        sd = s["span"][j] / 4.653
+        dev = (v - s["hi"][j] if over[i, j] else s["lo"][j] - v) / sd if sd > 0 else math.inf
+        out.append(
+            Candidate(
+                "quality.out_of_range",
+                f"{_dim_label(raw, name, j)} reaches {v:.4g}, dataset q1..q99 is "
+                f"{s['lo'][j]:.4g}..{s['hi'][j]:.4g} ({dev:.0f} robust deviations beyond)",
+                feature=name,
+                dimension=int(j),
+                value=v,
+                score=dev / th["range_sigmas"] if th["range_sigmas"] else math.inf,
+                locate="max" if over[i, j] else "min",
+                **_ep(m, i),
+            )
+        )
+    return out
+
+
+def _clipping(raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict) -> list[Candidate]:
+    """``quality.clipping``: a dimension saturated at its min/max mid-episode."""
+    out: list[Candidate] = []
+    L = m.rows
+    # Clipping (candidates were counted in the pass).
+    with np.errstate(invalid="ignore"):
+        need_clip = np.maximum(th["clip_min_frames"], th["clip_share"] * L)[:, None]
+        clipped = (c["clip"] >= need_clip) & (c["clip"] > 0)
+    for i, j in zip(*np.nonzero(clipped)):
+        k = int(c["clip"][i, j])
+        out.append(
+            Candidate(
+                "quality.clipping",
+                f"{_dim_label(raw, name, j)} sits exactly at its min/max for {k} of "
+                f"{int(L[i])} frames mid-episode (saturation?)",
+                feature=name,
+                dimension=int(j),
+                value=k / float(L[i]),
+                score=k / float(need_clip[i, 0]),
+                locate="extreme",
+                **_ep(m, i),
+            )
+        )
+    return out
+
+
+def _dead_dimensions(
+    raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict
+) -> list[Candidate]:
+    """``quality.dead_dimension``: one value in every frame of the dataset."""
+    out: list[Candidate] = []
+    L = m.rows
+    # Dead dimensions.
+    dmin, dmax = np.nanmin(c["mins"], axis=0), np.nanmax(c["maxs"], axis=0)
+    if L.sum() >= 2:
+        for j in np.flatnonzero(dmin == dmax):
             out.append(
                 Candidate(
-                    "quality.jump",
-                    f"{_dim_label(raw, name, j)} jumps by {v:.4g} in one step "
-                    f"({v / s['step_sigma'][j]:.0f} robust step deviations, "
-                    f"{v / s['span'][j]:.2f} of its range)"
-                    if s["span"][j] > 0 and s["step_sigma"][j] > 0
-                    else f"{_dim_label(raw, name, j)} jumps by {v:.4g} in one step",
+                    "quality.dead_dimension",
+                    f"{_dim_label(raw, name, j)} is {float(dmin[j]):.4g} in every frame",
                     feature=name,
                     dimension=int(j),
-                    value=v,
-                    score=v / float(limit[j]) if limit[j] > 0 else math.inf,
-                    locate="step",
-                    **_ep(m, i),
+                    value=float(dmin[j]),
+                    score=1.0,
                 )
             )
-        # Out-of-range values.
-        rs = np.where(s["span"] > 0, s["span"] / 4.653 * th["range_sigmas"], np.nan)
-        lo_lim, hi_lim = s["lo"] - rs, s["hi"] + rs
-        with np.errstate(invalid="ignore"):
-            over, under = c["maxs"] > hi_lim, c["mins"] < lo_lim
-        for i, j in zip(*np.nonzero(over | under)):
-            v = float(c["maxs"][i, j] if over[i, j] else c["mins"][i, j])
-            sd = s["span"][j] / 4.653
-            dev = (v - s["hi"][j] if over[i, j] else s["lo"][j] - v) / sd if sd > 0 else math.inf
-            out.append(
-                Candidate(
-                    "quality.out_of_range",
-                    f"{_dim_label(raw, name, j)} reaches {v:.4g}, dataset q1..q99 is "
-                    f"{s['lo'][j]:.4g}..{s['hi'][j]:.4g} ({dev:.0f} robust deviations beyond)",
-                    feature=name,
-                    dimension=int(j),
-                    value=v,
-                    score=dev / th["range_sigmas"] if th["range_sigmas"] else math.inf,
-                    locate="max" if over[i, j] else "min",
-                    **_ep(m, i),
-                )
-            )
-        # Clipping (candidates were counted in the pass).
-        with np.errstate(invalid="ignore"):
-            need_clip = np.maximum(th["clip_min_frames"], th["clip_share"] * L)[:, None]
-            clipped = (c["clip"] >= need_clip) & (c["clip"] > 0)
-        for i, j in zip(*np.nonzero(clipped)):
-            k = int(c["clip"][i, j])
-            out.append(
-                Candidate(
-                    "quality.clipping",
-                    f"{_dim_label(raw, name, j)} sits exactly at its min/max for {k} of "
-                    f"{int(L[i])} frames mid-episode (saturation?)",
-                    feature=name,
-                    dimension=int(j),
-                    value=k / float(L[i]),
-                    score=k / float(need_clip[i, 0]),
-                    locate="extreme",
-                    **_ep(m, i),
-                )
-            )
-        # Dead dimensions.
-        dmin, dmax = np.nanmin(c["mins"], axis=0), np.nanmax(c["maxs"], axis=0)
-        if L.sum() >= 2:
-            for j in np.flatnonzero(dmin == dmax):
-                out.append(
-                    Candidate(
-                        "quality.dead_dimension",
-                        f"{_dim_label(raw, name, j)} is {float(dmin[j]):.4g} in every frame",
-                        feature=name,
-                        dimension=int(j),
-                        value=float(dmin[j]),
-                        score=1.0,
-                    )
-                )
-    out += _action_range(raw, m, th)
     return out
 
 
@@ -796,7 +836,7 @@ def _episode_checks(raw: RawRoot, m: Merged, th: dict, scanned: set[str]) -> lis
         if sel.sum() < th["length_min_episodes"]:
             continue
         mu = np.median(logl[sel])
-        sd = max(1.4826 * np.median(np.abs(logl[sel] - mu)), th["length_log_floor"])
+        sd = max(MAD_TO_SIGMA * np.median(np.abs(logl[sel] - mu)), th["length_log_floor"])
         z[sel] = np.abs(logl[sel] - mu) / sd
         med[sel] = np.exp(mu)
     add(
@@ -860,7 +900,7 @@ def _quarter(means: np.ndarray, stds: np.ndarray, sel: np.ndarray):
     MAD), median within-episode standard deviation, episode count. Medians, so that one bad
     episode (a spike) moves nothing."""
     mu = np.nanmedian(means[sel], 0)
-    spread = 1.4826 * np.nanmedian(np.abs(means[sel] - mu), 0)
+    spread = MAD_TO_SIGMA * np.nanmedian(np.abs(means[sel] - mu), 0)
     return mu, spread, np.nanmedian(stds[sel], 0), len(sel)
 
 
