@@ -2,4 +2,5 @@
 
 from episodekit.cli import main
 
-main(prog_name="episodekit")
+if __name__ == "__main__":  # importing the module (docs tools walk every module) runs nothing
+    main(prog_name="episodekit")
