@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -15,6 +14,7 @@ from episodekit.cli.common import (
     json_option,
     quiet_option,
 )
+from episodekit.core import jsonout
 
 
 @click.command("validate")
@@ -123,14 +123,17 @@ def validate_command(
     try:
         select_checks(checks, deep=deep)
     except ValueError as exc:
+        _json_usage(root, f"--checks: {exc}", as_json)
         raise click.BadParameter(str(exc), param_hint="--checks") from exc
     if plots_dir and not report_path:
+        _json_usage(root, "--plots needs --report", as_json)
         raise click.UsageError("--plots needs --report (the plots are linked from the report)")
     from episodekit.validate.quality import ThresholdsError, load_thresholds
 
     try:
         thresholds = load_thresholds(quality_thresholds, min_length=min_length)
     except ThresholdsError as exc:
+        _json_usage(root, f"--quality-thresholds: {exc}", as_json)
         raise click.BadParameter(str(exc), param_hint="--quality-thresholds") from exc
     strict = strict or fail_on == "warning"
 
@@ -165,11 +168,16 @@ def validate_command(
     sys.exit(report.exit_code())
 
 
+def _json_usage(root: str, message: str, as_json: bool) -> None:
+    """With --json, the JSON document of a usage error (exit 2) before click prints its line."""
+    if as_json:
+        doc = {"version": 1, "root": root, "ok": False, "exit_code": 2, "error": message}
+        click.echo(jsonout.dumps(doc, indent=2))
+
+
 def _cannot_validate(root: str, message: str, as_json: bool) -> None:
     """Nothing could be validated: one line on stderr, exit 2; with --json also a JSON document
     on stdout (--json always prints JSON)."""
-    if as_json:
-        doc = {"version": 1, "root": root, "ok": False, "exit_code": 2, "error": message}
-        click.echo(json.dumps(doc, indent=2))
+    _json_usage(root, message, as_json)
     click.echo(f"Error: {message}", err=True)
     sys.exit(2)
