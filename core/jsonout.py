@@ -14,6 +14,8 @@ import numpy as np
 
 def _scalar(v: Any) -> Any:
     """A Python or numpy scalar as a JSON value."""
+    if isinstance(v, (np.datetime64, np.timedelta64)):  # before integer: timedelta64 is one
+        return str(v)
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
     if isinstance(v, (int, np.integer)):
@@ -25,8 +27,6 @@ def _scalar(v: Any) -> Any:
         return [_scalar(v.real), _scalar(v.imag)]
     if isinstance(v, (bytes, np.bytes_)):
         return bytes(v).decode("utf-8", "replace")
-    if isinstance(v, (np.datetime64, np.timedelta64)):
-        return str(v)
     if isinstance(v, (_dt.date, _dt.time, _dt.timedelta)):
         return str(v)
     if isinstance(v, np.void):
