@@ -1,6 +1,7 @@
 """One JSON encoder for every ``--json`` output: numpy scalars and arrays of every dtype become
 plain JSON values, and NaN/inf become ``null`` (JSON has neither; the caller keeps the value in
-its text, see :func:`nonfinite_text`). ``dumps`` never raises on a value a check can produce."""
+its text, see :func:`nonfinite_text`). ``dumps`` never raises on a value a check can produce.
+numpy is imported on first use (the CLI imports this module; ``--help`` stays numpy-free)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import json
 import math
 from typing import Any
 
-import numpy as np
-
 
 def _scalar(v: Any) -> Any:
     """A Python or numpy scalar as a JSON value."""
+    import numpy as np  # here: `episodekit --help` must not import numpy
+
     if isinstance(v, (np.datetime64, np.timedelta64)):  # before integer: timedelta64 is one
         return str(v)
     if isinstance(v, (bool, np.bool_)):
@@ -40,6 +41,8 @@ def to_jsonable(v: Any) -> Any:
     """``v`` with every numpy value, non-finite float, tuple, set and odd key made plain JSON."""
     if v is None or isinstance(v, str):
         return v
+    import numpy as np
+
     if isinstance(v, dict):
         return {str(k): to_jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple, set, frozenset)):

@@ -5,7 +5,9 @@ with each other (cheap: the dataset's min/max/mean/std/count against the counts-
 the episodes'), are fresh (``meta/episodekit_stats.parquet``'s fingerprint and data-file state),
 and with ``--deep`` agree with a recomputation from the data. v3.0 roots only (v2.1 kept its
 stats elsewhere). Tolerance for every comparison: ``|a - b| <= RTOL*|b| + ATOL*(1 + scale)``
-with scale the feature's largest magnitude; it is printed in the messages.
+with scale the feature's largest magnitude; it is printed in the messages. The order checks allow
+one bin of LeRobot's quantile histogram (``order_tolerance``), and ``--deep`` recomputes stats
+episodekit did not write the way LeRobot computes them (metadata/lerobot_stats.py).
 """
 
 from __future__ import annotations
