@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -30,9 +29,8 @@ from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, VIDEO_PATH_V2, VID
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
 from episodekit.core.video import ENCODERS, VideoWriter, require_av
-from episodekit.metadata.stats import compute_stats
+from episodekit.metadata import lerobot_stats
 
-STAT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 VIDEO_CODE_BITS = 24  # frame code: the dataset ``index`` as 3 rows of 8 black/white blocks
 TASK_NAMES = (
     "pick up the red cube and place it in the bin",
@@ -259,10 +257,12 @@ STATS_EXCLUDED_DTYPES = ("image", "video", "string")
 
 
 def _episode_stats(table: pa.Table, features: dict, lengths: np.ndarray) -> dict[str, pa.Array]:
-    """Per-episode ``stats/<feature>/<stat>`` columns (lists of doubles, count as list<int64>)."""
-    ep = np.repeat(np.arange(len(lengths)), lengths)
-    frame_cols: dict[str, np.ndarray] = {"__ep": ep}
-    dims: dict[str, int] = {}
+    """Per-episode ``stats/<feature>/<stat>`` columns computed the way LeRobot does (its
+    histogram quantiles, in the values' own dtype: metadata/lerobot_stats.py), as lists of
+    doubles (count as list<int64>)."""
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    out: dict[str, pa.Array] = {}
+    n_ep = len(lengths)
     for name, f in features.items():
         if f["dtype"] in STATS_EXCLUDED_DTYPES:
             continue
@@ -273,37 +273,11 @@ def _episode_stats(table: pa.Table, features: dict, lengths: np.ndarray) -> dict
         else:
             d = 1
             values = col.to_numpy().reshape(-1, 1)
-        dims[name] = d
-        for j in range(d):
-            frame_cols[f"{name}\x1f{j}"] = values[:, j].astype(np.float64)
-    df = pl.DataFrame(frame_cols)
-    value_cols = [c for c in df.columns if c != "__ep"]
-    aggs = []
-    for c in value_cols:
-        col = pl.col(c)
-        aggs += [
-            col.min().alias(f"{c}\x1emin"),
-            col.max().alias(f"{c}\x1emax"),
-            col.mean().alias(f"{c}\x1emean"),
-            col.std(ddof=0).alias(f"{c}\x1estd"),
-        ]
-        aggs += [
-            col.quantile(q, interpolation="linear").alias(f"{c}\x1eq{round(q * 100):02d}")
-            for q in STAT_QUANTILES
-        ]
-    per_ep = df.group_by("__ep", maintain_order=True).agg(aggs).sort("__ep")
-    out: dict[str, pa.Array] = {}
-    n_ep = len(lengths)
-    stat_names = ["min", "max", "mean", "std"] + [f"q{round(q * 100):02d}" for q in STAT_QUANTILES]
-    for name, d in dims.items():
-        for stat in stat_names:
-            mat = np.stack(
-                [per_ep[f"{name}\x1f{j}\x1e{stat}"].to_numpy() for j in range(d)], axis=1
-            )
-            offsets = pa.array(np.arange(n_ep + 1, dtype=np.int32) * d)
-            out[f"stats/{name}/{stat}"] = pa.ListArray.from_arrays(
-                offsets, pa.array(mat.reshape(-1))
-            )
+        per = [lerobot_stats.episode_stats(values[s : s + n]) for s, n in zip(starts, lengths)]
+        offsets = pa.array(np.arange(n_ep + 1, dtype=np.int32) * d)
+        for stat in ("min", "max", "mean", "std", *lerobot_stats.LEROBOT_QUANTILE_KEYS):
+            mat = np.stack([p[stat] for p in per]).astype(np.float64)
+            out[f"stats/{name}/{stat}"] = pa.ListArray.from_arrays(offsets, pa.array(mat.ravel()))
         offsets = pa.array(np.arange(n_ep + 1, dtype=np.int32))
         out[f"stats/{name}/count"] = pa.ListArray.from_arrays(offsets, pa.array(lengths))
     for name, f in features.items():
@@ -625,6 +599,22 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     _write_info_and_stats(root, spec, features, lengths, episodes)
 
 
+def _dataset_stats(episodes: pa.Table, features: dict) -> dict[str, dict[str, list]]:
+    """stats.json from the per-episode stats columns, aggregated LeRobot's way."""
+    out = {}
+    for name, f in features.items():
+        if f["dtype"] in STATS_EXCLUDED_DTYPES:
+            continue
+        keys = [
+            k for k in ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
+        ]
+        cols = {k: episodes[f"stats/{name}/{k}"].to_pylist() for k in keys}
+        per = [{k: np.asarray(cols[k][e]) for k in keys} for e in range(episodes.num_rows)]
+        agg = lerobot_stats.aggregate(per)
+        out[name] = {k: np.asarray(v).tolist() for k, v in agg.items()}
+    return out
+
+
 def _write_info_and_stats(
     root: Path, spec: SampleSpec, features: dict, lengths: np.ndarray, episodes: pa.Table | None
 ) -> None:
@@ -657,9 +647,9 @@ def _write_info_and_stats(
     atomic_write_text(root / "meta/info.json", json.dumps(info, indent=4))
     stats = {}
     if episodes is not None:
-        # Dataset stats as LeRobot stores them (all ten keys, quantiles of the whole column, not
-        # an envelope of the episodes'): computed from the files just written.
-        stats = compute_stats(root, jobs=1).lerobot_stats()
+        # Dataset stats as LeRobot 0.4.4 writes them: its aggregation of the episodes' stats
+        # (count-weighted mean and quantiles, parallel-variance std)
+        stats = _dataset_stats(episodes, features)
     atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
 
 

@@ -30,6 +30,7 @@ from episodekit.core.dataset import (
     read_tasks_table,
     resolve_root,
 )
+from episodekit.core.jsonout import nonfinite_text, to_jsonable
 from episodekit.core.paths import INFO_FILE, UnsafePathError
 
 ERROR = "error"
@@ -70,19 +71,11 @@ class Finding:
         for key in ("feature", "dimension", "value", "details"):
             v = getattr(self, key)
             if v is not None:
-                out[key] = _json_safe(v)
+                out[key] = to_jsonable(v)
+        text = nonfinite_text(self.value) if self.value is not None else None
+        if text and text not in self.message:  # null in JSON: the value stays in the text
+            out["message"] = f"{self.message} (value {text})"
         return out
-
-
-def _json_safe(v: Any) -> Any:
-    """Plain JSON values: non-finite floats become None (JSON has no NaN/inf)."""
-    if isinstance(v, float):
-        return v if v == v and v not in (float("inf"), float("-inf")) else None
-    if isinstance(v, dict):
-        return {str(k): _json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
-    return v
 
 
 @dataclass

@@ -12,13 +12,13 @@ fail, 2 could not run (raised as :class:`CannotValidate`, or a bad ``checks`` se
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from episodekit.core import jsonout
 from episodekit.validate.quality import CHECKS as QUALITY_CHECKS
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
 from episodekit.validate.video import CHECKS as VIDEO_CHECKS
@@ -174,7 +174,7 @@ class Report:
 
     def to_json(self) -> str:
         """The report as JSON (schema: see :meth:`to_dict`)."""
-        return json.dumps(self.to_dict(), indent=2)
+        return jsonout.dumps(self.to_dict(), indent=2)
 
 
 def _noop(_: str) -> None:

@@ -5,7 +5,9 @@ with each other (cheap: the dataset's min/max/mean/std/count against the counts-
 the episodes'), are fresh (``meta/episodekit_stats.parquet``'s fingerprint and data-file state),
 and with ``--deep`` agree with a recomputation from the data. v3.0 roots only (v2.1 kept its
 stats elsewhere). Tolerance for every comparison: ``|a - b| <= RTOL*|b| + ATOL*(1 + scale)``
-with scale the feature's largest magnitude; it is printed in the messages.
+with scale the feature's largest magnitude; it is printed in the messages. The order checks allow
+one bin of LeRobot's quantile histogram (``order_tolerance``), and ``--deep`` recomputes stats
+episodekit did not write the way LeRobot computes them (metadata/lerobot_stats.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodekit.core.dataset import V3, DatasetError, read_parquet, read_schema
+from episodekit.metadata import lerobot_stats
 from episodekit.metadata.image_stats import estimate_num_samples, image_features
 from episodekit.metadata.stats import (
     ORDERED_KEYS,
@@ -25,12 +28,13 @@ from episodekit.metadata.stats import (
     STAT_KEYS,
     STATS_FILE,
     compute_stats,
+    feature_values,
     numeric_features,
     read_summary_meta,
     stale_reason,
 )
 from episodekit.validate.artifacts import dataset_from_raw
-from episodekit.validate.raw import ERROR, Finding, RawRoot
+from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 
 RTOL = 1e-6
 ATOL = 1e-9
@@ -106,37 +110,124 @@ def _dataset_part(raw: RawRoot, feats: dict[str, int]) -> tuple[list[Finding], d
     return out, parsed
 
 
-def _order(name: str, got: dict[str, np.ndarray], file: str, episode=None) -> list[Finding]:
-    """min <= q01 <= ... <= q99 <= max, min <= mean <= max, std >= 0 (rows: episodes)."""
+# LeRobot's quantiles (``compute_stats.py``, RunningQuantileStats): a 5000-bin histogram per
+# dimension with edges ``min - 1e-10 .. max + 1e-10``, quantiles interpolated inside a bin. So a
+# quantile is only known to within one bin width, ``(max - min + 2e-10) / 5000``, and may sit up
+# to the 1e-10 padding outside [min, max] (q99 = 4e-14 where min = max = 0). It computes in the
+# feature's dtype (float32 for LeRobot's default), so one float32 rounding step of the values'
+# magnitude is allowed too. A violation beyond that is damage, not rounding.
+LEROBOT_BINS = 5000
+LEROBOT_PAD = 1e-10
+F32_EPS = float(np.finfo(np.float32).eps)
+ORDER_TOLERANCE = (
+    f"tolerance (max-min+2e-10)/{LEROBOT_BINS} + {LEROBOT_PAD:g} + float32 eps*|max value|: "
+    "one bin of LeRobot's quantile histogram"
+)
+
+
+def order_tolerance(got: dict[str, np.ndarray]) -> np.ndarray | float:
+    """Per-dimension slack of the order checks (see ``ORDER_TOLERANCE``), shaped like the stats."""
+    if not {"min", "max"} <= set(got):
+        return LEROBOT_PAD
+    lo, hi = got["min"], got["max"]
+    width = (np.abs(hi - lo) + 2 * LEROBOT_PAD) / LEROBOT_BINS
+    return width + LEROBOT_PAD + F32_EPS * np.maximum(np.abs(lo), np.abs(hi))
+
+
+def _order_bad(got: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """``(what, bad mask)`` for each order relation violated beyond ``order_tolerance``."""
+    tol = order_tolerance(got)
     out = []
     keys = [k for k in ORDERED_KEYS if k in got]
     for a, b in zip(keys, keys[1:]):
-        bad = got[a] > got[b]
-        if np.any(bad):
-            out.append(
-                Finding(
-                    "stats.order",
-                    ERROR,
-                    f"{name}: {a} > {b} in dimension(s) {np.flatnonzero(bad).tolist()[:6]}",
-                    file,
-                    episode,
-                )
-            )
+        out.append((f"{a} > {b}", got[a] > got[b] + tol))
     if {"min", "mean", "max"} <= set(got):
-        bad = (got["mean"] < got["min"]) | (got["mean"] > got["max"])
-        if np.any(bad):
-            out.append(
-                Finding(
-                    "stats.order",
-                    ERROR,
-                    f"{name}: mean outside [min, max] in "
-                    f"dimension(s) {np.flatnonzero(bad).tolist()[:6]}",
-                    file,
-                    episode,
-                )
+        out.append(
+            (
+                "mean outside [min, max]",
+                (got["mean"] < got["min"] - tol) | (got["mean"] > got["max"] + tol),
             )
-    if "std" in got and np.any(got["std"] < 0):
-        out.append(Finding("stats.order", ERROR, f"{name}: negative std", file, episode))
+        )
+    if "std" in got:
+        out.append(("negative std", got["std"] < 0))
+    return out
+
+
+def _order(name: str, got: dict[str, np.ndarray], file: str, episode=None) -> list[Finding]:
+    """min <= q01 <= ... <= q99 <= max, min <= mean <= max (within one LeRobot histogram bin),
+    std >= 0."""
+    out = []
+    for what, bad in _order_bad(got):
+        if np.any(bad):
+            dims = np.flatnonzero(bad).tolist()[:6]
+            msg = f"{name}: {what} in dimension(s) {dims} ({ORDER_TOLERANCE})"
+            out.append(Finding("stats.order", ERROR, msg, file, episode))
+    return out
+
+
+def _read_episode_file(raw: RawRoot, rel: str, feats: dict[str, int], out: list[Finding]):
+    """One episodes file's ``episode_index`` and stats columns (None when unreadable: the
+    ``episodes.read`` check reports it); missing columns become a finding."""
+    full = raw.join(rel)
+    wanted = [f"stats/{n}/{k}" for n in feats for k in STAT_KEYS]
+    try:
+        names = read_schema(raw.fs, full).names
+        present = [c for c in wanted if c in names]
+        t = read_parquet(raw.fs, full, columns=["episode_index", *present])
+    except (DatasetError, pa.ArrowException, OSError):
+        return None
+    missing = [c for c in wanted if c not in names]
+    if missing:
+        msg = f"{len(missing)} stats columns missing, e.g. {missing[:3]}"
+        out.append(Finding("stats.present", ERROR, msg, rel))
+    return t
+
+
+def _column_values(t: pa.Table, c: str, want: int, dims: int, rel: str, out: list[Finding]):
+    """A stats column as ``(episodes, want)`` float64 values, or None (with a finding)."""
+    col = t[c].combine_chunks()
+    ep = t["episode_index"].to_numpy()
+    if not (
+        pa.types.is_list(col.type)
+        or pa.types.is_large_list(col.type)
+        or pa.types.is_fixed_size_list(col.type)
+    ):
+        msg = f"{c}: type {col.type}, expected a list per episode"
+        out.append(Finding("stats.shape", ERROR, msg, rel))
+        return None
+    lengths = pc.list_value_length(col).fill_null(-1).to_numpy()
+    bad = np.flatnonzero(lengths != want)
+    if len(bad):
+        msg = (
+            f"{c}: {len(bad)} episode(s) with {lengths[bad[0]]} values, expected {want} "
+            f"(feature shape [{dims}])"
+        )
+        out.append(Finding("stats.shape", ERROR, msg, rel, int(ep[bad[0]])))
+        return None
+    vals = pc.list_flatten(col).cast(pa.float64()).fill_null(np.nan).to_numpy()
+    return vals.reshape(-1, want)
+
+
+def _episode_feature(
+    n: str, got: dict[str, np.ndarray], ep: np.ndarray, lengths: np.ndarray | None
+) -> list[Finding]:
+    """Finite, ordered and counted per-episode stats of one feature (drops non-finite keys)."""
+    out: list[Finding] = []
+    for k, v in list(got.items()):
+        bad = np.flatnonzero(~np.all(np.isfinite(v), axis=1))
+        if len(bad):
+            msg = f"stats/{n}/{k}: {len(bad)} episode(s) with NaN/inf"
+            out.append(Finding("stats.finite", ERROR, msg, None, int(ep[bad[0]])))
+            del got[k]
+    out += _order_rows(n, got, ep)
+    if "count" in got and lengths is not None:
+        bad = np.flatnonzero(got["count"][:, 0] != lengths)
+        if len(bad):
+            msg = (
+                f"stats/{n}/count: {len(bad)} episode(s) whose count is not their length "
+                f"(e.g. {int(got['count'][bad[0], 0])} vs {int(lengths[bad[0]])})"
+            )
+            out.append(Finding("stats.count", ERROR, msg, None, int(ep[bad[0]])))
     return out
 
 
@@ -150,67 +241,20 @@ def _episode_part(
     ok_all: dict[str, dict[str, bool]] = {n: dict.fromkeys(STAT_KEYS, True) for n in feats}
     files = sorted(set(raw.episodes["__file"].to_pylist())) if raw.episodes is not None else []
     for rel in files:
-        full = raw.join(rel)
-        try:
-            names = read_schema(raw.fs, full).names
-            wanted = [f"stats/{n}/{k}" for n in feats for k in STAT_KEYS]
-            present = [c for c in wanted if c in names]
-            t = read_parquet(raw.fs, full, columns=["episode_index", *present])
-        except (DatasetError, pa.ArrowException, OSError):
-            continue  # episodes.read reports it
-        missing = [c for c in wanted if c not in names]
-        if missing:
-            out.append(
-                Finding(
-                    "stats.present",
-                    ERROR,
-                    f"{len(missing)} stats columns missing, e.g. {missing[:3]}",
-                    rel,
-                )
-            )
-        ep = t["episode_index"].to_numpy()
-        eps_all.append(ep)
+        t = _read_episode_file(raw, rel, feats, out)
+        if t is None:
+            continue
+        eps_all.append(t["episode_index"].to_numpy())
         for n, dims in feats.items():
             for k in STAT_KEYS:
                 c = f"stats/{n}/{k}"
-                want = 1 if k == "count" else dims
-                if c not in present:
+                v = None
+                if c in t.column_names:
+                    v = _column_values(t, c, 1 if k == "count" else dims, dims, rel, out)
+                if v is None:
                     ok_all[n][k] = False
-                    continue
-                col = t[c].combine_chunks()
-                if not (
-                    pa.types.is_list(col.type)
-                    or pa.types.is_large_list(col.type)
-                    or pa.types.is_fixed_size_list(col.type)
-                ):
-                    out.append(
-                        Finding(
-                            "stats.shape",
-                            ERROR,
-                            f"{c}: type {col.type}, expected a list per episode",
-                            rel,
-                        )
-                    )
-                    ok_all[n][k] = False
-                    continue
-                lengths = pc.list_value_length(col).fill_null(-1).to_numpy()
-                bad = np.flatnonzero(lengths != want)
-                if len(bad):
-                    out.append(
-                        Finding(
-                            "stats.shape",
-                            ERROR,
-                            f"{c}: {len(bad)} episode(s) with "
-                            f"{lengths[bad[0]]} values, expected {want} (feature "
-                            f"shape [{dims}])",
-                            rel,
-                            int(ep[bad[0]]),
-                        )
-                    )
-                    ok_all[n][k] = False
-                    continue
-                vals = pc.list_flatten(col).cast(pa.float64()).fill_null(np.nan).to_numpy()
-                cols_all[n].setdefault(k, []).append(vals.reshape(-1, want))
+                else:
+                    cols_all[n].setdefault(k, []).append(v)
     if not eps_all:
         return out, np.zeros(0, np.int64), {}
     ep = np.concatenate(eps_all)
@@ -219,35 +263,7 @@ def _episode_part(
     lengths = _lengths_by_episode(raw, ep[order])
     for n in feats:
         got = {k: np.concatenate(v)[order] for k, v in cols_all[n].items() if ok_all[n][k]}
-        for k, v in list(got.items()):
-            bad = np.flatnonzero(~np.all(np.isfinite(v), axis=1))
-            if len(bad):
-                out.append(
-                    Finding(
-                        "stats.finite",
-                        ERROR,
-                        f"stats/{n}/{k}: {len(bad)} episode(s) with NaN/inf",
-                        None,
-                        int(ep[order][bad[0]]),
-                    )
-                )
-                del got[k]
-        for f in _order_rows(n, got, ep[order]):
-            out.append(f)
-        if "count" in got and lengths is not None:
-            bad = np.flatnonzero(got["count"][:, 0] != lengths)
-            if len(bad):
-                out.append(
-                    Finding(
-                        "stats.count",
-                        ERROR,
-                        f"stats/{n}/count: {len(bad)} episode(s) "
-                        f"whose count is not their length (e.g. {int(got['count'][bad[0], 0])}"
-                        f" vs {int(lengths[bad[0]])})",
-                        None,
-                        int(ep[order][bad[0]]),
-                    )
-                )
+        out += _episode_feature(n, got, ep[order], lengths)
         parsed[n] = got
     return out, ep[order], parsed
 
@@ -268,28 +284,21 @@ def _lengths_by_episode(raw: RawRoot, ep: np.ndarray) -> np.ndarray | None:
 
 
 def _order_rows(name: str, got: dict[str, np.ndarray], ep: np.ndarray) -> list[Finding]:
-    out = []
-    keys = [k for k in ORDERED_KEYS if k in got]
     bad = np.zeros(len(ep), bool)
-    for a, b in zip(keys, keys[1:]):
-        bad |= np.any(got[a] > got[b], axis=1)
-    if {"min", "mean", "max"} <= set(got):
-        bad |= np.any((got["mean"] < got["min"]) | (got["mean"] > got["max"]), axis=1)
-    if "std" in got:
-        bad |= np.any(got["std"] < 0, axis=1)
+    whats = []
+    for what, mask in _order_bad(got):
+        rows = np.any(mask, axis=1)
+        if np.any(rows):
+            whats.append(what)
+        bad |= rows
     rows = np.flatnonzero(bad)
-    if len(rows):
-        out.append(
-            Finding(
-                "stats.order",
-                ERROR,
-                f"stats/{name}: {len(rows)} episode(s) with "
-                "min <= q01 <= ... <= q99 <= max or min <= mean <= max violated",
-                None,
-                int(ep[rows[0]]),
-            )
-        )
-    return out
+    if not len(rows):
+        return []
+    msg = (
+        f"stats/{name}: {len(rows)} episode(s) with {', '.join(whats)} "
+        f"(min <= q01 <= ... <= q99 <= max, min <= mean <= max; {ORDER_TOLERANCE})"
+    )
+    return [Finding("stats.order", ERROR, msg, None, int(ep[rows[0]]))]
 
 
 def _consistency(feats: dict[str, int], dataset: dict, episodes: dict) -> list[Finding]:
@@ -330,12 +339,96 @@ def _consistency(feats: dict[str, int], dataset: dict, episodes: dict) -> list[F
     return out
 
 
+def _lerobot_episode_stats(ds, feats: dict[str, int]) -> dict[str, dict[int, dict]]:
+    """LeRobot's per-episode stats recomputed from the data: ``{feature: {episode: stats}}``."""
+    out: dict[str, dict[int, dict]] = {n: {} for n in feats}
+    for i in range(len(ds.data_files)):
+        cols = ["episode_index", *(n for n in feats if n != "episode_index")]
+        t = read_parquet(ds.fs, ds.data_path(i), columns=cols)
+        ep = t["episode_index"].to_numpy()
+        cuts = np.flatnonzero(np.diff(ep)) + 1
+        starts, stops = np.r_[0, cuts], np.r_[cuts, len(ep)]
+        for n, dims in feats.items():
+            vals = feature_values(t[n], dims, n)
+            for a, b in zip(starts, stops):
+                out[n][int(ep[a])] = lerobot_stats.episode_stats(vals[a:b])
+    return out
+
+
+def _lerobot_close(key: str, a: np.ndarray, b: np.ndarray, ref: dict) -> np.ndarray:
+    """Equal up to float32 rounding of the values (LeRobot computes in the data's dtype), plus one
+    histogram bin for a quantile (``order_tolerance``)."""
+    scale = np.maximum(np.abs(ref["min"]), np.abs(ref["max"]))
+    tol = RTOL * np.abs(b) + ATOL * (1 + scale) + 4 * F32_EPS * scale
+    if key in QUANTILE_KEYS:
+        tol = tol + order_tolerance(ref)
+    return np.abs(a - b) <= tol
+
+
+# LeRobot's editors (delete_episodes, split, aggregate) renumber these columns and keep each
+# episode's recorded stats: theirs describe the old numbering. Policies never normalize them, so a
+# difference there is a warning, not damage.
+RENUMBERED = ("index", "episode_index", "task_index")
+
+
+def _renumbered(n: str, found: list[Finding]) -> list[Finding]:
+    """The findings of one feature; for a RENUMBERED column one warning saying why."""
+    if n not in RENUMBERED or not found:
+        return found
+    msg = (
+        f"{n}: {len(found)} stats differ from the data, e.g. {found[0].message}; LeRobot's "
+        "editors renumber this column and keep the recorded stats (never normalized)"
+    )
+    return [Finding("stats.recompute", WARNING, msg, found[0].file, found[0].episode)]
+
+
+def _recompute_lerobot(raw, ds, feats, dataset, ep, episodes) -> list[Finding]:
+    """``--deep`` on stats episodekit did not write: recompute them LeRobot's way (see
+    metadata/lerobot_stats.py) and compare; the dataset's quantiles may be LeRobot 0.4.4's
+    count-weighted mean of the episodes' or its later envelope."""
+    try:
+        per = _lerobot_episode_stats(ds, feats)
+    except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
+        return [Finding("stats.recompute", ERROR, f"cannot recompute: {exc}")]
+    out = []
+    how = f"recomputed LeRobot's way, tolerance float32 rounding + {ORDER_TOLERANCE}"
+    for n in feats:
+        if not per[n] or set(per[n]) != set(ep.tolist()):
+            continue
+        rows = [per[n][int(e)] for e in ep]
+        found: list[Finding] = []
+        want = {k: np.stack([r[k] for r in rows]).astype(np.float64) for k in STAT_KEYS}
+        for k, v in episodes.get(n, {}).items():
+            bad = np.flatnonzero(~np.all(_lerobot_close(k, v, want[k], want), axis=1))
+            if len(bad):
+                msg = f"stats/{n}/{k}: {len(bad)} episode(s) differ from the data ({how})"
+                found.append(Finding("stats.recompute", ERROR, msg, None, int(ep[bad[0]])))
+        agg = lerobot_stats.aggregate(rows)
+        env = lerobot_stats.envelope(rows)
+        for k, v in dataset.get(n, {}).items():
+            good = _lerobot_close(k, v, agg[k].astype(np.float64), agg)
+            if k in env:
+                good |= _lerobot_close(k, v, env[k], agg)
+            if not np.all(good):
+                j = int(np.flatnonzero(~good)[0])
+                msg = (
+                    f"{n}/{k}: stats.json has {v[j]:.9g} in dimension {j}, the data give "
+                    f"{float(agg[k][j]):.9g} ({how})"
+                )
+                found.append(Finding("stats.recompute", ERROR, msg, STATS_FILE))
+        out += _renumbered(n, found)
+    return out
+
+
 def _recompute(raw: RawRoot, feats, dataset, ep, episodes, executor: str) -> list[Finding]:
-    """``--deep``: recompute every stat from the data and compare."""
+    """``--deep``: recompute every stat from the data and compare (exactly for stats episodekit
+    wrote, LeRobot's way for the others)."""
     ds = dataset_from_raw(raw)
     if ds is None:
         return []
-    meta = read_summary_meta(ds) or {}
+    meta = read_summary_meta(ds)
+    if meta is None:
+        return _recompute_lerobot(raw, ds, feats, dataset, ep, episodes)
     mode = "sketch" if "sketch" in (meta.get("quantiles") or {}).values() else "exact"
     try:
         res = compute_stats(ds, list(feats), quantiles=mode, executor=executor)
@@ -397,11 +490,20 @@ def _image_values(v, key: str) -> tuple[np.ndarray | None, str]:
     return arr.reshape(-1), ""
 
 
+# LeRobot's image quantiles come from the same padded histogram (values / 255 in [0, 1]): a
+# quantile may sit the padding plus one bin (of at most 1.0 / 5000) outside [0, 1].
+UNIT_SLACK = (1 + 2 * LEROBOT_PAD) / LEROBOT_BINS + LEROBOT_PAD
+
+
+def _outside_unit(v: np.ndarray) -> np.ndarray:
+    return (v < -UNIT_SLACK) | (v > 1 + UNIT_SLACK)
+
+
 def _image_range(name: str, got: dict[str, np.ndarray], file, episode=None) -> list[Finding]:
-    bad = [k for k, v in got.items() if k != "count" and np.any((v < 0) | (v > 1))]
+    bad = [k for k, v in got.items() if k != "count" and np.any(_outside_unit(v))]
     if not bad:
         return []
-    msg = f"{name}: {bad} outside [0, 1] (image stats are pixel values / 255)"
+    msg = f"{name}: {bad} outside [0, 1] (image stats are pixel values / 255; {UNIT_SLACK:g} slack)"
     return [Finding("stats.order", ERROR, msg, file, episode)]
 
 
@@ -538,7 +640,7 @@ def _image_episode_part(
             out += _order_rows(n, got, ep)
             bad = np.flatnonzero(
                 np.any(
-                    [np.any((v < 0) | (v > 1), axis=1) for k, v in got.items() if k != "count"]
+                    [np.any(_outside_unit(v), axis=1) for k, v in got.items() if k != "count"]
                     or [np.zeros(len(rows), bool)],
                     axis=0,
                 )

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from episodekit.cli.common import RootProblem, json_option, root_argument
+from episodekit.core import jsonout
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
 from episodekit.core.paths import VIDEO_CODECS
@@ -61,11 +60,11 @@ def info_command(root: str | None, as_json: bool, max_files: int, mixture: str |
         from episodekit.metadata.mixture import describe_mixture, format_mixture
 
         d = describe_mixture(mixture)
-        click.echo(json.dumps(d, indent=2) if as_json else format_mixture(d))
+        click.echo(jsonout.dumps(d, indent=2) if as_json else format_mixture(d))
         return
 
     d = describe(root)
-    click.echo(json.dumps(d, indent=2) if as_json else format_description(d, max_files))
+    click.echo(jsonout.dumps(d, indent=2) if as_json else format_description(d, max_files))
 
 
 def _local_output(ctx: click.Context, param: click.Parameter, value: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
@@ -26,6 +25,7 @@ from episodekit.cli.common import (
     root_argument,
     writing,
 )
+from episodekit.core import jsonout
 
 
 @click.command("costs")
@@ -195,7 +195,7 @@ def _echo_plans(results, skip, describe, label: str, t0: float, as_json: bool) -
             {"path": p, "changed": c, **{k: v for k, v in plan.items() if k not in skip}}
             for p, plan, c in results
         ]
-        click.echo(json.dumps(heads, indent=2, sort_keys=True))
+        click.echo(jsonout.dumps(heads, indent=2, sort_keys=True))
         return
     for path, plan, changed in results:
         click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
@@ -267,7 +267,7 @@ def speed_command(root: str, force: bool, recompute: bool, no_wait: bool, as_jso
 
     with writing(root, no_wait):
         report = speed_report(root, force=pick(force, recompute))
-    click.echo(json.dumps(report, indent=2) if as_json else format_speed_table(report))
+    click.echo(jsonout.dumps(report, indent=2) if as_json else format_speed_table(report))
 
 
 def format_stats_report(report: dict, stats: dict | None = None) -> str:
@@ -412,7 +412,7 @@ def stats_command(
             images=images,
         )
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(jsonout.dumps(report, indent=2))
         return
     stats = None
     if (report.get("images") or {}).get("features") and report["status"] != "not written":
@@ -434,7 +434,7 @@ def _mixture_stats(
         mixture, out, wait=not no_wait, say=_say, force=force, features=only,
         quantiles=quantiles, memory_mb=memory_mb,
     )  # fmt: skip
-    click.echo(json.dumps(report, indent=2) if as_json else format_mixture_stats(report))
+    click.echo(jsonout.dumps(report, indent=2) if as_json else format_mixture_stats(report))
 
 
 @click.group("metadata", cls=EpisodekitGroup)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -21,6 +20,7 @@ from episodekit.cli.common import (
     root_argument,
     target_mb_option,
 )
+from episodekit.core import jsonout
 from episodekit.core.paths import COMPRESSIONS, VIDEO_CODECS
 
 
@@ -104,7 +104,7 @@ def rowgroups_command(
         wait=not no_wait,
     )
     if as_json:
-        click.echo(json.dumps(report.summary(), indent=2))
+        click.echo(jsonout.dumps(report.summary(), indent=2))
     else:
         if dry_run:
             for r in report.files:
@@ -180,7 +180,7 @@ def prep_videos_command(
         timing_frames=timing_frames,
         progress=current().step,
     )
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
+    click.echo(jsonout.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if result.failed:
         sys.exit(1)
 
@@ -229,4 +229,4 @@ def frames_command(
     finally:
         if "task" in bar:
             bar["task"].close()
-    click.echo(json.dumps(report.summary(), indent=2) if as_json else format_report(report))
+    click.echo(jsonout.dumps(report.summary(), indent=2) if as_json else format_report(report))

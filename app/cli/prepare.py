@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -24,6 +23,7 @@ from episodekit.cli.common import (
     root_argument,
     target_mb_option,
 )
+from episodekit.core import jsonout
 
 
 @click.command("prepare")
@@ -186,7 +186,7 @@ def prepare_command(
         canonical_bins=canonical,
         stats=stats,
     )
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
+    click.echo(jsonout.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:
         sys.exit(1)
 
@@ -203,6 +203,8 @@ def _prepare_mixture(
         mixture, out, world_sizes=world_size, num_workers=workers, cost=cost, locality=locality,
         split_long=split_long, force=force, wait=not no_wait, **kwargs,
     )  # fmt: skip
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_mixture_result(result))
+    click.echo(
+        jsonout.dumps(result.to_dict(), indent=2) if as_json else format_mixture_result(result)
+    )
     if not result.ok:
         sys.exit(1)

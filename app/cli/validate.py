@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -16,6 +15,7 @@ from episodekit.cli.common import (
     json_option,
     quiet_option,
 )
+from episodekit.core import jsonout
 from episodekit.core.errors import EXIT_DATA, EXIT_ENV
 
 
@@ -126,14 +126,17 @@ def validate_command(
     try:
         select_checks(checks, deep=deep)
     except ValueError as exc:
+        _json_usage(root, f"--checks: {exc}", as_json)
         raise click.BadParameter(str(exc), param_hint="--checks") from exc
     if plots_dir and not report_path:
+        _json_usage(root, "--plots needs --report", as_json)
         raise click.UsageError("--plots needs --report (the plots are linked from the report)")
     from episodekit.validate.quality import ThresholdsError, load_thresholds
 
     try:
         thresholds = load_thresholds(quality_thresholds, min_length=min_length)
     except ThresholdsError as exc:
+        _json_usage(root, f"--quality-thresholds: {exc}", as_json)
         raise click.BadParameter(str(exc), param_hint="--quality-thresholds") from exc
     strict = strict or fail_on == "warning"
 
@@ -171,12 +174,17 @@ def validate_command(
     sys.exit(report.exit_code())
 
 
+def _json_usage(root: str, message: str, as_json: bool, code: int = EXIT_ENV) -> None:
+    """With --json, the JSON document of an error that stops validation (before its line)."""
+    if as_json:
+        doc = {"version": 1, "root": root, "ok": False, "exit_code": code, "error": message}
+        click.echo(jsonout.dumps(doc, indent=2))
+
+
 def _cannot_validate(root: str, message: str, as_json: bool, code: int) -> None:
     """Nothing could be validated: one line on stderr, exit ``code`` (2: no such root or the
     environment; 1: its info.json is broken); with --json also a JSON document on stdout
     (--json always prints JSON)."""
-    if as_json:
-        doc = {"version": 1, "root": root, "ok": False, "exit_code": code, "error": message}
-        click.echo(json.dumps(doc, indent=2))
+    _json_usage(root, message, as_json, code)
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)

@@ -1,0 +1,102 @@
+"""Normalization stats computed the way LeRobot 0.4.4 computes them (``compute_stats.py``), so a
+sample can carry what real datasets carry and ``validate --deep`` can check stats LeRobot wrote.
+
+Per episode (``RunningQuantileStats`` fed the whole episode at once): min, max, mean and
+``std = sqrt(max(0, E[x^2] - E[x]^2))`` in the values' dtype (float32 stays float32), count; each
+quantile from a 5000-bin histogram per dimension with edges ``min - 1e-10 .. max + 1e-10``,
+linearly interpolated inside the bin holding ``q * count`` (so it is known to one bin width and may
+sit the padding outside [min, max]). An episode of one frame gets its mean as every quantile.
+The dataset's stats (``aggregate_feature_stats``): min of mins, max of maxes, count-weighted mean,
+the parallel-variance std, and each quantile the count-weighted mean of the episodes' (not a
+quantile of the whole data; LeRobot >= 0.5 keeps an envelope instead: min for q <= 50, max above).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LEROBOT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+LEROBOT_QUANTILE_KEYS = ("q01", "q10", "q50", "q90", "q99")
+NUM_BINS = 5000
+PAD = 1e-10
+
+
+def _histogram_quantiles(col: np.ndarray, lo, hi) -> np.ndarray:
+    """LeRobot's ``_compute_single_quantile`` for every quantile of one dimension."""
+    edges = np.linspace(lo - PAD, hi + PAD, NUM_BINS + 1)
+    hist, _ = np.histogram(col, bins=edges)
+    cumsum = np.cumsum(hist)
+    out = np.empty(len(LEROBOT_QUANTILES))
+    for i, q in enumerate(LEROBOT_QUANTILES):
+        target = q * len(col)
+        idx = int(np.searchsorted(cumsum, target))
+        if idx == 0:
+            out[i] = edges[0]
+        elif idx >= len(cumsum):
+            out[i] = edges[-1]
+        else:
+            before = cumsum[idx - 1]
+            in_bin = cumsum[idx] - before
+            if in_bin == 0:
+                out[i] = edges[idx]
+            else:
+                out[i] = edges[idx] + (target - before) / in_bin * (edges[idx + 1] - edges[idx])
+    return out
+
+
+def episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """LeRobot's stats of one episode's ``(frames, D)`` values: ``{key: (D,) array}``, count
+    ``(1,)``."""
+    x = values.reshape(len(values), -1)
+    n = len(x)
+    stats = {"min": np.min(x, axis=0), "max": np.max(x, axis=0), "mean": np.mean(x, axis=0)}
+    if n < 2:
+        stats["std"] = np.std(x, axis=0)
+        for k in LEROBOT_QUANTILE_KEYS:
+            stats[k] = stats["mean"].copy()
+    else:
+        var = np.mean(x**2, axis=0) - stats["mean"] ** 2
+        stats["std"] = np.sqrt(np.maximum(0, var))
+        qs = np.stack(
+            [
+                _histogram_quantiles(x[:, j], stats["min"][j], stats["max"][j])
+                for j in range(x.shape[1])
+            ],
+            axis=1,
+        )
+        for i, k in enumerate(LEROBOT_QUANTILE_KEYS):
+            stats[k] = qs[i]
+    stats["count"] = np.array([n])
+    return {k: np.asarray(v, dtype=np.float64) if k != "count" else v for k, v in stats.items()}
+
+
+def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """LeRobot 0.4.4's ``aggregate_feature_stats`` over the episodes' stats of one feature."""
+    means = np.stack([s["mean"] for s in per_episode])
+    variances = np.stack([s["std"] ** 2 for s in per_episode])
+    counts = np.stack([s["count"] for s in per_episode]).astype(np.float64)  # (E, 1)
+    total = counts.sum(axis=0)
+    mean = (means * counts).sum(axis=0) / total
+    var = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
+    out = {
+        "min": np.min(np.stack([s["min"] for s in per_episode]), axis=0),
+        "max": np.max(np.stack([s["max"] for s in per_episode]), axis=0),
+        "mean": mean,
+        "std": np.sqrt(var),
+        "count": total.astype(np.int64),
+    }
+    for k in LEROBOT_QUANTILE_KEYS:
+        out[k] = (np.stack([s[k] for s in per_episode]) * counts).sum(axis=0) / total
+    return out
+
+
+def envelope(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """LeRobot >= 0.5's dataset quantiles: min of the episodes' for q <= 50, max above."""
+    out = {}
+    for k in LEROBOT_QUANTILE_KEYS:
+        v = np.stack([s[k] for s in per_episode])
+        out[k] = v.min(axis=0) if int(k[1:]) <= 50 else v.max(axis=0)
+    return out
+
+
+__all__ = ["LEROBOT_QUANTILE_KEYS", "aggregate", "envelope", "episode_stats"]
