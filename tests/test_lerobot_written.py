@@ -181,7 +181,6 @@ def test_prepare_then_validate(prepared, name):
     run("validate", root, "--fail-on", "warning")
 
 
-@pytest.mark.xfail(strict=True, reason="prepare keeps existing stats: pipeline branch")
 @pytest.mark.parametrize("name", NAMES)
 def test_prepare_keeps_lerobot_stats_byte_identical(prepared, name):
     needs(name)
@@ -304,7 +303,7 @@ def test_sharded_loader_every_bin_equals_lerobot(prepared, name):
     sample; every bin yields its planned count and the bins cover the reference indices."""
     needs(name)
     from episodekit.loaders import ShardedLoader
-    from episodekit.metadata.plan_file import load_plan
+    from episodekit.metadata.plan_load import load_plan
 
     root = prepared[name]["root"]
     ref = ref_of(name)

@@ -130,9 +130,6 @@ def test_bad_stats_mode_is_a_usage_error(make_sample):
     assert p.returncode == 2 and "--stats" in p.stderr
 
 
-@pytest.mark.xfail(
-    strict=False, reason="needs stats tolerance from the real branch (LeRobot's stats.order)"
-)
 @pytest.mark.parametrize("name", ["rec40", "edited35", "vid24"])
 def test_lerobot_stats_survive_a_default_prepare_byte_identical(name, tmp_path):
     src = LEROBOT / name
