@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.episodekit-test
 DEMO_DIR ?= ./demo-data
 DEMO_EPISODES ?= 2500
 
-.PHONY: demo test lint install clean
+.PHONY: demo test docs lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ $(BASE_STAMP): pyproject.toml | $(BIN)/python
 	touch $(BASE_STAMP)
 
 $(TEST_STAMP): $(BASE_STAMP)
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,docs]'
 	@# Optional extras for the torch and ray tests: on a machine without them those tests skip.
 	-$(PIP) 'torch==2.13.0' || echo "torch not installed: torch tests will skip"
 	-$(PIP) 'torchdata>=0.11' || echo "torchdata not installed: StatefulDataLoader tests will skip"
@@ -37,6 +37,12 @@ demo: $(BASE_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 tests
+	$(MAKE) --no-print-directory docs
+
+# The reference site in ./site (broken links, anchors or API references fail the build).
+docs: $(TEST_STAMP)
+	$(BIN)/python scripts/apidoc_tree.py > /dev/null
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
@@ -51,5 +57,5 @@ clean:
 	d = default_store_dir(open_dataset(sys.argv[1])); \
 	print('removing the demo frame store', d) if d.exists() else None; \
 	shutil.rmtree(d, ignore_errors=True)" $(DEMO_DIR); fi
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis $(DEMO_DIR)
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache .hypothesis $(DEMO_DIR)
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

@@ -1,11 +1,12 @@
 """Time `metadata stats` with and without --images on a video sample (same run, same root).
 
-.venv/bin/python scripts/bench_image_stats.py [ROOT]   (default /work/bench-data/images-vid)
+.venv/bin/python scripts/bench_image_stats.py [ROOT]   (default $EPISODEKIT_BENCH/images-vid)
 Writes a 10-episode sample (~300 frames each, 240x320 AV1) unless ROOT already holds one.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,8 +14,11 @@ from pathlib import Path
 from episodekit.metadata.stats import ensure_stats
 from episodekit.sample import write_sample
 
+# Where scripts/bench_data.py wrote the benchmark roots (EPISODEKIT_BENCH, default ./bench-data).
+BENCH = os.environ.get("EPISODEKIT_BENCH", "bench-data")
+
 if __name__ == "__main__":
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/bench-data/images-vid")
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else os.path.join(BENCH, "images-vid"))
     if not (root / "meta/info.json").exists():
         write_sample(
             root, episodes=10, tasks=1, seed=1, mean_length=300, videos=1, video_size=(240, 320)

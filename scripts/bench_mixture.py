@@ -19,8 +19,8 @@
    shared) for the first epoch (pools' pages mapped as they fill) and the second, and the
    rows each decodes. With --store DIR both loaders read through that frame store of --root.
 
-Usage: .venv/bin/python scripts/bench_mixture.py --root /work/bench-data/big10m \
-          --out /work/bench-data/mixture-bench [--parts 1,2,3,4]
+Usage: .venv/bin/python scripts/bench_mixture.py --root $EPISODEKIT_BENCH/big10m \
+          --out $EPISODEKIT_BENCH/mixture-bench [--parts 1,2,3,4]
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from episodekit.metadata.mixture import parse_mixture, resolve_sources
 from episodekit.metadata.mixture_plan import SourceCosts, build_mixture_plan
 from episodekit.metadata.plan_file import Plan, decode_plan, encode_plan
 from episodekit.metadata.plans import build_plan, rowgroup_units
+
+# Where scripts/bench_data.py wrote the benchmark roots (EPISODEKIT_BENCH, default ./bench-data).
+BENCH = os.environ.get("EPISODEKIT_BENCH", "bench-data")
 
 
 def lognormal(n: int, seed: int, median: float) -> np.ndarray:
@@ -274,8 +277,8 @@ def publish_store(root: str, store: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", default="/work/bench-data/big10m")
-    ap.add_argument("--out", default="/work/bench-data/mixture-bench")
+    ap.add_argument("--root", default=os.path.join(BENCH, "big10m"))
+    ap.add_argument("--out", default=os.path.join(BENCH, "mixture-bench"))
     ap.add_argument("--parts", default="1,2,3,4")
     ap.add_argument("--episodes", type=int, default=1_000_000)
     ap.add_argument("--world-size", type=int, default=8)

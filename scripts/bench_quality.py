@@ -15,7 +15,7 @@ In one run (the machine is shared and noisy: compare the ratios, measured in the
      lerobot-doctor, with times: caught = a WARN/FAIL message the clean twin does not have
      that names the episode (per-episode kinds); "vague" = new messages that do not.
 
-    .venv/bin/python scripts/bench_quality.py [--root /work/bench-data/quality-2m] [--repeat 3]
+    .venv/bin/python scripts/bench_quality.py [--root $EPISODEKIT_BENCH/quality-2m] [--repeat 3]
         [--no-doctor] [--doctor-at-scale]
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -42,6 +43,9 @@ from episodekit.validate.runner import validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from corruptions import QUALITY_CORRUPTIONS, QUALITY_SPEC  # noqa: E402
+
+# Where scripts/bench_data.py wrote the benchmark roots (EPISODEKIT_BENCH, default ./bench-data).
+BENCH = os.environ.get("EPISODEKIT_BENCH", "bench-data")
 
 SPEC = {"episodes": 6000, "tasks": 8, "seed": 7, "mean_length": 345}
 COLUMNS = ("episode_index", "index", "timestamp", "action", "observation.state")
@@ -196,7 +200,7 @@ def names_it(message: str, episode: int | None, feature: str | None) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", default="/work/bench-data/quality-2m")
+    ap.add_argument("--root", default=os.path.join(BENCH, "quality-2m"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-doctor", action="store_true")
     ap.add_argument("--doctor-at-scale", action="store_true", help="also run it on the 2M root")

@@ -9,9 +9,9 @@
    equal the whole's; LeRobot's envelope rule (min of q<=50, max of q>50) on the halves does not.
 
 Nothing under ROOT is written (``compute_stats`` only computes). The root must be a copy you may
-read (e.g. meta/ copied and data files hard-linked into /work/bench-data/stats-root).
+read (e.g. meta/ copied and data files hard-linked into $EPISODEKIT_BENCH/stats-root).
 
-    .venv/bin/python scripts/bench_stats.py [--root /work/bench-data/stats-root] [--jobs 2]
+    .venv/bin/python scripts/bench_stats.py [--root $EPISODEKIT_BENCH/stats-root] [--jobs 2]
                                             [--timing-only] [--repeat N]
 """
 
@@ -40,9 +40,13 @@ from episodekit.metadata.stats import (
     refine_quantiles,
 )
 
+# Where scripts/bench_data.py wrote the benchmark roots (EPISODEKIT_BENCH, default ./bench-data).
+BENCH = os.environ.get("EPISODEKIT_BENCH", "bench-data")
+
 CHILD = """
 import json, sys, time
 from episodekit.metadata.stats import compute_stats
+
 t0 = time.perf_counter()
 r = compute_stats(sys.argv[1], quantiles=sys.argv[2], jobs=int(sys.argv[3]) or None)
 print(json.dumps({"seconds": time.perf_counter() - t0, "mode": r.mode, "rank_error": r.rank_error}))
@@ -113,7 +117,7 @@ def envelope(a: np.ndarray, b: np.ndarray, key: str) -> np.ndarray:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--root", default="/work/bench-data/stats-root")
+    ap.add_argument("--root", default=os.path.join(BENCH, "stats-root"))
     ap.add_argument("--jobs", type=int, default=0, help="processes (0: number of cores)")
     ap.add_argument("--timing-only", action="store_true", help="only the time and memory bars")
     ap.add_argument("--repeat", type=int, default=1, help="rounds of the time and memory bars")

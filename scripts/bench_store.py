@@ -1,7 +1,7 @@
 """Benchmark the frame store (``episodekit prep frames``) on a prepared ~10M-frame root.
 
-    .venv/bin/python scripts/bench_store.py --root /work/bench-data/big10m \\
-        --store /work/bench-data/store-big10m --workdir /work/bench-data/store-bench
+    .venv/bin/python scripts/bench_store.py --root $EPISODEKIT_BENCH/big10m \\
+        --store $EPISODEKIT_BENCH/store-big10m --workdir $EPISODEKIT_BENCH/store-bench
 
 Baselines are measured in the same run (the machine is shared and noisy; best of ``--repeat``):
 
@@ -36,6 +36,9 @@ from numpy_baseline import window_readers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_loader import DELTAS  # noqa: E402  (the same windows as bench_loader)
+
+# Where scripts/bench_data.py wrote the benchmark roots (EPISODEKIT_BENCH, default ./bench-data).
+BENCH = os.environ.get("EPISODEKIT_BENCH", "bench-data")
 
 MIB = 2**20
 
@@ -296,9 +299,11 @@ def bench_procs(root: Path, store: Path, procs: int, reads: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--root", default="/work/bench-data/big10m", help="a prepared ~10M-frame root")
-    p.add_argument("--store", default="/work/bench-data/store-big10m", help="store directory")
-    p.add_argument("--workdir", default="/work/bench-data/store-bench", help="baseline output")
+    p.add_argument(
+        "--root", default=os.path.join(BENCH, "big10m"), help="a prepared ~10M-frame root"
+    )
+    p.add_argument("--store", default=os.path.join(BENCH, "store-big10m"), help="store directory")
+    p.add_argument("--workdir", default=os.path.join(BENCH, "store-bench"), help="baseline output")
     p.add_argument("--repeat", type=int, default=2, help="rounds (best is kept)")
     p.add_argument("--reads", type=int, default=50_000, help="random ds[i] per round")
     p.add_argument("--batches", type=int, default=200, help="random get_batch(256) per round")

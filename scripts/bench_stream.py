@@ -1,7 +1,7 @@
 """Benchmark the streaming loader (``ShardedLoader``) at user scale, baseline in the same run.
 
-    .venv/bin/python scripts/bench_stream.py --root /work/bench-data/big10m \
-        --workdir /work/bench-data/stream-root             # 8x2 and 64x4, one worker each
+    .venv/bin/python scripts/bench_stream.py --root $EPISODEKIT_BENCH/big10m \
+        --workdir $EPISODEKIT_BENCH/stream-root             # 8x2 and 64x4, one worker each
     .venv/bin/python scripts/bench_stream.py --snippet ROOT   # the README snippet, as written
 
 ``--root`` is a prepared dataset (32 MiB row groups); it is never written to: its ``meta/`` is
@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+# Where scripts/bench_data.py wrote the benchmark roots (EPISODEKIT_BENCH, default ./bench-data).
+BENCH = os.environ.get("EPISODEKIT_BENCH", "bench-data")
 
 FPS = 30
 DELTAS = {
@@ -360,7 +363,7 @@ def snippet(root: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--root", help="A prepared ~10M-frame root (read-only here).")
-    p.add_argument("--workdir", default="/work/bench-data/stream-root")
+    p.add_argument("--workdir", default=os.path.join(BENCH, "stream-root"))
     p.add_argument("--shapes", default="8x2,64x4")
     p.add_argument("--snippet", help="Run the README snippet on this prepared root.")
     p.add_argument("--estimate", action="store_true", help="Footer-only amplification, all bins.")

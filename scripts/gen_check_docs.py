@@ -26,7 +26,6 @@ def render() -> str:
         "Generated from the check registry by `scripts/gen_check_docs.py` (the same list as",
         "`episodekit validate --list-checks`); select with `--checks all,-layout,quality.jump`.",
         "How each group works: [Validation](validate.md).",
-        "",
     ]
     group = None
     for check_id, what in CHECKS.items():
