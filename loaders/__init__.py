@@ -14,9 +14,7 @@ numpy + pyarrow only (torch is optional: ``episodekit.loaders.torch`` wraps thes
 
 from episodekit.core.errors import DatasetError
 from episodekit.loaders.elastic import ElasticLoader, ElasticStateError, merge_states
-from episodekit.loaders.frames import FrameDataset
-from episodekit.loaders.sampler import EpisodeAwareSampler
-from episodekit.loaders.sharded import ShardedLoader
+from episodekit.loaders.factory import EpisodeAwareSampler, FrameDataset, ShardedLoader
 from episodekit.metadata.canonical import load_canonical_plan
 from episodekit.metadata.plan_file import (
     Plan,

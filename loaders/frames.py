@@ -114,17 +114,9 @@ class FrameDataset:
     store (an error if it is missing or stale). ``warn_cache``: warn once when, without a store,
     the frames do not fit ``cache_mb`` (random access would thrash); streams pass False.
 
-    On a mixture (a mixture plan, its folder, or a mixture spec) this builds a
-    :class:`~episodekit.loaders.mixture.MixtureFrameDataset` instead.
+    One root; ``episodekit.loaders.FrameDataset`` (:mod:`episodekit.loaders.factory`) picks this
+    or :class:`~episodekit.loaders.mixture.MixtureFrameDataset` for a mixture.
     """
-
-    def __new__(cls, root: Any = None, *args: Any, **kwargs: Any):
-        if cls is FrameDataset and root is not None and not isinstance(root, Dataset):
-            from episodekit.loaders.mixture import MixtureFrameDataset, looks_like_mixture
-
-            if looks_like_mixture(root):
-                return MixtureFrameDataset(root, *args, **kwargs)
-        return super().__new__(cls)
 
     def __init__(
         self,

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset
+from episodekit.core.paths import MIB
 from episodekit.core.world import fill_rank
 from episodekit.loaders.arena import PoolArena
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset, int_indices
@@ -48,8 +49,9 @@ from episodekit.loaders.sharded import (
     BinLayout,
     BinOrder,
     ShardedLoader,
-    _concat,
+    batch_row,
     check_run,
+    concat_batches,
     row_bytes_estimate,
 )
 from episodekit.loaders.store import AUTO, find_store
@@ -282,7 +284,7 @@ def _join(batches: list[dict[str, Any]]) -> dict[str, Any]:
         ):
             out[key] = PoolRows(v.base, np.concatenate([x.index for x in values]))
         else:
-            out[key] = _concat([{key: _values(x)} for x in values])[key]
+            out[key] = concat_batches([{key: _values(x)} for x in values])[key]
     return out
 
 
@@ -532,7 +534,6 @@ class MixtureLoader(ShardedLoader):
         worker: int | None = None,
         num_workers: int | None = None,
         batch_size: int | None = None,
-        pool_episodes: int | None = None,
         seed: int = 0,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
@@ -595,7 +596,7 @@ class MixtureLoader(ShardedLoader):
                     raise ValueError(f"bin (rank {self.rank}, worker {w}) has no frames of {s}")
                 self._layouts[(w, s)] = layout
             row_bytes = row_bytes_estimate(ds, reader.columns)
-            pool_rows.append(max(int(source_mb[s] * 1024 * 1024 // row_bytes), 1))
+            pool_rows.append(max(int(source_mb[s] * MIB // row_bytes), 1))
         self._pool_rows = pool_rows
         # the sources' pools side by side in one array per shared column: a batch is gathered
         # once, not gathered per source and then scattered (see loaders/arena.py)
@@ -764,8 +765,6 @@ class MixtureLoader(ShardedLoader):
         return assemble(parts, n)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        from episodekit.loaders.sharded import _row
-
         total = len(self)
         if total and self.position >= total:
             self.epoch, self.position = self.epoch + 1, 0
@@ -785,7 +784,7 @@ class MixtureLoader(ShardedLoader):
                     continue
                 for j in range(len(batch[SOURCE_INDEX])):
                     self.position += 1
-                    yield _row(batch, j)
+                    yield batch_row(batch, j)
                 if epoch != self.epoch:
                     return
 

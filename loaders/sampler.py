@@ -171,21 +171,9 @@ class EpisodeAwareSampler:
     ``state_dict()`` counts the indices handed out by the iterator; with a DataLoader (which
     prefetches), store ``{"epoch": e, "position": samples_consumed}`` yourself instead.
 
-    With a mixture plan (or a mixture dataset) this is a
-    :class:`~episodekit.loaders.mixture.MixtureSampler`.
+    One root; ``episodekit.loaders.EpisodeAwareSampler`` (:mod:`episodekit.loaders.factory`)
+    picks this or :class:`~episodekit.loaders.mixture.MixtureSampler` for a mixture.
     """
-
-    def __new__(cls, *args: Any, **kwargs: Any):
-        if cls is EpisodeAwareSampler:
-            from episodekit.loaders.mixture import MixtureFrameDataset, MixtureSampler
-
-            plan = kwargs.get("plan", args[5] if len(args) > 5 else None)
-            data = kwargs.get("dataset", args[0] if args else None)
-            if getattr(plan, "item_source", None) is not None or isinstance(
-                data, MixtureFrameDataset
-            ):
-                return super().__new__(MixtureSampler)
-        return super().__new__(cls)
 
     def __init__(
         self,

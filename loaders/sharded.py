@@ -29,6 +29,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.footer import read_footer
+from episodekit.core.paths import MIB
 from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
@@ -245,22 +246,11 @@ class ShardedLoader:
     RANK/WORLD_SIZE; ``worker`` defaults to the torch DataLoader worker id, else all of the rank's
     bins in turn. Yields samples (dicts like ``FrameDataset[i]``) or, with ``batch_size``, batches
     (like ``get_batch``; the epoch's last batch may be shorter). ``cache_mb`` bounds the decoded
-    row groups held at once, hence the pool: more mixing for more memory. ``pool_episodes`` is
-    accepted for compatibility and ignored (pools are whole row groups now).
+    row groups held at once, hence the pool: more mixing for more memory.
 
-    With a mixture plan (or ``root`` a mixture plan folder) this is a
-    :class:`~episodekit.loaders.mixture.MixtureLoader`.
+    One root; ``episodekit.loaders.ShardedLoader`` (:mod:`episodekit.loaders.factory`) picks
+    this or :class:`~episodekit.loaders.mixture.MixtureLoader` for a mixture plan.
     """
-
-    def __new__(cls, root: Any = None, plan: Any = None, *args: Any, **kwargs: Any):
-        if cls is ShardedLoader:
-            from episodekit.loaders.mixture import MixtureLoader, looks_like_mixture
-
-            if getattr(plan, "item_source", None) is not None or (
-                plan is None and not isinstance(root, Dataset) and looks_like_mixture(root)
-            ):
-                return super().__new__(MixtureLoader)
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -271,7 +261,6 @@ class ShardedLoader:
         worker: int | None = None,
         num_workers: int | None = None,
         batch_size: int | None = None,
-        pool_episodes: int | None = None,
         seed: int = 0,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
@@ -286,8 +275,6 @@ class ShardedLoader:
 
             plan = load_plan(ds, world_size, num_workers or 1)
         check_run(plan, rank, world_size, worker, num_workers, batch_size, cache_mb)
-        if pool_episodes is not None and pool_episodes < 1:
-            raise ValueError(f"pool_episodes must be >= 1, got {pool_episodes}")
         self.plan, self.rank, self.world_size = plan, int(rank), int(world_size)
         self.num_workers = int(plan.num_workers)
         self.worker = worker
@@ -323,7 +310,7 @@ class ShardedLoader:
                 raise ValueError(f"bin (rank {self.rank}, worker {w}) of the plan has no frames")
             self._bins.append(layout)
         row_bytes = row_bytes_estimate(ds, reader.columns)
-        self.pool_rows = max(int(cache_mb * 1024 * 1024 // row_bytes), 1)
+        self.pool_rows = max(int(cache_mb * MIB // row_bytes), 1)
         backend = self.frames.video_backend
         if backend is not None:  # a pool's decoded video must fit the backend's episode cache
             self.pool_rows = min(self.pool_rows, backend.pool_rows(ds, self.frames.video_keys))
@@ -423,7 +410,7 @@ class ShardedLoader:
             if self._pool_needed:
                 reader.hold(rgs, need, rows)
             out.append(self.frames.get_frames(frames))
-        return out[0] if len(out) == 1 else _concat(out)
+        return out[0] if len(out) == 1 else concat_batches(out)
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -442,7 +429,7 @@ class ShardedLoader:
                 continue
             for j in range(n):
                 self.position += 1
-                yield _row(batch, j)
+                yield batch_row(batch, j)
             if epoch != self.epoch:  # set_epoch/load_state_dict while iterating
                 return
 
@@ -489,13 +476,13 @@ class ShardedLoader:
         self.seek(int(state["epoch"]), int(state["position"]))
 
 
-def _concat(batches: list[dict[str, Any]]) -> dict[str, Any]:
+def concat_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
     """Concatenate batch dicts along the batch axis (lists are joined, dicts recursed)."""
     out: dict[str, Any] = {}
     for key, v in batches[0].items():
         values = [b[key] for b in batches]
         if isinstance(v, Mapping):
-            out[key] = _concat(values)
+            out[key] = concat_batches(values)
         elif isinstance(v, list):
             out[key] = [x for vs in values for x in vs]
         else:
@@ -503,6 +490,6 @@ def _concat(batches: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _row(batch: Mapping[str, Any], j: int) -> dict[str, Any]:
+def batch_row(batch: Mapping[str, Any], j: int) -> dict[str, Any]:
     """Sample ``j`` of a batch dict (nested video dicts included)."""
-    return {k: (_row(v, j) if isinstance(v, Mapping) else v[j]) for k, v in batch.items()}
+    return {k: (batch_row(v, j) if isinstance(v, Mapping) else v[j]) for k, v in batch.items()}
