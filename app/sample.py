@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.outdir import check_output_dir, mark_output_dir
-from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, VIDEO_PATH_V2, VIDEO_PATH_V3
+from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, MIB, VIDEO_PATH_V2, VIDEO_PATH_V3
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
 from episodekit.core.video import ENCODERS, VideoWriter, require_av
@@ -502,7 +502,7 @@ def _write_camera_v30(
     key = f"observation.images.cam{camera}"
     h, w = spec.video_size
     est_bytes_per_frame = h * w * 0.05 * (1 + 0.3 * camera)
-    vfile = _plan_files(lengths * est_bytes_per_frame, spec.video_files_size_in_mb * 1024 * 1024)
+    vfile = _plan_files(lengths * est_bytes_per_frame, spec.video_files_size_in_mb * MIB)
     frames_before = np.zeros(len(lengths), dtype=np.int64)
     for f in np.unique(vfile).tolist():
         sel = np.flatnonzero(vfile == f)
@@ -533,7 +533,7 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     from_index = to_index - lengths
 
     per_frame = _bytes_per_frame(spec, len(png or b""))
-    file_seq = _plan_files(lengths * per_frame, spec.data_files_size_in_mb * 1024 * 1024)
+    file_seq = _plan_files(lengths * per_frame, spec.data_files_size_in_mb * MIB)
     data_chunk = file_seq // spec.chunks_size
     data_file = file_seq % spec.chunks_size
 
@@ -582,7 +582,7 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     # Episode metadata files roll over like data files (by an estimate of their row size).
     meta_row_bytes = 2000 + 300 * (spec.state_dim + spec.action_dim)
     meta_seq = _plan_files(
-        np.full(n_ep, meta_row_bytes, dtype=np.float64), spec.data_files_size_in_mb * 1024 * 1024
+        np.full(n_ep, meta_row_bytes, dtype=np.float64), spec.data_files_size_in_mb * MIB
     )
     cols["meta/episodes/chunk_index"] = pa.array(meta_seq // spec.chunks_size)
     cols["meta/episodes/file_index"] = pa.array(meta_seq % spec.chunks_size)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodekit.core.dataset import Dataset, DatasetError, InconsistentDatasetError
+from episodekit.core.paths import MIB
 
 DEFAULT_CACHE_MB = 96
 MAX_OPEN_FILES = 32
@@ -113,8 +114,8 @@ class RowGroupReader:
     ):
         self.ds = ds
         self.columns = dict(columns)
-        self.cache_bytes = max(0, int(cache_mb * 1024 * 1024))
-        self.footer_bytes = max(0, int(footer_mb * 1024 * 1024))
+        self.cache_bytes = max(0, int(cache_mb * MIB))
+        self.footer_bytes = max(0, int(footer_mb * MIB))
         self._footer_cost: dict[int, int] = {}
         self.files_opened = 0
         file_id = ds.column("file_id").astype(np.int64)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from episodekit.core.paths import MIB
 from episodekit.core.video import FrameTimestampError, VideoError, VideoFile, require_av
 
 __all__ = [
@@ -93,7 +94,7 @@ class PyAVBackend:
         self.threads = threads
         self._files: OrderedDict[tuple[str, int], VideoFile] = OrderedDict()
         self._pid = os.getpid()
-        self.episode_cache_bytes = int(episode_cache_mb * 1024 * 1024)
+        self.episode_cache_bytes = int(episode_cache_mb * MIB)
         self._episodes: OrderedDict[tuple[str, int], _Episode] = OrderedDict()
         self._episode_bytes = 0
         self._thrash = 0

@@ -30,6 +30,7 @@ import numpy as np
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset, DatasetError, as_dataset, is_local
 from episodekit.core.errors import EnvironmentProblem
+from episodekit.core.logs import log_once
 from episodekit.core.paths import SPEED_FILE
 from episodekit.core.world import RankInfo, barrier, rank_info
 from episodekit.metadata.artifact import (
@@ -51,17 +52,9 @@ LABEL_STEP = 10  # bucket label = number of boundaries <= length, times 10
 REQUIRED_KEYS = ("task_index", "task", "n_episodes", "percentiles")
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
-_warned: set[tuple[str, str]] = set()  # (kind, root): warnings given once per process
-
 
 class SpeedFileError(DatasetError):
     """``meta/speed_percentiles.jsonl`` exists but is not a valid speed-percentiles file."""
-
-
-def _warn_once(kind: str, root: str, message: str) -> None:
-    if (kind, root) not in _warned:
-        _warned.add((kind, root))
-        log.warning(message)
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,7 +291,11 @@ def write_speed_file(ds_or_root: Dataset | str | os.PathLike, rows: Sequence[dic
         return False
     fs, path, name = locate(ds_or_root)
     if not is_local(fs):
-        _warn_once("readonly", name, f"{name}: remote root, {SPEED_FILE} kept in memory only")
+        log_once(
+            log,
+            ("speed", "readonly", name),
+            f"{name}: remote root, {SPEED_FILE} kept in memory only",
+        )
         return False
     buf = io.StringIO()
     with jsonlines.Writer(buf, compact=True) as writer:
@@ -308,7 +305,11 @@ def write_speed_file(ds_or_root: Dataset | str | os.PathLike, rows: Sequence[dic
     except (OSError, EnvironmentProblem) as exc:
         if getattr(exc, "errno", None) not in READ_ONLY_ERRNOS:
             raise
-        _warn_once("readonly", name, f"{name}: read-only root ({exc}), {SPEED_FILE} not written")
+        log_once(
+            log,
+            ("speed", "readonly", name),
+            f"{name}: read-only root ({exc}), {SPEED_FILE} not written",
+        )
         return False
     return True
 
@@ -369,7 +370,9 @@ def _load_or_compute(ds: Dataset, me: RankInfo) -> list[dict]:
     try:
         file_rows = read_speed_file(ds)
     except SpeedFileError as exc:
-        _warn_once("corrupt", ds.root, f"{exc}; using speed percentiles computed in memory")
+        log_once(
+            log, ("speed", "corrupt", ds.root), f"{exc}; using speed percentiles computed in memory"
+        )
         return compute_speed_rows(ds)
     if file_rows is None:
         rows = compute_speed_rows(ds)
@@ -380,9 +383,9 @@ def _load_or_compute(ds: Dataset, me: RankInfo) -> list[dict]:
         and file_fingerprints(file_rows) != {ds.fingerprint}
         and _episodes_added(ds, file_rows)
     ):
-        _warn_once(
-            "stale",
-            ds.root,
+        log_once(
+            log,
+            ("speed", "stale", ds.root),
             f"{ds.root}: {SPEED_FILE} was computed before episodes were added; using it as it is "
             f"(run `episodekit metadata speed {ds.root} --force` to refresh)",
         )

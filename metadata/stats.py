@@ -63,6 +63,7 @@ from episodekit.core.atomic import atomic_path, atomic_write_bytes
 from episodekit.core.dataset import V3, Dataset, DatasetError, as_dataset, is_local, resolve_root
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import map_files
+from episodekit.core.logs import log_once
 from episodekit.core.world import rank_info
 from episodekit.metadata.image_stats import (
     ImageStats,
@@ -88,14 +89,6 @@ STORED_SKETCH_POINTS = 2048  # points per dimension kept in the summary file
 DEFAULT_MEMORY_MB = 4096.0  # budget for the sorted columns the exact selection holds
 BLOCK_BYTES = 64 * 2**20  # decoded feature bytes per block: prepare's 32 MiB row groups fit whole
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
-
-_warned: set[tuple[str, str]] = set()
-
-
-def _warn_once(kind: str, root: str, message: str) -> None:
-    if (kind, root) not in _warned:
-        _warned.add((kind, root))
-        log.warning(message)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1161,7 +1154,11 @@ def write_stats(res: StatsResult, root: Dataset | str | os.PathLike) -> bool:
         return False
     ds = as_dataset(root)
     if not ds.is_local:
-        _warn_once("readonly", ds.root, f"{ds.root}: remote root, stats kept in memory only")
+        log_once(
+            log,
+            ("stats", "readonly", ds.root),
+            f"{ds.root}: remote root, stats kept in memory only",
+        )
         return False
     base = Path(ds.path)
     try:
@@ -1205,7 +1202,11 @@ def write_stats(res: StatsResult, root: Dataset | str | os.PathLike) -> bool:
         if getattr(exc, "errno", None) not in READ_ONLY_ERRNOS:
             raise
         reason = getattr(exc, "strerror", None) or "read-only"
-        _warn_once("readonly", ds.root, f"{ds.root}: read-only root ({reason}), stats not written")
+        log_once(
+            log,
+            ("stats", "readonly", ds.root),
+            f"{ds.root}: read-only root ({reason}), stats not written",
+        )
         return False
     return True
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from episodekit.cli import main
-from episodekit.core import atomic
+from episodekit.core import atomic, logs
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.metadata import speed
@@ -38,7 +38,7 @@ POINTS = [5, 15, 25, 35, 45, 55, 65, 75, 85, 95]
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch):
     """Each test sees the once-per-root warnings afresh, as a new process would."""
-    monkeypatch.setattr(speed, "_warned", set())
+    monkeypatch.setattr(logs, "_logged", set())
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
 
