@@ -6,7 +6,8 @@ DIR defaults to $EPISODEKIT_BENCH, else ./bench-data (git-ignored); the benchmar
 their roots from the same place. Each root is made by the `episodekit` commands printed as it
 runs (so a reader can also type them), with fixed seeds: the same bytes on every machine.
 A root that exists is kept (delete it to remake it). Sizes: big10m ~10.2M frames (~4 GB of
-parquet + a 1.4 GB frame store), quality-2m ~2M frames, images-vid a small video sample.
+parquet + a 1.4 GB frame store), quality-2m ~2M frames. (scripts/bench_image_stats.py writes its own
+small video root, images-vid, on its first run.)
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ ROOTS: dict[str, list[list[str]]] = {
         ["prepare", "{d}"],
     ],
     "stats-root": [["sample", "{d}", "--episodes", "5000", "--style", "edited", "--seed", "8"]],
-    # two cameras encoded as LeRobot does (AV1, GOP 2), for image/video stats and decoding
-    "images-vid": [["sample", "{d}", "--episodes", "200", "--videos", "2", "--seed", "9"]],
 }
 
 

@@ -6,8 +6,8 @@ Writes a 10-episode sample (~300 frames each, 240x320 AV1) unless ROOT already h
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +18,9 @@ from episodekit.sample import write_sample
 BENCH = os.environ.get("EPISODEKIT_BENCH", "bench-data")
 
 if __name__ == "__main__":
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else os.path.join(BENCH, "images-vid"))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", nargs="?", default=os.path.join(BENCH, "images-vid"))
+    root = Path(ap.parse_args().root)
     if not (root / "meta/info.json").exists():
         write_sample(
             root, episodes=10, tasks=1, seed=1, mean_length=300, videos=1, video_size=(240, 320)
