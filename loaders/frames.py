@@ -294,9 +294,9 @@ class FrameDataset:
                 out[key] = np.take(pool[key], off + p, axis=0)
                 out[f"{key}_is_pad"] = np.zeros(len(off), dtype=bool)
             else:
-                q = off + g
-                out[key] = np.take(pool[key], np.minimum(np.maximum(q, s), e - 1) + base, axis=0)
-                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+                qc, pad = clamp_to_episode(off + g, s, e)
+                out[key] = np.take(pool[key], qc + base, axis=0)
+                out[f"{key}_is_pad"] = pad
         ti = int(pool["task_index"][p]) if self._frame_task else int(self._ep_task_index[k])
         out["task"] = self._task_of.get(ti, "")
         out["speed"] = self._speed_l[k]
@@ -305,9 +305,8 @@ class FrameDataset:
             if win is None:
                 ts = start[k] + float(pool["timestamp"][p])
             else:
-                q = win + g
-                ts = start[k] + pool["timestamp"][np.clip(q, s, e - 1) + base].astype(np.float64)
-                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+                qc, out[f"{key}_is_pad"] = clamp_to_episode(win + g, s, e)
+                ts = start[k] + pool["timestamp"][qc + base].astype(np.float64)
             out[key] = self._video_value(paths[k], ts, start[k], self._len_l[k])
         return out
 
@@ -341,9 +340,8 @@ class FrameDataset:
                 out[c] = v.copy() if isinstance(v, np.ndarray) else v
         for key, off, lo, hi in self._windows_fast:
             if key not in cols:
-                q = off + g
                 out[key] = from_pq[key]
-                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+                out[f"{key}_is_pad"] = clamp_to_episode(off + g, s, e)[1]
                 continue
             if s <= g + lo and g + hi < e:  # the whole window lies inside the episode
                 if key in self._block_windows:  # consecutive frames: one slice
@@ -352,10 +350,9 @@ class FrameDataset:
                     out[key] = np.take(cols[key], off + p, axis=0)
                 out[f"{key}_is_pad"] = np.zeros(len(off), dtype=bool)
             else:
-                q = off + g
-                qc = np.minimum(np.maximum(q, s), e - 1) - self._store_base
-                out[key] = np.take(cols[key], qc, axis=0)
-                out[f"{key}_is_pad"] = (q < s) | (q >= e)
+                qc, pad = clamp_to_episode(off + g, s, e)
+                out[key] = np.take(cols[key], qc - self._store_base, axis=0)
+                out[f"{key}_is_pad"] = pad
         ti = int(out["task_index"]) if self._frame_task else int(self._ep_task_index[k])
         out["task"] = self._task_of.get(ti, "")
         out["speed"] = self._speed_l[k]
@@ -365,10 +362,9 @@ class FrameDataset:
                 (t,) = self._gather([("timestamp", np.array([g]))], np.array([k]))
                 ts = start[k] + float(t[0])
             else:
-                q = win + g
-                (t,) = self._gather([("timestamp", np.clip(q, s, e - 1))], np.array([k]))
+                qc, out[f"{key}_is_pad"] = clamp_to_episode(win + g, s, e)
+                (t,) = self._gather([("timestamp", qc)], np.array([k]))
                 ts = start[k] + t.astype(np.float64)
-                out[f"{key}_is_pad"] = (q < s) | (q >= e)
             out[key] = self._video_value(paths[k], ts, start[k], self._len_l[k])
         return out
 
@@ -442,9 +438,7 @@ class FrameDataset:
         pad = np.zeros((len(g), len(off)), dtype=bool)
         rows = np.flatnonzero((start < s[:, 0]) | (start + (len(off) - 1) >= e[:, 0]))
         if rows.size:
-            q = g[rows, None] + off
-            qc = np.minimum(np.maximum(q, s[rows]), e[rows] - 1)
-            pad[rows] = qc != q
+            qc, pad[rows] = clamp_to_episode(g[rows, None] + off, s[rows], e[rows])
             vals[rows] = np.take(arr, qc - base, axis=0)
         return vals, pad
 
@@ -511,6 +505,14 @@ class FrameDataset:
         return reader.gather(requests)
 
 
+def clamp_to_episode(q: Any, s: Any, e: Any) -> tuple[np.ndarray, np.ndarray]:
+    """LeRobot's padding rule, the one place it is written: frames ``q`` clamped to their
+    episode ``[s, e)`` (a padded slot repeats the edge frame), and ``is_pad``: True exactly where
+    ``q`` left the episode."""
+    q = np.asarray(q)
+    return np.minimum(np.maximum(q, s), e - 1), (q < s) | (q >= e)
+
+
 def _consecutive(off: np.ndarray) -> bool:
     """Offsets a, a+1, ..., b (a window of consecutive frames)."""
     return len(off) > 0 and bool(np.all(np.diff(off) == 1))
@@ -527,10 +529,7 @@ def _clamped_window(
     pad = np.zeros(q.shape, dtype=bool)
     rows = np.flatnonzero((g + off.min() < s[:, 0]) | (g + off.max() >= e[:, 0]))
     if rows.size:
-        sub = q[rows]
-        clamped = np.minimum(np.maximum(sub, s[rows]), e[rows] - 1)
-        pad[rows] = clamped != sub
-        q[rows] = clamped
+        q[rows], pad[rows] = clamp_to_episode(q[rows], s[rows], e[rows])
     return q, pad
 
 
