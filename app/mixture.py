@@ -13,7 +13,7 @@ from typing import Any
 
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.lock import LOCK_NAME, writer_lock
-from episodekit.metadata.mixture import (
+from episodekit.metadata.mixture.spec import (
     MIXTURE_FILE,
     MIXTURE_FORMAT,
     MixtureError,
@@ -136,7 +136,7 @@ def stats_of_mixture(
 ) -> dict[str, Any]:
     """``metadata stats --mixture M --out DIR``: :func:`ensure_mixture_stats` under DIR's
     writer lock (the sources are only read)."""
-    from episodekit.metadata.mixture_stats import ensure_mixture_stats
+    from episodekit.metadata.mixture.stats import ensure_mixture_stats
 
     spec = parse_mixture(mixture)
     with mixture_writing(spec, out, wait=wait, sources=False, say=say):
@@ -254,13 +254,13 @@ def mixture_plans(
 ) -> list[tuple[str, dict, bool]]:
     """The one call of ``ensure_mixture_plans`` (``metadata plan --mixture``, ``prepare
     --mixture``)."""
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+    from episodekit.metadata.mixture.plan import ensure_mixture_plans
 
     return ensure_mixture_plans(spec, out, world_sizes, num_workers, **kw)
 
 
 def format_mixture_result(r: MixturePrepareResult) -> str:
-    from episodekit.metadata.mixture_plan import format_mixture_plan
+    from episodekit.metadata.mixture.plan import format_mixture_plan
 
     lines = []
     for name, res in r.sources.items():

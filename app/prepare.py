@@ -72,8 +72,8 @@ def _fresh_plan_exists(
     where: str | Dataset, ds: Dataset, w: int, k: int, split: bool, cost: str
 ) -> bool:
     """A plan for this shape, these episodes, cost model and splitting is already on disk."""
-    from episodekit.metadata.plan_file import PlanError
-    from episodekit.metadata.plans import read_plan
+    from episodekit.metadata.plans.build import read_plan
+    from episodekit.metadata.plans.plan_file import PlanError
 
     try:
         old = read_plan(where, w, k)

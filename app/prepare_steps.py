@@ -306,7 +306,7 @@ class Plans(PrepareStep):
 
 def shard_plan(ctx: Context, world_size: int, split: bool) -> tuple[str, dict, bool]:
     """The one call of ``ensure_plans`` (one world size)."""
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     o = ctx.opts
     [one] = ensure_plans(
@@ -318,7 +318,7 @@ def shard_plan(ctx: Context, world_size: int, split: bool) -> tuple[str, dict, b
 
 def canonical_plan(ctx: Context) -> tuple[str, dict, bool]:
     """The one call of ``ensure_canonical_plan``."""
-    from episodekit.metadata.canonical import ensure_canonical_plan
+    from episodekit.metadata.plans.canonical import ensure_canonical_plan
 
     o = ctx.opts
     return ensure_canonical_plan(

@@ -15,14 +15,14 @@ numpy + pyarrow only (torch is optional: ``episodekit.loaders.torch`` wraps thes
 from episodekit.core.errors import DatasetError
 from episodekit.loaders.elastic import ElasticLoader, ElasticStateError, merge_states
 from episodekit.loaders.factory import EpisodeAwareSampler, FrameDataset, ShardedLoader
-from episodekit.metadata.canonical import load_canonical_plan
-from episodekit.metadata.plan_file import (
+from episodekit.metadata.plans.canonical import load_canonical_plan
+from episodekit.metadata.plans.load import load_plan
+from episodekit.metadata.plans.plan_file import (
     Plan,
     PlanError,
     PlanNotFoundError,
     StalePlanError,
 )
-from episodekit.metadata.plan_load import load_plan
 
 __all__ = [
     "DatasetError",

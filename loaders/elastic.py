@@ -1,7 +1,8 @@
 """Elastic resume: stop a run on W ranks, resume it on W', every sample of the epoch exactly once.
 
 The epoch's order does not depend on the world size. It is built from a canonical plan
-(:mod:`episodekit.metadata.canonical`: ``C`` bins, ``S`` samples each after the plan's policy):
+(:mod:`episodekit.metadata.plans.canonical`: ``C`` bins, ``S`` samples each after the plan's
+policy):
 
 - **Bin streams.** Bin ``c``'s stream is the locality-aware pool order of
   :class:`~episodekit.loaders.sharded.BinOrder`, a pure function of (seed, epoch, c, pool rows):
@@ -511,7 +512,7 @@ class ElasticLoader:
         video_backend: Any = None,
         store: Any = "auto",
     ):
-        from episodekit.metadata.canonical import is_canonical, load_canonical_plan
+        from episodekit.metadata.plans.canonical import is_canonical, load_canonical_plan
 
         ds = as_dataset(root)
         rank, world_size = fill_rank(rank, world_size)

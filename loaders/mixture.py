@@ -55,15 +55,15 @@ from episodekit.loaders.sharded import (
     row_bytes_estimate,
 )
 from episodekit.loaders.store import AUTO, find_store
-from episodekit.metadata.mixture import (
+from episodekit.metadata.mixture.plan_file import MixturePlan
+from episodekit.metadata.mixture.spec import (
     MIXTURE_FILE,
     MixtureError,
     MixtureSpec,
     parse_mixture,
     renamed_features,
 )
-from episodekit.metadata.mixture_file import MixturePlan
-from episodekit.metadata.plan_file import is_mixture_dir
+from episodekit.metadata.plans.plan_file import is_mixture_dir
 
 SOURCE, SOURCE_INDEX = "source", "source_index"
 BLOCK = 1 << 16  # positions whose order is computed at once
@@ -309,7 +309,7 @@ class MixtureFrameDataset:
     ):
         if episodes is not None:
             raise ValueError("a mixture selects episodes per source (sources[i].episodes/tasks)")
-        from episodekit.metadata.mixture import select_episodes
+        from episodekit.metadata.mixture.spec import select_episodes
 
         self.spec, datasets = open_mixture(mixture)
         self.features = FeatureMap(self.spec, datasets)
@@ -543,7 +543,7 @@ class MixtureLoader(ShardedLoader):
     ):
         rank, world_size = fill_rank(rank, world_size)
         if plan is None:
-            from episodekit.metadata.plan_load import load_plan
+            from episodekit.metadata.plans.load import load_plan
 
             plan = load_plan(os.fspath(root), world_size, num_workers or 1)
         if not isinstance(plan, MixturePlan):

@@ -26,7 +26,7 @@ from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.hashing import splitmix64
 from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import FrameDataset
-from episodekit.metadata.plan_file import items_digest
+from episodekit.metadata.plans.plan_file import items_digest
 
 FEISTEL_ROUNDS = 4
 CHUNK = 4096

@@ -241,7 +241,7 @@ def check_run(
 class ShardedLoader:
     """Stream one rank's (and worker's) share of a root by its shard plan.
 
-    ``plan`` is a :class:`~episodekit.metadata.plan_file.Plan` (or None: ``load_plan(root,
+    ``plan`` is a :class:`~episodekit.metadata.plans.plan_file.Plan` (or None: ``load_plan(root,
     world_size, num_workers)``). ``rank``/``world_size`` default to torch.distributed, else
     RANK/WORLD_SIZE; ``worker`` defaults to the torch DataLoader worker id, else all of the rank's
     bins in turn. Yields samples (dicts like ``FrameDataset[i]``) or, with ``batch_size``, batches
@@ -271,7 +271,7 @@ class ShardedLoader:
         ds = as_dataset(root)
         rank, world_size = fill_rank(rank, world_size)
         if plan is None:
-            from episodekit.metadata.plan_load import load_plan
+            from episodekit.metadata.plans.load import load_plan
 
             plan = load_plan(ds, world_size, num_workers or 1)
         check_run(plan, rank, world_size, worker, num_workers, batch_size, cache_mb)

@@ -139,7 +139,7 @@ def bench_random_access(root: Path, reads: int, batches: int, repeat: int) -> di
 def bench_sharded(root: Path, world_size: int, num_workers: int) -> dict:
     """Every (rank, worker) of a plan in turn: coverage, overlap, counts, samples/s."""
     from episodekit.loaders import ShardedLoader, load_plan
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     ensure_plans(str(root), [world_size], num_workers)
     plan = load_plan(str(root), world_size, num_workers)

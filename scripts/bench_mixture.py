@@ -33,10 +33,10 @@ import time
 import numpy as np
 
 from episodekit.core.dataset import open_dataset
-from episodekit.metadata.mixture import parse_mixture, resolve_sources
-from episodekit.metadata.mixture_plan import SourceCosts, build_mixture_plan
-from episodekit.metadata.plan_file import Plan, decode_plan, encode_plan
-from episodekit.metadata.plans import build_plan, rowgroup_units
+from episodekit.metadata.mixture.plan import SourceCosts, build_mixture_plan
+from episodekit.metadata.mixture.spec import parse_mixture, resolve_sources
+from episodekit.metadata.plans.build import build_plan, rowgroup_units
+from episodekit.metadata.plans.plan_file import Plan, decode_plan, encode_plan
 
 # Where scripts/bench_data.py wrote the benchmark roots (EPISODEKIT_BENCH, default ./bench-data).
 BENCH = os.environ.get("EPISODEKIT_BENCH", "bench-data")
@@ -209,7 +209,7 @@ def part_quotas(root: str, out: str, world: int, workers: int) -> None:
 
 def part_throughput(root: str, out: str, world: int, workers: int, repeat: int) -> None:
     from episodekit.loaders import ShardedLoader
-    from episodekit.metadata.plans import plan_for_dataset
+    from episodekit.metadata.plans.build import plan_for_dataset
 
     print(f"== 4. loader throughput: rank 0 / worker 0 of {world} x {workers}, rowgroup plans")
     plan, ds, _ = mixture_of(root, os.path.join(out, "speed-plan"), [1, 1, 1], "frames",

@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from episodekit.metadata.plan_file import decode_plan, encode_plan
-from episodekit.metadata.plans import build_plan
+from episodekit.metadata.plans.build import build_plan
+from episodekit.metadata.plans.plan_file import decode_plan, encode_plan
 from episodekit.sample import SampleSpec, episode_lengths_and_tasks
 
 

@@ -41,8 +41,8 @@ from episodekit.loaders.elastic import (
     resume_point,
 )
 from episodekit.loaders.sharded import BinLayout, BinOrder
-from episodekit.metadata.canonical import build_canonical_plan, default_canonical_bins
-from episodekit.metadata.plan_file import Plan
+from episodekit.metadata.plans.canonical import build_canonical_plan, default_canonical_bins
+from episodekit.metadata.plans.plan_file import Plan
 from episodekit.sample import SampleSpec, episode_lengths_and_tasks
 
 TARGETS = ((6, 2), (16, 1), (4, 4), (8, 2))

@@ -23,7 +23,7 @@ BIN = Path(sys.executable).parent
 EPISODEKIT = str(BIN / "episodekit")
 PREPARE_IMPORTS = (
     "import episodekit.cli, episodekit.prepare, episodekit.prep, episodekit.metadata.costs, "
-    "episodekit.metadata.plans, episodekit.metadata.speed, episodekit.validate.runner"
+    "episodekit.metadata.plans.build, episodekit.metadata.speed, episodekit.validate.runner"
 )
 
 

@@ -218,8 +218,8 @@ def child_quality(root: str, ws: int, nw: int) -> dict:
     from episodekit.core.dataset import open_dataset
     from episodekit.loaders import ShardedLoader, load_plan
     from episodekit.loaders.sampler import items_to_ranges
-    from episodekit.metadata.plan_file import Plan
-    from episodekit.metadata.plans import plan_for_dataset
+    from episodekit.metadata.plans.build import plan_for_dataset
+    from episodekit.metadata.plans.plan_file import Plan
 
     ds = open_dataset(root)
     starts = ds.column("dataset_from_index")
@@ -385,7 +385,7 @@ def main() -> None:
         res = run_child("snippet", a.snippet, "0", "0")
         print(json.dumps(res, indent=2))
         return
-    from episodekit.metadata.plans import ensure_plans, format_balance
+    from episodekit.metadata.plans.build import ensure_plans, format_balance
 
     root = str(make_workdir(Path(a.root), Path(a.workdir)))
     if a.estimate:

@@ -207,7 +207,7 @@ def decode_floor(mp4: list, threads: int | None) -> None:
 def bench_stream(base: Path, episodes: int, loop_frames: int, cache_mb: float, rounds: int):
     from episodekit.loaders import ShardedLoader
     from episodekit.loaders.video import PyAVBackend
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     for codec, gop in (("av1", 2), ("h264", 250)):
         root = base / f"stream_{codec}_gop{gop}_640x480"

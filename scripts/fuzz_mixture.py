@@ -21,7 +21,7 @@ import numpy as np
 
 import episodekit.loaders.reader as reader_mod
 from episodekit.loaders import FrameDataset, ShardedLoader, load_plan
-from episodekit.metadata.mixture_plan import ensure_mixture_plans
+from episodekit.metadata.mixture.plan import ensure_mixture_plans
 from episodekit.sample import write_sample
 
 LAYOUTS = [("edited", 0.05, 14), ("recorded", 100, 14), ("edited", 0.2, 6), ("edited", 0.03, 14)]

@@ -323,7 +323,7 @@ def corrupt_action_wrong_length(root: Path) -> Expected:
 
 def write_artifacts(root: Path) -> None:
     """Speed percentiles, the cost table and one shard plan (world size 2 x 2 workers)."""
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
     from episodekit.metadata.speed import ensure_speed_rows
 
     ensure_speed_rows(str(root))
@@ -391,7 +391,7 @@ def corrupt_costs_value(root: Path) -> Expected:
 def _edit_plan(root: Path, fn: Callable[[dict], None], redigest: bool = True) -> None:
     """Edit the plan's JSON; ``redigest``: record the edited items' digest too (a careful editor;
     the content checks must still catch it)."""
-    from episodekit.metadata.plan_file import ITEM_COLUMNS, items_digest
+    from episodekit.metadata.plans.plan_file import ITEM_COLUMNS, items_digest
 
     doc = json.loads((root / PLAN).read_text())
     fn(doc)

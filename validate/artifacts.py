@@ -20,8 +20,8 @@ from episodekit.core.dataset import Dataset, DatasetError, parquet_from_bytes
 from episodekit.core.paths import COST_FILE, PLAN_DIR, SPEED_FILE
 from episodekit.metadata.artifact import Problem, read_bytes
 from episodekit.metadata.costs import COST_SCHEMA, recompute_costs, verify_costs
-from episodekit.metadata.plan_file import PlanError, read_plan_file
-from episodekit.metadata.plans import verify_plan
+from episodekit.metadata.plans.build import verify_plan
+from episodekit.metadata.plans.plan_file import PlanError, read_plan_file
 from episodekit.metadata.speed import (
     NUM_BOUNDARIES,
     REQUIRED_KEYS,

@@ -259,7 +259,7 @@ def check_root(ctx: click.Context, param: click.Parameter, value: str | None) ->
 def _mixture_hint(ctx: click.Context, folder: Path) -> str:
     """For a mixture plan folder given as ROOT: how to run the command on the mixture (with the
     options this command has), or on its sources."""
-    from episodekit.metadata.mixture import MIXTURE_FILE  # noqa: PLC0415
+    from episodekit.metadata.mixture.spec import MIXTURE_FILE  # noqa: PLC0415
 
     spec = folder / MIXTURE_FILE
     if not spec.is_file():
@@ -429,7 +429,7 @@ def dataloader_workers_option(default: int = 1):
     )
 
 
-PLAN_LOCALITIES = ("none", "rowgroup")  # episodekit.metadata.partition.LOCALITIES
+PLAN_LOCALITIES = ("none", "rowgroup")  # episodekit.metadata.plans.partition.LOCALITIES
 
 
 def locality_option(default: str):

@@ -57,7 +57,7 @@ def info_command(root: str | None, as_json: bool, max_files: int, mixture: str |
             raise click.UsageError(
                 "--max-files lists ROOT's data files; it does not combine with --mixture"
             )
-        from episodekit.metadata.mixture import describe_mixture, format_mixture
+        from episodekit.metadata.mixture.spec import describe_mixture, format_mixture
 
         d = describe_mixture(mixture)
         click.echo(jsonout.dumps(d, indent=2) if as_json else format_mixture(d))

@@ -139,7 +139,7 @@ def plan_command(
     A plan that exists with the same fingerprint, costs and parameters is kept.
     With --canonical-bins, also ROOT/meta/shard_plans/canonical_c{C}.json (world size free).
     """
-    from episodekit.metadata.plans import ensure_plans, format_balance
+    from episodekit.metadata.plans.build import ensure_plans, format_balance
 
     canonical = parse_canonical_bins(canonical_bins)
     t0 = time.perf_counter()
@@ -160,7 +160,7 @@ def plan_command(
         raise click.UsageError("--out is for mixture plans (--mixture); ROOT's plans go to ROOT")
     with writing(root, no_wait):
         if canonical is not False:  # before any plan is written
-            from episodekit.metadata.canonical import check_canonical_bins
+            from episodekit.metadata.plans.canonical import check_canonical_bins
 
             check_canonical_bins(root, canonical, split_long)
         results = ensure_plans(
@@ -176,7 +176,7 @@ def plan_command(
             locality=locality,
         )
         if canonical is not False:
-            from episodekit.metadata.canonical import ensure_canonical_plan
+            from episodekit.metadata.plans.canonical import ensure_canonical_plan
 
             results.append(
                 ensure_canonical_plan(
@@ -208,7 +208,7 @@ def _mixture_plan(
     no_wait, as_json,
 ) -> None:  # fmt: skip
     """``metadata plan --mixture M --out DIR``."""
-    from episodekit.metadata.mixture_plan import format_mixture_plan
+    from episodekit.metadata.mixture.plan import format_mixture_plan
     from episodekit.mixture import plan_mixture
 
     t0 = time.perf_counter()
@@ -426,7 +426,7 @@ def _mixture_stats(
     root, mixture, out, only, quantiles, memory_mb, force, no_wait, as_json
 ) -> None:  # fmt: skip
     """``metadata stats --mixture M --out DIR``."""
-    from episodekit.metadata.mixture_stats import format_mixture_stats
+    from episodekit.metadata.mixture.stats import format_mixture_stats
     from episodekit.mixture import stats_of_mixture
 
     check_mixture_args(root, mixture, out, "the mixture stats")

@@ -4,7 +4,7 @@ How a plan is built (a pure function of the sources' costs, the spec and the par
 
 1. The epoch: ``epoch_frames`` (default: the sources' selected frames) rounded to a multiple of
    the ``W x K`` bins (``trim`` down, ``wrap`` up), so every bin yields ``samples_per_worker``.
-   Quotas per source: exact integers summing to that epoch (:mod:`metadata.mixture`).
+   Quotas per source: exact integers summing to that epoch (:mod:`metadata.mixture.spec`).
 2. Each source is partitioned on its own into the ``W x K`` bins:
    - cost per frame constant (the ``frames`` model), or ``rowgroup`` locality: by cost, exactly
      as a single-root plan (:func:`plans.build_plan`: LPT/KK, or ``rowgroup`` on that source's
@@ -12,8 +12,8 @@ How a plan is built (a pure function of the sources' costs, the spec and the par
      whole ones leave a bin more than 0.1% off, so each bin holds ~``1/bins`` of every source;
    - cost per frame varying across the source's episodes (``bytes``, ``decode``; ``compute``
      only when action widths or cameras differ) with locality ``none``: the two-ended density
-     split (:mod:`metadata.density_split`): every bin gets exactly ``floor`` or ``ceil`` of the
-     source's ``frames / bins`` (the ``ceil`` ones in the bins that draw ``ceil(quota / bins)``
+     split (:mod:`metadata.plans.density_split`): every bin gets exactly ``floor`` or ``ceil`` of
+     the source's ``frames / bins`` (the ``ceil`` ones in the bins that draw ``ceil(quota / bins)``
      of it) at the source's mean cost per frame, within about one frame's cost, cutting at most
      two episodes per bin. Under LPT by cost a bin of cheap frames holds more of them and draws
      each less often. ``rowgroup`` keeps contiguous row groups instead: it cannot also give
@@ -59,12 +59,12 @@ from episodekit.metadata.costs import (
     read_costs,
     verify_costs,
 )
-from episodekit.metadata.density_split import (
-    build_density_plan,
-    constant_density,
-    equal_shares,
+from episodekit.metadata.mixture.plan_file import (
+    MIXTURE_PLAN_VERSION,
+    check_mixture_doc,
+    mixture_plan_name,
 )
-from episodekit.metadata.mixture import (
+from episodekit.metadata.mixture.spec import (
     MIXTURE_FILE,
     MixtureError,
     MixtureSpec,
@@ -76,14 +76,8 @@ from episodekit.metadata.mixture import (
     quotas,
     resolve_sources,
 )
-from episodekit.metadata.mixture import bin_draws as deal_draws
-from episodekit.metadata.mixture_file import (
-    MIXTURE_PLAN_VERSION,
-    check_mixture_doc,
-    mixture_plan_name,
-)
-from episodekit.metadata.plan_file import PlanError, decode_plan, encode_plan
-from episodekit.metadata.plans import (
+from episodekit.metadata.mixture.spec import bin_draws as deal_draws
+from episodekit.metadata.plans.build import (
     _check_args,
     balance_figures,
     build_plan,
@@ -92,6 +86,12 @@ from episodekit.metadata.plans import (
     relabel_bins,
     rowgroup_units,
 )
+from episodekit.metadata.plans.density_split import (
+    build_density_plan,
+    constant_density,
+    equal_shares,
+)
+from episodekit.metadata.plans.plan_file import PlanError, decode_plan, encode_plan
 
 
 class SourceCosts:

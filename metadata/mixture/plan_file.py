@@ -20,8 +20,8 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset, resolve_root
 from episodekit.core.errors import EnvironmentProblem
-from episodekit.metadata.mixture import MIXTURE_FILE, MixtureSpec, parse_mixture
-from episodekit.metadata.plan_file import (
+from episodekit.metadata.mixture.spec import MIXTURE_FILE, MixtureSpec, parse_mixture
+from episodekit.metadata.plans.plan_file import (
     Plan,
     PlanError,
     PlanNotFoundError,

@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 from episodekit.core.atomic import atomic_write_bytes
 from episodekit.core.dataset import Dataset, DatasetError
 from episodekit.core.world import rank_info
-from episodekit.metadata.mixture import (
+from episodekit.metadata.mixture.spec import (
     MIXTURE_FILE,
     MixtureError,
     MixtureSpec,

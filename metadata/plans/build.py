@@ -39,7 +39,7 @@ from episodekit.metadata.artifact import (
     write_bytes,
 )
 from episodekit.metadata.costs import check_model, ensure_costs
-from episodekit.metadata.partition import (
+from episodekit.metadata.plans.partition import (
     ALGOS,
     KK_AUTO_MAX_ITEMS,
     LOCALITIES,
@@ -47,7 +47,7 @@ from episodekit.metadata.partition import (
     partition,
     partition_contiguous,
 )
-from episodekit.metadata.plan_file import (
+from episodekit.metadata.plans.plan_file import (
     PLAN_DIR,
     PLAN_FORMAT,
     PLAN_VERSION,

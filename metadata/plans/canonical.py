@@ -29,7 +29,7 @@ from typing import Any
 
 from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.paths import PLAN_DIR
-from episodekit.metadata.plan_file import (
+from episodekit.metadata.plans.plan_file import (
     Plan,
     PlanError,
     PlanNotFoundError,
@@ -80,10 +80,10 @@ def build_canonical_plan(
     canonical_bins: int,
     **kwargs: Any,
 ) -> dict:
-    """:func:`episodekit.metadata.plans.build_plan` over ``canonical_bins`` bins (one worker
+    """:func:`episodekit.metadata.plans.build.build_plan` over ``canonical_bins`` bins (one worker
     each), bins in partition order (file order for ``locality="rowgroup"``), marked canonical.
     ``kwargs`` are build_plan's (algo, split_long, seed, episode_index, policy, locality...)."""
-    from episodekit.metadata.plans import build_plan
+    from episodekit.metadata.plans.build import build_plan
 
     c = int(canonical_bins)
     if c < 1:
@@ -128,8 +128,8 @@ def ensure_canonical_plan(
     from episodekit.core.dataset import as_dataset
     from episodekit.metadata.artifact import read_bytes, write_bytes
     from episodekit.metadata.costs import check_model, costs_meta, ensure_costs
-    from episodekit.metadata.plan_file import decode_plan, encode_plan
-    from episodekit.metadata.plans import _check_args, costs_digest, rowgroup_units
+    from episodekit.metadata.plans.build import _check_args, costs_digest, rowgroup_units
+    from episodekit.metadata.plans.plan_file import decode_plan, encode_plan
 
     check_model(cost)
     ds = as_dataset(root)

@@ -32,7 +32,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from episodekit.metadata.plans import (
+from episodekit.metadata.plans.build import (
     _check_args,
     plan_document,
     relabel_bins,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from episodekit.metadata.mixture_file import load_mixture_plan
-from episodekit.metadata.plan_file import Plan, is_mixture_dir, load_root_plan, plan_root
+from episodekit.metadata.mixture.plan_file import load_mixture_plan
+from episodekit.metadata.plans.plan_file import Plan, is_mixture_dir, load_root_plan, plan_root
 
 
 def load_plan(root: str | Any, world_size: int, num_workers: int, check_fresh: bool = True) -> Plan:

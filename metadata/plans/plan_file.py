@@ -150,7 +150,7 @@ def decode_plan(raw: bytes, where: str = "plan", max_items: int | None = None) -
         check_items_digest(cols, decoded, where)
         items = np.stack(decoded[:3], axis=1) if n else np.empty((0, 3), dtype=np.int64)
         doc["items"] = items
-        if "sources" in doc:  # a mixture plan (see metadata/mixture_file.py)
+        if "sources" in doc:  # a mixture plan (see metadata/mixture/plan_file.py)
             doc["item_source"] = decoded[3]
         doc["bin_offsets"] = np.asarray(doc["bin_offsets"], dtype=np.int64)
         doc["bin_cost"] = np.asarray(doc["bin_cost"], dtype=np.float64)
@@ -363,7 +363,7 @@ def load_root_plan(
     root: str | Any, world_size: int, num_workers: int, check_fresh: bool = True
 ) -> Plan:
     """The plan for ``world_size`` ranks x ``num_workers`` workers under a dataset root
-    (mixture plan folders: :func:`episodekit.metadata.plan_load.load_plan`).
+    (mixture plan folders: :func:`episodekit.metadata.plans.load.load_plan`).
 
     ``root`` is a path/URL or an opened ``Dataset``. Raises :class:`PlanNotFoundError` when no plan
     exists for that shape and :class:`StalePlanError` when its episodes fingerprint differs from

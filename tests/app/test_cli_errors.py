@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from episodekit.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # No network here; an endpoint that refuses connections makes that certain.
 ENV = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}

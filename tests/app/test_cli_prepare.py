@@ -124,7 +124,7 @@ def test_plan_shapes_decides_before_writing(make_sample):
 def test_plans_step_retries_with_cut_episodes_or_skips(make_sample, monkeypatch):
     """A partition that leaves a bin empty (rowgroup runs can, where the count check passed):
     ``auto`` retries with cut episodes; ``no`` skips that world size with a warning."""
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     calls = []
 
@@ -134,7 +134,7 @@ def test_plans_step_retries_with_cut_episodes_or_skips(make_sample, monkeypatch)
             raise ValueError("1 of 8 bins got no frames")
         return ensure_plans(ds, world_sizes, num_workers, **kw)
 
-    monkeypatch.setattr("episodekit.metadata.plans.ensure_plans", picky)
+    monkeypatch.setattr("episodekit.metadata.plans.build.ensure_plans", picky)
     root = make_sample(episodes=20)
     r = prepare(str(root), world_sizes=(1, 2), num_workers=4, jobs=1, split_long="auto")
     assert r.ok and r.warnings == [] and calls == [False, False, True]

@@ -23,7 +23,7 @@ import pytest
 
 from episodekit.sample import write_sample
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate")
 COMMAND = re.compile(r"episodekit ((?:info|sample|validate|prepare|prep|metadata)\b[^`'();]*)")
 # String literals that name a command without telling the user to run it.
@@ -121,13 +121,13 @@ def plan_stale(tmp: Path):
 
 
 def canonical_missing(tmp: Path):
-    from episodekit.metadata.canonical import load_canonical_plan
+    from episodekit.metadata.plans.canonical import load_canonical_plan
 
     return raised(load_canonical_plan, sample(tmp / "r")), None
 
 
 def canonical_stale(tmp: Path):
-    from episodekit.metadata.canonical import load_canonical_plan
+    from episodekit.metadata.plans.canonical import load_canonical_plan
 
     root = sample(tmp / "r")
     assert cli("metadata", "plan", root, "--canonical-bins", "auto").returncode == 0
@@ -165,7 +165,7 @@ def mixture_plan_stale(tmp: Path):
 
 
 def mixture_stats_missing(tmp: Path):
-    from episodekit.metadata.mixture_stats import load_mixture_stats
+    from episodekit.metadata.mixture.stats import load_mixture_stats
 
     _, _, out = _mixture(tmp)
     return raised(load_mixture_stats, out), None
@@ -256,13 +256,13 @@ HINTS: dict[tuple[str, str], Callable] = {
     ("validate/stats.py", "compute it with `episodekit metadata stats"): validate_stats_missing,
     ("validate/stats.py", "recompute with `episodekit metadata stats"): validate_stats_stale,
     ("validate/artifacts.py", "episodekit metadata speed"): validate_speed_stale,
-    ("metadata/plan_file.py", "episodekit metadata plan"): plan_missing_small,
-    ("metadata/plan_file.py", "stale shard plan"): plan_stale,
-    ("metadata/canonical.py", "create it with: episodekit metadata plan"): canonical_missing,
-    ("metadata/canonical.py", "recompute it with: episodekit metadata plan"): canonical_stale,
-    ("metadata/mixture_file.py", "episodekit metadata plan --mixture"): mixture_plan_missing,
-    ("metadata/mixture_file.py", "stale mixture plan"): mixture_plan_stale,
-    ("metadata/mixture_stats.py", "episodekit metadata stats --mixture"): mixture_stats_missing,
+    ("metadata/plans/plan_file.py", "episodekit metadata plan"): plan_missing_small,
+    ("metadata/plans/plan_file.py", "stale shard plan"): plan_stale,
+    ("metadata/plans/canonical.py", "create it with: episodekit metadata plan"): canonical_missing,
+    ("metadata/plans/canonical.py", "recompute it with: episodekit metadata plan"): canonical_stale,
+    ("metadata/mixture/plan_file.py", "episodekit metadata plan --mixture"): mixture_plan_missing,
+    ("metadata/mixture/plan_file.py", "stale mixture plan"): mixture_plan_stale,
+    ("metadata/mixture/stats.py", "episodekit metadata stats --mixture"): mixture_stats_missing,
     ("app/cli/common.py", "episodekit info --mixture"): mixture_folder_as_root,
     ("app/cli/prepare.py", "episodekit prepare ROOT"): prepare_option_for_root,
     ("metadata/speed.py", "episodekit metadata speed"): speed_before_episodes_added,

@@ -21,7 +21,7 @@ import pytest
 
 from episodekit.core.store import CACHE_ENV
 
-FIXTURES = Path(__file__).parent / "fixtures" / "lerobot"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
 NAMES = ["rec40", "edited35", "vid24"]
 NUMERIC = ["rec40", "edited35"]
 CLI = [sys.executable, "-c", "from episodekit.cli import main; main()"]
@@ -303,7 +303,7 @@ def test_sharded_loader_every_bin_equals_lerobot(prepared, name):
     sample; every bin yields its planned count and the bins cover the reference indices."""
     needs(name)
     from episodekit.loaders import ShardedLoader
-    from episodekit.metadata.plan_load import load_plan
+    from episodekit.metadata.plans.load import load_plan
 
     root = prepared[name]["root"]
     ref = ref_of(name)

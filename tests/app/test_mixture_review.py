@@ -11,7 +11,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from episodekit.metadata.mixture import MixtureError, parse_mixture, resolve_sources
+from episodekit.metadata.mixture.spec import MixtureError, parse_mixture, resolve_sources
 from episodekit.sample import write_sample
 
 
@@ -330,7 +330,7 @@ def test_dataset_root_as_out_is_a_usage_error(roots, tmp_path, command):
 )
 def test_mixture_plan_folder_as_root_gets_a_hint(roots, tmp_path, command, hint):
     """`info DIR` / `validate DIR` on a mixture plan folder said only 'not a LeRobot dataset'."""
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+    from episodekit.metadata.mixture.plan import ensure_mixture_plans
 
     _, a, b = roots
     p = tmp_path / "p"
@@ -447,7 +447,7 @@ def test_help_of_mixture_options_names_every_refused_option():
 
 
 def test_mixture_given_as_the_plan_folder_names_its_mixture_json(roots, tmp_path):
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+    from episodekit.metadata.mixture.plan import ensure_mixture_plans
 
     _, a, b = roots
     p = tmp_path / "p"
@@ -464,8 +464,8 @@ def test_load_mixture_stats_hint_is_a_command_that_runs(roots, tmp_path):
     '--mixture ... --out DIR': now a full command, which this test runs."""
     import shlex
 
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
-    from episodekit.metadata.mixture_stats import load_mixture_stats
+    from episodekit.metadata.mixture.plan import ensure_mixture_plans
+    from episodekit.metadata.mixture.stats import load_mixture_stats
 
     _, a, b = roots
     p = tmp_path / "p"
@@ -606,10 +606,10 @@ def test_unreachable_remote_source_is_named(roots):
 def test_unreachable_source_of_a_plan_is_named(roots, tmp_path, monkeypatch):
     """Opening a mixture plan (load_plan, a loader's start) whose source cannot be reached names
     that source, and stays an environment problem (exit 2)."""
-    import episodekit.metadata.mixture_file as mf
+    import episodekit.metadata.mixture.plan_file as mf
     from episodekit.core.errors import EnvironmentProblem
     from episodekit.loaders import load_plan
-    from episodekit.metadata.mixture_plan import ensure_mixture_plans
+    from episodekit.metadata.mixture.plan import ensure_mixture_plans
 
     _, a, b = roots
     spec = {"sources": [{"root": str(a), "weight": 1}, {"root": str(b), "weight": 1}]}

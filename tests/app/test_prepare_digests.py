@@ -5,7 +5,7 @@ a mixture plan without its ``fingerprint``
 (a hash of the sources' absolute paths; the paths themselves are replaced).
 
 Re-record (only for an intended change of an output, and say which in the commit):
-    .venv/bin/python tests/test_prepare_digests.py
+    .venv/bin/python tests/app/test_prepare_digests.py
 """
 
 from __future__ import annotations

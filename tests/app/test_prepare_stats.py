@@ -17,7 +17,9 @@ import pytest
 EPISODEKIT = str(Path(sys.executable).parent / "episodekit")
 ENV = {k: v for k, v in os.environ.items() if k != "EPISODEKIT_DEBUG"}
 # LeRobot-written datasets: the test fixtures, or a folder of them named by LEROBOT_WRITTEN
-LEROBOT = Path(os.environ.get("LEROBOT_WRITTEN", Path(__file__).parent / "fixtures" / "lerobot"))
+LEROBOT = Path(
+    os.environ.get("LEROBOT_WRITTEN", Path(__file__).resolve().parents[1] / "fixtures" / "lerobot")
+)
 SUMMARY = "meta/episodekit_stats.parquet"
 
 

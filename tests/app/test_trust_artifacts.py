@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from episodekit.core.dataset import open_dataset
-from episodekit.metadata.plan_file import PlanError
-from episodekit.metadata.plan_load import load_plan
+from episodekit.metadata.plans.load import load_plan
+from episodekit.metadata.plans.plan_file import PlanError
 from episodekit.metadata.speed import max_speed_bytes, read_speed_file
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # corruptions.py
 from corruptions import PLAN, SAMPLE_SPEC, SPEED, write_artifacts  # noqa: E402
 
 

@@ -47,7 +47,7 @@ def test_no_rowgroups_bar_for_a_no_op_prepare(make_sample):
 def test_cli_common_and_progress_do_not_import_each_other():
     import ast
 
-    cli = Path(__file__).resolve().parents[1] / "app" / "cli"
+    cli = Path(__file__).resolve().parents[2] / "app" / "cli"
     tree = ast.parse((cli / "progress.py").read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "episodekit.cli.common" not in imported

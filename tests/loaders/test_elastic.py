@@ -18,13 +18,13 @@ from episodekit.loaders import (
     merge_states,
 )
 from episodekit.loaders.elastic import GlobalOrder, RunLayout, bin_frames
-from episodekit.metadata.canonical import (
+from episodekit.metadata.plans.build import ensure_plans, verify_plan
+from episodekit.metadata.plans.canonical import (
     canonical_plan_path,
     default_canonical_bins,
     ensure_canonical_plan,
     is_canonical,
 )
-from episodekit.metadata.plans import ensure_plans, verify_plan
 from episodekit.sample import write_sample
 
 SPEC = dict(episodes=60, tasks=2, seed=3, mean_length=40)

@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from episodekit.metadata.canonical import ensure_canonical_plan
+from episodekit.metadata.plans.canonical import ensure_canonical_plan
 from episodekit.sample import write_sample
 
 # find_spec, not import: collecting this file must not pay torch's import time

@@ -10,7 +10,7 @@ import pytest
 from episodekit.loaders import ShardedLoader, load_plan
 from episodekit.loaders.arena import PoolArena
 from episodekit.loaders.reader import PoolRows
-from episodekit.metadata.mixture_plan import ensure_mixture_plans
+from episodekit.metadata.mixture.plan import ensure_mixture_plans
 from episodekit.sample import write_sample
 
 F32 = np.dtype("float32")

@@ -16,8 +16,8 @@ import pytest
 from episodekit.core.dataset import open_dataset
 from episodekit.loaders import EpisodeAwareSampler, FrameDataset, ShardedLoader, load_plan
 from episodekit.loaders.mixture import MixtureFrameDataset, MixtureLoader, MixtureSampler
-from episodekit.metadata.mixture import MixtureError
-from episodekit.metadata.mixture_plan import ensure_mixture_plans
+from episodekit.metadata.mixture.plan import ensure_mixture_plans
+from episodekit.metadata.mixture.spec import MixtureError
 from episodekit.sample import write_sample
 
 PAD = {"observation.state": {"pad_to": 16}, "action": {"pad_to": 16}}

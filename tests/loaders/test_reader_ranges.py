@@ -11,9 +11,15 @@ import pytest
 import episodekit.loaders.reader as reader_mod
 from episodekit.core.dataset import open_dataset
 from episodekit.loaders import FrameDataset, ShardedLoader
-from episodekit.metadata.partition import CUT_SLACK, CUT_WINDOW, Items, _fill_shares, contiguous
-from episodekit.metadata.plan_file import Plan, decode_plan, encode_plan
-from episodekit.metadata.plans import plan_for_dataset
+from episodekit.metadata.plans.build import plan_for_dataset
+from episodekit.metadata.plans.partition import (
+    CUT_SLACK,
+    CUT_WINDOW,
+    Items,
+    _fill_shares,
+    contiguous,
+)
+from episodekit.metadata.plans.plan_file import Plan, decode_plan, encode_plan
 from episodekit.sample import write_sample
 
 FPS = 30

@@ -11,7 +11,7 @@ import pytest
 from episodekit.core.dataset import open_dataset
 from episodekit.loaders import EpisodeAwareSampler, FrameDataset, load_plan
 from episodekit.loaders.sampler import coprime_multipliers, feistel_permute
-from episodekit.metadata.plans import ensure_plans
+from episodekit.metadata.plans.build import ensure_plans
 
 SPEC = dict(episodes=30, tasks=3, seed=21, mean_length=40)
 

@@ -7,7 +7,7 @@ import pytest
 
 from episodekit.core.dataset import open_dataset
 from episodekit.loaders import FrameDataset, ShardedLoader, load_plan
-from episodekit.metadata.plans import ensure_plans
+from episodekit.metadata.plans.build import ensure_plans
 
 SPEC = dict(episodes=48, tasks=3, seed=31, mean_length=40, data_files_size_in_mb=0.05)
 FPS = 30

@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from episodekit.metadata.plans import ensure_plans
+from episodekit.metadata.plans.build import ensure_plans
 from episodekit.sample import write_sample
 
 # find_spec, not import: collecting this file must not pay torch's import time

@@ -163,7 +163,7 @@ def test_stream_with_a_store_decodes_nothing(make_sample):
     """ShardedLoader over a root whose store holds every column: the same batches as from
     parquet, and no row group decoded (it used to decode each pool for nothing)."""
     from episodekit.loaders import ShardedLoader
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     root = make_sample(**SAMPLES["recorded"])
     ensure_plans(str(root), [1], 1)
@@ -477,7 +477,7 @@ def test_explicit_store_path_must_exist(make_sample, tmp_path):
 def test_thrashing_parquet_access_warns_once_naming_the_command(make_sample):
     root = make_sample(**SAMPLES["recorded"])
     from episodekit.loaders import ShardedLoader
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     ensure_plans(str(root), [1], 1)
     with warnings.catch_warnings():

@@ -13,15 +13,15 @@ import pytest
 
 from episodekit.core.dataset import open_dataset
 from episodekit.loaders import FrameDataset, ShardedLoader, load_plan
-from episodekit.metadata.partition import LOCALITIES, Items, contiguous
-from episodekit.metadata.plan_file import encode_plan
-from episodekit.metadata.plans import (
+from episodekit.metadata.plans.build import (
     build_plan,
     ensure_plans,
     plan_for_dataset,
     rowgroup_units,
     verify_plan,
 )
+from episodekit.metadata.plans.partition import LOCALITIES, Items, contiguous
+from episodekit.metadata.plans.plan_file import encode_plan
 
 # Edited style: one row group per data file, many episodes in each (like prepared row groups).
 SPEC = dict(episodes=96, tasks=3, seed=5, mean_length=40, data_files_size_in_mb=0.08)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from episodekit.loaders import EpisodeAwareSampler, FrameDataset, load_plan
-from episodekit.metadata.plans import ensure_plans
+from episodekit.metadata.plans.build import ensure_plans
 
 SPEC = dict(episodes=12, tasks=2, seed=31, mean_length=30)
 

@@ -152,7 +152,7 @@ def test_decode_episode_is_one_seek_per_run_and_keeps_query_order(make_sample):
 @pytest.mark.parametrize("gop", [2, 250])
 def test_sharded_loader_decodes_through_the_backend_in_timestamp_order(make_sample, gop):
     from episodekit.loaders import ShardedLoader
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     root = make_sample(**{**SPEC, "gop": gop})
     ensure_plans(str(root), [1], 1)
@@ -183,7 +183,7 @@ def test_sharded_loader_decodes_through_the_backend_in_timestamp_order(make_samp
 
 def test_stream_pool_fits_the_episode_cache_and_a_small_cache_falls_back(make_sample):
     from episodekit.loaders import ShardedLoader
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     root = make_sample(**{**SPEC, "gop": 250, "episodes": 12})
     ensure_plans(str(root), [1], 1)
@@ -240,7 +240,7 @@ def test_sharded_loader_by_name_gets_the_stream_episode_cache(make_sample):
     by default there), and its frames are the same as a random read's."""
     from episodekit.loaders import ShardedLoader
     from episodekit.loaders.video import STREAM_EPISODE_CACHE_MB
-    from episodekit.metadata.plans import ensure_plans
+    from episodekit.metadata.plans.build import ensure_plans
 
     root = make_sample(**SPEC)
     ensure_plans(str(root), [1], 1)

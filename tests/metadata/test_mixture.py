@@ -9,7 +9,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from episodekit.metadata.mixture import (
+from episodekit.metadata.mixture.spec import (
     MixtureError,
     bin_draws,
     effective_weights,

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from episodekit.loaders import PlanError, StalePlanError, load_plan
-from episodekit.metadata.mixture import MixtureError, largest_remainder
-from episodekit.metadata.mixture_file import MixturePlan
-from episodekit.metadata.mixture_plan import ensure_mixture_plans, format_mixture_plan
-from episodekit.metadata.plans import ensure_plans
+from episodekit.metadata.mixture.plan import ensure_mixture_plans, format_mixture_plan
+from episodekit.metadata.mixture.plan_file import MixturePlan
+from episodekit.metadata.mixture.spec import MixtureError, largest_remainder
+from episodekit.metadata.plans.build import ensure_plans
 from episodekit.sample import write_sample
 
 
@@ -286,7 +286,7 @@ def test_density_split_by_hand():
     """3 episodes of 4 frames at densities 1, 2, 3 (mean 2) into 2 bins of 6 frames: bin 0
     takes 3 frames from the cheap end (cost 3) and 3 from the dear end (9): 12 = 6 x 2; bin 1
     the middle (1 + 8 + 3 = 12). The input order does not matter, only the densities."""
-    from episodekit.metadata.density_split import build_density_plan, density_split
+    from episodekit.metadata.plans.density_split import build_density_plan, density_split
 
     items, bin_of = density_split(np.array([4, 4, 4]), np.array([4.0, 8, 12]), np.array([6, 6]))
     assert items.tolist() == [[0, 0, 3], [2, 1, 4], [0, 3, 4], [1, 0, 4], [2, 0, 1]]
@@ -314,7 +314,7 @@ def test_density_split_by_hand():
 def test_density_split_equal_frames_and_cost(seed):
     """Random sources: every bin gets its frame share exactly, its cost within one frame's
     largest density of share x mean, every frame once, at most 2 cuts per bin."""
-    from episodekit.metadata.density_split import density_split, equal_shares
+    from episodekit.metadata.plans.density_split import density_split, equal_shares
 
     rng = np.random.default_rng(seed)
     n, B = 200 + 50 * seed, 37
@@ -419,9 +419,9 @@ def test_validate_accepts_a_density_plan(make_sample, tmp_path):
     does not."""
     from episodekit.core.dataset import open_dataset
     from episodekit.metadata.costs import ensure_costs
-    from episodekit.metadata.density_split import build_density_plan
-    from episodekit.metadata.plan_file import encode_plan
-    from episodekit.metadata.plans import plan_path, write_plan
+    from episodekit.metadata.plans.build import plan_path, write_plan
+    from episodekit.metadata.plans.density_split import build_density_plan
+    from episodekit.metadata.plans.plan_file import encode_plan
 
     root = make_sample(episodes=20, tasks=2, seed=5, mean_length=40)
     ds = open_dataset(str(root))
@@ -447,7 +447,7 @@ def test_read_only_sources_are_planned_from_costs_computed_in_memory(
 ):
     """A source on read-only storage: its cost table cannot be written, the plan is still made
     (costs computed in memory) and nothing is written into the source."""
-    import episodekit.metadata.mixture_plan as mp
+    import episodekit.metadata.mixture.plan as mp
     from episodekit.core.errors import EnvironmentProblem
 
     def read_only(ds, model, **kw):
@@ -465,8 +465,8 @@ def test_read_only_sources_are_planned_from_costs_computed_in_memory(
 def test_cap_epoch_rounded_past_the_sources_names_both_numbers():
     """With overflow cap and the wrap policy, an epoch of all the frames rounds up past what the
     sources hold: the error names the epoch the user asked for and the rounded one."""
-    from episodekit.metadata.mixture import parse_mixture
-    from episodekit.metadata.mixture_plan import SourceCosts, build_mixture_plan
+    from episodekit.metadata.mixture.plan import SourceCosts, build_mixture_plan
+    from episodekit.metadata.mixture.spec import parse_mixture
 
     srcs = [SourceCosts(n, np.arange(10), np.full(10, 50), np.full(10, 50.0)) for n in ("a", "b")]
     srcs[1] = SourceCosts("b", np.arange(9), np.full(9, 51), np.full(9, 51.0))  # 459 frames

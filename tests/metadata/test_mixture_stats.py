@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from episodekit.metadata.mixture import MixtureError
-from episodekit.metadata.mixture_stats import (
+from episodekit.metadata.mixture.spec import MixtureError
+from episodekit.metadata.mixture.stats import (
     MIXTURE_STATS_FILE,
     MIXTURE_STATS_META,
     compute_mixture_stats,

@@ -10,24 +10,24 @@ from click.testing import CliRunner
 
 from episodekit.cli import main
 from episodekit.core.dataset import open_dataset
-from episodekit.metadata import plan_file as plan_mod
-from episodekit.metadata.partition import Items, assign, kk, lpt
-from episodekit.metadata.plan_file import (
-    PlanError,
-    PlanNotFoundError,
-    StalePlanError,
-    decode_plan,
-    encode_plan,
-    plan_path,
-)
-from episodekit.metadata.plan_load import load_plan
-from episodekit.metadata.plans import (
+from episodekit.metadata.plans import plan_file as plan_mod
+from episodekit.metadata.plans.build import (
     balance_figures,
     build_plan,
     ensure_plans,
     naive_totals,
     verify_plan,
     write_plan,
+)
+from episodekit.metadata.plans.load import load_plan
+from episodekit.metadata.plans.partition import Items, assign, kk, lpt
+from episodekit.metadata.plans.plan_file import (
+    PlanError,
+    PlanNotFoundError,
+    StalePlanError,
+    decode_plan,
+    encode_plan,
+    plan_path,
 )
 from episodekit.sample import write_sample
 

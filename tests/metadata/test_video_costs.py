@@ -9,7 +9,7 @@ import pytest
 from episodekit.core.dataset import open_dataset
 from episodekit.metadata import costs as costs_mod
 from episodekit.metadata.costs import costs_meta, ensure_costs, read_costs, write_costs
-from episodekit.metadata.plans import ensure_plans
+from episodekit.metadata.plans.build import ensure_plans
 from episodekit.validate.runner import validate
 
 pytest.importorskip("av")

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-FIXTURES = Path(__file__).parent / "fixtures" / "lerobot"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
 CLI = [sys.executable, "-c", "from episodekit.cli import main; main()"]
 DATA = "data/chunk-000/file-000.parquet"
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"

@@ -27,7 +27,7 @@ from episodekit.validate.raw import Finding
 from episodekit.validate.report import format_markdown, sparkline, write_markdown
 from episodekit.validate.runner import CHECKS, validate
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # corruptions.py
 from corruptions import QUALITY_CORRUPTIONS, QUALITY_SPEC  # noqa: E402
 
 NO_LAYOUT = "all,-layout,-stats"  # corruptions change lengths: stats.* fire too (tested there)

@@ -25,7 +25,7 @@ from episodekit.validate.runner import (
     validate,
 )
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # corruptions.py
 from corruptions import CORRUPTIONS, SAMPLE_SPEC, write_artifacts  # noqa: E402
 
 NO_LAYOUT = "all,-layout"
