@@ -3,8 +3,8 @@
     .venv/bin/python scripts/gen_check_docs.py          # rewrite the page
     .venv/bin/python scripts/gen_check_docs.py --check  # exit 1 if the page is out of date
 
-``tests/repo/test_docs.py`` runs the same comparison, so the page and ``validate --list-checks`` never
-disagree.
+``tests/repo/test_docs.py`` runs the same comparison, so the page and ``validate --list-checks``
+never disagree.
 """
 
 from __future__ import annotations
