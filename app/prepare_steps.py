@@ -439,6 +439,7 @@ class Validate(PrepareStep):
     def run(self, ctx: Context) -> Outcome:
         if self.is_fresh(ctx):
             stamp = json.loads((ctx.work / STAMP_FILE).read_text())
+            self._record_rerun(ctx, stamp)
             return "skipped", {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}, []
         from episodekit.prepare_model import STAMP_VERSION, state_digest
         from episodekit.prepare_noop import eligible, rerun_record
@@ -470,6 +471,27 @@ class Validate(PrepareStep):
             text = json.dumps(stamp, indent=2, sort_keys=True)
             atomic_write_text(inside_root(work, STAMP_FILE), text)
         return ("done" if d["ok"] else "failed"), detail, []
+
+    @staticmethod
+    def _record_rerun(ctx: Context, stamp: dict) -> None:
+        """A fresh root rerun with options its stamp has no record for (e.g. `prepare ROOT`
+        after `prepare ROOT --frames`) leaves that record, so the next such rerun answers from the
+        stamp alone (prepare_noop); the stamp is otherwise unchanged."""
+        from episodekit.prepare_noop import eligible, options_key, rerun_record
+
+        o = ctx.opts
+        if not eligible(ctx.root, o, recording=True):
+            return
+        if (stamp.get("rerun") or {}).get("options") == options_key(o):
+            return
+        rec = rerun_record(ctx.result, o, list(ctx.ds.data_files))
+        if not rec:
+            return
+        from episodekit.core.atomic import atomic_write_text
+
+        stamp["rerun"] = rec
+        text = json.dumps(stamp, indent=2, sort_keys=True)
+        atomic_write_text(inside_root(ctx.work, STAMP_FILE), text)
 
     def summary(self, step: Step) -> str:
         d = step.detail

@@ -83,6 +83,29 @@ def test_noop_rerun_imports_no_parquet_or_dataframe_library(make_sample):
     assert p.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_a_rerun_with_other_options_records_them_for_the_next(make_sample, monkeypatch):
+    """`prepare ROOT --frames` (what the demo runs) records no stamp-only rerun for a plain
+    `prepare ROOT`; the first plain rerun (all steps skipped) leaves that record, the second
+    answers from the stamp."""
+    monkeypatch.setenv("EPISODEKIT_CACHE", str(make_sample(episodes=2).parent / "cache"))
+    root = make_sample(episodes=30)
+    assert prepare(str(root), frames=True).ok
+    stamp = root / STAMP_FILE
+    first = prepare(str(root))  # the step path: everything fresh, validation skipped
+    assert {s.status for s in first.steps} == {"skipped"}
+    import episodekit.prepare_noop as noop
+
+    rec = json.loads(stamp.read_text()).get("rerun")
+    assert rec and rec["options"]["stats"] == "keep"  # this run's options, not --frames'
+
+    calls = []
+    real = noop.noop_result
+    monkeypatch.setattr(noop, "noop_result", lambda *a: calls.append(1) or real(*a))
+    second = prepare(str(root))
+    assert calls and {s.status for s in second.steps} == {"skipped"}
+    assert _plain(second)["steps"] == _plain(first)["steps"]
+
+
 @pytest.mark.parametrize("record", [True, False])
 def test_noop_prepare_on_a_terminal_draws_no_bar(make_sample, record):
     """Progress only for work that runs: the stamp path and the step path alike."""
