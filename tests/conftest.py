@@ -45,3 +45,34 @@ def make_sample(_sample_cache, tmp_path):
 def small_root(make_sample) -> Path:
     """A 40-episode recorded-style v3.0 sample (private copy)."""
     return make_sample(episodes=40, tasks=6, seed=1)
+
+
+@pytest.fixture
+def on_tty():
+    """on_tty(*args) -> what `episodekit *args` printed with a pseudo-terminal as its stdout and
+    stderr (progress bars draw only on a terminal); asserts exit 0. EPISODEKIT_DEBUG unset."""
+    import os
+    import pty
+    import sys
+
+    cli = str(Path(sys.executable).parent / "episodekit")
+
+    def run(*args: str) -> str:
+        out = bytearray()
+
+        def read(fd: int) -> bytes:
+            data = os.read(fd, 65536)
+            out.extend(data)
+            return data
+
+        saved = os.environ.pop("EPISODEKIT_DEBUG", None)
+        try:
+            status = pty.spawn([cli, *args], read)
+        finally:
+            if saved is not None:
+                os.environ["EPISODEKIT_DEBUG"] = saved
+        text = out.decode(errors="replace")
+        assert os.waitstatus_to_exitcode(status) == 0, text
+        return text
+
+    return run

@@ -146,30 +146,9 @@ def test_plans_step_retries_with_cut_episodes_or_skips(make_sample, monkeypatch)
     assert r.warnings == ["world size 2 skipped: 1 of 8 bins got no frames"]
 
 
-def test_progress_bars_on_a_terminal_plain_lines_otherwise(make_sample):
+def test_progress_bars_on_a_terminal_plain_lines_otherwise(make_sample, on_tty):
     """Under a pseudo-terminal the rewrite shows a tqdm bar; --quiet gives the plain lines."""
-    pty = __import__("pty")
     root = make_sample(episodes=30, style="edited", data_files_size_in_mb=1)
-
-    def on_tty(*args: str) -> str:
-        out = bytearray()
-
-        def read(fd: int) -> bytes:
-            data = os.read(fd, 65536)
-            out.extend(data)
-            return data
-
-        pid_args = [EPISODEKIT, *args]
-        env_backup = dict(os.environ)
-        os.environ.pop("EPISODEKIT_DEBUG", None)
-        try:
-            status = pty.spawn(pid_args, read)
-        finally:
-            os.environ.clear()
-            os.environ.update(env_backup)
-        assert os.waitstatus_to_exitcode(status) == 0, out.decode(errors="replace")
-        return out.decode(errors="replace")
-
     text = on_tty("prep", "rowgroups", str(root), "--target-mb", "0.25", "--jobs", "1")
     assert "prep rowgroups:" in text and "files" in text and "%|" in text  # a tqdm bar
     quiet = on_tty("prep", "rowgroups", str(root), "--target-mb", "0.5", "--jobs", "1", "-q")

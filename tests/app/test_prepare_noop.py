@@ -5,7 +5,6 @@ invalidated by any change of a file or an option, and draws no progress bar on a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,31 +106,15 @@ def test_a_rerun_with_other_options_records_them_for_the_next(make_sample, monke
 
 
 @pytest.mark.parametrize("record", [True, False])
-def test_noop_prepare_on_a_terminal_draws_no_bar(make_sample, record):
+def test_noop_prepare_on_a_terminal_draws_no_bar(make_sample, record, on_tty):
     """Progress only for work that runs: the stamp path and the step path alike."""
-    pty = __import__("pty")
     root = make_sample(episodes=30, style="edited", data_files_size_in_mb=1)
-    args = [EPISODEKIT, "prepare", str(root), "--world-size", "2", "--workers", "2", "-j", "1"]
-    assert subprocess.run(args, capture_output=True, timeout=300).returncode == 0
+    args = ["prepare", str(root), "--world-size", "2", "--workers", "2", "-j", "1"]
+    assert subprocess.run([EPISODEKIT, *args], capture_output=True, timeout=300).returncode == 0
     if not record:  # the step-by-step path: every step reads its own headers
         stamp = json.loads((root / STAMP_FILE).read_text())
         del stamp["rerun"]
         (root / STAMP_FILE).write_text(json.dumps(stamp))
-    out = bytearray()
-
-    def read(fd: int) -> bytes:
-        data = os.read(fd, 65536)
-        out.extend(data)
-        return data
-
-    env_backup = dict(os.environ)
-    os.environ.pop("EPISODEKIT_DEBUG", None)
-    try:
-        status = pty.spawn(args, read)
-    finally:
-        os.environ.clear()
-        os.environ.update(env_backup)
-    text = out.decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 0, text
+    text = on_tty(*args)
     assert "rowgroups: skipped" in text
     assert "%|" not in text and "MiB/s" not in text and "files/s" not in text, text

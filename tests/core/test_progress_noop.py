@@ -3,30 +3,13 @@ draws no row-group bar (it used to draw one, with a rate of skipped bytes, befor
 
 from __future__ import annotations
 
-import os
-import pty
 import sys
 from pathlib import Path
 
 EPISODEKIT = str(Path(sys.executable).parent / "episodekit")
 
 
-def on_tty(*args: str) -> str:
-    """Run the CLI with a pseudo-terminal as stdout/stderr; its output."""
-    out = bytearray()
-
-    def read(fd: int) -> bytes:
-        data = os.read(fd, 65536)
-        out.extend(data)
-        return data
-
-    status = pty.spawn([EPISODEKIT, *args], read)
-    text = out.decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 0, text
-    return text
-
-
-def test_no_bar_for_a_no_op_rewrite(make_sample):
+def test_no_bar_for_a_no_op_rewrite(make_sample, on_tty):
     root = str(make_sample(episodes=30, style="edited", data_files_size_in_mb=1))
     first = on_tty("prep", "rowgroups", root, "--target-mb", "0.25", "--jobs", "1")
     assert "%|" in first and "MiB/s" in first  # real work: a bar with the byte rate
@@ -34,7 +17,7 @@ def test_no_bar_for_a_no_op_rewrite(make_sample):
     assert "%|" not in again and "skipped" in again
 
 
-def test_no_rowgroups_bar_for_a_no_op_prepare(make_sample):
+def test_no_rowgroups_bar_for_a_no_op_prepare(make_sample, on_tty):
     root = str(make_sample(episodes=30, style="edited", data_files_size_in_mb=1))
     args = ("prepare", root, "--target-mb", "0.25", "--world-size", "1", "--workers", "1")
     on_tty(*args, "--jobs", "1")
