@@ -24,6 +24,7 @@ from episodekit.metadata.mixture.spec import (
     parse_mixture,
     resolve_sources,
 )
+from episodekit.metadata.plans.options import PlanOptions
 from episodekit.prepare import PrepareOptions, PrepareResult, format_result, prepare
 
 
@@ -242,21 +243,27 @@ def _prepare_sources_then_plan(
             continue
         result.sources[s.name] = prepare(s.root, **per_source)
     if result.ok and sizes:
+        from episodekit.prepare_steps import plan_options
+
         result.plans = mixture_plans(
-            spec, out, sizes, opts.num_workers, cost=opts.cost,
-            split_long=opts.split_long == "yes", force=opts.force, locality=opts.locality,
-        )  # fmt: skip
+            spec, out, sizes, opts.num_workers, plan_options(opts, opts.split_long == "yes")
+        )
     return result
 
 
 def mixture_plans(
-    spec: MixtureSpec, out: str | os.PathLike, world_sizes: list[int], num_workers: int, **kw: Any
+    spec: MixtureSpec,
+    out: str | os.PathLike,
+    world_sizes: list[int],
+    num_workers: int,
+    options: PlanOptions | None = None,
+    **kw: Any,
 ) -> list[tuple[str, dict, bool]]:
     """The one call of ``ensure_mixture_plans`` (``metadata plan --mixture``, ``prepare
     --mixture``)."""
     from episodekit.metadata.mixture.plan import ensure_mixture_plans
 
-    return ensure_mixture_plans(spec, out, world_sizes, num_workers, **kw)
+    return ensure_mixture_plans(spec, out, world_sizes, num_workers, options, **kw)
 
 
 def format_mixture_result(r: MixturePrepareResult) -> str:

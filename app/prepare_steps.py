@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from episodekit.core.dataset import Dataset
+    from episodekit.metadata.plans.options import PlanOptions
     from episodekit.prepare_model import PlanShape, PrepareOptions, PrepareResult, Step
 
 Outcome = tuple[str, dict, list[str]]  # status ("done" | "skipped" | "failed"), detail, changed
@@ -304,15 +305,19 @@ class Plans(PrepareStep):
         return txt
 
 
+def plan_options(o: PrepareOptions, split_long: bool) -> PlanOptions:
+    """The plan writers' options of a prepare run (its other plan options are the defaults)."""
+    from episodekit.metadata.plans.options import PlanOptions
+
+    return PlanOptions(cost=o.cost, split_long=split_long, force=o.force, locality=o.locality)
+
+
 def shard_plan(ctx: Context, world_size: int, split: bool) -> tuple[str, dict, bool]:
     """The one call of ``ensure_plans`` (one world size)."""
     from episodekit.metadata.plans.build import ensure_plans
 
     o = ctx.opts
-    [one] = ensure_plans(
-        ctx.ds, [world_size], o.num_workers, cost=o.cost, split_long=split, force=o.force,
-        locality=o.locality,
-    )  # fmt: skip
+    [one] = ensure_plans(ctx.ds, [world_size], o.num_workers, plan_options(o, split))
     return one
 
 
@@ -321,10 +326,7 @@ def canonical_plan(ctx: Context) -> tuple[str, dict, bool]:
     from episodekit.metadata.plans.canonical import ensure_canonical_plan
 
     o = ctx.opts
-    return ensure_canonical_plan(
-        ctx.ds, o.canonical_bins, cost=o.cost, split_long=o.split_long == "yes", force=o.force,
-        locality=o.locality,
-    )  # fmt: skip
+    return ensure_canonical_plan(ctx.ds, o.canonical_bins, plan_options(o, o.split_long == "yes"))
 
 
 class Stats(PrepareStep):

@@ -163,26 +163,14 @@ def plan_command(
             from episodekit.metadata.plans.canonical import check_canonical_bins
 
             check_canonical_bins(root, canonical, split_long)
-        results = ensure_plans(
-            root,
-            world_sizes or [],
-            workers,
-            cost=cost,
-            algo=algo,
-            split_long=split_long,
-            seed=seed,
-            force=force,
-            policy=policy,
-            locality=locality,
-        )
+        from episodekit.metadata.plans.options import PlanOptions
+
+        options = PlanOptions(cost, algo, split_long, seed, force, policy, locality)
+        results = ensure_plans(root, world_sizes or [], workers, options)
         if canonical is not False:
             from episodekit.metadata.plans.canonical import ensure_canonical_plan
 
-            results.append(
-                ensure_canonical_plan(
-                    root, canonical, cost, algo, split_long, seed, force, policy, locality
-                )
-            )
+            results.append(ensure_canonical_plan(root, canonical, options))
     skip = ("items", "bin_offsets", "bin_cost", "bin_frames")
     _echo_plans(results, skip, format_balance, "plan(s)", t0, as_json)
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -91,6 +92,7 @@ from episodekit.metadata.plans.density_split import (
     constant_density,
     equal_shares,
 )
+from episodekit.metadata.plans.options import PlanOptions
 from episodekit.metadata.plans.plan_file import PlanError, decode_plan, encode_plan
 
 
@@ -477,17 +479,15 @@ def ensure_mixture_plans(
     out: str | os.PathLike,
     world_sizes: list[int],
     num_workers: int,
-    cost: str = "frames",
-    algo: str = "auto",
-    split_long: bool = False,
-    seed: int = 0,
-    force: bool = False,
-    policy: str = "trim",
-    locality: str = "none",
+    options: PlanOptions | None = None,
+    **overrides: Any,
 ) -> list[tuple[str, dict, bool]]:
     """Write ``out/mixture.json`` and one mixture plan per world size into ``out``; a plan with
     the same mixture fingerprint (spec + every source's episodes), parameters and costs is kept.
     Returns ``[(path, plan, changed), ...]``."""
+    o = PlanOptions.of(options, overrides)
+    cost, algo, split_long, seed = o.cost, o.algo, o.split_long, o.seed
+    force, policy, locality = o.force, o.policy, o.locality
     check_model(cost)
     spec = mixture if isinstance(mixture, MixtureSpec) else parse_mixture(mixture)
     for w in world_sizes:

@@ -23,6 +23,7 @@ bins with different labels. Ties between equal costs are broken by episode_index
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +40,7 @@ from episodekit.metadata.artifact import (
     write_bytes,
 )
 from episodekit.metadata.costs import check_model, ensure_costs
+from episodekit.metadata.plans.options import PlanOptions
 from episodekit.metadata.plans.partition import (
     ALGOS,
     KK_AUTO_MAX_ITEMS,
@@ -473,13 +475,8 @@ def ensure_plans(
     root: str | Dataset,
     world_sizes: list[int],
     num_workers: int,
-    cost: str = "frames",
-    algo: str = "auto",
-    split_long: bool = False,
-    seed: int = 0,
-    force: bool = False,
-    policy: str = "trim",
-    locality: str = "none",
+    options: PlanOptions | None = None,
+    **overrides: Any,
 ) -> list[tuple[str, dict, bool]]:
     """Build and write one plan per world size (computing the cost table first if needed).
 
@@ -488,6 +485,9 @@ def ensure_plans(
     runs of row groups, see :func:`build_plan`). Returns ``[(path, plan, changed), ...]`` in the
     order of ``world_sizes``.
     """
+    o = PlanOptions.of(options, overrides)
+    cost, algo, split_long, seed = o.cost, o.algo, o.split_long, o.seed
+    force, policy, locality = o.force, o.policy, o.locality
     check_model(cost)
     ds = as_dataset(root)
     for w in world_sizes:  # fail on a bad shape before computing anything

@@ -29,6 +29,7 @@ from typing import Any
 
 from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.paths import PLAN_DIR
+from episodekit.metadata.plans.options import PlanOptions
 from episodekit.metadata.plans.plan_file import (
     Plan,
     PlanError,
@@ -115,16 +116,14 @@ def check_canonical_bins(
 def ensure_canonical_plan(
     root: str | Dataset,
     canonical_bins: int | None = None,
-    cost: str = "frames",
-    algo: str = "auto",
-    split_long: bool = False,
-    seed: int = 0,
-    force: bool = False,
-    policy: str = "trim",
-    locality: str = "none",
+    options: PlanOptions | None = None,
+    **overrides: Any,
 ) -> tuple[str, dict, bool]:
     """Build and write the canonical plan (``canonical_bins`` None: the default for the dataset's
     episode count); a fresh one with the same parameters is kept. Returns (path, plan, changed)."""
+    o = PlanOptions.of(options, overrides)
+    cost, algo, split_long, seed = o.cost, o.algo, o.split_long, o.seed
+    force, policy, locality = o.force, o.policy, o.locality
     from episodekit.core.dataset import as_dataset
     from episodekit.metadata.artifact import read_bytes, write_bytes
     from episodekit.metadata.costs import check_model, costs_meta, ensure_costs

@@ -128,11 +128,12 @@ def test_plans_step_retries_with_cut_episodes_or_skips(make_sample, monkeypatch)
 
     calls = []
 
-    def picky(ds, world_sizes, num_workers, **kw):
-        calls.append(kw["split_long"])
-        if not kw["split_long"] and world_sizes == [2]:
+    def picky(ds, world_sizes, num_workers, options=None, **kw):
+        split = kw.get("split_long", options.split_long if options else False)
+        calls.append(split)
+        if not split and world_sizes == [2]:
             raise ValueError("1 of 8 bins got no frames")
-        return ensure_plans(ds, world_sizes, num_workers, **kw)
+        return ensure_plans(ds, world_sizes, num_workers, options, **kw)
 
     monkeypatch.setattr("episodekit.metadata.plans.build.ensure_plans", picky)
     root = make_sample(episodes=20)

@@ -285,3 +285,22 @@ def test_cli_plan(make_sample):
     assert res.exit_code == 2 and "'--world-size': 0 is not in the range x>=1" in res.output
     res = runner.invoke(main, ["metadata", "plan", str(root), "--world-size", "x"])
     assert res.exit_code == 2
+
+
+def test_plan_options_object_equals_keyword_arguments(make_sample, tmp_path):
+    """ensure_plans(..., PlanOptions(...)) writes the same plan as the keyword arguments, keywords
+    override the object's fields, and an unknown option is a TypeError."""
+    from episodekit.metadata.plans.options import PlanOptions
+
+    root = make_sample(episodes=40, tasks=3, seed=5)
+    [(path, by_kw, _)] = ensure_plans(root, [2], 2, cost="compute", seed=3, locality="rowgroup")
+    opts = PlanOptions(cost="compute", seed=3, locality="rowgroup", force=True)
+    [(_, by_obj, changed)] = ensure_plans(root, [2], 2, opts)
+    assert changed and by_obj["items"].tolist() == by_kw["items"].tolist()
+    assert {k: by_obj[k] for k in ("cost_model", "seed", "locality")} == {
+        "cost_model": "compute", "seed": 3, "locality": "rowgroup",
+    }  # fmt: skip
+    [(_, over, _)] = ensure_plans(root, [2], 2, opts, seed=4)
+    assert over["seed"] == 4
+    with pytest.raises(TypeError, match="colour"):
+        ensure_plans(root, [2], 2, opts, colour="red")
