@@ -115,7 +115,8 @@ def _first_keyframe_check(packets: list[Any], seg: Segment) -> None:
     if not first.is_keyframe:
         raise CutNotOnKeyframe(
             f"the segment starting at {seg.from_ts} s does not start on a keyframe "
-            "(packet copy needs one; re-encode the source with `episodekit prep videos`)",
+            "(packet copy needs one: `prep videos` re-encodes with a keyframe at each "
+            "episode start)",
             seg.src,
         )
 
