@@ -112,3 +112,69 @@ def _listing(dropped: dict[str, str], limit: int = 10) -> str:
     items = [f"{e} ({why})" for e, why in list(dropped.items())[:limit]]
     more = f", ... {len(dropped) - limit} more" if len(dropped) > limit else ""
     return ", ".join(items) + more
+
+
+@click.command("split")
+@root_argument()
+@out_option
+@click.option(
+    "--fractions",
+    required=True,
+    metavar="NAME=F,...",
+    help="One output per part, e.g. train=0.9,val=0.1 (fractions of the episodes, sum 1).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the assignment.")
+@click.option(
+    "--by",
+    type=click.Choice(["episode", "task"]),
+    default="episode",
+    show_default=True,
+    help="episode: episodes assigned one by one; task: every episode of a task in one split.",
+)
+@target_option
+@json_option
+def split_command(
+    root: str, out: str, fractions: str, seed: int, by: str, target_mb: float, as_json: bool
+) -> None:
+    """Split ROOT into one new dataset per fraction, written to --out DIR/<name>.
+
+    Episodes are assigned at random (--seed); each output is a LeRobot v3.0 dataset verified
+    against ROOT's rows, with videos cut without re-encoding.
+    """
+    from episodekit.prep.surgery.split import parse_fractions, split
+
+    d = split(root, out, parse_fractions(fractions), seed=seed, by=by, target_mb=target_mb)
+    if as_json:
+        click.echo(jsonout.dumps(d.as_dict(), indent=2))
+        return
+    for part in d.as_dict()["splits"].values():
+        _say_written(part)
+
+
+@click.command("merge")
+@click.argument("roots", nargs=-1, required=True, callback=lambda c, p, v: _check_roots(c, p, v))
+@out_option
+@target_option
+@json_option
+def merge_command(roots: tuple[str, ...], out: str, target_mb: float, as_json: bool) -> None:
+    """Merge ROOTS (two or more, same features) into one new dataset --out DIR.
+
+    Episodes are renumbered in the order of ROOTS, tasks unified by their string, videos
+    concatenated without re-encoding (their codec parameters must match); the output is
+    verified against the sources' rows before it appears at DIR.
+    """
+    from episodekit.prep.surgery.merge import merge
+
+    d = merge(list(roots), out, target_mb=target_mb).as_dict()
+    if as_json:
+        click.echo(jsonout.dumps(d, indent=2))
+        return
+    _say_written(d)
+
+
+def _check_roots(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
+    from episodekit.cli.common import check_root
+
+    if len(value) < 2:
+        raise click.UsageError("merge needs at least two ROOTS")
+    return tuple(check_root(ctx, param, v) for v in value)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from episodekit.core.atomic import atomic_write_text, fsync_dir
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import EnvironmentProblem, os_problem
-from episodekit.core.lock import writer_lock
+from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
 from episodekit.core.progress import current
@@ -164,31 +164,75 @@ def write_dataset(
     if not sources:
         raise ValueError("no episodes left to write (the selection is empty)")
     _check_out(out_path, datasets)
+    features = _features(datasets, set(options.remove_features))
     key = recipe_key(sources, options)
     frames = int(sum(s.length for s in sources))
     result = WriteResult(str(out), "unchanged", len(sources), frames, 0)
     result.sources = [ds.root for ds in datasets]
-    with writer_lock(out_path):
-        if _up_to_date(out_path, key):
-            info = json.loads((out_path / "meta/info.json").read_text())
-            result.tasks = int(info.get("total_tasks") or 0)
-            result.seconds = time.perf_counter() - t0
-            return result
-        _clean_stale(out_path)
-        staging = out_path.with_name(f"{out_path.name}.partial-{key[:12]}")
-        try:
-            staging.mkdir(parents=True)
-        except OSError as exc:
-            raise os_problem(exc, staging, "create folder") from exc
-        try:
-            _build(staging, sources, options, key, result)
-            _publish(staging, out_path)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+    created = not out_path.exists()
+    try:
+        with writer_lock(out_path):
+            if _up_to_date(out_path, key):
+                info = json.loads((out_path / "meta/info.json").read_text())
+                result.tasks = int(info.get("total_tasks") or 0)
+                result.seconds = time.perf_counter() - t0
+                return result
+            _stage_and_publish(out_path, sources, options, features, key, result)
+    except BaseException:
+        if created:
+            _remove_if_only_lock(out_path)
+        raise
     result.status = "written"
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _remove_if_only_lock(out: Path) -> None:
+    """A failed first write leaves no folder behind (only its own lock file was in it)."""
+    try:
+        if out.is_dir() and set(os.listdir(out)) <= {LOCK_NAME}:
+            shutil.rmtree(out)
+    except OSError:
+        pass
+
+
+def _stage_and_publish(
+    out: Path,
+    sources: list[SourceEpisode],
+    options: WriteOptions,
+    features: dict,
+    key: str,
+    result: WriteResult,
+) -> None:
+    _clean_stale(out)
+    staging = out.with_name(f"{out.name}.partial-{key[:12]}")
+    try:
+        staging.mkdir(parents=True)
+    except OSError as exc:
+        raise os_problem(exc, staging, "create folder") from exc
+    try:
+        _build(staging, sources, options, features, key, result)
+        _publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def feature_difference(a: dict, b: dict) -> str | None:
+    """The first difference between two feature dicts that matters for one dataset (names,
+    dtype, shape, names of dimensions), as words; None when they match."""
+    for k in sorted(set(a) | set(b)):
+        if k not in b:
+            return f"feature {k!r} is missing"
+        if k not in a:
+            return f"it has an extra feature {k!r}"
+        for attr in ("dtype", "shape", "names"):
+            x, y = a[k].get(attr), b[k].get(attr)
+            if (list(x) if isinstance(x, (list, tuple)) else x) != (
+                list(y) if isinstance(y, (list, tuple)) else y
+            ):
+                return f"feature {k!r} has {attr} {y} instead of {x}"
+    return None
 
 
 def _features(datasets: list[Dataset], removed: set[str]) -> dict:
@@ -204,13 +248,9 @@ def _features(datasets: list[Dataset], removed: set[str]) -> dict:
     features = {k: v for k, v in first.features.items() if k not in removed}
     for ds in datasets[1:]:
         other = {k: v for k, v in ds.features.items() if k not in removed}
-        if other != features:
-            diff = sorted(set(features) ^ set(other)) or sorted(
-                k for k in features if features[k] != other[k]
-            )
-            raise ValueError(
-                f"{ds.root}: features differ from {first.root} (first difference: {diff[0]!r})"
-            )
+        diff = feature_difference(features, other)
+        if diff:
+            raise ValueError(f"{ds.root}: features differ from {first.root}'s: {diff}")
         if ds.fps != first.fps:
             raise ValueError(f"{ds.root}: fps {ds.fps:g} differs from {first.root}'s {first.fps:g}")
     return features
@@ -220,12 +260,12 @@ def _build(
     staging: Path,
     sources: list[SourceEpisode],
     options: WriteOptions,
+    features: dict,
     key: str,
     result: WriteResult,
 ) -> None:
     datasets = _datasets(sources)
     removed = set(options.remove_features)
-    features = _features(datasets, removed)
     info0 = datasets[0].info
     chunks = int(info0.get("chunks_size") or 1000)
     data_mb = float(info0.get("data_files_size_in_mb") or 100)
