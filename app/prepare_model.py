@@ -141,6 +141,7 @@ class PrepareOptions:
     canonical_bins: int | None | bool = False
     stats: str = "keep"
     plans_required: bool = True  # False for a mixture's sources: the mixture's plans are loaded
+    exclude: Any = None  # episodekit.exclusions.ExcludeOptions: frames the plans never draw
 
     def check_values(self) -> None:
         """Raise ``ValueError`` for a bad value (no import: the no-op rerun starts fast)."""
@@ -157,6 +158,8 @@ class PrepareOptions:
         c = self.canonical_bins
         if c is not False and c is not None and int(c) < 1:
             raise ValueError(f"canonical_bins must be >= 1, got {c}")
+        if self.exclude:
+            self.exclude.check()
         if self.stats not in STATS_MODES:
             raise ValueError(f"stats must be one of {STATS_MODES}, got {self.stats!r}")
 

@@ -54,6 +54,7 @@ def eligible(root: str, opts: PrepareOptions, recording: bool = False) -> bool:
         and opts.videos_gop is None
         and not opts.frames
         and opts.stats == "keep"
+        and not opts.exclude  # an exclusion's inputs (a report, a ranges file) may change
     )
 
 

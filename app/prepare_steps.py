@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from episodekit.core.paths import COST_FILE, INFO_FILE, SPEED_FILE, STAMP_FILE, inside_root
 from episodekit.core.progress import Progress, current, reporting
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from episodekit.core.dataset import Dataset
+    from episodekit.metadata.plans.exclude import Exclusion
     from episodekit.metadata.plans.options import PlanOptions
     from episodekit.prepare_model import PlanShape, PrepareOptions, PrepareResult, Step
 
@@ -43,6 +44,19 @@ class Context:
     work: Path = field(default_factory=Path)
     _ds: Dataset | None = None
     rows_rewritten: bool = False
+    _exclusion: Any = False  # not built yet
+
+    @property
+    def exclusion(self) -> Exclusion | None:
+        """What the plans leave out (``--exclude-*``), built once from the dataset the plans
+        read (after the rewrite: flagged episodes are judged on the rows that are trained on)."""
+        if self._exclusion is False:
+            from episodekit.exclusions import build_exclusion
+
+            self._exclusion = (
+                build_exclusion(self.ds, self.opts.exclude) if self.opts.exclude else None
+            )
+        return self._exclusion
 
     @property
     def ds(self) -> Dataset:
@@ -231,7 +245,16 @@ def _plan_entry(rel: str, plan: dict, changed: bool, shape: dict) -> dict:
         "changed": changed,
         "balance": plan.get("balance", {}),
         "samples_per_rank": plan.get("samples_per_rank"),
+        **_excluded_entry(plan),
     }
+
+
+def _excluded_entry(plan: dict) -> dict:
+    """A plan's exclusion for the run's detail: its counts and reasons (not the ranges)."""
+    ex = plan.get("excluded")
+    if not ex:
+        return {}
+    return {"excluded": {k: v for k, v in ex.items() if k != "ranges"}}
 
 
 class Plans(PrepareStep):
@@ -300,16 +323,28 @@ class Plans(PrepareStep):
             sizes = ", ".join(str(w) for w in d["cut_episodes"])
             txt += f"; world size {sizes}: episodes cut into frame ranges (whole ones cannot fill"
             txt += " the bins)"
+        ex = next((p["excluded"] for p in d.get("plans", []) if p.get("excluded")), None)
+        if ex:
+            why = ", ".join(f"{k} {v}" for k, v in ex["reasons"].items())
+            txt += f"; {ex['frames']} frames excluded ({ex['episodes']} whole episodes; {why})"
         if d.get("reason"):
             txt += f"; {d['reason']}"
         return txt
 
 
-def plan_options(o: PrepareOptions, split_long: bool) -> PlanOptions:
+def plan_options(
+    o: PrepareOptions, split_long: bool, exclusion: Exclusion | None = None
+) -> PlanOptions:
     """The plan writers' options of a prepare run (its other plan options are the defaults)."""
     from episodekit.metadata.plans.options import PlanOptions
 
-    return PlanOptions(cost=o.cost, split_long=split_long, force=o.force, locality=o.locality)
+    return PlanOptions(
+        cost=o.cost,
+        split_long=split_long,
+        force=o.force,
+        locality=o.locality,
+        exclusion=exclusion,
+    )
 
 
 def shard_plan(ctx: Context, world_size: int, split: bool) -> tuple[str, dict, bool]:
@@ -317,7 +352,7 @@ def shard_plan(ctx: Context, world_size: int, split: bool) -> tuple[str, dict, b
     from episodekit.metadata.plans.build import ensure_plans
 
     o = ctx.opts
-    [one] = ensure_plans(ctx.ds, [world_size], o.num_workers, plan_options(o, split))
+    [one] = ensure_plans(ctx.ds, [world_size], o.num_workers, plan_options(o, split, ctx.exclusion))
     return one
 
 
@@ -326,7 +361,8 @@ def canonical_plan(ctx: Context) -> tuple[str, dict, bool]:
     from episodekit.metadata.plans.canonical import ensure_canonical_plan
 
     o = ctx.opts
-    return ensure_canonical_plan(ctx.ds, o.canonical_bins, plan_options(o, o.split_long == "yes"))
+    split = o.split_long == "yes"
+    return ensure_canonical_plan(ctx.ds, o.canonical_bins, plan_options(o, split, ctx.exclusion))
 
 
 class Stats(PrepareStep):

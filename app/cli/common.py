@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -427,6 +428,57 @@ def dataloader_workers_option(default: int = 1):
         show_default=True,
         help="DataLoader workers per rank the shard plans are made for.",
     )
+
+
+def exclude_options(func):
+    """``--exclude-episodes``, ``--exclude-frames``, ``--exclude-flagged``, ``--flags-from``:
+    frames the shard plans never draw (the data is not rewritten), passed to the command as one
+    ``exclude`` argument (:class:`episodekit.exclusions.ExcludeOptions`)."""
+    options = [
+        click.option(
+            "--exclude-episodes",
+            metavar="LIST",
+            default=None,
+            help="Episodes the plans never draw, e.g. 3,7,10-12.",
+        ),
+        click.option(
+            "--exclude-frames",
+            metavar="FILE",
+            type=click.Path(dir_okay=False, exists=True),
+            default=None,
+            help="JSON (or jsonl) file of frame ranges the plans never draw: "
+            '[{"episode": 3, "start": 0, "end": 40}, ...], end exclusive.',
+        ),
+        click.option(
+            "--exclude-flagged",
+            metavar="CHECKS",
+            default=None,
+            help="Leave out the episodes these checks flag, e.g. quality.frozen,quality.duplicate "
+            "(a fresh validation of just those checks, or the report given by --flags-from).",
+        ),
+        click.option(
+            "--flags-from",
+            metavar="REPORT",
+            type=click.Path(dir_okay=False, exists=True),
+            default=None,
+            help="A `validate --json` report to read the flagged episodes from.",
+        ),
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args, exclude_episodes, exclude_frames, exclude_flagged, flags_from, **kwargs):
+        from episodekit.exclusions import ExcludeOptions
+
+        ex = ExcludeOptions(exclude_episodes, exclude_frames, exclude_flagged, flags_from)
+        try:
+            ex.check()
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        return func(*args, exclude=ex, **kwargs)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
 
 
 PLAN_LOCALITIES = ("none", "rowgroup")  # episodekit.metadata.plans.partition.LOCALITIES

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,7 @@ from episodekit.cli.common import (
     cost_option,
     dataloader_workers_option,
     deprecated_alias,
+    exclude_options,
     executor_option,
     force_option,
     jobs_option,
@@ -26,6 +28,9 @@ from episodekit.cli.common import (
     writing,
 )
 from episodekit.core import jsonout
+
+if TYPE_CHECKING:
+    from episodekit.exclusions import ExcludeOptions
 
 
 @click.command("costs")
@@ -93,6 +98,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     help="Equal samples per bin: trim heavier bins to the lightest, or wrap lighter ones.",
 )
 @locality_option(default="none")
+@exclude_options
 @click.option(
     "--mixture",
     default=None,
@@ -124,6 +130,7 @@ def plan_command(
     force: bool,
     no_wait: bool,
     as_json: bool,
+    exclude: ExcludeOptions,
     canonical_bins: str | None = None,
 ) -> None:
     """Write balanced shard plans ROOT/meta/shard_plans/ws{W}_nw{K}.json, one per world size.
@@ -138,6 +145,10 @@ def plan_command(
     largest item)) next to the naive contiguous and round-robin splits on the same costs.
     A plan that exists with the same fingerprint, costs and parameters is kept.
     With --canonical-bins, also ROOT/meta/shard_plans/canonical_c{C}.json (world size free).
+
+    --exclude-episodes / --exclude-frames / --exclude-flagged leave frames out of the plans
+    (the data stays): every rank still gets the same number of samples, drawn only from what is
+    left, and each plan records what it excluded and why.
     """
     from episodekit.metadata.plans.build import ensure_plans, format_balance
 
@@ -147,6 +158,10 @@ def plan_command(
         if canonical is not False:
             raise click.UsageError(
                 "--canonical-bins plans one ROOT; it does not combine with --mixture"
+            )
+        if exclude:
+            raise click.UsageError(
+                "--exclude-* options plan one ROOT; they do not combine with --mixture"
             )
         check_mixture_args(root, mixture, out, "the mixture plan")
         if not world_sizes:
@@ -163,14 +178,18 @@ def plan_command(
             from episodekit.metadata.plans.canonical import check_canonical_bins
 
             check_canonical_bins(root, canonical, split_long)
+        from episodekit.core.dataset import open_dataset
+        from episodekit.exclusions import build_exclusion
         from episodekit.metadata.plans.options import PlanOptions
 
-        options = PlanOptions(cost, algo, split_long, seed, force, policy, locality)
-        results = ensure_plans(root, world_sizes or [], workers, options)
+        ds = open_dataset(root)
+        exclusion = build_exclusion(ds, exclude)
+        options = PlanOptions(cost, algo, split_long, seed, force, policy, locality, exclusion)
+        results = ensure_plans(ds, world_sizes or [], workers, options)
         if canonical is not False:
             from episodekit.metadata.plans.canonical import ensure_canonical_plan
 
-            results.append(ensure_canonical_plan(root, canonical, options))
+            results.append(ensure_canonical_plan(ds, canonical, options))
     skip = ("items", "bin_offsets", "bin_cost", "bin_frames")
     _echo_plans(results, skip, format_balance, "plan(s)", t0, as_json)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,7 @@ from episodekit.cli.common import (
     check_mixture_args,
     cost_option,
     dataloader_workers_option,
+    exclude_options,
     executor_option,
     force_option,
     jobs_option,
@@ -24,6 +26,9 @@ from episodekit.cli.common import (
     target_mb_option,
 )
 from episodekit.core import jsonout
+
+if TYPE_CHECKING:
+    from episodekit.exclusions import ExcludeOptions
 
 
 @click.command("prepare")
@@ -88,6 +93,7 @@ from episodekit.core import jsonout
     "skipped when fresh).",
 )
 @canonical_bins_option()
+@exclude_options
 @click.option(
     "--stats",
     "stats",
@@ -130,12 +136,14 @@ def prepare_command(
     force: bool,
     no_wait: bool,
     as_json: bool,
+    exclude: ExcludeOptions,
 ) -> None:
     """Take ROOT from "as recorded" to "ready for training", then prove it.
 
     Runs, in order: row-group rewrite, speed percentiles, cost table, shard plans (with
     --canonical-bins also the canonical plan for elastic resume), normalization stats,
-    validation (and with --frames the frame store).
+    validation (and with --frames the frame store). --exclude-* leave episodes or frame ranges
+    out of the plans (the data stays as it is).
     Each step is skipped when its output is already fresh, so a rerun (after a crash, or after
     adding episodes) only does what is needed. Arguments and plan feasibility are checked before
     anything is written. Exit codes: 0 prepared and valid; 1 validation or a rewrite failed;
@@ -155,6 +163,7 @@ def prepare_command(
             ("--videos", include_videos),
             ("--videos-gop", videos_gop),
             ("--canonical-bins", canonical is not False),
+            ("--exclude-*", bool(exclude)),
         )
         for flag, given in only_root:
             if given:
@@ -185,6 +194,7 @@ def prepare_command(
         wait=not no_wait,
         canonical_bins=canonical,
         stats=stats,
+        exclude=exclude or None,
     )
     click.echo(jsonout.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:

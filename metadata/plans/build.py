@@ -40,6 +40,7 @@ from episodekit.metadata.artifact import (
     write_bytes,
 )
 from episodekit.metadata.costs import check_model, ensure_costs
+from episodekit.metadata.plans.exclude import Exclusion, keep_pieces
 from episodekit.metadata.plans.options import PlanOptions
 from episodekit.metadata.plans.partition import (
     ALGOS,
@@ -211,6 +212,7 @@ def build_plan(
     position: np.ndarray | None = None,
     unit: np.ndarray | None = None,
     relabel: bool = True,
+    exclusion: Exclusion | None = None,
 ) -> dict:
     """Partition episodes (cost, length) over ``world_size x num_workers`` bins; a pure function.
 
@@ -220,6 +222,8 @@ def build_plan(
     per episode); ranks get ``num_workers`` consecutive bins. ``unit`` also gives the plan's
     ``row_groups`` figures (row groups per bin). ``relabel=False`` keeps the partition's bin
     numbers (file order for ``rowgroup``) instead of seeded labels (canonical plans).
+    ``exclusion`` leaves frames out: the items are the pieces of each episode between its
+    excluded ranges (costs pro rata), and the plan records the exclusion (``excluded``).
 
     Returns the plan as a dict: the parameters, ``items`` (n, 3) int64 rows (episode_index,
     start_frame, end_frame) sorted by bin, ``bin_offsets``, ``bin_cost``, ``bin_frames``,
@@ -236,10 +240,15 @@ def build_plan(
     ep = ep.astype(np.int64)
     items = Items(ep, np.zeros(n, np.int64), lengths.copy(), costs.copy())
     unit_of_episode = None if unit is None else np.asarray(unit, dtype=np.int64)
+    item_ep, item_pos, item_unit = ep, position, unit_of_episode
+    if exclusion:
+        items, item_ep, item_pos, item_unit = _pieces(items, exclusion, position, unit)
+        if not len(items):
+            raise ValueError("the exclusion leaves no frame to plan")
 
     if locality == "rowgroup":
         items, bin_of, used_ranks, used_workers = _partition_rowgroup(
-            items, ep, position, unit_of_episode, W, K, split_long
+            items, item_ep, item_pos, item_unit, W, K, split_long
         )
     else:
         items, bin_of, used_ranks, used_workers = _partition_two_level(
@@ -255,8 +264,9 @@ def build_plan(
     empty = np.flatnonzero(bin_frames == 0)
     if len(empty):
         hint = "" if split_long else " (use --split-long to cut long episodes)"
+        left = f"{len(items)} pieces left after the exclusion" if exclusion else f"{n} episodes"
         raise ValueError(
-            f"{len(empty)} of {B} bins got no frames: {n} episodes are too few for "
+            f"{len(empty)} of {B} bins got no frames: {left} are too few for "
             f"{W} ranks x {K} workers{hint}"
         )
     plan = plan_document(
@@ -277,11 +287,40 @@ def build_plan(
         policy=policy,
         split_episodes=_split_count(items),
     )
+    if exclusion:
+        plan["excluded"] = exclusion_record(exclusion, len(np.unique(items.episode)), n)
     if unit_of_episode is not None:
         pos_of = np.searchsorted(np.sort(ep), items.episode)
         unit_sorted = unit_of_episode[np.argsort(ep, kind="stable")]
         plan["row_groups"] = row_group_figures(unit_sorted[pos_of], bin_of, B)
     return plan
+
+
+def _pieces(
+    items: Items, exclusion: Exclusion, position: np.ndarray | None, unit: np.ndarray | None
+) -> tuple[Items, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The items left by ``exclusion`` (one per kept piece of an episode, cost pro rata) with
+    each piece's episode, file position (its episode's plus its start) and row-group unit."""
+    e, s, t, p = keep_pieces(items.episode, items.end, exclusion.ranges)
+    length = np.maximum(items.end[p], 1)
+    cost = items.cost[p] * (t - s) / length
+    base = items.episode if position is None else np.asarray(position, dtype=np.int64)
+    pos = base[p] + s
+    unit_of = None if unit is None else np.asarray(unit, dtype=np.int64)[p]
+    return Items(e, s, t, cost), e, pos, unit_of
+
+
+def exclusion_record(exclusion: Exclusion, episodes_left: int, episodes: int) -> dict:
+    """What a plan records of its exclusion: frames and whole episodes left out, frames per
+    reason, the digest that decides freshness, and the ranges themselves."""
+    r = exclusion.ranges
+    return {
+        "frames": exclusion.frames,
+        "episodes": int(episodes - episodes_left),
+        "reasons": dict(sorted(exclusion.reasons.items())),
+        "digest": exclusion.digest,
+        "ranges": r.tolist(),
+    }
 
 
 def plan_document(
@@ -445,6 +484,7 @@ def plan_for_dataset(
     seed: int = 0,
     policy: str = "trim",
     locality: str = "none",
+    exclusion: Exclusion | None = None,
 ) -> dict:
     """:func:`build_plan` on a dataset's cost table (recording its model and fingerprint); for
     ``locality="rowgroup"`` the episodes' row groups come from the data files' footers."""
@@ -468,6 +508,7 @@ def plan_for_dataset(
         locality=locality,
         position=position,
         unit=unit,
+        exclusion=exclusion,
     )
 
 
@@ -503,6 +544,7 @@ def ensure_plans(
         "cost_model": cost,
         "locality": locality,
     }
+    excluded_digest = o.exclusion.digest if o.exclusion else None
     out = []
     for w in world_sizes:
         path = ds.join(plan_path(w, num_workers))
@@ -519,10 +561,13 @@ def ensure_plans(
                     old.get(k, "none" if k == "locality" else None) == v
                     for k, v in {**wanted, "world_size": int(w)}.items()
                 )
+                and (old.get("excluded") or {}).get("digest") == excluded_digest
             ):
                 out.append((path, old, False))
                 continue
-        plan = plan_for_dataset(ds, costs, w, num_workers, algo, split_long, seed, policy, locality)
+        plan = plan_for_dataset(
+            ds, costs, w, num_workers, algo, split_long, seed, policy, locality, o.exclusion
+        )
         out.append((write_plan(ds, plan), plan, True))
     return out
 
@@ -562,7 +607,9 @@ def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -
         return problems + [Problem("bin_offsets are not ascending", FORMAT)]
     bin_of = np.repeat(np.arange(B), np.diff(offsets))
     e, s, t = items[:, 0], items[:, 1], items[:, 2]
-    problems += [Problem(p) for p in _coverage_problems(e, s, t, ds)]
+    x = excluded_ranges(doc)  # the items and the excluded ranges together tile every episode
+    covered = [np.r_[col, x[:, j]] for j, col in enumerate((e, s, t))]
+    problems += [Problem(p) for p in _coverage_problems(*covered, ds)]
     if problems:
         return problems
     frames = t - s
@@ -583,6 +630,12 @@ def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -
         problems.append("repeated_frames does not match the bins")
     problems += _balance_problems(doc, ds, costs, e, frames, bin_of)
     return [p if isinstance(p, Problem) else Problem(p) for p in problems]
+
+
+def excluded_ranges(doc: dict) -> np.ndarray:
+    """The (episode, start, end) ranges a plan document records as excluded (none: empty)."""
+    rows = (doc.get("excluded") or {}).get("ranges") or []
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
 
 
 def _coverage_problems(e: np.ndarray, s: np.ndarray, t: np.ndarray, ds: Dataset) -> list[str]:

@@ -154,7 +154,12 @@ def ensure_canonical_plan(
             old = None if raw is None else decode_plan(raw, rel, max_items=ds.num_frames)
         except PlanError:
             old = None
-        if old is not None and all(old.get(k) == v for k, v in wanted.items()):
+        excluded = o.exclusion.digest if o.exclusion else None
+        if (
+            old is not None
+            and all(old.get(k) == v for k, v in wanted.items())
+            and (old.get("excluded") or {}).get("digest") == excluded
+        ):
             return ds.join(rel), old, False
     ep = costs["episode_index"].to_numpy()
     position = unit = None
@@ -174,6 +179,7 @@ def ensure_canonical_plan(
         locality=locality,
         position=position,
         unit=unit,
+        exclusion=o.exclusion,
     )
     return write_bytes(ds, rel, encode_plan(plan)), plan, True
 

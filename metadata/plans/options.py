@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from episodekit.metadata.plans.exclude import Exclusion
+
 
 @dataclass(frozen=True)
 class PlanOptions:
     """How plans are made: cost model, partition algorithm, episode cutting, label seed, equal
-    counts policy, locality; ``force`` recomputes a plan that is fresh."""
+    counts policy, locality; ``force`` recomputes a plan that is fresh; ``exclusion``: frames
+    the plans never draw (:mod:`episodekit.metadata.plans.exclude`)."""
 
     cost: str = "frames"
     algo: str = "auto"
@@ -24,6 +27,7 @@ class PlanOptions:
     force: bool = False
     policy: str = "trim"
     locality: str = "none"
+    exclusion: Exclusion | None = None
 
     @classmethod
     def of(cls, options: PlanOptions | None, overrides: dict[str, Any]) -> PlanOptions:

@@ -251,7 +251,17 @@ def elastic_cache_warning(tmp: Path):
 
 
 # (file, a piece of the hint's literal text) -> the situation that prints it.
+def flags_report_missing_check(tmp: Path):
+    from episodekit.validate.flagged import flagged_episodes
+
+    root = sample(tmp / "r")
+    report = tmp / "report.json"
+    report.write_text(json.dumps({"findings": [], "checks_run": ["data.rows"]}))
+    return raised(flagged_episodes, str(root), "quality.frozen", report), root
+
+
 HINTS: dict[tuple[str, str], Callable] = {
+    ("validate/flagged.py", "episodekit validate ROOT --json --checks"): flags_report_missing_check,
     ("validate/layout.py", "episodekit prep rowgroups"): validate_layout,
     ("validate/stats.py", "compute it with `episodekit metadata stats"): validate_stats_missing,
     ("validate/stats.py", "recompute with `episodekit metadata stats"): validate_stats_stale,

@@ -1,0 +1,72 @@
+"""Which episodes validation flagged: the input of ``--exclude-flagged`` (plans) and of
+surgery's ``--drop-flagged``.
+
+The flags come either from a ``validate --json`` report already written (CI keeps one), or from a
+fresh run of just the named checks. A report caps each check's findings (``... and N more``);
+those summary findings list the remaining episodes in ``details.episodes``, so nothing flagged is
+lost. A report that did not run a named check is refused: excluding nothing because the check
+never ran would look like a clean dataset.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from episodekit.validate.runner import select_checks
+
+
+def flagged_checks(names: str | Iterable[str]) -> list[str]:
+    """Check ids named by ``names`` (ids or groups, e.g. ``quality.frozen,quality.duplicate``
+    or ``quality``); ValueError for an unknown name."""
+    return select_checks(names)
+
+
+def episodes_of_findings(findings: Iterable[dict[str, Any]], checks: list[str]) -> dict[int, list]:
+    """``{episode: [check, ...]}`` for the findings of ``checks`` (dicts as in a JSON report),
+    including the episodes listed by ``... and N more`` summary findings."""
+    wanted = set(checks)
+    out: dict[int, set[str]] = {}
+    for f in findings:
+        if f.get("check") not in wanted:
+            continue
+        eps = [f.get("episode")] + list((f.get("details") or {}).get("episodes") or [])
+        for e in eps:
+            if isinstance(e, int) and not isinstance(e, bool):
+                out.setdefault(e, set()).add(f["check"])
+    return {e: sorted(c) for e, c in sorted(out.items())}
+
+
+def read_report(path: str | Path) -> dict[str, Any]:
+    """A ``validate --json`` report; ValueError naming the file when it is not one."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{p}: cannot read a validate --json report ({exc})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list):
+        raise ValueError(f"{p}: not a validate --json report (no findings list)")
+    return doc
+
+
+def flagged_episodes(
+    root: str, checks: str | Iterable[str], report: str | Path | None = None
+) -> dict[int, list[str]]:
+    """Episodes of ``root`` flagged by ``checks``: from ``report`` (a ``validate --json`` file of
+    this root that ran those checks) or, without one, from a fresh validation of just them."""
+    ids = flagged_checks(checks)
+    if report is None:
+        from episodekit.validate.runner import validate
+
+        found = validate(root, checks=ids).to_dict()["findings"]
+        return episodes_of_findings(found, ids)
+    doc = read_report(report)
+    missing = [c for c in ids if c not in (doc.get("checks_run") or [])]
+    if missing:
+        raise ValueError(
+            f"{report}: the report did not run {', '.join(missing[:5])} (run `episodekit "
+            f"validate ROOT --json --checks {','.join(ids)}` to write one that did)"
+        )
+    return episodes_of_findings(doc["findings"], ids)
