@@ -11,6 +11,7 @@ from episodekit.core.paths import DEFAULT_TARGET_MB
 from episodekit.prep.surgery import select
 from episodekit.prep.surgery.sources import source_episodes
 from episodekit.prep.surgery.writer import WriteOptions, WriteResult, write_dataset
+from episodekit.validate.flagged import flagged_episodes
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,7 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
             raise ValueError(f"--rename-task {old}=...: no task {old!r} in {root}")
     flagged = None
     if spec.drop_flagged:
-        checks = select.check_flag_names(list(spec.drop_flagged))
-        flagged = (
-            select.flagged_from_report(spec.report, checks)
-            if spec.report
-            else select.flagged_fresh(root, checks)
-        )
+        flagged = flagged_episodes(root, list(spec.drop_flagged), spec.report)
     kept, dropped = select.choose(
         ds,
         drop=list(spec.drop_episodes) if spec.drop_episodes is not None else None,

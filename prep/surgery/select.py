@@ -1,16 +1,12 @@
 """Choosing episodes: parse ``3,7,10-12``, and the episodes a selection keeps (by index, by task,
-or by what validation flagged: a ``validate --json`` report or a fresh run of those checks).
+or by what validation flagged: ``episodekit.validate.flagged``).
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
 from episodekit.core.dataset import Dataset
-from episodekit.core.errors import EnvironmentProblem
 
 MAX_RANGE = 10_000_000  # a range wider than this is a typo, not a selection
 
@@ -46,57 +42,6 @@ def parse_pairs(values: tuple[str, ...] | list[str], option: str) -> list[tuple[
             raise ValueError(f"{option} {v!r}: expected OLD=NEW")
         out.append((old, new))
     return out
-
-
-def flagged_from_report(path: str | Path, checks: list[str]) -> dict[int, list[str]]:
-    """Episodes flagged by ``checks`` in a ``validate --json`` report file -> their checks."""
-    try:
-        report = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise EnvironmentProblem(f"cannot read the report ({exc.strerror})", str(path)) from exc
-    except ValueError as exc:
-        raise ValueError(f"--report {path}: not a validate --json report ({exc})") from None
-    if not isinstance(report, dict) or not isinstance(report.get("findings"), list):
-        raise ValueError(f"--report {path}: not a validate --json report (no findings list)")
-    ran = set(report.get("checks_run") or [])
-    missing = [c for c in checks if c not in ran]
-    if missing:
-        raise ValueError(
-            f"--report {path}: the report did not run {missing[0]} (run `episodekit validate "
-            f"ROOT --checks {','.join(checks)} --json > FILE`, or leave out --report)"
-        )
-    return _by_episode(report["findings"], checks)
-
-
-def flagged_fresh(root: str, checks: list[str]) -> dict[int, list[str]]:
-    """Episodes flagged by a fresh validation run of ``checks`` on ``root``."""
-    from episodekit.validate.runner import validate
-
-    report = validate(root, checks=checks)
-    return _by_episode([f.to_dict() for f in report.findings], checks)
-
-
-def _by_episode(findings: list[dict], checks: list[str]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    for f in findings:
-        if isinstance(f, dict) and f.get("check") in checks and f.get("episode") is not None:
-            names = out.setdefault(int(f["episode"]), [])
-            if f["check"] not in names:
-                names.append(f["check"])
-    return out
-
-
-def check_flag_names(checks: list[str]) -> list[str]:
-    """The ``--drop-flagged`` check ids, each one that flags episodes (``quality.*``)."""
-    from episodekit.validate.runner import select_checks
-
-    known = set(select_checks(None, deep=True))
-    for c in checks:
-        if c not in known:
-            raise ValueError(
-                f"--drop-flagged {c}: no such check (see `episodekit validate --list-checks`)"
-            )
-    return checks
 
 
 def choose(

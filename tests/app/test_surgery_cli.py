@@ -95,7 +95,7 @@ def test_drop_flagged_removes_exactly_the_seeded_episodes(make_sample, tmp_path)
         (["--remove-feature", "nope"], "no such feature"),
         (["--remove-feature", "index"], "LeRobot datasets need that column"),
         (["--rename-task", "nope"], "expected OLD=NEW"),
-        (["--drop-flagged", "quality.nope"], "no such check"),
+        (["--drop-flagged", "quality.nope"], "unknown check 'quality.nope'"),
         (["--keep-episodes", "50-60"], "are not in"),
     ],
 )
