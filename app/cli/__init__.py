@@ -10,6 +10,7 @@ from episodekit.cli.dataset import info_command, sample_command
 from episodekit.cli.metadata import metadata_group
 from episodekit.cli.prep import prep_group
 from episodekit.cli.prepare import prepare_command
+from episodekit.cli.surgery import edit_command, merge_command, split_command
 from episodekit.cli.validate import validate_command
 
 
@@ -35,6 +36,9 @@ main.add_command(metadata_group)
 main.add_command(prep_group)
 main.add_command(validate_command)
 main.add_command(prepare_command)
+main.add_command(edit_command)
+main.add_command(split_command)
+main.add_command(merge_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

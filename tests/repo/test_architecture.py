@@ -26,8 +26,12 @@ ALLOWED = {
     "metadata": {"core", "metadata"},
     "loaders": {"core", "metadata", "loaders"},
     "validate": {"core", "prep", "metadata", "validate"},
-    "top": {"core", "prep", "metadata", "loaders", "validate", "top"},
+    # prep/surgery (episodekit.prep.surgery): writes new datasets, with LeRobot's stats and
+    # validation's findings (--drop-flagged): above validate, below the app
+    "surgery": {"core", "prep", "metadata", "validate", "surgery"},
+    "top": {"core", "prep", "metadata", "loaders", "validate", "surgery", "top"},
 }
+SUB_LAYERS = {("prep", "surgery"): "surgery"}  # a subpackage with a layer of its own
 GUARD_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
 
@@ -36,6 +40,8 @@ def layer_of_module(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] != "episodekit":
         return None
+    if tuple(parts[1:3]) in SUB_LAYERS:
+        return SUB_LAYERS[tuple(parts[1:3])]
     if len(parts) > 1 and parts[1] in ("core", "prep", "metadata", "loaders", "validate"):
         return parts[1]
     return "top"
@@ -102,7 +108,9 @@ def violations(source: str, layer: str, package: str, where: str) -> list[str]:
 def our_files() -> list[tuple[Path, str]]:
     files = []
     for folder, layer in FOLDERS.items():
-        files += [(p, layer) for p in sorted((REPO / folder).rglob("*.py"))]
+        for p in sorted((REPO / folder).rglob("*.py")):
+            sub = tuple(p.relative_to(REPO).parts[:2])
+            files.append((p, SUB_LAYERS.get(sub, layer)))
     return files
 
 
@@ -150,6 +158,9 @@ def test_no_cycles_between_folders():
             "guarded import",
         ),
         ("loaders", "from episodekit.core.dataset import Dataset\n", None),
+        ("prep", "from episodekit.prep.surgery import writer\n", "prep imports"),
+        ("surgery", "from episodekit.loaders import FrameDataset\n", "surgery imports"),
+        ("surgery", "from episodekit.validate.runner import validate\n", None),
     ],
 )
 def test_the_checker_catches_violations(layer, source, expect):

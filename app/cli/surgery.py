@@ -1,0 +1,180 @@
+"""``episodekit edit``, ``split`` and ``merge``: new datasets from existing ones (never in place),
+each a thin call into :mod:`episodekit.prep.surgery`."""
+
+from __future__ import annotations
+
+import click
+
+from episodekit.cli.common import json_option, root_argument
+from episodekit.core import jsonout
+from episodekit.core.paths import DEFAULT_TARGET_MB
+
+out_option = click.option(
+    "--out",
+    required=True,
+    metavar="DIR",
+    help="The new dataset's folder: missing, empty or written by episodekit (never a source).",
+)
+target_option = click.option(
+    "--target-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TARGET_MB,
+    show_default=True,
+    help="Row-group target (uncompressed MiB), as `prep rowgroups`.",
+)
+
+
+def _say_written(d: dict) -> None:
+    if d["status"] == "unchanged":
+        click.echo(f"{d['out']}: already written from the same inputs; nothing to do")
+        return
+    click.echo(
+        f"wrote {d['out']}: {d['episodes']:,} episodes, {d['frames']:,} frames, {d['tasks']} "
+        f"tasks, {d['data_files']} data files, {d['video_files']} video files "
+        f"in {d['seconds']:.1f}s (verified)"
+    )
+
+
+@click.command("edit")
+@root_argument()
+@out_option
+@click.option("--drop-episodes", metavar="LIST", help="Episodes to drop, e.g. 3,7,10-12.")
+@click.option("--keep-episodes", metavar="LIST", help="Keep only these episodes, e.g. 0-99.")
+@click.option(
+    "--drop-tasks", multiple=True, metavar="TASK", help="Drop every episode of this task."
+)
+@click.option(
+    "--drop-flagged",
+    metavar="CHECKS",
+    help="Drop the episodes these checks flag, e.g. quality.frozen,quality.duplicate "
+    "(from --report, else a fresh validation run of those checks).",
+)
+@click.option(
+    "--report",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A `validate --json` report file for --drop-flagged.",
+)
+@click.option("--remove-feature", multiple=True, metavar="KEY", help="Remove a feature.")
+@click.option("--rename-task", multiple=True, metavar="OLD=NEW", help="Rename a task.")
+@target_option
+@json_option
+def edit_command(
+    root: str,
+    out: str,
+    drop_episodes: str | None,
+    keep_episodes: str | None,
+    drop_tasks: tuple[str, ...],
+    drop_flagged: str | None,
+    report: str | None,
+    remove_feature: tuple[str, ...],
+    rename_task: tuple[str, ...],
+    target_mb: float,
+    as_json: bool,
+) -> None:
+    """Write ROOT without some episodes, features or task names to a new dataset --out DIR.
+
+    The output is a LeRobot v3.0 dataset with episodes, index and tasks renumbered, stats
+    carried over, row groups as `prep rowgroups` writes them and videos cut without
+    re-encoding; it is verified against ROOT's rows before it appears at DIR.
+    """
+    from episodekit.prep.surgery import select
+    from episodekit.prep.surgery.edit import EditSpec, edit
+
+    if report and not drop_flagged:
+        raise click.UsageError("--report is read for --drop-flagged; give --drop-flagged CHECKS")
+    if drop_episodes and keep_episodes:
+        raise click.UsageError("give --drop-episodes or --keep-episodes, not both")
+    flagged = tuple(c.strip() for c in (drop_flagged or "").split(",") if c.strip())
+    spec = EditSpec(
+        drop_episodes=tuple(select.parse_episode_list(drop_episodes)) if drop_episodes else None,
+        keep_episodes=(
+            tuple(select.parse_episode_list(keep_episodes, "--keep-episodes"))
+            if keep_episodes
+            else None
+        ),
+        drop_tasks=drop_tasks,
+        drop_flagged=flagged,
+        report=report,
+        remove_features=remove_feature,
+        rename_tasks=tuple(select.parse_pairs(rename_task, "--rename-task")),
+        target_mb=target_mb,
+    )
+    d = edit(root, out, spec).as_dict()
+    if as_json:
+        click.echo(jsonout.dumps(d, indent=2))
+        return
+    if d["dropped"]:
+        click.echo(f"dropped {len(d['dropped'])} episodes: {_listing(d['dropped'])}")
+    _say_written(d)
+
+
+def _listing(dropped: dict[str, str], limit: int = 10) -> str:
+    items = [f"{e} ({why})" for e, why in list(dropped.items())[:limit]]
+    more = f", ... {len(dropped) - limit} more" if len(dropped) > limit else ""
+    return ", ".join(items) + more
+
+
+@click.command("split")
+@root_argument()
+@out_option
+@click.option(
+    "--fractions",
+    required=True,
+    metavar="NAME=F,...",
+    help="One output per part, e.g. train=0.9,val=0.1 (fractions of the episodes, sum 1).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the assignment.")
+@click.option(
+    "--by",
+    type=click.Choice(["episode", "task"]),
+    default="episode",
+    show_default=True,
+    help="episode: episodes assigned one by one; task: every episode of a task in one split.",
+)
+@target_option
+@json_option
+def split_command(
+    root: str, out: str, fractions: str, seed: int, by: str, target_mb: float, as_json: bool
+) -> None:
+    """Split ROOT into one new dataset per fraction, written to --out DIR/<name>.
+
+    Episodes are assigned at random (--seed); each output is a LeRobot v3.0 dataset verified
+    against ROOT's rows, with videos cut without re-encoding.
+    """
+    from episodekit.prep.surgery.split import parse_fractions, split
+
+    d = split(root, out, parse_fractions(fractions), seed=seed, by=by, target_mb=target_mb)
+    if as_json:
+        click.echo(jsonout.dumps(d.as_dict(), indent=2))
+        return
+    for part in d.as_dict()["splits"].values():
+        _say_written(part)
+
+
+@click.command("merge")
+@click.argument("roots", nargs=-1, required=True, callback=lambda c, p, v: _check_roots(c, p, v))
+@out_option
+@target_option
+@json_option
+def merge_command(roots: tuple[str, ...], out: str, target_mb: float, as_json: bool) -> None:
+    """Merge ROOTS (two or more, same features) into one new dataset --out DIR.
+
+    Episodes are renumbered in the order of ROOTS, tasks unified by their string, videos
+    concatenated without re-encoding (their codec parameters must match); the output is
+    verified against the sources' rows before it appears at DIR.
+    """
+    from episodekit.prep.surgery.merge import merge
+
+    d = merge(list(roots), out, target_mb=target_mb).as_dict()
+    if as_json:
+        click.echo(jsonout.dumps(d, indent=2))
+        return
+    _say_written(d)
+
+
+def _check_roots(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
+    from episodekit.cli.common import check_root
+
+    if len(value) < 2:
+        raise click.UsageError("merge needs at least two ROOTS")
+    return tuple(check_root(ctx, param, v) for v in value)

@@ -1,0 +1,231 @@
+"""Stream the kept rows of the source data files into the output's data files.
+
+Rows are read batch by batch (row groups holding no kept episode are skipped through the
+footer's ``episode_index`` statistics), filtered, renumbered (``episode_index``, ``index``) and
+remapped (``task_index`` to the new tasks table), and written in the planned episode-aligned row
+groups the way ``prep rowgroups`` writes them (same writer, page index, layout marker), so
+``prepare`` skips its row-group step on the output. Memory: about one output row group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from episodekit.core.dataset import Dataset
+from episodekit.core.errors import DatasetError
+from episodekit.core.paths import DATA_PATH_V3, MIB
+from episodekit.prep.band import MARKER_KEY, codec_name, make_marker
+from episodekit.prep.checksum import TableChecksum
+from episodekit.prep.rewrite import _batch_rows, _open_parquet, _write_group, _writer
+from episodekit.prep.surgery.plan import OutputPlan
+
+RENUMBERED = ("index", "episode_index")  # checked structurally, not by checksum
+
+
+@dataclass
+class TaskValues:
+    """Each output episode's ``task_index`` values, kept compactly: (value, count) pieces for
+    constant stretches, arrays otherwise (rare: LeRobot episodes have one task)."""
+
+    pieces: dict[int, list] = field(default_factory=dict)
+
+    def add(self, episodes: np.ndarray, tasks: np.ndarray) -> None:
+        starts = np.concatenate([[0], np.flatnonzero(episodes[1:] != episodes[:-1]) + 1])
+        ends = np.append(starts[1:], len(episodes))
+        lo = np.minimum.reduceat(tasks, starts)
+        hi = np.maximum.reduceat(tasks, starts)
+        for s, e, a, b in zip(starts.tolist(), ends.tolist(), lo.tolist(), hi.tolist()):
+            piece = (a, e - s) if a == b else tasks[s:e].copy()
+            self.pieces.setdefault(int(episodes[s]), []).append(piece)
+
+    def values(self, episode: int) -> np.ndarray:
+        parts = [
+            np.full(p[1], p[0], dtype=np.int64) if isinstance(p, tuple) else p
+            for p in self.pieces.get(episode, [])
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class DataResult:
+    """What the data stage wrote: relative paths (by output file number), the checksum of the
+    kept rows (all columns but ``index``/``episode_index``, ``task_index`` remapped), the schema."""
+
+    files: dict[int, str]
+    checksum: TableChecksum
+    schema: pa.Schema
+    codec: str
+    tasks: TaskValues
+
+
+def data_relpath(file_seq: int, chunks_size: int) -> str:
+    return DATA_PATH_V3.format(
+        chunk_index=file_seq // chunks_size, file_index=file_seq % chunks_size
+    )
+
+
+def _drop_from_hf_metadata(meta: dict, removed: set[str]) -> dict:
+    """The schema's ``huggingface`` metadata without the removed features."""
+    raw = meta.get(b"huggingface")
+    if not raw or not removed:
+        return meta
+    try:
+        hf = json.loads(raw)
+        feats = hf.get("info", {}).get("features", {})
+        for k in removed:
+            feats.pop(k, None)
+        return {**meta, b"huggingface": json.dumps(hf).encode()}
+    except (ValueError, AttributeError):
+        return meta
+
+
+def output_schema(plan: OutputPlan, removed: set[str]) -> pa.Schema:
+    """The first source's data schema without the removed columns; every source must match it."""
+    schemas = []
+    for d, ds in enumerate(plan.datasets):
+        f = int(plan.src_file[np.flatnonzero(plan.ds_id == d)[0]])
+        with _open_parquet(ds.data_path(f), None if ds.is_local else ds.fs) as pf:
+            schemas.append(pf.schema_arrow)
+    keep = [n for n in schemas[0].names if n not in removed]
+    for name in RENUMBERED + ("task_index",):
+        if name not in keep:
+            raise DatasetError(f"the data files have no {name!r} column", plan.datasets[0].root)
+    schema = pa.schema([schemas[0].field(n) for n in keep])
+    for d, s in enumerate(schemas[1:], start=1):
+        other = pa.schema([s.field(n) for n in s.names if n not in removed])
+        if not other.equals(schema):
+            a = {f.name: str(f.type) for f in schema}
+            b = {f.name: str(f.type) for f in other}
+            diff = sorted(set(a.items()) ^ set(b.items()))[0]
+            raise ValueError(
+                f"{plan.datasets[d].root}: data columns differ from {plan.datasets[0].root} "
+                f"(column {diff[0]!r}: {b.get(diff[0], 'missing')} vs {a.get(diff[0], 'missing')})"
+            )
+    return schema.with_metadata(_drop_from_hf_metadata(dict(schemas[0].metadata or {}), removed))
+
+
+def _row_groups(plan: OutputPlan, d: int, f: int, keep: np.ndarray) -> list[int]:
+    """Source row groups that may hold a kept episode (all when the footer has no statistics)."""
+    layout = plan.layouts[(d, f)]
+    if layout.episode_min is None:
+        return list(range(layout.num_row_groups))
+    i = np.clip(np.searchsorted(keep, layout.episode_min), 0, len(keep) - 1)
+    return np.flatnonzero(keep[i] <= layout.episode_max).tolist() if len(keep) else []
+
+
+def kept_batches(
+    plan: OutputPlan, d: int, f: int, pos: np.ndarray, schema: pa.Schema, task_map: np.ndarray
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """The rows of output episodes ``pos`` (all from source file ``f`` of dataset ``d``),
+    renumbered and remapped, as ``(batch, output episode per row)``."""
+    ds: Dataset = plan.datasets[d]
+    layout = plan.layouts[(d, f)]
+    keep = plan.src_episode[pos]
+    offset = int(plan.from_index[pos[0]])
+    counts = np.zeros(len(pos), dtype=np.int64)
+    path = ds.data_path(f)
+    with _open_parquet(path, None if ds.is_local else ds.fs) as pf:
+        for batch in pf.iter_batches(
+            batch_size=_batch_rows(layout),
+            row_groups=_row_groups(plan, d, f, keep),
+            columns=schema.names,
+        ):
+            ep = batch.column("episode_index").to_numpy()
+            k = np.clip(np.searchsorted(keep, ep), 0, len(keep) - 1)
+            mask = keep[k] == ep
+            if not mask.all():
+                batch, k = batch.filter(pa.array(mask)), k[mask]
+            n = batch.num_rows
+            if n == 0:
+                continue
+            counts += np.bincount(k, minlength=len(pos))
+            cols = dict(zip(batch.schema.names, batch.columns))
+            out_ep = pos[k]
+            cols["episode_index"] = pa.array(out_ep, schema.field("episode_index").type)
+            cols["index"] = pa.array(np.arange(offset, offset + n), schema.field("index").type)
+            offset += n
+            cols["task_index"] = _remap_tasks(cols["task_index"], task_map, path, schema)
+            arrays = [cols[name] for name in schema.names]
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema), out_ep
+    bad = np.flatnonzero(counts != plan.length[pos])
+    if len(bad):
+        i = int(bad[0])
+        raise DatasetError(
+            f"episode {int(keep[i])} has {int(counts[i])} rows, the episodes table says "
+            f"{int(plan.length[pos[i]])}",
+            path,
+        )
+
+
+def _remap_tasks(col: pa.Array, task_map: np.ndarray, path: str, schema: pa.Schema) -> pa.Array:
+    old = col.to_numpy(zero_copy_only=False).astype(np.int64)
+    ok = (old >= 0) & (old < len(task_map))
+    new = np.where(ok, task_map[np.clip(old, 0, max(len(task_map) - 1, 0))], -1)
+    if np.any(new < 0):
+        bad = int(old[np.flatnonzero(new < 0)[0]])
+        raise DatasetError(f"task_index {bad} is not in the tasks of the kept episodes", path)
+    return pa.array(new, schema.field("task_index").type)
+
+
+def write_data(
+    plan: OutputPlan,
+    staging: Path,
+    schema: pa.Schema,
+    task_maps: list[np.ndarray],
+    target_bytes: int,
+    chunks_size: int,
+) -> DataResult:
+    """Write every output data file under ``staging`` (see the module docstring)."""
+    first = plan.layouts[(0, int(plan.src_file[0]))]
+    codec = codec_name(first.compression)
+    codec = "snappy" if codec == "none" else codec
+    marker = make_marker(target_bytes / MIB, codec)
+    result = DataResult({}, TableChecksum(), schema, codec, TaskValues())
+    for f in np.unique(plan.file_seq).tolist():
+        rel = data_relpath(f, chunks_size)
+        result.files[f] = rel
+        path = staging / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_file(plan, f, path, schema, task_maps, codec, marker, result)
+    return result
+
+
+def _write_file(
+    plan: OutputPlan,
+    f: int,
+    path: Path,
+    schema: pa.Schema,
+    task_maps: list[np.ndarray],
+    codec: str,
+    marker: str,
+    result: DataResult,
+) -> None:
+    group_rows = plan.group_rows[f]
+    checked = [n for n in schema.names if n not in RENUMBERED]
+    writer = _writer(path, schema, codec, True)
+    try:
+        pending: list[pa.RecordBatch] = []
+        pending_rows, g = 0, 0
+        for d, src, pos in plan.runs(f):
+            for batch, out_ep in kept_batches(plan, d, src, pos, schema, task_maps[d]):
+                result.checksum.update(batch.select(checked))
+                result.tasks.add(out_ep, batch.column("task_index").to_numpy())
+                off = 0
+                while off < batch.num_rows:
+                    take = min(int(group_rows[g]) - pending_rows, batch.num_rows - off)
+                    pending.append(batch.slice(off, take))
+                    pending_rows, off = pending_rows + take, off + take
+                    if pending_rows == group_rows[g]:
+                        _write_group(writer, pending, schema)
+                        pending, pending_rows, g = [], 0, g + 1
+        if pending_rows or g != len(group_rows):
+            raise DatasetError("the kept rows do not fill the planned row groups", str(path))
+        writer.add_key_value_metadata({MARKER_KEY: marker})
+    finally:
+        writer.close()

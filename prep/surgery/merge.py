@@ -1,0 +1,24 @@
+"""``episodekit merge``: several datasets with the same features into one new dataset (episodes
+renumbered in the order of the roots, tasks unified by their string, videos concatenated
+without re-encoding when their streams match)."""
+
+from __future__ import annotations
+
+import os
+
+from episodekit.core.dataset import open_dataset
+from episodekit.core.paths import DEFAULT_TARGET_MB
+from episodekit.prep.surgery.sources import source_episodes
+from episodekit.prep.surgery.writer import WriteOptions, WriteResult, write_dataset
+
+
+def merge(
+    roots: list[str], out: str | os.PathLike, target_mb: float = DEFAULT_TARGET_MB
+) -> WriteResult:
+    """Write the episodes of every root, in order, as one dataset at ``out``."""
+    if len(roots) < 2:
+        raise ValueError("merge needs at least two roots")
+    datasets = [open_dataset(r) for r in roots]
+    sources = [s for ds in datasets for s in source_episodes(ds)]
+    options = WriteOptions(what="episodekit merge", target_mb=target_mb)
+    return write_dataset(sources, out, options)

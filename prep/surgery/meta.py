@@ -1,0 +1,221 @@
+"""The output's metadata: tasks table, episodes table (every column LeRobot writes), info.json
+and stats.json, built from the sources' metadata and what the data and video stages wrote.
+
+Per-episode stats of the kept episodes are reused as they are; those of the renumbered columns
+(``index``, ``episode_index``, ``task_index``) are recomputed from the new values (LeRobot's
+editor keeps the stale ones). Dataset stats are LeRobot 0.4.4's aggregation of the episodes'
+stats (``metadata/lerobot_stats.py``: count-weighted mean and quantiles, parallel variance).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodekit.core.atomic import atomic_write_text
+from episodekit.core.paths import DATA_PATH_V3, MIB, VIDEO_PATH_V3
+from episodekit.metadata import lerobot_stats
+from episodekit.prep.surgery.data import TaskValues
+from episodekit.prep.surgery.plan import OutputPlan, roll_over
+
+STAT_KEYS = ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
+V2_ONLY_KEYS = ("total_chunks", "total_videos")
+
+
+def unify_tasks(
+    plan: OutputPlan, rename: dict[str, str]
+) -> tuple[list[str], list[np.ndarray], list[list[str]]]:
+    """The new tasks (strings used by the kept episodes, after ``rename``, in the order of the
+    sources' tasks tables), each source's ``old task_index -> new`` map (-1: not kept), and each
+    output episode's task list."""
+    ep_tasks = []
+    for d, r in zip(plan.ds_id.tolist(), plan.row.tolist()):
+        tasks = plan.datasets[d].episodes["tasks"][r].as_py() or []
+        ep_tasks.append([rename.get(t, t) for t in tasks])
+    used = {t for ts in ep_tasks for t in ts}
+    order: dict[str, int] = {}
+    for ds in plan.datasets:
+        for t in ds.task_strings():
+            t = rename.get(t, t)
+            if t in used and t not in order:
+                order[t] = len(order)
+    for ts in ep_tasks:  # tasks the tables lack (an inconsistent source): still listed
+        for t in ts:
+            order.setdefault(t, len(order))
+    maps = []
+    for ds in plan.datasets:
+        idx = ds.tasks["task_index"].to_numpy()
+        m = np.full(int(idx.max()) + 1 if len(idx) else 0, -1, dtype=np.int64)
+        for i, t in zip(idx.tolist(), ds.task_strings()):
+            m[i] = order.get(rename.get(t, t), -1)
+        maps.append(m)
+    return list(order), maps, ep_tasks
+
+
+def tasks_table(tasks: list[str]) -> pa.Table:
+    """meta/tasks.parquet as LeRobot writes it: the task string is the pandas index."""
+    col = "__index_level_0__"
+    pandas_meta = {
+        "index_columns": [col],
+        "column_indexes": [
+            {"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+             "metadata": {"encoding": "UTF-8"}}
+        ],
+        "columns": [
+            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
+             "numpy_type": "int64", "metadata": None},
+            {"name": None, "field_name": col, "pandas_type": "unicode", "numpy_type": "object",
+             "metadata": None},
+        ],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.3",
+    }  # fmt: skip
+    table = pa.table(
+        {"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), col: pa.array(tasks)}
+    )
+    return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
+
+
+def _stats_arrays(per: list[dict[str, np.ndarray]], like: dict[str, pa.DataType]) -> dict:
+    out = {}
+    for stat in STAT_KEYS:
+        name_type = like.get(stat)
+        values = [np.asarray(p[stat]).tolist() for p in per]
+        arr = pa.array(values)
+        out[stat] = arr.cast(name_type) if name_type is not None else arr
+    return out
+
+
+def renumbered_stats(
+    plan: OutputPlan, tasks: TaskValues, present: dict[str, dict[str, pa.DataType]]
+) -> dict[str, pa.Array]:
+    """``stats/<col>/<stat>`` of index, episode_index and task_index recomputed per output
+    episode (only for the columns whose stats the sources carry)."""
+    out: dict[str, pa.Array] = {}
+    for col in ("index", "episode_index", "task_index"):
+        if col not in present:
+            continue
+        per = []
+        for e, (start, n) in enumerate(zip(plan.from_index.tolist(), plan.length.tolist())):
+            if col == "index":
+                values = np.arange(start, start + n)
+            elif col == "episode_index":
+                values = np.full(n, e)
+            else:
+                values = tasks.values(e)
+            per.append(lerobot_stats.episode_stats(values.reshape(-1, 1)))
+        for stat, arr in _stats_arrays(per, present[col]).items():
+            out[f"stats/{col}/{stat}"] = arr
+    return out
+
+
+def _stats_types(table: pa.Table) -> dict[str, dict[str, pa.DataType]]:
+    out: dict[str, dict[str, pa.DataType]] = {}
+    for f in table.schema:
+        parts = f.name.split("/")
+        if len(parts) == 3 and parts[0] == "stats":
+            out.setdefault(parts[1], {})[parts[2]] = f.type
+    return out
+
+
+def episodes_table(
+    plan: OutputPlan,
+    metas: list[pa.Table],
+    ep_tasks: list[list[str]],
+    data_files: dict[int, str],
+    chunks_size: int,
+    removed: set[str],
+    tasks: TaskValues,
+    video_cols: dict[str, pa.Array],
+    file_limit_mb: float,
+) -> pa.Table:
+    """The output's episodes table, one row per output episode (see the module docstring)."""
+    parts = [metas[d].take(pa.array(plan.row[plan.ds_id == d])) for d in range(len(metas))]
+    src = pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
+    order = np.concatenate([np.flatnonzero(plan.ds_id == d) for d in range(len(metas))])
+    src = src.take(pa.array(np.argsort(order, kind="stable")))
+    n = plan.num_episodes
+    cols: dict[str, pa.Array] = {
+        "episode_index": pa.array(np.arange(n, dtype=np.int64)),
+        "tasks": pa.array(ep_tasks, pa.list_(pa.string())),
+        "length": pa.array(plan.length),
+        "data/chunk_index": pa.array(plan.file_seq // chunks_size),
+        "data/file_index": pa.array(plan.file_seq % chunks_size),
+        "dataset_from_index": pa.array(plan.from_index),
+        "dataset_to_index": pa.array(plan.from_index + plan.length),
+        **video_cols,
+    }
+    types = _stats_types(src)
+    for name in src.column_names:
+        feature = name.split("/")[1] if name.startswith(("stats/", "videos/")) else None
+        if name in cols or name.startswith(("videos/", "meta/episodes/")) or feature in removed:
+            continue
+        cols[name] = src[name].combine_chunks()
+    cols.update(renumbered_stats(plan, tasks, types))
+    row_bytes = pa.table(cols).nbytes / max(n, 1)
+    meta_seq = roll_over(np.full(n, row_bytes), file_limit_mb * MIB)
+    cols["meta/episodes/chunk_index"] = pa.array(meta_seq // chunks_size)
+    cols["meta/episodes/file_index"] = pa.array(meta_seq % chunks_size)
+    del data_files  # the data paths follow from data/chunk_index and data/file_index
+    return pa.table(cols)
+
+
+def write_episodes(staging: Path, episodes: pa.Table) -> list[str]:
+    """Write meta/episodes/chunk-XXX/file-YYY.parquet; return their relative paths."""
+    chunk = episodes["meta/episodes/chunk_index"].to_numpy()
+    fidx = episodes["meta/episodes/file_index"].to_numpy()
+    key = chunk * (1 << 32) + fidx
+    written = []
+    for k in np.unique(key).tolist():
+        sel = np.flatnonzero(key == k)
+        rel = f"meta/episodes/chunk-{k >> 32:03d}/file-{k & 0xFFFFFFFF:03d}.parquet"
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(episodes.slice(int(sel[0]), len(sel)), staging / rel)
+        written.append(rel)
+    return written
+
+
+def dataset_stats(episodes: pa.Table, features: dict, fallback: dict) -> dict[str, dict[str, list]]:
+    """stats.json: LeRobot's aggregation of the episodes' stats per feature; a feature without
+    complete per-episode stats keeps ``fallback``'s entry (the source's stats.json)."""
+    out = {}
+    names = set(episodes.column_names)
+    for name in features:
+        cols = [f"stats/{name}/{k}" for k in STAT_KEYS]
+        if not all(c in names for c in cols) or any(episodes[c].null_count for c in cols):
+            if name in fallback:
+                out[name] = fallback[name]
+            continue
+        values = {k: episodes[f"stats/{name}/{k}"].to_pylist() for k in STAT_KEYS}
+        per = [{k: np.asarray(values[k][e]) for k in STAT_KEYS} for e in range(episodes.num_rows)]
+        agg = lerobot_stats.aggregate(per)
+        out[name] = {k: np.asarray(v).tolist() for k, v in agg.items()}
+    return out
+
+
+def info_json(base: dict, plan: OutputPlan, n_tasks: int, features: dict) -> dict:
+    """info.json of the output: the first source's, with new totals, splits and v3.0 paths."""
+    info = {k: v for k, v in base.items() if k not in V2_ONLY_KEYS}
+    has_video = any(f.get("dtype") == "video" for f in features.values())
+    info.update(
+        codebase_version="v3.0",
+        total_episodes=plan.num_episodes,
+        total_frames=plan.num_frames,
+        total_tasks=n_tasks,
+        chunks_size=int(base.get("chunks_size") or 1000),
+        data_files_size_in_mb=base.get("data_files_size_in_mb", 100),
+        video_files_size_in_mb=base.get("video_files_size_in_mb", 200),
+        splits={"train": f"0:{plan.num_episodes}"},
+        data_path=DATA_PATH_V3,
+        video_path=VIDEO_PATH_V3 if has_video else None,
+        features=features,
+    )
+    return info
+
+
+def write_json(path: Path, obj: dict) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=4))

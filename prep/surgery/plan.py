@@ -1,0 +1,137 @@
+"""Where each output episode goes: output data file (LeRobot's roll-over at
+``data_files_size_in_mb``), row group (episode-aligned, ~32 MiB, ``prep``'s plan) and new numbering.
+
+Sizes are estimated from the source footers, never by reading rows: an episode's on-disk bytes
+are its share (by rows) of its source file's size, its uncompressed bytes its share of the
+file's uncompressed bytes, scaled to the plain encoding the output uses (``plain_scale``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from episodekit.core.dataset import Dataset
+from episodekit.core.footer import FileLayout, file_layout
+from episodekit.core.paths import MIB
+from episodekit.prep.band import plan_row_groups
+from episodekit.prep.rewrite import _batch_rows, _open_parquet, plain_scale
+from episodekit.prep.surgery.sources import SourceEpisode
+
+
+@dataclass
+class OutputPlan:
+    """Per output episode (arrays of one entry each, in output order) plus the source files."""
+
+    datasets: list[Dataset]
+    ds_id: np.ndarray  # index into ``datasets``
+    row: np.ndarray  # row in that dataset's episodes table
+    src_episode: np.ndarray  # source episode_index
+    src_file: np.ndarray  # source data file id (``Dataset.data_files``)
+    length: np.ndarray
+    from_index: np.ndarray  # new dataset_from_index
+    file_seq: np.ndarray  # output data file number (chunk = seq // chunks_size)
+    group_rows: dict[int, np.ndarray] = field(default_factory=dict)  # file seq -> rows per group
+    layouts: dict[tuple[int, int], FileLayout] = field(default_factory=dict)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.length)
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.length.sum())
+
+    def runs(self, file_seq: int) -> list[tuple[int, int, np.ndarray]]:
+        """``(ds_id, src_file, positions)``: maximal runs of consecutive output episodes of
+        output file ``file_seq`` read from one source file."""
+        pos = np.flatnonzero(self.file_seq == file_seq)
+        key = self.ds_id[pos].astype(np.int64) * (1 << 32) + self.src_file[pos]
+        cuts = np.flatnonzero(key[1:] != key[:-1]) + 1
+        return [(int(self.ds_id[p[0]]), int(self.src_file[p[0]]), p) for p in np.split(pos, cuts)]
+
+
+def roll_over(byte_sizes: np.ndarray, limit_bytes: float) -> np.ndarray:
+    """File number per episode (LeRobot's rule: an episode goes to the current file unless that
+    file already reached the limit)."""
+    file_of = np.zeros(len(byte_sizes), dtype=np.int64)
+    current, acc = 0, 0.0
+    for i, b in enumerate(np.asarray(byte_sizes, dtype=np.float64).tolist()):
+        if acc > 0 and acc + b > limit_bytes:
+            current, acc = current + 1, 0.0
+        file_of[i] = current
+        acc += b
+    return file_of
+
+
+def _check_order(ds_id: np.ndarray, src_episode: np.ndarray) -> None:
+    for d in np.unique(ds_id).tolist():
+        eps = src_episode[ds_id == d]
+        if np.any(eps[1:] <= eps[:-1]):
+            raise ValueError("the episodes of one source must come in ascending order, each once")
+
+
+def plan_output(
+    sources: list[SourceEpisode], target_bytes: int, file_limit_mb: float
+) -> OutputPlan:
+    """Plan the output data files and row groups of ``sources`` (see the module docstring)."""
+    if not sources:
+        raise ValueError("no episodes to write (the selection is empty)")
+    datasets: list[Dataset] = []
+    ids: dict[int, int] = {}
+    for s in sources:
+        ids.setdefault(id(s.ds), len(ids))
+        if len(datasets) < len(ids):
+            datasets.append(s.ds)
+    ds_id = np.array([ids[id(s.ds)] for s in sources], dtype=np.int64)
+    row = np.array([s.row for s in sources], dtype=np.int64)
+    src_episode, src_file, length = (np.zeros(len(sources), dtype=np.int64) for _ in range(3))
+    for d, ds in enumerate(datasets):
+        sel = ds_id == d
+        src_episode[sel] = ds.column("episode_index")[row[sel]]
+        src_file[sel] = ds.column("file_id")[row[sel]]
+        length[sel] = ds.column("length")[row[sel]]
+    _check_order(ds_id, src_episode)
+    plan = OutputPlan(
+        datasets=datasets,
+        ds_id=ds_id,
+        row=row,
+        src_episode=src_episode,
+        src_file=src_file,
+        length=length,
+        from_index=np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64),
+        file_seq=np.zeros(len(sources), dtype=np.int64),
+    )
+    disk, plain = _byte_estimates(plan)
+    plan.file_seq = roll_over(disk, file_limit_mb * MIB)
+    for f in np.unique(plan.file_seq).tolist():
+        sel = np.flatnonzero(plan.file_seq == f)
+        per_group = plan_row_groups(plain[sel], target_bytes)
+        bounds = np.concatenate([[0], np.cumsum(per_group)])
+        lengths = length[sel]
+        plan.group_rows[f] = np.array(
+            [int(lengths[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:])], dtype=np.int64
+        )
+    return plan
+
+
+def _byte_estimates(plan: OutputPlan) -> tuple[np.ndarray, np.ndarray]:
+    """On-disk and plain uncompressed bytes per output episode, from the source footers."""
+    disk = np.zeros(plan.num_episodes)
+    plain = np.zeros(plan.num_episodes)
+    scale: dict[int, float] = {}
+    pairs = np.unique(np.stack([plan.ds_id, plan.src_file], axis=1), axis=0)
+    for d, f in pairs.tolist():
+        ds = plan.datasets[d]
+        path = ds.data_path(f)
+        layout = file_layout(path, None if ds.is_local else ds.fs)
+        plan.layouts[(d, f)] = layout
+        if d not in scale:
+            with _open_parquet(path, None if ds.is_local else ds.fs) as pf:
+                scale[d] = plain_scale(pf, layout, _batch_rows(layout))
+        sel = (plan.ds_id == d) & (plan.src_file == f)
+        rows = max(1, layout.num_rows)
+        disk[sel] = plan.length[sel] * layout.file_size / rows
+        plain[sel] = plan.length[sel] * layout.row_group_bytes.sum() / rows * scale[d]
+    return disk, plain

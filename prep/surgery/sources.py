@@ -1,0 +1,87 @@
+"""The writer's input: an ordered list of source episodes, each a row of a source
+:class:`~episodekit.core.dataset.Dataset` (v3.0 or v2.1), and the per-episode metadata of a source
+that the writer carries over (every ``stats/*`` column, video columns).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from episodekit.core.dataset import V2, Dataset, episodes_files, read_parquet
+from episodekit.core.errors import DatasetError
+
+RENUMBERED = ("index", "episode_index", "task_index")  # columns the writer renumbers
+
+
+@dataclass(frozen=True, eq=False)
+class SourceEpisode:
+    """One episode of ``ds`` (``row``: its position in ``ds.episodes``) to copy, in output order."""
+
+    ds: Dataset
+    row: int
+
+    @property
+    def episode_index(self) -> int:
+        return int(self.ds.episodes["episode_index"][self.row].as_py())
+
+    @property
+    def length(self) -> int:
+        return int(self.ds.episodes["length"][self.row].as_py())
+
+    @property
+    def file_id(self) -> int:
+        return int(self.ds.episodes["file_id"][self.row].as_py())
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.ds.episodes["tasks"][self.row].as_py() or [])
+
+
+def source_episodes(
+    ds: Dataset, episodes: list[int] | np.ndarray | None = None
+) -> list[SourceEpisode]:
+    """The episodes ``episodes`` (episode indices; all when None) of ``ds``, in episode order."""
+    rows = ds.episode_rows(None if episodes is None else np.sort(np.asarray(episodes)))
+    return [SourceEpisode(ds, int(r)) for r in rows]
+
+
+def episode_meta(ds: Dataset) -> pa.Table:
+    """Every column of the source's episodes table, one row per episode in ``ds.episodes`` order.
+
+    v3.0: the episodes parquet files, all columns. v2.1: ``meta/episodes_stats.jsonl`` turned
+    into ``stats/<feature>/<stat>`` list columns (none when that file is absent).
+    """
+    if ds.version in V2:
+        table = _v2_stats(ds)
+    else:
+        parts = [read_parquet(ds.fs, f) for f in episodes_files(ds.fs, ds.path)]
+        table = pa.concat_tables(parts, promote_options="permissive").sort_by("episode_index")
+    if table.num_rows and not np.array_equal(
+        table["episode_index"].to_numpy(), ds.column("episode_index")
+    ):
+        raise DatasetError("episodes metadata does not match the episodes table", ds.root)
+    return table
+
+
+def _v2_stats(ds: Dataset) -> pa.Table:
+    path = posixpath.join(ds.path, "meta/episodes_stats.jsonl")
+    ep = ds.column("episode_index")
+    if not ds.fs.exists(path):
+        return pa.table({"episode_index": pa.array(ep)})
+    with ds.fs.open(path, "rb") as fh:
+        lines = [json.loads(x) for x in fh.read().splitlines() if x.strip()]
+    by_ep = {int(x["episode_index"]): x.get("stats") or {} for x in lines}
+    keys = sorted({(f, s) for st in by_ep.values() for f, d in st.items() for s in d})
+    cols: dict[str, pa.Array] = {"episode_index": pa.array(ep)}
+    for feat, stat in keys:
+        values = []
+        for e in ep.tolist():
+            v = (by_ep.get(e) or {}).get(feat, {}).get(stat)
+            values.append(None if v is None else np.asarray(v).tolist())
+        cols[f"stats/{feat}/{stat}"] = pa.array(values)
+    return pa.table(cols)
