@@ -112,3 +112,28 @@ def test_merge_refuses_streams_that_differ(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "cannot be joined" in r.stderr and "codec av1 vs h264" in r.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_a_remote_root_is_read_through_fsspec(vid, tmp_path):
+    """A hub-like root (memory://): data read through fsspec, mp4s fetched for the copy."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    src = FIXTURES / "vid24"
+    for p in src.rglob("*"):
+        if p.is_file():
+            fs.pipe(f"/surgery-vid24/{p.relative_to(src)}", p.read_bytes())
+    try:
+        r = edit("memory://surgery-vid24", tmp_path / "out", EditSpec(drop_episodes=DROP))
+    finally:
+        fs.rm("/surgery-vid24", recursive=True)
+    assert r.write.status == "written"
+    assert not (tmp_path / "out" / ".sources").exists()
+    local = open_dataset(str(vid[1]))
+    remote_out = open_dataset(str(tmp_path / "out"))
+    assert remote_out.episodes.select(local.episodes.column_names).equals(local.episodes)
+    for rel in local.data_files:
+        a = (vid[1] / rel).read_bytes()
+        assert a == (tmp_path / "out" / rel).read_bytes()
+    for p in (vid[1] / "videos").rglob("*.mp4"):
+        assert p.read_bytes() == (tmp_path / "out" / p.relative_to(vid[1])).read_bytes()
