@@ -75,6 +75,9 @@ def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]
     means = np.stack([s["mean"] for s in per_episode])
     variances = np.stack([s["std"] ** 2 for s in per_episode])
     counts = np.stack([s["count"] for s in per_episode]).astype(np.float64)  # (E, 1)
+    count = counts.sum(axis=0)
+    while counts.ndim < means.ndim:  # image stats (E, 3, 1, 1): LeRobot expands the counts
+        counts = counts[..., None]
     total = counts.sum(axis=0)
     mean = (means * counts).sum(axis=0) / total
     var = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
@@ -83,7 +86,7 @@ def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]
         "max": np.max(np.stack([s["max"] for s in per_episode]), axis=0),
         "mean": mean,
         "std": np.sqrt(var),
-        "count": total.astype(np.int64),
+        "count": count.astype(np.int64),
     }
     for k in LEROBOT_QUANTILE_KEYS:
         out[k] = (np.stack([s[k] for s in per_episode]) * counts).sum(axis=0) / total

@@ -19,6 +19,11 @@ def merge(
     if len(roots) < 2:
         raise ValueError("merge needs at least two roots")
     datasets = [open_dataset(r) for r in roots]
+    keys = datasets[0].video_keys
+    if keys:
+        from episodekit.prep.surgery.video import check_joinable
+
+        check_joinable(datasets, keys)  # before anything is written: a clear refusal
     sources = [s for ds in datasets for s in source_episodes(ds)]
     options = WriteOptions(what="episodekit merge", target_mb=target_mb)
     return write_dataset(sources, out, options)

@@ -276,7 +276,7 @@ def _build(
     schema = output_schema(plan, removed)
     say(f"writing {plan.num_episodes:,} episodes, {plan.num_frames:,} frames")
     data = write_data(plan, staging, schema, maps, target, chunks)
-    video_cols, video_frames = _videos(plan, staging, features, info0)
+    video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
         plan, metas, ep_tasks, data.files, chunks, removed, data.tasks, video_cols, data_mb
@@ -312,11 +312,14 @@ def _source_stats(ds: Dataset) -> dict:
 
 
 def _videos(
-    plan: OutputPlan, staging: Path, features: dict, info: dict
+    plan: OutputPlan, staging: Path, features: dict, info: dict, chunks: int
 ) -> tuple[dict, dict[str, dict[str, int]]]:
     keys = [k for k, f in features.items() if f.get("dtype") == "video"]
     if not keys:
         return {}, {}
     from episodekit.prep.surgery.video import write_videos
 
-    return write_videos(plan, staging, keys, float(info.get("video_files_size_in_mb") or 200))
+    current().step(f"copying the video packets of {len(keys)} cameras")
+    limit = float(info.get("video_files_size_in_mb") or 200)
+    cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
+    return cols, frames

@@ -45,8 +45,10 @@ def copy_of(name: str, tmp_path: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("name", ["rec40", "edited35"])
+@pytest.mark.parametrize("name", ["rec40", "edited35", "vid24"])
 def test_edit_validates_and_prepare_skips_rowgroups(name, tmp_path):
+    if name == "vid24":
+        pytest.importorskip("av")
     src = copy_of(name, tmp_path)
     out = tmp_path / "out"
     r = run("edit", src, "--out", out, "--drop-episodes", "3,12", "--json")
