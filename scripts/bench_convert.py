@@ -73,9 +73,7 @@ print(json.dumps({"samples": len(idx), "equal": len(idx) - len({b_[0] for b_ in 
 
 def timed(cmd: list[str], env: dict | None = None) -> dict:
     """Run ``cmd`` under /usr/bin/time -v: wall seconds and peak RSS (MiB); raise on failure."""
-    proc = subprocess.run(
-        ["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env
-    )
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", proc.stderr)
@@ -110,10 +108,8 @@ def main() -> None:
         shutil.copytree(src, lr_root)
         lr = timed([args.lerobot_python, "-c", LEROBOT_CONVERT, str(lr_root)], env)
         ek = timed([*EK, "convert", str(src), "--out", str(ours)], env)
-        cmp = subprocess.run(
-            [args.lerobot_python, "-c", LEROBOT_COMPARE, str(lr_root), str(ours), str(args.samples)],
-            capture_output=True, text=True, env=env,
-        )  # fmt: skip
+        compare = [args.lerobot_python, "-c", LEROBOT_COMPARE, str(lr_root), str(ours)]
+        cmp = subprocess.run([*compare, str(args.samples)], capture_output=True, text=True, env=env)
         same = json.loads(cmp.stdout.strip().splitlines()[-1]) if cmp.returncode == 0 else None
         print(json.dumps({
             "root": name, "frames": frames_of(src), "lerobot_0.6.1": lr, "episodekit": ek,

@@ -24,7 +24,7 @@ target_option = click.option(
 )
 
 
-def _say_written(d: dict) -> None:
+def say_written(d: dict) -> None:
     if d["status"] == "unchanged":
         click.echo(f"{d['out']}: already written from the same inputs; nothing to do")
         return
@@ -105,7 +105,7 @@ def edit_command(
         return
     if d["dropped"]:
         click.echo(f"dropped {len(d['dropped'])} episodes: {_listing(d['dropped'])}")
-    _say_written(d)
+    say_written(d)
 
 
 def _listing(dropped: dict[str, str], limit: int = 10) -> str:
@@ -148,7 +148,7 @@ def split_command(
         click.echo(jsonout.dumps(d.as_dict(), indent=2))
         return
     for part in d.as_dict()["splits"].values():
-        _say_written(part)
+        say_written(part)
 
 
 @click.command("merge")
@@ -169,7 +169,7 @@ def merge_command(roots: tuple[str, ...], out: str, target_mb: float, as_json: b
     if as_json:
         click.echo(jsonout.dumps(d, indent=2))
         return
-    _say_written(d)
+    say_written(d)
 
 
 def _check_roots(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
