@@ -196,3 +196,18 @@ def test_memory_root_converts_the_same(converted, tmp_path):
         if p.is_file() and not p.name.startswith(".episodekit"):
             q = out / p.relative_to(converted)
             assert q.read_bytes() == p.read_bytes(), p.relative_to(converted)
+
+
+def test_v20_root_without_episode_stats(tmp_path):
+    """v2.0: no episodes_stats.jsonl (LeRobot's converter needs v2.1 first); ours computes them."""
+    src = tmp_path / "v20"
+    shutil.copytree(V21, src)
+    (src / "meta/episodes_stats.jsonl").unlink()
+    info = json.loads((src / "meta/info.json").read_text())
+    (src / "meta/info.json").write_text(json.dumps({**info, "codebase_version": "v2.0"}))
+    out = tmp_path / "out"
+    res = cli("convert", src, "--out", out, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["stats"] == "computed (the source has no per-episode stats)"
+    assert rows(out)["action"].equals(rows(V21)["action"])
+    assert cli("validate", out).returncode == 0
