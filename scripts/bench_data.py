@@ -6,7 +6,7 @@ DIR defaults to $EPISODEKIT_BENCH, else ./bench-data (git-ignored); the benchmar
 their roots from the same place. Each root is made by the `episodekit` commands printed as it
 runs (so a reader can also type them), with fixed seeds: the same bytes on every machine.
 A root that exists is kept (delete it to remake it). Sizes: big10m ~10.2M frames (~4 GB of
-parquet + a 1.4 GB frame store), quality-2m ~2M frames, v21-2m ~2M frames in v2.1 (one file
+parquet + a 1.4 GB frame store), quality-2m ~2M frames, v21-2m ~3.9M frames in v2.1 (one file
 per episode), v21-vid 200 v2.1 episodes with two cameras. (scripts/bench_image_stats.py writes
 its own small video root, images-vid, on its first run.)
 """
@@ -38,7 +38,7 @@ ROOTS: dict[str, list[list[str]]] = {
         ["prepare", "{d}"],
     ],
     "stats-root": [["sample", "{d}", "--episodes", "5000", "--style", "edited", "--seed", "8"]],
-    # v2.1 (one parquet per episode, meta/*.jsonl): 10,000 episodes (~2M frames) for convert
+    # v2.1 (one parquet per episode, meta/*.jsonl): 10,000 episodes (~3.9M frames) for convert
     "v21-2m": [
         ["sample", "{d}", "--episodes", "10000", "--codebase-version", "v2.1", "--seed", "11"]
     ],
