@@ -88,8 +88,9 @@ def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]
         "std": np.sqrt(var),
         "count": count.astype(np.int64),
     }
-    for k in LEROBOT_QUANTILE_KEYS:
-        out[k] = (np.stack([s[k] for s in per_episode]) * counts).sum(axis=0) / total
+    for k in LEROBOT_QUANTILE_KEYS:  # v2.1 stats (converted datasets) have none
+        if all(k in s for s in per_episode):
+            out[k] = (np.stack([s[k] for s in per_episode]) * counts).sum(axis=0) / total
     return out
 
 

@@ -23,6 +23,14 @@ size_mb = click.FloatRange(min=0, min_open=True)
 )
 @target_option
 @click.option(
+    "--stats",
+    type=click.Choice(["carry", "complete"]),
+    default="carry",
+    show_default=True,
+    help="carry: the source's per-episode stats as they are (computed where it has none); "
+    "complete: also compute what v2.1 stats lack (quantiles), reading the data once more.",
+)
+@click.option(
     "--push-to-hub",
     "push_to_hub",
     default=None,
@@ -42,6 +50,7 @@ def convert_command(
     data_mb: float,
     video_mb: float,
     target_mb: float,
+    stats: str,
     push_to_hub: str | None,
     revision: str | None,
     as_json: bool,
@@ -52,13 +61,14 @@ def convert_command(
     Rows are streamed into DATA-MB files with 32 MiB episode-aligned row groups (what `prepare`
     writes), each camera's episodes are joined into VIDEO-MB mp4s by packet copy (no
     re-encode), the episodes and tasks tables are written in v3.0 form, and the stats are
-    carried over when complete (else computed, with quantiles). The output is verified against
+    carried over (computed where ROOT has none; --stats complete also computes
+    the quantiles v2.1 lacks). The output is verified against
     ROOT's rows and video frames before it appears at DIR. ROOT may be a hub URL
     (hf://datasets/owner/name@rev): only the files converted are read.
     """
     from episodekit.prep.surgery.convert import ConvertOptions, convert, push_output
 
-    result = convert(root, out, ConvertOptions(data_mb, video_mb, target_mb))
+    result = convert(root, out, ConvertOptions(data_mb, video_mb, target_mb, stats))
     d = result.as_dict()
     if push_to_hub:
         commit = push_output(out, push_to_hub, revision=revision)

@@ -7,9 +7,10 @@ into ``data/chunk-XXX/file-XXX.parquet`` files of about ``data_mb`` MB in 32 MiB
 row groups with page index (what ``prepare`` writes, so its row-group step then skips), each
 camera's episodes joined by packet copy into mp4s of about ``video_mb`` MB (no re-encode;
 ``from/to_timestamp`` from the packets), episodes and tasks tables in v3.0 form, stats carried
-over from ``episodes_stats.jsonl`` when complete, else computed
-(:mod:`~episodekit.prep.surgery.stats_fill`). Verified (row counts, per-column checksums per
-source file, video frame counts) before an atomic publish into ``--out``; resumable.
+over from ``episodes_stats.jsonl`` (computed where a source has none, and with
+``stats="complete"`` also v2.1's missing quantiles: :mod:`~episodekit.prep.surgery.stats_fill`).
+Verified (row counts, per-column checksums per source file, video frame counts) before an
+atomic publish into ``--out``; resumable.
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ class ConvertOptions:
     data_mb: float = 100.0
     video_mb: float = 200.0
     target_mb: float = DEFAULT_TARGET_MB
+    stats: str = "carry"  # or "complete": also compute what v2.1 lacks (the quantiles)
 
     def check(self) -> None:
         for name in ("data_mb", "video_mb", "target_mb"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0")
+        if self.stats not in ("carry", "complete"):
+            raise ValueError(f"--stats must be carry or complete, got {self.stats!r}")
 
 
 def convert(
@@ -57,7 +61,7 @@ def convert(
             ("data_files_size_in_mb", o.data_mb),
             ("video_files_size_in_mb", o.video_mb),
         ),
-        fill_stats=True,
+        fill_stats="complete" if o.stats == "complete" else "missing",
     )
     return write_dataset(source_episodes(ds), out, write)
 

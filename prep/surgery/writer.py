@@ -55,8 +55,8 @@ class WriteOptions:
     extra: tuple[tuple[str, str], ...] = ()
     # info.json fields that replace the source's (convert: data/video_files_size_in_mb)
     info_overrides: tuple[tuple[str, float], ...] = ()
-    # compute the stats the sources lack (convert: v2.x stats have no quantiles, v2.0 none)
-    fill_stats: bool = False
+    # compute the stats the sources lack (convert: v2.0 has none; "complete": also quantiles)
+    fill_stats: str = ""  # "" (never), "missing" or "complete"
 
 
 @dataclass
@@ -297,7 +297,7 @@ def _build(
     if options.fill_stats:
         from episodekit.prep.surgery.stats_fill import fill_missing_stats
 
-        result.stats = fill_missing_stats(staging)
+        result.stats = fill_missing_stats(staging, complete=options.fill_stats == "complete")
     say("verifying the output against the source rows")
     verify_data(staging, plan, data)
     verify_videos(staging, video_frames)

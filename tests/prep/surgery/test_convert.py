@@ -211,3 +211,27 @@ def test_v20_root_without_episode_stats(tmp_path):
     assert json.loads(res.stdout)["stats"] == "computed (the source has no per-episode stats)"
     assert rows(out)["action"].equals(rows(V21)["action"])
     assert cli("validate", out).returncode == 0
+
+
+def test_v21_stats_without_quantiles_carried_or_completed(make_sample, tmp_path):
+    """A v2.1 root with the stats v2.1 had (min/max/mean/std/count): carried over as LeRobot's
+    converter does (validate: 0 errors, a warning about quantiles); --stats complete computes the
+    quantiles (0 warnings)."""
+    src = make_sample(episodes=12, seed=4, version="v2.1")
+    first = json.loads((src / "meta/episodes_stats.jsonl").read_text().splitlines()[0])
+    assert set(first["stats"]["action"]) == {"min", "max", "mean", "std", "count"}
+    carried, complete = tmp_path / "carried", tmp_path / "complete"
+    res = cli("convert", src, "--out", carried, "--json")
+    assert json.loads(res.stdout)["stats"].startswith("carried over (no quantiles")
+    eps = pq.read_table(next((carried / "meta/episodes").rglob("*.parquet")))
+    assert eps["stats/action/mean"].to_pylist()[0] == pytest.approx(
+        first["stats"]["action"]["mean"]
+    )
+    res = cli("validate", carried, "--json")
+    doc = json.loads(res.stdout)
+    assert res.returncode == 0 and doc["counts"]["error"] == 0
+    assert {f["check"] for f in doc["findings"]} == {"stats.present"}
+    res = cli("convert", src, "--out", complete, "--stats", "complete", "--json")
+    assert json.loads(res.stdout)["stats"] == "computed (the source's stats have no quantiles)"
+    doc = json.loads(cli("validate", complete, "--json").stdout)
+    assert doc["counts"] == {"error": 0, "warning": 0}, doc["findings"]
