@@ -10,7 +10,9 @@ edit side by side with LeRobot's own `delete_episodes`, plus LeRobot reading our
    one process each, alternating rounds. The ratio baseline / ours is what counts (bar >= 0.8).
 2. Video, on vid24 (written by LeRobot's recorder, tests/fixtures/lerobot) or --video-root:
    dropping 3 episodes with `episodekit edit` (packet copy) vs LeRobot's `delete_episodes`
-   (decode + re-encode), each as a fresh process, wall seconds. Needs a LeRobot venv (--lerobot,
+   (decode + re-encode), each as a fresh process (wall seconds, imports included), and each call
+   alone (after the imports: `edit()` in this process, `delete_episodes` timed inside LeRobot's
+   process). Needs a LeRobot venv (--lerobot,
    default $LEROBOT_PYTHON; skipped without one). Then LeRobot's `LeRobotDataset` loads our
    output and every kept sample checked is compared with the source's (pixel-equal frames).
 Everything is written under --dir (default: $EPISODEKIT_BENCH/surgery, else ./bench-data/surgery).
@@ -144,7 +146,11 @@ def bench_video(folder: Path, video_root: Path, lerobot: str | None, rounds: int
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(folder / "hf")}
     res: dict[str, list[float]] = {"episodekit edit (process)": [], "lerobot delete_episodes": []}
     lr_inner: list[float] = []
+    ek_inner: list[float] = []
     for r in range(rounds):
+        call_out = folder / "vid-ek-call"
+        shutil.rmtree(call_out, ignore_errors=True)
+        ek_inner.append(ours(src, call_out, VIDEO_DROP))
         ek_out = folder / "vid-ek"
         shutil.rmtree(ek_out, ignore_errors=True)
         t, _ = _timed([*EK, "edit", str(src), "--out", str(ek_out), "--drop-episodes", drop])
@@ -158,9 +164,13 @@ def bench_video(folder: Path, video_root: Path, lerobot: str | None, rounds: int
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in res.items() if v))
     med = {k: statistics.median(v) for k, v in res.items() if v}
     out: dict = {"root": str(video_root), "dropped": list(VIDEO_DROP), "median_seconds": med}
+    out["episodekit_edit_call_seconds"] = statistics.median(ek_inner)
     if lerobot:
         out["lerobot_delete_call_seconds"] = statistics.median(lr_inner)
-        out["speedup"] = med["lerobot delete_episodes"] / med["episodekit edit (process)"]
+        out["speedup_process"] = med["lerobot delete_episodes"] / med["episodekit edit (process)"]
+        out["speedup_call"] = (
+            out["lerobot_delete_call_seconds"] / out["episodekit_edit_call_seconds"]
+        )
         _, text = _timed(
             [lerobot, "-c", LEROBOT_PARITY, str(src), str(folder / "vid-ek"), drop], env
         )
