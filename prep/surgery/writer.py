@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_text, fsync_dir
 from episodekit.core.dataset import Dataset
-from episodekit.core.errors import EnvironmentProblem, os_problem
+from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
@@ -36,7 +36,12 @@ from episodekit.prep.surgery import meta as meta_mod
 from episodekit.prep.surgery.data import output_schema, write_data
 from episodekit.prep.surgery.plan import OutputPlan, plan_output
 from episodekit.prep.surgery.sources import SourceEpisode, episode_meta
-from episodekit.prep.surgery.verify import verify_data, verify_root, verify_videos
+from episodekit.prep.surgery.verify import (
+    VerificationError,
+    verify_data,
+    verify_root,
+    verify_videos,
+)
 
 RECIPE_FILE = ".episodekit-surgery.json"  # at the output's root: what it was written from
 REQUIRED = ("index", "episode_index", "frame_index", "timestamp", "task_index")
@@ -290,9 +295,12 @@ def _build(
         staging / "meta/stats.json", meta_mod.dataset_stats(episodes, features, fallback)
     )
     say("verifying the output against the source rows")
-    verify_data(staging, plan, data)
-    verify_videos(staging, video_frames)
-    verify_root(staging, plan)
+    try:
+        verify_data(staging, plan, data)
+        verify_videos(staging, video_frames)
+        verify_root(staging, plan)
+    except VerificationError as exc:  # the sources are at fault (or a bug): nothing published
+        raise DatasetError(f"the output failed verification, nothing was published: {exc}") from exc
     mark_output_dir(staging, options.what)
     recipe = {"key": key, "what": options.what, "sources": result.sources}
     atomic_write_text(staging / RECIPE_FILE, json.dumps(recipe, indent=2))

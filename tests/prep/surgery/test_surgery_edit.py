@@ -246,3 +246,28 @@ def test_task_values_keep_each_episodes_tasks():
     assert tv.constant(0) == 4 and tv.constant(2) == 5 and np.isnan(tv.constant(1))
     assert tv.values(1).tolist() == [2, 3, 2, 2]
     assert tv.values(0).tolist() == [4, 4]
+
+
+def test_a_corrupted_write_is_caught_and_nothing_is_published(tmp_path, monkeypatch):
+    """A pipeline bug that changes one value between reading and writing: the checksums of the
+    read-back output differ from the source's, the command fails (exit 1) and --out is absent."""
+    import episodekit.prep.surgery.data as data_mod
+    from episodekit.core.errors import DatasetError
+
+    real = data_mod._write_group
+
+    def corrupt(writer, batches, schema):
+        b = batches[0]
+        ts = b.column("timestamp").to_numpy().copy()
+        ts[0] += 1.0
+        i = b.schema.get_field_index("timestamp")
+        b = b.set_column(i, "timestamp", pa.array(ts, b.schema.field(i).type))
+        batches = [b, *batches[1:]]
+        real(writer, batches, schema)
+
+    monkeypatch.setattr(data_mod, "_write_group", corrupt)
+    src = tmp_path / "rec40"
+    shutil.copytree(FIXTURES / "rec40", src)
+    with pytest.raises(DatasetError, match=r"failed verification.*columns \['timestamp'\]"):
+        edit(str(src), tmp_path / "out", EditSpec(drop_episodes=(1,)))
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out.partial-*"))
