@@ -152,7 +152,6 @@ def episodes_table(
     plan: OutputPlan,
     metas: list[pa.Table],
     ep_tasks: list[list[str]],
-    data_files: dict[int, str],
     chunks_size: int,
     removed: set[str],
     tasks: TaskValues,
@@ -186,7 +185,6 @@ def episodes_table(
     meta_seq = roll_over(np.full(n, row_bytes), file_limit_mb * MIB)
     cols["meta/episodes/chunk_index"] = pa.array(meta_seq // chunks_size)
     cols["meta/episodes/file_index"] = pa.array(meta_seq % chunks_size)
-    del data_files  # the data paths follow from data/chunk_index and data/file_index
     return pa.table(cols)
 
 

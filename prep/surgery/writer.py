@@ -284,7 +284,7 @@ def _build(
     video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
-        plan, metas, ep_tasks, data.files, chunks, removed, data.tasks, video_cols, data_mb
+        plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb
     )
     meta_mod.write_episodes(staging, episodes)
     pq.write_table(meta_mod.tasks_table(tasks), staging / "meta/tasks.parquet")
@@ -314,7 +314,7 @@ def _source_stats(ds: Dataset) -> dict:
 
     try:
         stats = read_json(ds.fs, ds.join("meta/stats.json"))
-    except Exception:  # a missing or broken stats.json: nothing to fall back on
+    except (DatasetError, EnvironmentProblem):  # missing or broken: nothing to fall back on
         return {}
     return stats if isinstance(stats, dict) else {}
 
