@@ -72,9 +72,17 @@ def episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
 
 def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """LeRobot 0.4.4's ``aggregate_feature_stats`` over the episodes' stats of one feature."""
-    means = np.stack([s["mean"] for s in per_episode])
-    variances = np.stack([s["std"] ** 2 for s in per_episode])
-    counts = np.stack([s["count"] for s in per_episode]).astype(np.float64)  # (E, 1)
+    keys = ("min", "max", "mean", "std", "count", *LEROBOT_QUANTILE_KEYS)
+    present = [k for k in keys if all(k in s for s in per_episode)]  # v2.1: no quantiles
+    return aggregate_stacked({k: np.stack([s[k] for s in per_episode]) for k in present})
+
+
+def aggregate_stacked(stacked: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:func:`aggregate` over stats already stacked per key (``(E, ...)`` arrays; count
+    ``(E, 1)``): one numpy pass per key, for many episodes."""
+    means = np.asarray(stacked["mean"], dtype=np.float64)
+    variances = np.asarray(stacked["std"], dtype=np.float64) ** 2
+    counts = np.asarray(stacked["count"]).astype(np.float64)  # (E, 1)
     count = counts.sum(axis=0)
     while counts.ndim < means.ndim:  # image stats (E, 3, 1, 1): LeRobot expands the counts
         counts = counts[..., None]
@@ -82,15 +90,15 @@ def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]
     mean = (means * counts).sum(axis=0) / total
     var = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
     out = {
-        "min": np.min(np.stack([s["min"] for s in per_episode]), axis=0),
-        "max": np.max(np.stack([s["max"] for s in per_episode]), axis=0),
+        "min": np.min(stacked["min"], axis=0),
+        "max": np.max(stacked["max"], axis=0),
         "mean": mean,
         "std": np.sqrt(var),
         "count": count.astype(np.int64),
     }
     for k in LEROBOT_QUANTILE_KEYS:  # v2.1 stats (converted datasets) have none
-        if all(k in s for s in per_episode):
-            out[k] = (np.stack([s[k] for s in per_episode]) * counts).sum(axis=0) / total
+        if k in stacked:
+            out[k] = (np.asarray(stacked[k], dtype=np.float64) * counts).sum(axis=0) / total
     return out
 
 
@@ -103,4 +111,4 @@ def envelope(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return out
 
 
-__all__ = ["LEROBOT_QUANTILE_KEYS", "aggregate", "envelope", "episode_stats"]
+__all__ = ["LEROBOT_QUANTILE_KEYS", "aggregate", "aggregate_stacked", "envelope", "episode_stats"]

@@ -175,6 +175,7 @@ def merge_command(roots: tuple[str, ...], out: str, target_mb: float, as_json: b
 def _check_roots(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
     from episodekit.cli.common import check_root
 
-    if len(value) < 2:
+    roots = tuple(check_root(ctx, param, v) for v in value)  # each one a dataset, first
+    if len(roots) < 2:
         raise click.UsageError("merge needs at least two ROOTS")
-    return tuple(check_root(ctx, param, v) for v in value)
+    return roots

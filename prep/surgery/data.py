@@ -44,6 +44,12 @@ class TaskValues:
             piece = (a, e - s) if a == b else tasks[s:e].copy()
             self.pieces.setdefault(int(episodes[s]), []).append(piece)
 
+    def constant(self, episode: int) -> float:
+        """The episode's one task_index, or NaN when it has several."""
+        pieces = self.pieces.get(episode, [])
+        first = {p[0] if isinstance(p, tuple) else None for p in pieces}
+        return float(first.pop()) if len(first) == 1 and None not in first else float("nan")
+
     def values(self, episode: int) -> np.ndarray:
         parts = [
             np.full(p[1], p[0], dtype=np.int64) if isinstance(p, tuple) else p

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_text
@@ -80,14 +81,34 @@ def tasks_table(tasks: list[str]) -> pa.Table:
     return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
 
 
-def _stats_arrays(per: list[dict[str, np.ndarray]], like: dict[str, pa.DataType]) -> dict:
-    out = {}
-    for stat in STAT_KEYS:
-        name_type = like.get(stat)
-        values = [np.asarray(p[stat]).tolist() for p in per]
-        arr = pa.array(values)
-        out[stat] = arr.cast(name_type) if name_type is not None else arr
-    return out
+def _list_column(matrix: np.ndarray, like: pa.DataType | None) -> pa.Array:
+    """``(E, D)`` values as a list column (of ``like``'s type when the source had one)."""
+    e, d = matrix.shape
+    offsets = pa.array(np.arange(e + 1, dtype=np.int32) * d)
+    arr = pa.ListArray.from_arrays(offsets, pa.array(matrix.ravel()))
+    return arr.cast(like) if like is not None else arr
+
+
+def _closed_form_stats(kind: str, value: np.ndarray, n: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-episode stats of ``arange(value, value + n)`` (``kind="range"``) or of ``n`` copies
+    of ``value`` (``"constant"``), as LeRobot's definitions give them: population std, and each
+    quantile the ``ceil(q n)``-th smallest value (LeRobot's 5000-bin histogram interpolates
+    within one bin of it; the stats checks allow one bin). One numpy pass for all episodes."""
+    v = value.astype(np.float64)
+    nf = n.astype(np.float64)
+    if kind == "range":
+        out = {
+            "min": v,
+            "max": v + nf - 1,
+            "mean": v + (nf - 1) / 2,
+            "std": np.sqrt((nf**2 - 1) / 12),
+        }
+        for q, k in zip(lerobot_stats.LEROBOT_QUANTILES, lerobot_stats.LEROBOT_QUANTILE_KEYS):
+            out[k] = v + np.maximum(np.ceil(q * nf) - 1, 0)
+    else:
+        out = {"min": v, "max": v, "mean": v, "std": np.zeros_like(v)}
+        out.update({k: v for k in lerobot_stats.LEROBOT_QUANTILE_KEYS})
+    return {k: x.reshape(-1, 1).copy() for k, x in out.items()}
 
 
 def renumbered_stats(
@@ -95,21 +116,26 @@ def renumbered_stats(
 ) -> dict[str, pa.Array]:
     """``stats/<col>/<stat>`` of index, episode_index and task_index recomputed per output
     episode (only for the columns whose stats the sources carry)."""
+    n = plan.length
+    per_col = {
+        "index": _closed_form_stats("range", plan.from_index, n),
+        "episode_index": _closed_form_stats("constant", np.arange(plan.num_episodes), n),
+    }
+    if "task_index" in present:
+        const = np.array([tasks.constant(e) for e in range(plan.num_episodes)], dtype=np.float64)
+        stats = _closed_form_stats("constant", np.nan_to_num(const), n)
+        for e in np.flatnonzero(np.isnan(const)).tolist():  # several tasks in one episode
+            one = lerobot_stats.episode_stats(tasks.values(e).reshape(-1, 1))
+            for k in stats:
+                stats[k][e] = one[k]
+        per_col["task_index"] = stats
     out: dict[str, pa.Array] = {}
-    for col in ("index", "episode_index", "task_index"):
+    for col, stats in per_col.items():
         if col not in present:
             continue
-        per = []
-        for e, (start, n) in enumerate(zip(plan.from_index.tolist(), plan.length.tolist())):
-            if col == "index":
-                values = np.arange(start, start + n)
-            elif col == "episode_index":
-                values = np.full(n, e)
-            else:
-                values = tasks.values(e)
-            per.append(lerobot_stats.episode_stats(values.reshape(-1, 1)))
-        for stat, arr in _stats_arrays(per, present[col]).items():
-            out[f"stats/{col}/{stat}"] = arr
+        for stat, matrix in stats.items():
+            out[f"stats/{col}/{stat}"] = _list_column(matrix, present[col].get(stat))
+        out[f"stats/{col}/count"] = _list_column(n.reshape(-1, 1), present[col].get("count"))
     return out
 
 
@@ -126,7 +152,6 @@ def episodes_table(
     plan: OutputPlan,
     metas: list[pa.Table],
     ep_tasks: list[list[str]],
-    data_files: dict[int, str],
     chunks_size: int,
     removed: set[str],
     tasks: TaskValues,
@@ -160,7 +185,6 @@ def episodes_table(
     meta_seq = roll_over(np.full(n, row_bytes), file_limit_mb * MIB)
     cols["meta/episodes/chunk_index"] = pa.array(meta_seq // chunks_size)
     cols["meta/episodes/file_index"] = pa.array(meta_seq % chunks_size)
-    del data_files  # the data paths follow from data/chunk_index and data/file_index
     return pa.table(cols)
 
 
@@ -184,17 +208,29 @@ def dataset_stats(episodes: pa.Table, features: dict, fallback: dict) -> dict[st
     complete per-episode stats keeps ``fallback``'s entry (the source's stats.json)."""
     out = {}
     names = set(episodes.column_names)
+    base = [k for k in STAT_KEYS if k not in lerobot_stats.LEROBOT_QUANTILE_KEYS]
     for name in features:
-        cols = [f"stats/{name}/{k}" for k in STAT_KEYS]
+        cols = [f"stats/{name}/{k}" for k in base]
         if not all(c in names for c in cols) or any(episodes[c].null_count for c in cols):
             if name in fallback:
                 out[name] = fallback[name]
             continue
-        values = {k: episodes[f"stats/{name}/{k}"].to_pylist() for k in STAT_KEYS}
-        per = [{k: np.asarray(values[k][e]) for k in STAT_KEYS} for e in range(episodes.num_rows)]
-        agg = lerobot_stats.aggregate(per)
+        quantiles = [f"stats/{name}/{k}" for k in lerobot_stats.LEROBOT_QUANTILE_KEYS]
+        whole = all(c in names and not episodes[c].null_count for c in quantiles)
+        keys = STAT_KEYS if whole else base  # v2.1's stats (converted) have no quantiles
+        stacked = {k: _stacked(episodes[f"stats/{name}/{k}"]) for k in keys}
+        agg = lerobot_stats.aggregate_stacked(stacked)
         out[name] = {k: np.asarray(v).tolist() for k, v in agg.items()}
     return out
+
+
+def _stacked(col: pa.ChunkedArray) -> np.ndarray:
+    """A column of (nested) lists of equal shape per row as one ``(E, ...)`` array."""
+    arr = col.combine_chunks()
+    shape = np.asarray(arr[0].as_py()).shape if len(arr) else ()
+    while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        arr = pc.list_flatten(arr)
+    return arr.to_numpy(zero_copy_only=False).reshape(len(col), *shape)
 
 
 def info_json(base: dict, plan: OutputPlan, n_tasks: int, features: dict) -> dict:

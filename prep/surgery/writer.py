@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_text, fsync_dir
 from episodekit.core.dataset import Dataset
-from episodekit.core.errors import EnvironmentProblem, os_problem
+from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
@@ -36,7 +36,12 @@ from episodekit.prep.surgery import meta as meta_mod
 from episodekit.prep.surgery.data import output_schema, write_data
 from episodekit.prep.surgery.plan import OutputPlan, plan_output
 from episodekit.prep.surgery.sources import SourceEpisode, episode_meta
-from episodekit.prep.surgery.verify import verify_data, verify_root, verify_videos
+from episodekit.prep.surgery.verify import (
+    VerificationError,
+    verify_data,
+    verify_root,
+    verify_videos,
+)
 
 RECIPE_FILE = ".episodekit-surgery.json"  # at the output's root: what it was written from
 REQUIRED = ("index", "episode_index", "frame_index", "timestamp", "task_index")
@@ -284,7 +289,7 @@ def _build(
     video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
-        plan, metas, ep_tasks, data.files, chunks, removed, data.tasks, video_cols, data_mb
+        plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb
     )
     meta_mod.write_episodes(staging, episodes)
     pq.write_table(meta_mod.tasks_table(tasks), staging / "meta/tasks.parquet")
@@ -299,9 +304,12 @@ def _build(
 
         result.stats = fill_missing_stats(staging, complete=options.fill_stats == "complete")
     say("verifying the output against the source rows")
-    verify_data(staging, plan, data)
-    verify_videos(staging, video_frames)
-    verify_root(staging, plan)
+    try:
+        verify_data(staging, plan, data)
+        verify_videos(staging, video_frames)
+        verify_root(staging, plan)
+    except VerificationError as exc:  # the sources are at fault (or a bug): nothing published
+        raise DatasetError(f"the output failed verification, nothing was published: {exc}") from exc
     mark_output_dir(staging, options.what)
     recipe = {"key": key, "what": options.what, "sources": result.sources}
     atomic_write_text(staging / RECIPE_FILE, json.dumps(recipe, indent=2))
@@ -315,7 +323,7 @@ def _source_stats(ds: Dataset) -> dict:
 
     try:
         stats = read_json(ds.fs, ds.join("meta/stats.json"))
-    except Exception:  # a missing or broken stats.json: nothing to fall back on
+    except (DatasetError, EnvironmentProblem):  # missing or broken: nothing to fall back on
         return {}
     return stats if isinstance(stats, dict) else {}
 

@@ -140,3 +140,22 @@ def test_read_only_out_is_exit_2(tmp_path):
     finally:
         ro.chmod(0o755)
     assert not (ro / "out").exists()
+
+
+def test_split_then_merge_as_a_user_runs_them(tmp_path):
+    src = copy_of("edited35", tmp_path)
+    r = run("split", src, "--out", tmp_path / "parts", "--fractions", "train=0.8,val=0.2",
+            "--seed", "3", "--by", "task", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    parts = json.loads(r.stdout)["splits"]
+    assert sorted(parts) == ["train", "val"]
+    assert sum(p["episodes"] for p in parts.values()) == 35
+    m = run("merge", tmp_path / "parts/train", tmp_path / "parts/val", "--out", tmp_path / "m",
+            "--json")  # fmt: skip
+    assert m.returncode == 0, m.stderr
+    d = json.loads(m.stdout)
+    assert d["episodes"] == 35 and d["frames"] == open_dataset(str(src)).num_frames
+    bad = run("split", src, "--out", tmp_path / "p2", "--fractions", "train=0.8,val=0.3")
+    assert bad.returncode == 2 and "sum to 1.1" in error_line(bad)
+    one = run("merge", src, "--out", tmp_path / "m2")
+    assert one.returncode == 2 and "at least two ROOTS" in error_line(one)

@@ -220,3 +220,54 @@ def test_kill_9_mid_write_then_rerun_completes(tmp_path):
     assert result.write.status == "written"
     assert not list(tmp_path.glob("out.partial-*")) and not list(tmp_path.glob("out.old-*"))
     assert open_dataset(str(out)).num_episodes == 39
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 300, 5000, 12001])
+def test_closed_form_stats_match_lerobots_within_one_bin(n):
+    from episodekit.prep.surgery.meta import _closed_form_stats
+
+    for kind, start in (("range", 123_456), ("constant", 17)):
+        got = _closed_form_stats(kind, np.array([start]), np.array([n]))
+        values = np.arange(start, start + n) if kind == "range" else np.full(n, start)
+        want = lerobot_stats.episode_stats(values.reshape(-1, 1))
+        one_bin = (values.max() - values.min() + 2e-10) / 5000 + 1e-9
+        for k in ("min", "max", "mean", "std"):
+            np.testing.assert_allclose(got[k][0], want[k], rtol=1e-9, atol=1e-6, err_msg=k)
+        for k in lerobot_stats.LEROBOT_QUANTILE_KEYS:
+            assert abs(got[k][0, 0] - want[k][0]) <= one_bin, (kind, n, k)
+
+
+def test_task_values_keep_each_episodes_tasks():
+    from episodekit.prep.surgery.data import TaskValues
+
+    tv = TaskValues()
+    tv.add(np.array([0, 0, 1, 1, 1]), np.array([4, 4, 2, 3, 2]))
+    tv.add(np.array([1, 2, 2]), np.array([2, 5, 5]))
+    assert tv.constant(0) == 4 and tv.constant(2) == 5 and np.isnan(tv.constant(1))
+    assert tv.values(1).tolist() == [2, 3, 2, 2]
+    assert tv.values(0).tolist() == [4, 4]
+
+
+def test_a_corrupted_write_is_caught_and_nothing_is_published(tmp_path, monkeypatch):
+    """A pipeline bug that changes one value between reading and writing: the checksums of the
+    read-back output differ from the source's, the command fails (exit 1) and --out is absent."""
+    import episodekit.prep.surgery.data as data_mod
+    from episodekit.core.errors import DatasetError
+
+    real = data_mod._write_group
+
+    def corrupt(writer, batches, schema):
+        b = batches[0]
+        ts = b.column("timestamp").to_numpy().copy()
+        ts[0] += 1.0
+        i = b.schema.get_field_index("timestamp")
+        b = b.set_column(i, "timestamp", pa.array(ts, b.schema.field(i).type))
+        batches = [b, *batches[1:]]
+        real(writer, batches, schema)
+
+    monkeypatch.setattr(data_mod, "_write_group", corrupt)
+    src = tmp_path / "rec40"
+    shutil.copytree(FIXTURES / "rec40", src)
+    with pytest.raises(DatasetError, match=r"failed verification.*columns \['timestamp'\]"):
+        edit(str(src), tmp_path / "out", EditSpec(drop_episodes=(1,)))
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out.partial-*"))
