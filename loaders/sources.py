@@ -158,8 +158,13 @@ class StreamBatches(BatchSource):
         return self.batch_size
 
     def identity(self) -> dict[str, int]:
-        s = self._bin(0).state_dict()
-        return {**{k: int(s[k]) for k in STREAM_IDENTITY[:4]}, "batch_size": self.batch_size}
+        """What a state must match (computed once, where the loader is made: workers get it
+        with the source and never open a bin just for it)."""
+        if getattr(self, "_identity", None) is None:
+            s = self._bin(0).state_dict()
+            self._identity = {k: int(s[k]) for k in STREAM_IDENTITY[:4]}
+            self._identity["batch_size"] = self.batch_size
+        return self._identity
 
     def epoch_state(self, epoch: int) -> dict[str, Any]:
         return {"form": self.kind, "epoch": int(epoch), "batches": 0, **self.identity()}

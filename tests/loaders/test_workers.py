@@ -322,3 +322,32 @@ def test_a_worker_that_dies_is_reported(root):
             for _ in range(100):
                 next(it)
         assert loader.pool is None and not any(alive(p) for p in pids)
+
+
+def test_mixture_stream_and_random_same_as_in_process(tmp_path):
+    from episodekit.loaders import load_plan
+    from episodekit.loaders.factory import FrameDataset
+    from episodekit.loaders.mixture import MixtureSampler
+    from episodekit.loaders.torch import make_loader
+    from episodekit.metadata.mixture.plan import ensure_mixture_plans
+
+    a = write_sample(tmp_path / "a", episodes=10, tasks=2, seed=1, mean_length=20)
+    b = write_sample(
+        tmp_path / "b", episodes=6, tasks=2, seed=2, mean_length=20, state_dim=6, action_dim=6
+    )
+    spec = {
+        "sources": [{"root": str(a), "weight": 1}, {"root": str(b), "weight": 3}],
+        "features": {"observation.state": {"pad_to": 14}, "action": {"pad_to": 14}},
+    }
+    ensure_mixture_plans(spec, tmp_path / "plans", [1], 2)
+    folder = tmp_path / "plans"
+    plan = load_plan(folder, 1, 2)
+    kw = dict(delta_timestamps={"action": [0.0, 1 / FPS]}, speed=False)
+    want = stream_ref(folder, plan, 16, **kw)
+    with make_loader(folder, plan, 16, 2, copy=True, **kw) as loader:
+        assert_same(collect(loader), want)
+    ds = FrameDataset(folder, **kw)
+    idx = MixtureSampler(ds, seed=0, plan=plan, rank=0, world_size=1).epoch_indices(0)
+    want = [ds.get_batch(idx[i : i + 16]) for i in range(0, len(idx), 16)]
+    with make_loader(folder, None, 16, 2, access="random", copy=True, **kw) as loader:
+        assert_same(collect(loader), want)
