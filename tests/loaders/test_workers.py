@@ -351,3 +351,52 @@ def test_mixture_stream_and_random_same_as_in_process(tmp_path):
     want = [ds.get_batch(idx[i : i + 16]) for i in range(0, len(idx), 16)]
     with make_loader(folder, None, 16, 2, access="random", copy=True, **kw) as loader:
         assert_same(collect(loader), want)
+
+
+DIST = textwrap.dedent(
+    """
+    import json, sys
+    import torch.distributed as dist
+    from episodekit.loaders.torch import make_loader
+
+    if __name__ == "__main__":
+        dist.init_process_group("gloo")
+        with make_loader(sys.argv[1], None, 16, 1, access="random", speed=False) as loader:
+            frames = [int(i) for b in loader for i in b["index"]]
+            ring = loader.pool.ring.name
+        got = [None] * dist.get_world_size()
+        dist.all_gather_object(got, {"frames": frames, "ring": ring})
+        if dist.get_rank() == 0:
+            with open(sys.argv[2], "w") as fh:
+                json.dump(got, fh)
+        dist.destroy_process_group()
+    """
+)
+
+
+def test_two_rank_gloo_job_one_ring_per_rank(root, tmp_path):
+    import socket
+
+    from episodekit.loaders import EpisodeAwareSampler, FrameDataset
+
+    script, out = tmp_path / "job.py", tmp_path / "out.json"
+    script.write_text(DIST)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.update(RANK=str(rank), WORLD_SIZE="2")
+        cmd = [sys.executable, str(script), str(root), str(out)]
+        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+    got = json.loads(out.read_text())
+    ds = FrameDataset(root, speed=False)
+    for rank, g in enumerate(got):
+        assert f"_r{rank}_" in g["ring"]
+        idx = EpisodeAwareSampler(ds, seed=0, rank=rank, world_size=2).epoch_indices(0)
+        assert g["frames"] == ds.get_batch(idx)["index"].tolist()
+    assert not set(got[0]["frames"]) & set(got[1]["frames"])
