@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from episodekit.core.store import pid_alive
+
 PREFIX = "ekring_"
 SHM_DIR = "/dev/shm"
 ALIGN = 64
@@ -111,14 +113,6 @@ def shm_free_bytes(path: str = SHM_DIR) -> int | None:
         return None
     return int(st.f_bavail) * int(st.f_frsize)
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -136,7 +130,7 @@ def remove_stale_segments(directory: str = SHM_DIR) -> list[str]:
             pid = int(name[len(PREFIX) :].split("_", 1)[0])
         except ValueError:
             continue
-        if pid != os.getpid() and not _pid_alive(pid):
+        if pid != os.getpid() and not pid_alive(pid):
             try:
                 os.unlink(os.path.join(directory, name))
                 removed.append(name)

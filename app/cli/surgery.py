@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import click
 
-from episodekit.cli.common import json_option, root_argument
+from episodekit.cli.common import json_option, root_argument, target_mb_option
 from episodekit.core import jsonout
-from episodekit.core.paths import DEFAULT_TARGET_MB
 
 out_option = click.option(
     "--out",
@@ -15,13 +14,7 @@ out_option = click.option(
     metavar="DIR",
     help="The new dataset's folder: missing, empty or written by episodekit (never a source).",
 )
-target_option = click.option(
-    "--target-mb",
-    type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_TARGET_MB,
-    show_default=True,
-    help="Row-group target (uncompressed MiB), as `prep rowgroups`.",
-)
+target_option = target_mb_option  # the row-group target, as `prep rowgroups`
 
 
 def say_written(d: dict) -> None:
