@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
+from episodekit.core.memory import release_memory
 from episodekit.core.paths import DATA_PATH_V3, MIB
 from episodekit.prep.band import MARKER_KEY, codec_name, make_marker
 from episodekit.prep.checksum import TableChecksum
@@ -241,6 +242,7 @@ def write_data(
         path = staging / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_file(plan, f, path, schema, task_maps, codec, marker, result)
+        release_memory()  # the file's decoded row groups: memory stays about one row group
     return result
 
 

@@ -29,6 +29,7 @@ from episodekit.core.atomic import atomic_write_text, fsync_dir
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.core.memory import release_memory
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
 from episodekit.core.progress import current
@@ -282,6 +283,7 @@ def _build(
     target = int(options.target_mb * MIB)
     say = current().step
     plan = plan_output(sources, target, data_mb)
+    release_memory()  # thousands of footers read (v2.x): their freed memory back to the OS
     tasks, maps, ep_tasks = meta_mod.unify_tasks(plan, dict(options.rename_tasks))
     schema = output_schema(plan, removed)
     say(f"writing {plan.num_episodes:,} episodes, {plan.num_frames:,} frames")
