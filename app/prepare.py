@@ -171,6 +171,7 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
             opts.progress(msg)
 
     opts.check_values()
+    root, opts = _convert_first(root, opts, say)
     if eligible(root, opts):  # a rerun where every step is fresh: from the stamp alone
         with writer_lock(root, wait=opts.wait, say=say):
             noop = noop_result(root, opts, say)
@@ -183,6 +184,46 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
         check_output_dir(opts.out)
     with writer_lock(opts.out or root, wait=opts.wait, say=say):
         return _run_locked(root, opts, say)
+
+
+def _version_of(root: str) -> str | None:
+    """The root's ``codebase_version`` (None when info.json cannot be read: the run reports it)."""
+    import json
+    from pathlib import Path
+
+    try:
+        if "://" in root:  # remote: through fsspec (a local root stays free of pyarrow here)
+            from episodekit.core.dataset import read_info
+
+            return str(read_info(root).get("codebase_version"))
+        return str(json.loads((Path(root) / "meta/info.json").read_text()).get("codebase_version"))
+    except Exception:  # an unreadable root fails later, with the usual message and exit code
+        return None
+
+
+def _convert_first(
+    root: str, opts: PrepareOptions, say: Callable[[str], None]
+) -> tuple[str, PrepareOptions]:
+    """A v2.x root: refused (LeRobot reads only v3.0), or with ``convert`` converted into
+    ``out`` (:func:`episodekit.prep.surgery.convert.convert`), which is then prepared in place."""
+    from dataclasses import replace
+
+    version = _version_of(root)
+    if version not in ("v2.0", "v2.1"):  # core.dataset.V2, without importing pyarrow here
+        return root, opts
+    if not opts.convert:
+        raise ValueError(
+            f"{root} is a {version} dataset; LeRobot reads v3.0 only: convert it first "
+            f"(`episodekit convert {root} --out DIR`, or prepare with --convert --out DIR)"
+        )
+    if opts.out is None:
+        raise ValueError("--convert writes a new v3.0 dataset: give --out DIR")
+    from episodekit.prep.surgery.convert import ConvertOptions, convert
+
+    say(f"converting {root} ({version}) to v3.0 in {opts.out}")
+    done = convert(root, opts.out, ConvertOptions(target_mb=opts.target_mb))
+    say(f"convert: {done.status}; {done.episodes:,} episodes, stats {done.stats}")
+    return str(opts.out), replace(opts, out=None, convert=False)
 
 
 def _run_locked(root: str, opts: PrepareOptions, say: Callable[[str], None]) -> PrepareResult:

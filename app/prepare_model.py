@@ -142,6 +142,7 @@ class PrepareOptions:
     stats: str = "keep"
     plans_required: bool = True  # False for a mixture's sources: the mixture's plans are loaded
     exclude: Any = None  # episodekit.exclusions.ExcludeOptions: frames the plans never draw
+    convert: bool = False  # a v2.x root: convert it into ``out`` first, then prepare that
 
     def check_values(self) -> None:
         """Raise ``ValueError`` for a bad value (no import: the no-op rerun starts fast)."""

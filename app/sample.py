@@ -662,6 +662,7 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
     tasks = _task_names(spec.tasks)
     start = 0
     episodes_lines, stats_lines = [], []
+    per_episode: list[dict] = []
     for e, (n, t) in enumerate(zip(lengths.tolist(), task_of.tolist())):
         table = _frames_table(
             spec, rng, np.array([e]), np.array([n]), np.array([t]), start, png, hf_meta
@@ -677,7 +678,8 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
             vpath.parent.mkdir(parents=True, exist_ok=True)
             _encode_file(vpath, spec, i, [(start, n)])
         episodes_lines.append(json.dumps({"episode_index": e, "tasks": [tasks[t]], "length": n}))
-        stats_lines.append(json.dumps({"episode_index": e, "stats": {}}))
+        per_episode.append(_v21_episode_stats(table, features, n))
+        stats_lines.append(json.dumps({"episode_index": e, "stats": per_episode[-1]}))
         start += n
     (root / "meta/episodes.jsonl").write_text("\n".join(episodes_lines) + "\n")
     (root / "meta/episodes_stats.jsonl").write_text("\n".join(stats_lines) + "\n")
@@ -685,3 +687,36 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
         "\n".join(json.dumps({"task_index": i, "task": s}) for i, s in enumerate(tasks)) + "\n"
     )
     _write_info_and_stats(root, spec, features, lengths, None)
+    atomic_write_text(root / "meta/stats.json", json.dumps(_v21_dataset_stats(per_episode)))
+
+
+def _v21_episode_stats(table: pa.Table, features: dict, n: int) -> dict[str, dict[str, list]]:
+    """One episode's stats as LeRobot's v2.1 recorder wrote them in ``episodes_stats.jsonl``:
+    min, max, mean, std, count per feature (no quantiles: LeRobot added them with v3.0); image
+    and video features per channel, shape (3, 1, 1), placeholders in [0, 1] as in the v3.0
+    sample."""
+    out: dict[str, dict[str, list]] = {}
+    for name, f in features.items():
+        if f["dtype"] in ("image", "video"):
+            chan = {k: [[[v]]] * 3 for k, v in (("min", 0.0), ("max", 1.0), ("mean", 0.5))}
+            out[name] = {**chan, "std": [[[0.25]]] * 3, "count": [n]}
+            continue
+        if f["dtype"] in STATS_EXCLUDED_DTYPES:
+            continue
+        col = table.column(name).combine_chunks()
+        if pa.types.is_fixed_size_list(col.type):
+            x = col.values.to_numpy().reshape(n, -1)
+        else:
+            x = col.to_numpy().reshape(n, 1)
+        st = lerobot_stats.episode_stats(x)  # LeRobot's arithmetic, in the values' dtype
+        out[name] = {k: np.asarray(st[k]).tolist() for k in ("min", "max", "mean", "std", "count")}
+    return out
+
+
+def _v21_dataset_stats(per_episode: list[dict]) -> dict[str, dict[str, list]]:
+    """stats.json of a v2.1 sample: LeRobot's aggregation of the episodes' stats."""
+    out = {}
+    for name in per_episode[0] if per_episode else []:
+        per = [{k: np.asarray(v) for k, v in ep[name].items()} for ep in per_episode]
+        out[name] = {k: np.asarray(v).tolist() for k, v in lerobot_stats.aggregate(per).items()}
+    return out

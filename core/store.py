@@ -324,7 +324,8 @@ def temp_store_dir(final: Path) -> Path:
     return final.with_name(f".{final.name}{TMP_TAG}{os.getpid()}-{uuid.uuid4().hex[:12]}")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (a stale temp file or segment's owner)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -344,7 +345,7 @@ def remove_leftovers(final: Path) -> list[Path]:
         rest = p.name[len(final.name) + 1 :]
         if rest.startswith(TMP_TAG):
             pid = rest[len(TMP_TAG) :].split("-", 1)[0]
-            if pid.isdigit() and _pid_alive(int(pid)):
+            if pid.isdigit() and pid_alive(int(pid)):
                 continue  # another builder is still at work
         elif not rest.startswith(OLD_TAG):
             continue

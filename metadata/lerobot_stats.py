@@ -73,7 +73,8 @@ def episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
 def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """LeRobot 0.4.4's ``aggregate_feature_stats`` over the episodes' stats of one feature."""
     keys = ("min", "max", "mean", "std", "count", *LEROBOT_QUANTILE_KEYS)
-    return aggregate_stacked({k: np.stack([s[k] for s in per_episode]) for k in keys})
+    present = [k for k in keys if all(k in s for s in per_episode)]  # v2.1: no quantiles
+    return aggregate_stacked({k: np.stack([s[k] for s in per_episode]) for k in present})
 
 
 def aggregate_stacked(stacked: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -95,8 +96,9 @@ def aggregate_stacked(stacked: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "std": np.sqrt(var),
         "count": count.astype(np.int64),
     }
-    for k in LEROBOT_QUANTILE_KEYS:
-        out[k] = (np.asarray(stacked[k], dtype=np.float64) * counts).sum(axis=0) / total
+    for k in LEROBOT_QUANTILE_KEYS:  # v2.1 stats (converted datasets) have none
+        if k in stacked:
+            out[k] = (np.asarray(stacked[k], dtype=np.float64) * counts).sum(axis=0) / total
     return out
 
 

@@ -6,8 +6,10 @@ DIR defaults to $EPISODEKIT_BENCH, else ./bench-data (git-ignored); the benchmar
 their roots from the same place. Each root is made by the `episodekit` commands printed as it
 runs (so a reader can also type them), with fixed seeds: the same bytes on every machine.
 A root that exists is kept (delete it to remake it). Sizes: big10m ~10.2M frames (~4 GB of
-parquet + a 1.4 GB frame store), quality-2m ~2M frames. (scripts/bench_image_stats.py writes its own
-small video root, images-vid, on its first run.)
+parquet + a 1.4 GB frame store), quality-2m ~2M frames, v21-2m ~3.9M frames in v2.1 (one file
+per episode), v21-vid 200 v2.1 episodes with two cameras, video-av1 40 episodes with two AV1
+cameras at 240x320. (scripts/bench_image_stats.py writes its own small video root, images-vid,
+on its first run.)
 """
 
 from __future__ import annotations
@@ -36,7 +38,36 @@ ROOTS: dict[str, list[list[str]]] = {
         ["sample", "{d}", "--episodes", "5000", "--style", "edited", "--seed", "7"],
         ["prepare", "{d}"],
     ],
+    # 40 episodes, two AV1 cameras (LeRobot's encoding: libsvtav1, GOP 2) at 240x320, plans
+    # for 1 x 1, 2 and 4 workers (bench_workers: decoding dominates)
+    "video-av1": [
+        ["sample", "{d}", "--episodes", "40", "--videos", "2", "--video-size", "240x320"],
+        ["prepare", "{d}", "--world-size", "1", "--workers", "2"],
+        ["metadata", "plan", "{d}", "--world-size", "1", "--workers", "1"],
+        ["metadata", "plan", "{d}", "--world-size", "1", "--workers", "4"],
+    ],
     "stats-root": [["sample", "{d}", "--episodes", "5000", "--style", "edited", "--seed", "8"]],
+    # v2.1 (one parquet per episode, meta/*.jsonl): 10,000 episodes (~3.9M frames) for convert
+    "v21-2m": [
+        ["sample", "{d}", "--episodes", "10000", "--codebase-version", "v2.1", "--seed", "11"]
+    ],
+    # v2.1 with two AV1 cameras (96x128, one mp4 per episode and camera) for convert
+    "v21-vid": [
+        [
+            "sample",
+            "{d}",
+            "--episodes",
+            "200",
+            "--codebase-version",
+            "v2.1",
+            "--videos",
+            "2",
+            "--video-size",
+            "96x128",
+            "--seed",
+            "12",
+        ],
+    ],  # fmt: skip
 }
 
 

@@ -58,6 +58,23 @@ def _values(v, dims: int, key: str) -> tuple[np.ndarray | None, str]:
     return arr.reshape(want), ""
 
 
+def _missing(what: str, missing: list[str], file: str, root: str) -> Finding:
+    """``stats.present`` for missing stats keys (or ``stats/<f>/<k>`` columns): an error, but
+    only a warning when just the quantiles are absent. LeRobot's v2.1 -> v3.0 converter carries
+    v2.1's stats over as they are (min, max, mean, std, count: v2.1 had no quantiles), so every
+    converted dataset lacks them; LeRobot needs them only for QUANTILES normalization."""
+    if all(m.rsplit("/", 1)[-1] in QUANTILE_KEYS for m in missing):
+        return Finding(
+            "stats.present",
+            WARNING,
+            f"{what}: no quantiles ({', '.join(QUANTILE_KEYS)}; LeRobot's v2.1 converter writes "
+            "none), which QUANTILES normalization needs: compute it with "
+            f"`episodekit metadata stats {root}`",
+            file,
+        )
+    return Finding("stats.present", ERROR, f"{what}: keys {missing} missing", file)
+
+
 def _dataset_part(raw: RawRoot, feats: dict[str, int]) -> tuple[list[Finding], dict]:
     """Findings on stats.json and its parsed numeric stats ``{feature: {key: vector}}``."""
     out: list[Finding] = []
@@ -83,7 +100,7 @@ def _dataset_part(raw: RawRoot, feats: dict[str, int]) -> tuple[list[Finding], d
         entry = data.get(name)
         missing = [k for k in STAT_KEYS if not isinstance(entry, dict) or k not in entry]
         if missing:
-            err("stats.present", f"{name}: keys {missing} missing")
+            out.append(_missing(name, missing, STATS_FILE, raw.root))
         if not isinstance(entry, dict):
             continue
         got: dict[str, np.ndarray] = {}
@@ -177,7 +194,9 @@ def _read_episode_file(raw: RawRoot, rel: str, feats: dict[str, int], out: list[
     except (DatasetError, pa.ArrowException, OSError):
         return None
     missing = [c for c in wanted if c not in names]
-    if missing:
+    if missing and all(c.rsplit("/", 1)[-1] in QUANTILE_KEYS for c in missing):
+        out.append(_missing("per-episode stats", missing, rel, raw.root))
+    elif missing:
         msg = f"{len(missing)} stats columns missing, e.g. {missing[:3]}"
         out.append(Finding("stats.present", ERROR, msg, rel))
     return t
@@ -531,9 +550,7 @@ def _image_dataset_part(
             continue  # image stats are optional (computed with --images)
         missing = [k for k in STAT_KEYS if k not in entry]
         if missing:
-            out.append(
-                Finding("stats.present", ERROR, f"{name}: keys {missing} missing", STATS_FILE)
-            )
+            out.append(_missing(name, missing, STATS_FILE, raw.root))
         got = {}
         for key in STAT_KEYS:
             if key not in entry:

@@ -6,6 +6,7 @@ import click
 
 from episodekit import __version__
 from episodekit.cli.common import EpisodekitGroup, debug_option
+from episodekit.cli.convert import convert_command
 from episodekit.cli.dataset import info_command, sample_command
 from episodekit.cli.metadata import metadata_group
 from episodekit.cli.prep import prep_group
@@ -39,6 +40,7 @@ main.add_command(prepare_command)
 main.add_command(edit_command)
 main.add_command(split_command)
 main.add_command(merge_command)
+main.add_command(convert_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

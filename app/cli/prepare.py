@@ -111,6 +111,13 @@ if TYPE_CHECKING:
     "instead of ROOT, then write its mixture plans into --out DIR (not with --push-to-hub, "
     "--videos, --videos-gop, --canonical-bins).",
 )
+@click.option(
+    "--convert",
+    "convert",
+    is_flag=True,
+    help="ROOT is a v2.1/v2.0 dataset: convert it into --out DIR first (`episodekit convert`), "
+    "then prepare DIR.",
+)
 @force_option
 @no_wait_option
 @json_option
@@ -137,6 +144,7 @@ def prepare_command(
     no_wait: bool,
     as_json: bool,
     exclude: ExcludeOptions,
+    convert: bool = False,
 ) -> None:
     """Take ROOT from "as recorded" to "ready for training", then prove it.
 
@@ -164,6 +172,7 @@ def prepare_command(
             ("--videos-gop", videos_gop),
             ("--canonical-bins", canonical is not False),
             ("--exclude-*", bool(exclude)),
+            ("--convert", convert),
         )
         for flag, given in only_root:
             if given:
@@ -195,6 +204,7 @@ def prepare_command(
         canonical_bins=canonical,
         stats=stats,
         exclude=exclude or None,
+        convert=convert,
     )
     click.echo(jsonout.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if not result.ok:

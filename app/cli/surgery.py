@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import click
 
-from episodekit.cli.common import json_option, root_argument
+from episodekit.cli.common import json_option, root_argument, target_mb_option
 from episodekit.core import jsonout
-from episodekit.core.paths import DEFAULT_TARGET_MB
 
 out_option = click.option(
     "--out",
@@ -15,16 +14,10 @@ out_option = click.option(
     metavar="DIR",
     help="The new dataset's folder: missing, empty or written by episodekit (never a source).",
 )
-target_option = click.option(
-    "--target-mb",
-    type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_TARGET_MB,
-    show_default=True,
-    help="Row-group target (uncompressed MiB), as `prep rowgroups`.",
-)
+target_option = target_mb_option  # the row-group target, as `prep rowgroups`
 
 
-def _say_written(d: dict) -> None:
+def say_written(d: dict) -> None:
     if d["status"] == "unchanged":
         click.echo(f"{d['out']}: already written from the same inputs; nothing to do")
         return
@@ -110,7 +103,7 @@ def edit_command(
         return
     if d["dropped"]:
         click.echo(f"dropped {len(d['dropped'])} episodes: {_listing(d['dropped'])}")
-    _say_written(d)
+    say_written(d)
 
 
 def _listing(dropped: dict[str, str], limit: int = 10) -> str:
@@ -153,7 +146,7 @@ def split_command(
         click.echo(jsonout.dumps(d.as_dict(), indent=2))
         return
     for part in d.as_dict()["splits"].values():
-        _say_written(part)
+        say_written(part)
 
 
 @click.command("merge")
@@ -174,7 +167,7 @@ def merge_command(roots: tuple[str, ...], out: str, target_mb: float, as_json: b
     if as_json:
         click.echo(jsonout.dumps(d, indent=2))
         return
-    _say_written(d)
+    say_written(d)
 
 
 def _check_roots(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):

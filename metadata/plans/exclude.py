@@ -17,27 +17,34 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-EPISODE_LIST = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
+MAX_RANGE = 10_000_000  # a range wider than this is a typo, not a selection
 
 
-def parse_episode_list(text: str) -> np.ndarray:
-    """``"3,7,10-12"`` -> ``[3, 7, 10, 11, 12]`` (sorted, unique); ValueError naming the bad
-    part for anything else (a descending range, a negative number, letters)."""
-    if not EPISODE_LIST.match(text or ""):
-        raise ValueError(f"not an episode list: {text!r} (expected e.g. 3,7,10-12)")
+def parse_episode_list(text: str, option: str = "--exclude-episodes") -> np.ndarray:
+    """``"3,7,10-12"`` -> ``[3, 7, 10, 11, 12]`` (sorted, unique); ValueError naming ``option``
+    and the bad part (letters, a negative or backwards range, one wider than ``MAX_RANGE``)."""
     out: list[np.ndarray] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        a, b = int(lo), int(hi or lo)
-        if b < a:
-            raise ValueError(f"episode range {part.strip()!r} runs backwards")
+    for part in (p.strip() for p in str(text or "").split(",")):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise ValueError(
+                f"{option} {text!r}: {part!r} is not an episode index or a range such as 10-12"
+            ) from None
+        if a < 0 or b < a or b - a > MAX_RANGE:
+            raise ValueError(f"{option} {text!r}: {part!r} is not a valid range (low-high)")
         out.append(np.arange(a, b + 1, dtype=np.int64))
+    if not out:
+        raise ValueError(f"{option} {text!r}: no episodes given")
     return np.unique(np.concatenate(out))
 
 

@@ -169,6 +169,48 @@ def kept_batches(
         )
 
 
+READ_AHEAD_BYTES = 64 * MIB  # source rows decoded ahead of the writer (small files only)
+READ_THREADS = 4
+
+
+def _read_ahead(
+    plan: OutputPlan, runs: list, schema: pa.Schema, task_maps: list[np.ndarray]
+) -> Iterator[Iterator[tuple[pa.RecordBatch, np.ndarray]]]:
+    """Each run's kept batches, in order. Runs from small source files (v2.x: one episode per
+    file) are read by a few threads, up to ``READ_AHEAD_BYTES`` of decoded rows ahead of the
+    writer; a large file is streamed batch by batch as before (memory: about one row group)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def size(run) -> float:
+        return float(plan.layouts[(run[0], run[1])].row_group_bytes.sum())
+
+    def read(run) -> list:
+        return list(kept_batches(plan, run[0], run[1], run[2], schema, task_maps[run[0]]))
+
+    small = [size(r) * 4 <= READ_AHEAD_BYTES for r in runs]
+    if sum(small) < 2 * READ_THREADS:
+        for r in runs:
+            yield kept_batches(plan, r[0], r[1], r[2], schema, task_maps[r[0]])
+        return
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        pending: list = []  # (future or None, run) in order
+        budget = 0.0
+        i = 0
+        while i < len(runs) or pending:
+            while i < len(runs) and small[i] and (budget < READ_AHEAD_BYTES or not pending):
+                pending.append((pool.submit(read, runs[i]), size(runs[i])))
+                budget += size(runs[i])
+                i += 1
+            if pending:
+                fut, nbytes = pending.pop(0)
+                budget -= nbytes
+                yield iter(fut.result())
+            elif i < len(runs):  # a large file: streamed in this thread
+                r = runs[i]
+                i += 1
+                yield kept_batches(plan, r[0], r[1], r[2], schema, task_maps[r[0]])
+
+
 def _remap_tasks(col: pa.Array, task_map: np.ndarray, path: str, schema: pa.Schema) -> pa.Array:
     old = col.to_numpy(zero_copy_only=False).astype(np.int64)
     ok = (old >= 0) & (old < len(task_map))
@@ -218,8 +260,8 @@ def _write_file(
     try:
         pending: list[pa.RecordBatch] = []
         pending_rows, g = 0, 0
-        for d, src, pos in plan.runs(f):
-            for batch, out_ep in kept_batches(plan, d, src, pos, schema, task_maps[d]):
+        for batches in _read_ahead(plan, plan.runs(f), schema, task_maps):
+            for batch, out_ep in batches:
                 result.checksum.update(batch.select(checked))
                 result.tasks.add(out_ep, batch.column("task_index").to_numpy())
                 off = 0

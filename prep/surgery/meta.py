@@ -208,13 +208,17 @@ def dataset_stats(episodes: pa.Table, features: dict, fallback: dict) -> dict[st
     complete per-episode stats keeps ``fallback``'s entry (the source's stats.json)."""
     out = {}
     names = set(episodes.column_names)
+    base = [k for k in STAT_KEYS if k not in lerobot_stats.LEROBOT_QUANTILE_KEYS]
     for name in features:
-        cols = [f"stats/{name}/{k}" for k in STAT_KEYS]
+        cols = [f"stats/{name}/{k}" for k in base]
         if not all(c in names for c in cols) or any(episodes[c].null_count for c in cols):
             if name in fallback:
                 out[name] = fallback[name]
             continue
-        stacked = {k: _stacked(episodes[f"stats/{name}/{k}"]) for k in STAT_KEYS}
+        quantiles = [f"stats/{name}/{k}" for k in lerobot_stats.LEROBOT_QUANTILE_KEYS]
+        whole = all(c in names and not episodes[c].null_count for c in quantiles)
+        keys = STAT_KEYS if whole else base  # v2.1's stats (converted) have no quantiles
+        stacked = {k: _stacked(episodes[f"stats/{name}/{k}"]) for k in keys}
         agg = lerobot_stats.aggregate_stacked(stacked)
         out[name] = {k: np.asarray(v).tolist() for k, v in agg.items()}
     return out

@@ -121,12 +121,12 @@ def _byte_estimates(plan: OutputPlan) -> tuple[np.ndarray, np.ndarray]:
     disk = np.zeros(plan.num_episodes)
     plain = np.zeros(plan.num_episodes)
     scale: dict[int, float] = {}
-    pairs = np.unique(np.stack([plan.ds_id, plan.src_file], axis=1), axis=0)
-    for d, f in pairs.tolist():
+    pairs = np.unique(np.stack([plan.ds_id, plan.src_file], axis=1), axis=0).tolist()
+    plan.layouts.update(zip(map(tuple, pairs), _footers(plan, pairs)))
+    for d, f in pairs:
         ds = plan.datasets[d]
         path = ds.data_path(f)
-        layout = file_layout(path, None if ds.is_local else ds.fs)
-        plan.layouts[(d, f)] = layout
+        layout = plan.layouts[(d, f)]
         if d not in scale:
             with _open_parquet(path, None if ds.is_local else ds.fs) as pf:
                 scale[d] = plain_scale(pf, layout, _batch_rows(layout))
@@ -135,3 +135,21 @@ def _byte_estimates(plan: OutputPlan) -> tuple[np.ndarray, np.ndarray]:
         disk[sel] = plan.length[sel] * layout.file_size / rows
         plain[sel] = plan.length[sel] * layout.row_group_bytes.sum() / rows * scale[d]
     return disk, plain
+
+
+FOOTER_THREADS = 8  # footers are small reads: threads hide the latency of many files (v2.x)
+
+
+def _footers(plan: OutputPlan, pairs: list[list[int]]) -> list[FileLayout]:
+    """The layouts of the source files ``pairs`` ((dataset, file) each), read by a few threads:
+    a v2.x root has one file per episode, and one footer after another is most of the time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(pair: list[int]) -> FileLayout:
+        ds = plan.datasets[pair[0]]
+        return file_layout(ds.data_path(pair[1]), None if ds.is_local else ds.fs)
+
+    if len(pairs) < 2 * FOOTER_THREADS:
+        return [one(p) for p in pairs]
+    with ThreadPoolExecutor(FOOTER_THREADS) as pool:
+        return list(pool.map(one, pairs))

@@ -7,30 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from episodekit.core.dataset import Dataset
-
-MAX_RANGE = 10_000_000  # a range wider than this is a typo, not a selection
+from episodekit.metadata.plans.exclude import parse_episode_list as _parse
 
 
 def parse_episode_list(text: str, option: str = "--drop-episodes") -> list[int]:
-    """``"3,7,10-12"`` -> ``[3, 7, 10, 11, 12]`` (sorted, unique); ValueError naming the part."""
-    out: set[int] = set()
-    for part in (p.strip() for p in str(text).split(",")):
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError:
-            raise ValueError(
-                f"{option} {text!r}: {part!r} is not an episode index or a range such as 10-12"
-            ) from None
-        if a < 0 or b < a or b - a > MAX_RANGE:
-            raise ValueError(f"{option} {text!r}: {part!r} is not a valid range (low-high)")
-        out.update(range(a, b + 1))
-    if not out:
-        raise ValueError(f"{option} {text!r}: no episodes given")
-    return sorted(out)
+    """``"3,7,10-12"`` -> ``[3, 7, 10, 11, 12]`` (sorted, unique); ValueError naming the part
+    (one parser with ``--exclude-episodes``: :mod:`episodekit.metadata.plans.exclude`)."""
+    return _parse(text, option).tolist()
 
 
 def parse_pairs(values: tuple[str, ...] | list[str], option: str) -> list[tuple[str, str]]:

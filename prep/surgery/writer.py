@@ -58,6 +58,10 @@ class WriteOptions:
     rename_tasks: tuple[tuple[str, str], ...] = ()
     target_mb: float = DEFAULT_TARGET_MB
     extra: tuple[tuple[str, str], ...] = ()
+    # info.json fields that replace the source's (convert: data/video_files_size_in_mb)
+    info_overrides: tuple[tuple[str, float], ...] = ()
+    # compute the stats the sources lack (convert: v2.0 has none; "complete": also quantiles)
+    fill_stats: str = ""  # "" (never), "missing" or "complete"
 
 
 @dataclass
@@ -73,6 +77,7 @@ class WriteResult:
     video_files: int = 0
     seconds: float = 0.0
     sources: list[str] = field(default_factory=list)
+    stats: str = "carried over"  # or what fill_stats computed, and why
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -271,7 +276,7 @@ def _build(
 ) -> None:
     datasets = _datasets(sources)
     removed = set(options.remove_features)
-    info0 = datasets[0].info
+    info0 = {**datasets[0].info, **dict(options.info_overrides)}
     chunks = int(info0.get("chunks_size") or 1000)
     data_mb = float(info0.get("data_files_size_in_mb") or 100)
     target = int(options.target_mb * MIB)
@@ -294,6 +299,10 @@ def _build(
     meta_mod.write_json(
         staging / "meta/stats.json", meta_mod.dataset_stats(episodes, features, fallback)
     )
+    if options.fill_stats:
+        from episodekit.prep.surgery.stats_fill import fill_missing_stats
+
+        result.stats = fill_missing_stats(staging, complete=options.fill_stats == "complete")
     say("verifying the output against the source rows")
     try:
         verify_data(staging, plan, data)

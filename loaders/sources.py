@@ -1,0 +1,247 @@
+"""An epoch as numbered batches: what the worker processes of ``make_loader`` share out.
+
+Each source is a small picklable description (root path, plan, arguments): a worker process
+unpickles it and :meth:`~BatchSource.open` builds its own readers there (the 'spawn'-safe
+pattern). An epoch starts from a *state* (what :meth:`~BatchSource.state` returns, the in-process
+loaders' own resume state): :meth:`~BatchSource.begin` returns the number of batches left, and
+:meth:`~BatchSource.batch` makes batch ``b`` of them in any process, so worker ``w`` of ``N``
+makes batches ``w, w + N, ...`` and the consumer reads them back in order.
+
+- :class:`RandomBatches`: ``FrameDataset.get_batch`` over an ``EpisodeAwareSampler``'s order
+  (positions ``[p + b * batch_size, ...)``), a mixture included;
+- :class:`StreamBatches`: a shard plan's bins of this rank, streamed (``ShardedLoader`` or
+  ``MixtureLoader``, one per bin), taken round-robin: batch ``b`` is batch ``b // K`` of bin
+  ``b % K`` (the order ``DataLoader(TorchShardedDataset(...), num_workers=K)`` gives); with as
+  many workers as bins each worker reads one bin, so each row group is decoded once;
+- :class:`ElasticBatches`: an ``ElasticLoader``'s steps (one batch per step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+class BatchSource:
+    """The interface (see the module docstring)."""
+
+    kind = ""
+    _opened: tuple[str, ...] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in self._opened}
+
+    def open(self) -> None:
+        """Build the readers (once per process)."""
+
+    def max_rows(self) -> int:
+        """The most rows a batch can have (sizes the ring's slots)."""
+        raise NotImplementedError
+
+    def epoch_state(self, epoch: int) -> dict[str, Any]:
+        """The state at the start of ``epoch``."""
+        raise NotImplementedError
+
+    def begin(self, state: Mapping[str, Any]) -> int:
+        """Start from ``state``; the number of batches left in its epoch."""
+        raise NotImplementedError
+
+    def batch(self, b: int) -> dict[str, Any]:
+        """Batch ``b`` (0-based from the state :meth:`begin` started from)."""
+        raise NotImplementedError
+
+    def state(self, consumed: int) -> dict[str, Any]:
+        """The state after ``consumed`` batches from the one :meth:`begin` started from."""
+        raise NotImplementedError
+
+    def epoch_of(self, state: Mapping[str, Any]) -> int:
+        return int(state["epoch"])
+
+
+def _path(root: Any) -> Any:
+    """A root as workers can reopen it: an opened ``Dataset`` becomes its root path/URL."""
+    from episodekit.core.dataset import Dataset
+
+    return str(root.root) if isinstance(root, Dataset) else root
+
+
+class RandomBatches(BatchSource):
+    """Random access: ``dataset.get_batch(sampler.indices(epoch, positions))``."""
+
+    kind = "random"
+    _opened = ("ds", "sampler")
+
+    def __init__(
+        self,
+        root: Any,
+        batch_size: int,
+        dataset_kwargs: Mapping[str, Any],
+        sampler_kwargs: Mapping[str, Any],
+        drop_last: bool = False,
+    ):
+        self.root, self.batch_size, self.drop_last = _path(root), int(batch_size), bool(drop_last)
+        self.dataset_kwargs, self.sampler_kwargs = dict(dataset_kwargs), dict(sampler_kwargs)
+
+    def open(self) -> None:
+        if getattr(self, "ds", None) is None:
+            from episodekit.loaders.factory import EpisodeAwareSampler, FrameDataset
+
+            self.ds = FrameDataset(self.root, **self.dataset_kwargs)
+            self.sampler = EpisodeAwareSampler(self.ds, **self.sampler_kwargs)
+
+    def max_rows(self) -> int:
+        return self.batch_size
+
+    def epoch_state(self, epoch: int) -> dict[str, Any]:
+        self.sampler.load_state_dict({"epoch": int(epoch), "position": 0})
+        return self.sampler.state_dict()
+
+    def begin(self, state: Mapping[str, Any]) -> int:
+        self.sampler.load_state_dict(dict(state))
+        self.epoch, self.start = self.sampler.epoch, self.sampler.position
+        left = self.sampler.num_samples - self.start
+        return left // self.batch_size if self.drop_last else math.ceil(left / self.batch_size)
+
+    def batch(self, b: int) -> dict[str, Any]:
+        lo = self.start + b * self.batch_size
+        hi = min(lo + self.batch_size, self.sampler.num_samples)
+        return self.ds.get_batch(self.sampler.indices(self.epoch, np.arange(lo, hi)))
+
+    def state(self, consumed: int) -> dict[str, Any]:
+        position = min(self.start + consumed * self.batch_size, self.sampler.num_samples)
+        self.sampler.load_state_dict({"epoch": self.epoch, "position": position})
+        return self.sampler.state_dict()
+
+
+STREAM_IDENTITY = ("plan", "seed", "rank", "pool_rows", "batch_size")
+
+
+class StreamBatches(BatchSource):
+    """Streaming: the rank's plan bins round-robin (batch ``b``: bin ``b % K``, its batch
+    ``b // K``); each process opens only the bins it reads."""
+
+    kind = "stream"
+    _opened = ("bins", "_next", "_iters")
+
+    def __init__(self, root: Any, plan: Any, batch_size: int, loader_kwargs: Mapping[str, Any]):
+        self.root, self.plan, self.batch_size = _path(root), plan, int(batch_size)
+        self.loader_kwargs = dict(loader_kwargs)
+        self.num_bins = int(plan.num_workers)
+        self.per_bin = math.ceil(int(plan.samples_per_worker) / self.batch_size)
+
+    def open(self) -> None:
+        if getattr(self, "bins", None) is None:
+            self.bins: dict[int, Any] = {}
+            self._next: dict[int, int] = {}
+            self._iters: dict[int, Any] = {}
+            self.epoch, self.done = 0, 0
+
+    def _bin(self, w: int) -> Any:
+        loader = self.bins.get(w)
+        if loader is None:
+            from episodekit.loaders.factory import ShardedLoader
+
+            loader = self.bins[w] = ShardedLoader(
+                self.root,
+                self.plan,
+                worker=w,
+                num_workers=self.num_bins,
+                batch_size=self.batch_size,
+                **self.loader_kwargs,
+            )
+        return loader
+
+    def max_rows(self) -> int:
+        return self.batch_size
+
+    def identity(self) -> dict[str, int]:
+        """What a state must match (computed once, where the loader is made: workers get it
+        with the source and never open a bin just for it)."""
+        if getattr(self, "_identity", None) is None:
+            s = self._bin(0).state_dict()
+            self._identity = {k: int(s[k]) for k in STREAM_IDENTITY[:4]}
+            self._identity["batch_size"] = self.batch_size
+        return self._identity
+
+    def epoch_state(self, epoch: int) -> dict[str, Any]:
+        return {"form": self.kind, "epoch": int(epoch), "batches": 0, **self.identity()}
+
+    def begin(self, state: Mapping[str, Any]) -> int:
+        check_stream_state(state, self.identity())
+        self.epoch, self.done = int(state["epoch"]), int(state["batches"])
+        self._iters.clear()
+        return self.num_bins * self.per_bin - self.done
+
+    def batch(self, b: int) -> dict[str, Any]:
+        g = self.done + b
+        w, j = g % self.num_bins, g // self.num_bins
+        loader = self._bin(w)
+        if self._iters.get(w) is None or self._next.get(w) != j:
+            loader.seek(self.epoch, j * self.batch_size)
+            self._iters[w] = iter(loader)
+        self._next[w] = j + 1
+        return next(self._iters[w])
+
+    def state(self, consumed: int) -> dict[str, Any]:
+        return {
+            "form": self.kind,
+            "epoch": self.epoch,
+            "batches": self.done + int(consumed),
+            **self.identity(),
+        }
+
+
+def check_stream_state(state: Mapping[str, Any], identity: Mapping[str, int]) -> None:
+    """Raise ValueError unless ``state`` is a stream state of this loader (same plan, seed, rank,
+    pool size, batch size: its batch count would mean other batches otherwise)."""
+    if not isinstance(state, Mapping) or state.get("form") != "stream":
+        raise ValueError("not a make_loader stream state (pass what state_dict() returned)")
+    for key in STREAM_IDENTITY:
+        if int(state.get(key, -1)) != identity[key]:
+            raise ValueError(
+                f"state was taken with another {key}: {state.get(key)} here {identity[key]}; "
+                "resuming would yield other batches"
+            )
+
+
+class ElasticBatches(BatchSource):
+    """An ``ElasticLoader``'s steps of this rank (one batch per step), its resume semantics."""
+
+    kind = "elastic"
+    _opened = ("loader", "todo")
+
+    def __init__(self, root: Any, plan: Any, loader_kwargs: Mapping[str, Any]):
+        self.root, self.plan, self.loader_kwargs = _path(root), plan, dict(loader_kwargs)
+
+    def open(self) -> None:
+        if getattr(self, "loader", None) is None:
+            from episodekit.loaders.elastic import ElasticLoader
+
+            self.loader = ElasticLoader(self.root, self.plan, **self.loader_kwargs)
+
+    def max_rows(self) -> int:
+        return int(np.diff(self.loader.run.unit_start).max(initial=1))
+
+    def epoch_state(self, epoch: int) -> dict[str, Any]:
+        self.loader._start(int(epoch), 0, None)
+        return self.loader.state_dict()
+
+    def begin(self, state: Mapping[str, Any] | list) -> int:
+        loader = self.loader
+        loader.load_state_dict(state)
+        run = loader.run
+        self.todo = [u for u in range(run.num_units) if not loader._done(u)]
+        return len(self.todo)
+
+    def batch(self, b: int) -> dict[str, Any]:
+        loader, u = self.loader, self.todo[b]
+        run = loader.run
+        lo, hi = int(run.unit_start[u]), int(run.unit_start[u + 1])
+        positions = run.positions(loader.rank, lo, hi)
+        return loader.frames.get_frames(loader.frames_of(positions, loader.epoch))
+
+    def state(self, consumed: int) -> dict[str, Any]:
+        return self.loader.state_at(int(consumed))

@@ -1,0 +1,404 @@
+"""Worker processes that make numbered batches into a shared-memory ring, and the ordered reader.
+
+:class:`BatchLoader` iterates a :class:`~episodekit.loaders.sources.BatchSource` epoch by epoch:
+in-process with ``num_workers=0``, else through ``num_workers`` processes (started with 'spawn' by
+default: each unpickles the source and opens its own readers). Worker ``w`` of ``N`` makes
+batches ``w, w + N, ...`` of the epoch and copies each into one of its ``prefetch`` slots of the
+ring (:mod:`~episodekit.loaders.ring`); the reader takes batch ``b`` from worker ``b % N``, so the
+batches come in the same order as in-process, whatever ``N``. A batch is numpy views of its slot:
+valid until the next batch is asked for (the slot then goes back to its worker).
+
+Each worker's very first batch travels pickled, with its arrays' shapes: the ring is sized from it
+(``max_rows`` rows per slot) and created then by the training process, which checks the free
+space of ``/dev/shm`` first. Workers exit when the training process goes away (they watch its
+pid and their pipe) and unlink the ring; ``close()``, the context manager, garbage collection and
+interpreter exit all stop them. numpy only (no torch).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from episodekit.loaders.ring import Ring, remove_stale_segments, slot_bytes_for, split_batch, unlink
+from episodekit.loaders.sources import BatchSource
+
+POLL_S = 0.5  # how often a waiting process checks that its peer is alive
+STOP_S = 5.0  # how long close() waits for workers before terminating them
+
+
+class WorkerError(RuntimeError):
+    """A loader worker failed (its exception's message) or died."""
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    return f"{type(exc).__name__}: {exc}", traceback.format_exc()
+
+
+class _Worker:
+    """The loop of one worker process (see the module docstring)."""
+
+    def __init__(self, source: BatchSource, w: int, n: int, conn: Any, parent_pid: int):
+        self.source, self.w, self.n, self.conn, self.parent_pid = source, w, n, conn, parent_pid
+        self.ring: Ring | None = None
+        self.ids: list[int] = []
+        self.free: deque[int] = deque()
+        self.gen = -1
+        self.pending: tuple | None = None
+        self.unslotted = 0  # batches sent pickled before the ring existed
+
+    def recv(self) -> tuple | None:
+        """The next message, or None when the training process is gone."""
+        try:
+            while not self.conn.poll(POLL_S):
+                if os.getppid() != self.parent_pid:
+                    return None
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def handle(self, msg: tuple) -> bool:
+        """Apply a message; True for a start/stop, which ends the current epoch."""
+        kind = msg[0]
+        if kind == "slots":
+            _, name, slot_bytes, slots, self.ids = msg
+            self.ring = Ring.attach(name, slot_bytes, slots)
+            self.free = deque(self.ids)
+        elif kind == "free":
+            if msg[1] == self.gen:
+                self.free.append(msg[2])
+        else:
+            self.pending = msg
+            return True
+        return False
+
+    def drain(self) -> bool:
+        while self.pending is None and self.conn.poll(0):
+            self.handle(self.conn.recv())
+        return self.pending is not None
+
+    def wait_slot(self) -> bool:
+        """Block until a slot is free (or the ring exists); False on start/stop/parent gone."""
+        while self.ring is None or not self.free:
+            msg = self.recv()
+            if msg is None:
+                self.pending = ("stop",)
+                return False
+            if self.handle(msg):
+                return False
+        return True
+
+    def run(self) -> None:
+        try:
+            self.source.open()
+            failed = None
+        except Exception as exc:
+            failed = _describe(exc)
+        while True:
+            msg, self.pending = self.pending or self.recv(), None
+            if msg is None or msg[0] == "stop":
+                return
+            if msg[0] != "start":
+                self.handle(msg)
+            elif failed is not None:
+                self.conn.send(("error", msg[1], -1, *failed))
+            else:
+                self.epoch(*msg[1:])
+
+    def epoch(self, gen: int, state: Mapping[str, Any], n: int) -> None:
+        self.gen, self.free = gen, deque(self.ids)
+        try:
+            self.source.begin(state)
+        except Exception as exc:
+            self.conn.send(("error", gen, -1, *_describe(exc)))
+            return
+        for b in range(self.w, n, self.n):
+            if self.drain():
+                return
+            if (self.ring is None and self.unslotted) and not self.wait_slot():
+                return
+            try:
+                batch = self.source.batch(b)
+            except Exception as exc:
+                self.conn.send(("error", gen, b, *_describe(exc)))
+                return
+            self.send(gen, b, batch)
+            if self.pending is not None:
+                return
+
+    def send(self, gen: int, b: int, batch: dict[str, Any]) -> None:
+        if self.ring is None:
+            self.unslotted += 1
+            self.conn.send(("data", gen, b, batch))
+            return
+        if not self.wait_slot():
+            return
+        slot = self.free.popleft()
+        arrays, extras = split_batch(batch)
+        fields = self.ring.write(slot, arrays)
+        if fields is None:  # larger than the slot (another shape): send it whole
+            self.free.appendleft(slot)
+            self.conn.send(("data", gen, b, batch))
+        else:
+            self.conn.send(("slot", gen, b, slot, fields, extras))
+
+
+def worker_main(source: BatchSource, w: int, n: int, conn: Any, parent_pid: int) -> None:
+    """Entry point of worker ``w`` of ``n`` (importable: 'spawn' and 'forkserver' run it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
+    worker = _Worker(source, w, n, conn, parent_pid)
+    try:
+        worker.run()
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass
+    finally:
+        if worker.ring is not None:
+            worker.ring.close()
+            if os.getppid() != parent_pid:  # the training process died: nobody else will
+                unlink(worker.ring.name)
+
+
+class _Resources:
+    """What a pool owns; ``shutdown`` is safe to call twice (finalizer, close, atexit)."""
+
+    def __init__(self) -> None:
+        self.procs: list[Any] = []
+        self.conns: list[Any] = []
+        self.ring: Ring | None = None
+
+    def shutdown(self) -> None:
+        for c in self.conns:
+            try:
+                c.send(("stop",))
+                c.close()
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + STOP_S
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        self.procs, self.conns = [], []
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+
+
+class WorkerPool:
+    """``num_workers`` processes over one source, read back in batch order (see module doc)."""
+
+    def __init__(
+        self,
+        source: BatchSource,
+        num_workers: int,
+        prefetch: int = 2,
+        rank: int = 0,
+        ring_mb: float | None = None,
+        start_method: str = "spawn",
+    ):
+        self.source, self.n, self.prefetch = source, int(num_workers), max(int(prefetch), 1)
+        self.rank, self.ring_mb = int(rank), ring_mb
+        self.res = _Resources()
+        self._finalizer = weakref.finalize(self, self.res.shutdown)
+        remove_stale_segments()
+        ctx = mp.get_context(start_method)
+        for w in range(self.n):
+            mine, theirs = ctx.Pipe(duplex=True)
+            p = ctx.Process(
+                target=worker_main,
+                args=(source, w, self.n, theirs, os.getpid()),
+                daemon=True,
+                name=f"episodekit-loader-{w}",
+            )
+            p.start()
+            theirs.close()
+            self.res.procs.append(p)
+            self.res.conns.append(mine)
+        self.gen = 0
+        self.held: tuple[int, int, int] | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [int(p.pid) for p in self.res.procs]
+
+    @property
+    def ring(self) -> Ring | None:
+        return self.res.ring
+
+    def start(self, state: Mapping[str, Any], n: int) -> None:
+        """Every worker starts making the batches of the epoch that begins at ``state``."""
+        self.gen += 1
+        self.held = None
+        for c in self.res.conns:
+            c.send(("start", self.gen, state, int(n)))
+
+    def get(self, b: int) -> dict[str, Any]:
+        """Batch ``b`` of the current epoch (releases the previous one's slot)."""
+        if self.held is not None:
+            w, gen, slot = self.held
+            self.held = None
+            self.res.conns[w].send(("free", gen, slot))
+        w = b % self.n
+        while True:
+            msg = self._recv(w)
+            if msg[1] == self.gen:
+                break
+        kind = msg[0]
+        if kind == "error":
+            where = "starting the epoch" if msg[2] < 0 else f"batch {msg[2]}"
+            err = WorkerError(f"loader worker {w} failed on {where}: {msg[3]}")
+            err.add_note(f"worker traceback:\n{msg[4]}")
+            raise err
+        if msg[2] != b:  # pragma: no cover - a protocol bug, never data
+            raise WorkerError(f"loader worker {w} sent batch {msg[2]}, expected {b}")
+        if kind == "data":
+            batch = msg[3]
+            if self.res.ring is None:
+                self._make_ring(batch)
+            return batch
+        _, gen, _, slot, fields, extras = msg
+        self.held = (w, gen, slot)
+        return self.res.ring.read(slot, fields, extras)
+
+    def _recv(self, w: int) -> tuple:
+        conn, proc = self.res.conns[w], self.res.procs[w]
+        try:
+            while not conn.poll(POLL_S):
+                if not proc.is_alive():
+                    break
+            if conn.poll(0):
+                return conn.recv()
+        except (EOFError, OSError):
+            pass
+        proc.join(1.0)
+        raise WorkerError(
+            f"loader worker {w} (pid {proc.pid}) died without a word (exit code "
+            f"{proc.exitcode}); out of memory? see the system log"
+        )
+
+    def _make_ring(self, batch: Mapping[str, Any]) -> None:
+        arrays, _ = split_batch(batch)
+        slot_bytes = slot_bytes_for(arrays, self.source.max_rows())
+        slots = self.n * self.prefetch
+        ring = Ring.create(slot_bytes, slots, self.rank, self.ring_mb)
+        self.res.ring = ring
+        for w, c in enumerate(self.res.conns):
+            ids = list(range(w * self.prefetch, (w + 1) * self.prefetch))
+            c.send(("slots", ring.name, ring.slot_bytes, slots, ids))
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+class BatchLoader:
+    """Batches of a source, epoch by epoch, in-process or from worker processes (same batches,
+    same order). ``convert`` is applied to each batch (``make_loader``: to torch tensors).
+
+    ``state_dict()`` is the source's own resume state after the batches handed out so far;
+    ``load_state_dict`` resumes at the exact batch; ``set_epoch`` starts an epoch from its
+    beginning (a no-op when already in it). Iterating again mid-epoch continues where it was.
+    """
+
+    def __init__(
+        self,
+        source: BatchSource,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        rank: int = 0,
+        ring_mb: float | None = None,
+        start_method: str = "spawn",
+        convert: Callable[[dict[str, Any]], Any] | None = None,
+    ):
+        if int(num_workers) < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if int(prefetch) < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        self.source, self.num_workers = source, int(num_workers)
+        self.prefetch, self.rank, self.ring_mb = int(prefetch), int(rank), ring_mb
+        self.start_method = start_method
+        self.convert = convert or (lambda x: x)
+        self.pool: WorkerPool | None = None
+        self.closed = False
+        source.open()
+        self._begin(source.epoch_state(0))
+
+    def _begin(self, state: Any) -> None:
+        self._n = self.source.begin(state)
+        self._consumed = 0
+        self._state0 = self.source.state(0)
+        self.epoch = self.source.epoch_of(self._state0)
+
+    def __len__(self) -> int:
+        """Batches left in the current run of the epoch (all of them at its start)."""
+        return self._n - self._consumed
+
+    def state_dict(self) -> dict[str, Any]:
+        """The resume state after the batches handed out so far."""
+        return self.source.state(self._consumed)
+
+    def load_state_dict(self, state: Any) -> None:
+        """Continue exactly after the batches ``state`` counts (before iterating)."""
+        self._begin(state)
+
+    def set_epoch(self, epoch: int) -> None:
+        if int(epoch) != self.epoch:
+            self._begin(self.source.epoch_state(int(epoch)))
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.closed:
+            raise ValueError("this loader is closed")
+        if self._n and self._consumed >= self._n:
+            self._begin(self.source.epoch_state(self.epoch + 1))
+        elif self._consumed:
+            self._begin(self.source.state(self._consumed))
+        n = self._n
+        if not self.num_workers:
+            for b in range(n):
+                batch = self.source.batch(b)
+                self._consumed += 1
+                yield self.convert(batch)
+            return
+        if self.pool is None:
+            self.pool = WorkerPool(
+                self.source,
+                self.num_workers,
+                self.prefetch,
+                self.rank,
+                self.ring_mb,
+                self.start_method,
+            )
+        pool = self.pool
+        pool.start(self._state0, n)
+        gen = pool.gen
+        for b in range(n):
+            try:
+                batch = pool.get(b)
+            except BaseException:
+                self.close()
+                raise
+            self._consumed += 1
+            yield self.convert(batch)
+            if pool.gen != gen:  # iterated again or reloaded meanwhile
+                return
+
+    def close(self) -> None:
+        """Stop the workers and free the ring (safe to call again)."""
+        self.closed = True
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+    def __enter__(self) -> BatchLoader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,152 @@
+"""Worker processes: in-process vs ``make_loader`` (1, 2, 4 workers) vs torch ``DataLoader``
+(same workers), every ratio measured in the same run.
+
+    .venv/bin/python scripts/bench_data.py big10m store-big10m video-av1   # the roots, once
+    .venv/bin/python scripts/bench_workers.py [--dir bench-data] [--repeat 2] [--only numeric]
+
+- **numeric**: random access on ``big10m`` through its frame store (``store-big10m``), batches
+  of 256 with a 50-frame ``action`` window and a 3-frame ``observation.state`` window, the
+  sampler's order. In-process is ``make_loader(..., num_workers=0)`` (``get_batch`` + tensors
+  in the training process); ``DataLoader`` is ``TorchFrameDataset`` + ``collate`` with the
+  same sampler order (one ``get_batch`` per batch in its workers).
+- **video**: ``video-av1`` (two AV1 cameras at 240x320, LeRobot's encoding: libsvtav1, GOP 2),
+  random access with ``video_backend="pyav"`` (each frame decoded, both cameras), batches of 64;
+  in-process and ``DataLoader`` as for numeric.
+
+Each figure is frames/s after ``--warm`` batches (worker start-up excluded, reported apart);
+rounds alternate the configurations, and the ratios compare figures of the same round. The
+machine is shared: run when it is quiet, and repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+FPS = 30
+DELTAS = {"action": [k / FPS for k in range(50)], "observation.state": [-2 / FPS, -1 / FPS, 0.0]}
+WORKERS = (1, 2, 4)
+
+
+def timed(iterable, batches: int | None, warm: int) -> tuple[float, float]:
+    """(frames/s after ``warm`` batches, seconds to the first batch) of an iterable of batches."""
+    t0 = time.perf_counter()
+    it = iter(iterable)
+    first = None
+    frames, t = 0, None
+    for i, b in enumerate(it):
+        if first is None:
+            first = time.perf_counter() - t0
+        if i == warm:
+            t = time.perf_counter()
+        if i >= warm:
+            frames += len(b["index"])
+        if batches is not None and i + 1 >= warm + batches:
+            break
+    return frames / (time.perf_counter() - t), first or 0.0
+
+
+def numeric_cases(root: str, store: str, batches: int, warm: int) -> dict:
+    from torch.utils.data import DataLoader
+
+    from episodekit.loaders import EpisodeAwareSampler, FrameDataset
+    from episodekit.loaders.torch import TorchFrameDataset, collate, make_loader
+
+    kw = dict(access="random", delta_timestamps=DELTAS, store=store)
+    ds = FrameDataset(root, delta_timestamps=DELTAS, store=store)
+    order = EpisodeAwareSampler(ds, seed=0).epoch_indices(0)[: 256 * (batches + warm)].tolist()
+
+    def mine(n):
+        def run():
+            with make_loader(root, None, 256, n, **kw) as loader:
+                return timed(loader, batches, warm)
+
+        return run
+
+    def torch_dl(n):
+        def run():
+            dl = DataLoader(
+                TorchFrameDataset(ds), sampler=order, batch_size=256, collate_fn=collate,
+                num_workers=n, multiprocessing_context="spawn" if n else None,
+            )  # fmt: skip
+            return timed(dl, batches, warm)
+
+        return run
+
+    cases = {"in-process": mine(0)}
+    cases.update({f"make_loader {n}": mine(n) for n in WORKERS})
+    cases.update({f"DataLoader {n}": torch_dl(n) for n in WORKERS})
+    return cases
+
+
+def video_cases(root: str, batches: int, warm: int) -> dict:
+    from torch.utils.data import DataLoader
+
+    from episodekit.loaders import EpisodeAwareSampler, FrameDataset
+    from episodekit.loaders.torch import TorchFrameDataset, collate, make_loader
+
+    ds = FrameDataset(root, video_backend="pyav")
+    order = EpisodeAwareSampler(ds, seed=0).epoch_indices(0)[: 64 * (batches + warm)].tolist()
+
+    def mine(n):
+        def run():
+            with make_loader(root, None, 64, n, access="random", video_backend="pyav") as loader:
+                return timed(loader, batches, warm)
+
+        return run
+
+    def torch_dl(n):
+        def run():
+            dl = DataLoader(
+                TorchFrameDataset(ds), sampler=order, batch_size=64, collate_fn=collate,
+                num_workers=n, multiprocessing_context="spawn",
+            )  # fmt: skip
+            return timed(dl, batches, warm)
+
+        return run
+
+    cases = {"in-process": mine(0)}
+    cases.update({f"make_loader {n}": mine(n) for n in WORKERS})
+    cases.update({f"DataLoader {n}": torch_dl(n) for n in WORKERS})
+    return cases
+
+
+def run_rounds(name: str, cases: dict, repeat: int) -> None:
+    print(f"\n## {name} (load average {os.getloadavg()[0]:.1f} at start)", flush=True)
+    for r in range(repeat):
+        got = {}
+        for label, fn in cases.items():
+            fps, first = fn()
+            got[label] = fps
+            line = f"{label:<14} {fps:>11,.0f} frames/s  (first batch {first:.1f} s)"
+            print(f"  round {r + 1}  {line}", flush=True)
+        base = got["in-process"]
+        ratios = ", ".join(f"{k} {v / base:.2f}x" for k, v in got.items() if k != "in-process")
+        print(f"  round {r + 1} vs in-process: {ratios}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--dir", default=os.environ.get("EPISODEKIT_BENCH", "bench-data"))
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--batches", type=int, default=400, help="numeric batches timed per case")
+    ap.add_argument("--video-batches", type=int, default=24, help="video batches timed per case")
+    ap.add_argument("--warm", type=int, default=4, help="batches before the clock starts")
+    ap.add_argument("--only", choices=["numeric", "video"])
+    args = ap.parse_args()
+    d = Path(args.dir)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
+    if args.only in (None, "numeric"):
+        cases = numeric_cases(str(d / "big10m"), str(d / "store-big10m"), args.batches, args.warm)
+        run_rounds("numeric: big10m, random access, batches of 256", cases, args.repeat)
+    if args.only in (None, "video"):
+        cases = video_cases(str(d / "video-av1"), args.video_batches, args.warm)
+        title = "video: video-av1, 2 AV1 cameras 240x320, random access, batches of 64"
+        run_rounds(title, cases, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
