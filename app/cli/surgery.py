@@ -40,12 +40,15 @@ def say_written(d: dict) -> None:
     "--drop-flagged",
     metavar="CHECKS",
     help="Drop the episodes these checks flag, e.g. quality.frozen,quality.duplicate "
-    "(from --report, else a fresh validation run of those checks).",
+    "(from --flags-from REPORT, else a fresh validation run of those checks).",
 )
 @click.option(
+    "--flags-from",
     "--report",
+    "report",
     type=click.Path(exists=True, dir_okay=False),
-    help="A `validate --json` report file for --drop-flagged.",
+    metavar="REPORT",
+    help="A `validate --json` report file for --drop-flagged (as `metadata plan --flags-from`).",
 )
 @click.option("--remove-feature", multiple=True, metavar="KEY", help="Remove a feature.")
 @click.option("--rename-task", multiple=True, metavar="OLD=NEW", help="Rename a task.")
@@ -74,7 +77,9 @@ def edit_command(
     from episodekit.prep.surgery.edit import EditSpec, edit
 
     if report and not drop_flagged:
-        raise click.UsageError("--report is read for --drop-flagged; give --drop-flagged CHECKS")
+        raise click.UsageError(
+            "--flags-from is read for --drop-flagged; give --drop-flagged CHECKS"
+        )
     if drop_episodes and keep_episodes:
         raise click.UsageError("give --drop-episodes or --keep-episodes, not both")
     flagged = tuple(c.strip() for c in (drop_flagged or "").split(",") if c.strip())
