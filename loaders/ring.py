@@ -182,8 +182,8 @@ class Ring:
             raise SharedMemoryError(
                 f"the loader's shared-memory ring needs {mib:,.1f} MiB ({slots} slots of "
                 f"{slot_bytes / 2**20:,.1f} MiB) but {SHM_DIR} has {free / 2**20:,.1f} MiB free: "
-                "lower batch_size, num_workers or prefetch, or give the machine/container more "
-                "shared memory (docker run --shm-size=...)"
+                "lower batch_size, num_workers or prefetch, or give the container more shared "
+                "memory (docker's shm-size)"
             )
         name = f"{PREFIX}{os.getpid()}_r{int(rank)}_{next(_counter)}_{os.urandom(3).hex()}"
         shm = shared_memory.SharedMemory(name=name, create=True, size=max(need, 1))

@@ -114,6 +114,7 @@ class _Worker:
 
     def epoch(self, gen: int, state: Mapping[str, Any], n: int) -> None:
         self.gen, self.free = gen, deque(self.ids)
+        self.unslotted = 0  # (no ring yet: this epoch's first batch goes pickled, and makes it)
         try:
             self.source.begin(state)
         except Exception as exc:
