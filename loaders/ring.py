@@ -139,13 +139,17 @@ def remove_stale_segments(directory: str = SHM_DIR) -> list[str]:
     return removed
 
 
-def _untrack(shm: shared_memory.SharedMemory) -> None:
-    """Keep multiprocessing's resource tracker out of it: the ring unlinks its own segment (and
-    the next start removes a dead process's), so the tracker must not unlink or warn."""
+def _open_untracked(name: str, create: bool = False, size: int = 0) -> shared_memory.SharedMemory:
+    """A segment that multiprocessing's resource tracker never hears of: the ring unlinks its own
+    segment (and the next start removes a dead process's). Before Python 3.13 every attach
+    registers too, and workers sharing one tracker then unregister twice (a KeyError traceback
+    on stderr); no registration at all is the simple way out."""
+    register = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None  # type: ignore[assignment]
     try:
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    except Exception:  # pragma: no cover - tracker not running
-        pass
+        return shared_memory.SharedMemory(name=name, create=create, size=size)
+    finally:
+        resource_tracker.register = register  # type: ignore[assignment]
 
 
 class Ring:
@@ -176,19 +180,16 @@ class Ring:
             raise SharedMemoryError(
                 f"the loader's shared-memory ring needs {mib:,.1f} MiB ({slots} slots of "
                 f"{slot_bytes / 2**20:,.1f} MiB) but {SHM_DIR} has {free / 2**20:,.1f} MiB free: "
-                "lower batch_size, num_workers or prefetch, or give the machine/container more "
-                "shared memory (Docker: its shm-size setting)"
+                "lower batch_size, num_workers or prefetch, or give the container more shared "
+                "memory (docker's shm-size)"
             )
         name = f"{PREFIX}{os.getpid()}_r{int(rank)}_{next(_counter)}_{os.urandom(3).hex()}"
-        shm = shared_memory.SharedMemory(name=name, create=True, size=max(need, 1))
-        _untrack(shm)
+        shm = _open_untracked(name, create=True, size=max(need, 1))
         return cls(shm, slot_bytes, slots, owner=True)
 
     @classmethod
     def attach(cls, name: str, slot_bytes: int, slots: int) -> Ring:
-        shm = shared_memory.SharedMemory(name=name)
-        _untrack(shm)
-        return cls(shm, slot_bytes, slots, owner=False)
+        return cls(_open_untracked(name), slot_bytes, slots, owner=False)
 
     def _buf(self, slot: int) -> memoryview:
         a = slot * self.slot_bytes

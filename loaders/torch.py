@@ -207,15 +207,15 @@ def tensors(
     them, ``pin_memory`` copies them to pinned memory, ``device`` moves them there."""
     out: dict[str, Any] = {}
     for key, v in batch.items():
-        if isinstance(v, Mapping):
-            out[key] = tensors(v, copy, pin_memory, device)
-        elif isinstance(v, np.ndarray) and v.dtype != object:
+        if type(v) is np.ndarray and v.dtype != object:  # (the hot path: no abc checks)
             t = torch.from_numpy(v)
             if pin_memory:
                 t = t.pin_memory()
             elif copy:
                 t = t.clone()
             out[key] = t if device is None else t.to(device, non_blocking=pin_memory)
+        elif isinstance(v, Mapping):
+            out[key] = tensors(v, copy, pin_memory, device)
         else:
             out[key] = v.tolist() if isinstance(v, np.ndarray) else v
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 import traceback
 import weakref
@@ -55,11 +56,9 @@ class _Worker:
         self.unslotted = 0  # batches sent pickled before the ring existed
 
     def recv(self) -> tuple | None:
-        """The next message, or None when the training process is gone."""
+        """The next message, or None when the training process is gone (its pipe end closes;
+        :func:`_watch_parent` covers a parent whose end lives on in a forked child)."""
         try:
-            while not self.conn.poll(POLL_S):
-                if os.getppid() != self.parent_pid:
-                    return None
             return self.conn.recv()
         except (EOFError, OSError):
             return None
@@ -78,11 +77,6 @@ class _Worker:
             self.pending = msg
             return True
         return False
-
-    def drain(self) -> bool:
-        while self.pending is None and self.conn.poll(0):
-            self.handle(self.conn.recv())
-        return self.pending is not None
 
     def wait_slot(self) -> bool:
         """Block until a slot is free (or the ring exists); False on start/stop/parent gone."""
@@ -114,14 +108,15 @@ class _Worker:
 
     def epoch(self, gen: int, state: Mapping[str, Any], n: int) -> None:
         self.gen, self.free = gen, deque(self.ids)
+        self.unslotted = 0  # (no ring yet: this epoch's first batch goes pickled, and makes it)
         try:
             self.source.begin(state)
         except Exception as exc:
             self.conn.send(("error", gen, -1, *_describe(exc)))
             return
+        # messages are read only when no slot is free: a new start/stop is seen after at most
+        # `prefetch` more batches (no poll per batch on the hot path)
         for b in range(self.w, n, self.n):
-            if self.drain():
-                return
             if (self.ring is None and self.unslotted) and not self.wait_slot():
                 return
             try:
@@ -150,10 +145,21 @@ class _Worker:
             self.conn.send(("slot", gen, b, slot, fields, extras))
 
 
+def _watch_parent(worker: _Worker, parent_pid: int) -> None:
+    """Exit (unlinking the ring) as soon as the training process is gone (a daemon thread)."""
+    while True:
+        time.sleep(POLL_S)
+        if os.getppid() != parent_pid:
+            if worker.ring is not None:
+                unlink(worker.ring.name)
+            os._exit(0)
+
+
 def worker_main(source: BatchSource, w: int, n: int, conn: Any, parent_pid: int) -> None:
     """Entry point of worker ``w`` of ``n`` (importable: 'spawn' and 'forkserver' run it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     worker = _Worker(source, w, n, conn, parent_pid)
+    threading.Thread(target=_watch_parent, args=(worker, parent_pid), daemon=True).start()
     try:
         worker.run()
     except (BrokenPipeError, ConnectionResetError, EOFError):
@@ -270,13 +276,11 @@ class WorkerPool:
         return self.res.ring.read(slot, fields, extras)
 
     def _recv(self, w: int) -> tuple:
+        """Worker ``w``'s next message; a dead worker's pipe end is closed by the kernel, so a
+        blocking read ends with EOF (no polling on the hot path)."""
         conn, proc = self.res.conns[w], self.res.procs[w]
         try:
-            while not conn.poll(POLL_S):
-                if not proc.is_alive():
-                    break
-            if conn.poll(0):
-                return conn.recv()
+            return conn.recv()
         except (EOFError, OSError):
             pass
         proc.join(1.0)

@@ -13,7 +13,9 @@
   random access with ``video_backend="pyav"`` (each frame decoded, both cameras), batches of 64;
   in-process and ``DataLoader`` as for numeric.
 
-Each figure is frames/s after ``--warm`` batches (worker start-up excluded, reported apart);
+Each figure is frames/s after ``--warm`` batches (worker start-up excluded, reported apart),
+and frames per CPU-second of the training process and its workers over the same batches (what
+the work costs, whatever else runs on the machine);
 rounds alternate the configurations, and the ratios compare figures of the same round. The
 machine is shared: run when it is quiet, and repeat.
 """
@@ -31,22 +33,47 @@ DELTAS = {"action": [k / FPS for k in range(50)], "observation.state": [-2 / FPS
 WORKERS = (1, 2, 4)
 
 
-def timed(iterable, batches: int | None, warm: int) -> tuple[float, float]:
-    """(frames/s after ``warm`` batches, seconds to the first batch) of an iterable of batches."""
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds so far of these processes (Linux /proc; 0 elsewhere)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def worker_pids(it) -> list[int]:
+    """The worker processes behind an iterator: make_loader's or DataLoader's."""
+    pool = getattr(getattr(it, "gi_frame", None), "f_locals", {}).get("pool")
+    if pool is not None:
+        return pool.pids
+    return [int(w.pid) for w in getattr(it, "_workers", [])]
+
+
+def timed(iterable, batches: int | None, warm: int) -> tuple[float, float, float]:
+    """(frames/s after ``warm`` batches, frames per CPU-second of the training process and its
+    workers over the same batches, seconds to the first batch) of an iterable of batches."""
     t0 = time.perf_counter()
     it = iter(iterable)
     first = None
-    frames, t = 0, None
+    frames, t, cpu0, pids = 0, None, 0.0, []
     for i, b in enumerate(it):
         if first is None:
             first = time.perf_counter() - t0
         if i == warm:
-            t = time.perf_counter()
+            pids = [os.getpid(), *worker_pids(it)]
+            t, cpu0 = time.perf_counter(), cpu_seconds(pids)
         if i >= warm:
             frames += len(b["index"])
         if batches is not None and i + 1 >= warm + batches:
             break
-    return frames / (time.perf_counter() - t), first or 0.0
+    wall, cpu = time.perf_counter() - t, cpu_seconds(pids) - cpu0
+    del it
+    return frames / wall, frames / max(cpu, 1e-9), first or 0.0
 
 
 def numeric_cases(root: str, store: str, batches: int, warm: int) -> dict:
@@ -117,15 +144,16 @@ def video_cases(root: str, batches: int, warm: int) -> dict:
 def run_rounds(name: str, cases: dict, repeat: int) -> None:
     print(f"\n## {name} (load average {os.getloadavg()[0]:.1f} at start)", flush=True)
     for r in range(repeat):
-        got = {}
+        got, per_cpu = {}, {}
         for label, fn in cases.items():
-            fps, first = fn()
-            got[label] = fps
-            line = f"{label:<14} {fps:>11,.0f} frames/s  (first batch {first:.1f} s)"
-            print(f"  round {r + 1}  {line}", flush=True)
-        base = got["in-process"]
-        ratios = ", ".join(f"{k} {v / base:.2f}x" for k, v in got.items() if k != "in-process")
-        print(f"  round {r + 1} vs in-process: {ratios}", flush=True)
+            fps, got_cpu, first = fn()
+            got[label], per_cpu[label] = fps, got_cpu
+            line = f"{label:<14} {fps:>11,.0f} frames/s  {got_cpu:>11,.0f} per CPU-s"
+            print(f"  round {r + 1}  {line}  (first batch {first:.1f} s)", flush=True)
+        for name, d in (("frames/s", got), ("per CPU-s", per_cpu)):
+            base = d["in-process"]
+            ratios = ", ".join(f"{k} {v / base:.2f}x" for k, v in d.items() if k != "in-process")
+            print(f"  round {r + 1} {name} vs in-process: {ratios}", flush=True)
 
 
 def main() -> None:
