@@ -170,7 +170,7 @@ def kept_batches(
         )
 
 
-READ_AHEAD_BYTES = 64 * MIB  # source rows decoded ahead of the writer (small files only)
+READ_AHEAD_BYTES = 16 * MIB  # source rows decoded ahead of the writer (small files only)
 READ_THREADS = 4
 
 

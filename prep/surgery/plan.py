@@ -14,6 +14,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.footer import FileLayout, file_layout
+from episodekit.core.memory import release_memory
 from episodekit.core.paths import MIB
 from episodekit.prep.band import plan_row_groups
 from episodekit.prep.rewrite import _batch_rows, _open_parquet, plain_scale
@@ -138,6 +139,7 @@ def _byte_estimates(plan: OutputPlan) -> tuple[np.ndarray, np.ndarray]:
 
 
 FOOTER_THREADS = 8  # footers are small reads: threads hide the latency of many files (v2.x)
+FOOTER_BATCH = 1024  # footers read between two releases of freed memory
 
 
 def _footers(plan: OutputPlan, pairs: list[list[int]]) -> list[FileLayout]:
@@ -151,5 +153,9 @@ def _footers(plan: OutputPlan, pairs: list[list[int]]) -> list[FileLayout]:
 
     if len(pairs) < 2 * FOOTER_THREADS:
         return [one(p) for p in pairs]
+    out: list[FileLayout] = []
     with ThreadPoolExecutor(FOOTER_THREADS) as pool:
-        return list(pool.map(one, pairs))
+        for i in range(0, len(pairs), FOOTER_BATCH):
+            out += pool.map(one, pairs[i : i + FOOTER_BATCH])
+            release_memory()  # a parsed footer's freed memory stays in the heap otherwise
+    return out

@@ -294,6 +294,8 @@ def _build(
         plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb
     )
     meta_mod.write_episodes(staging, episodes)
+    del metas
+    release_memory()
     pq.write_table(meta_mod.tasks_table(tasks), staging / "meta/tasks.parquet")
     info = meta_mod.info_json(info0, plan, len(tasks), features)
     meta_mod.write_json(staging / "meta/info.json", info)
