@@ -6,14 +6,20 @@ Polls the process tree every 20 ms with psutil and prints the driver's peak RSS 
 own process), the largest peak of any Ray worker process (``ray::...``: one runs the tasks), of
 any other child (Ray's own daemons: gcs, raylet, ...), and the wall time. Polling can miss a
 spike shorter than the interval; the figures are lower bounds of the true peaks by that much.
+The command's output passes through; lines like ``rowgroups: done in 1.2s`` (prepare's step
+lines) end a step, and the peaks are also given per step (``steps``: the driver's and the largest
+worker's RSS seen while that step ran; a worker keeps memory it freed, so a later step may show
+an earlier step's high-water mark).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -32,32 +38,69 @@ def _kind(p: psutil.Process) -> str:
     return "other"
 
 
+STEP_LINE = re.compile(r"^(\w+): (done|skipped|failed)\b")
+
+
+def _follow(stream, marks: list[tuple[float, str]]) -> None:
+    """Echo the command's output to stderr; remember when each step line came."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        sys.stderr.write(line)
+        m = STEP_LINE.match(line)
+        if m:
+            marks.append((time.perf_counter(), m.group(1)))
+
+
+def _poll(root: psutil.Process, peaks: dict) -> tuple[int, int]:
+    """One look at the tree: update ``peaks``; the driver's and the largest worker's RSS now."""
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0, 0
+    now = {"driver": 0, "worker": 0}
+    for p in procs:
+        try:
+            rss = p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        kind = "driver" if p.pid == root.pid else _kind(p)
+        old = peaks.get(p.pid, (kind, 0))
+        kind = kind if kind != "gone" else old[0]
+        peaks[p.pid] = (kind, max(old[1], rss))
+        if kind in now:
+            now[kind] = max(now[kind], rss)
+    return now["driver"], now["worker"]
+
+
 def measure(cmd: list[str], interval: float = 0.02) -> dict:
-    """Run ``cmd``; peak RSS (MiB) of the driver, of the largest worker and other child."""
+    """Run ``cmd``; peak RSS (MiB) of the driver, of the largest worker and other child, and
+    per step (``steps``: name -> [driver MiB, worker MiB])."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    marks: list[tuple[float, str]] = []
+    reader = threading.Thread(target=_follow, args=(proc.stdout, marks), daemon=True)
+    reader.start()
     root = psutil.Process(proc.pid)
     peaks: dict[int, tuple[str, int]] = {}
+    timeline = []
     while proc.poll() is None:
-        try:
-            procs = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            break
-        for p in procs:
-            try:
-                rss = p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-            kind = "driver" if p.pid == root.pid else _kind(p)
-            old = peaks.get(p.pid, (kind, 0))
-            peaks[p.pid] = (kind if kind != "gone" else old[0], max(old[1], rss))
+        timeline.append((time.perf_counter(), *_poll(root, peaks)))
         time.sleep(interval)
     code = proc.wait()
+    reader.join(timeout=5)
 
     def top(kind: str) -> float:
         vals = [v for k, v in peaks.values() if k == kind]
         return round(max(vals) / MIB, 1) if vals else 0.0
 
+    steps, start = {}, t0
+    for end, name in marks:
+        seen = [(d, w) for t, d, w in timeline if start <= t <= end] or [(0, 0)]
+        steps[name] = [
+            round(max(d for d, _ in seen) / MIB, 1),
+            round(max(w for _, w in seen) / MIB, 1),
+        ]
+        start = end
     return {
         "exit": code,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -65,6 +108,7 @@ def measure(cmd: list[str], interval: float = 0.02) -> dict:
         "worker_mib": top("worker"),
         "other_mib": top("other"),
         "workers": sum(k == "worker" for k, _ in peaks.values()),
+        "steps": steps,
     }
 
 
@@ -86,6 +130,8 @@ def main() -> None:
             f"max other child {res['other_mib']} MiB",
             file=sys.stderr,
         )
+        for name, (d, w) in res["steps"].items():
+            print(f"  {name:<10} driver {d:7.1f} MiB  max worker {w:7.1f} MiB", file=sys.stderr)
     sys.exit(0)
 
 
