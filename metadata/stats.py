@@ -890,8 +890,18 @@ def _exact_quantiles(
     jobs: int | None,
     batch_rows: int,
 ) -> None:
-    """Second pass over the data files (no spilled runs, e.g. on ray): exact quantiles."""
+    """Second pass over the data files (no spilled runs, e.g. on ray): exact quantiles.
+
+    The candidates inside the summary's brackets travel to this process; their number grows
+    with the frames (a summary's rank error does), so while it is over
+    :data:`REFINE_CANDIDATES` the brackets are first narrowed by counting rounds (each task
+    returns a histogram of its values inside each bracket, :data:`REFINE_BINS` bins: a few KiB)
+    until it fits. Still exact: only where the wanted order statistics lie is narrowed down."""
     brackets = {n: _brackets(dataset[n]) for n in feats}
+    for _ in range(REFINE_ROUNDS):
+        if sum(b[4] for b in brackets.values()) <= REFINE_CANDIDATES:
+            break
+        brackets = _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows)
     todo = [
         {
             "root": root,
@@ -908,6 +918,62 @@ def _exact_quantiles(
         below = sum(r["below"][n] for r in results)
         inside = tuple(np.concatenate([r["inside"][n][k] for r in results]) for k in range(3))
         _select(dataset[n], brackets[n], below, inside)
+
+
+REFINE_CANDIDATES = 2_000_000  # candidate values gathered at most (~26 MB), else narrow first
+REFINE_BINS = 256  # histogram bins of a narrowing round
+REFINE_ROUNDS = 4  # narrowing rounds at most (each one pass over the feature columns)
+
+
+def _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows):
+    """One counting round: per feature, quantile and dimension, a histogram of the values
+    inside ``(lo, hi]`` over :data:`REFINE_BINS` equal bins; the new bracket is the bins that
+    hold the order statistics ``k0`` and ``k1``. Returns the new brackets (same shape as
+    :func:`_brackets`' with the bound now an exact count)."""
+    edges = {}
+    for n, (lo, hi, _k0, _k1, _) in brackets.items():
+        base = np.where(np.isfinite(lo), lo, np.nextafter(dataset[n].min[None, :], -np.inf))
+        edges[n] = base[..., None] + (hi - base)[..., None] * np.linspace(0, 1, REFINE_BINS + 1)
+        edges[n][..., 0], edges[n][..., -1] = lo, hi  # exactly the old bracket's ends
+    todo = [
+        {"root": root, "rel": rel, "features": feats, "batch_rows": batch_rows, "edges": edges}
+        for rel in rels
+    ]
+    results = map_files(count_file, todo, executor=executor, workers=jobs)
+    out = {}
+    for n, (lo, hi, k0s, k1s, _) in brackets.items():
+        e = edges[n]
+        # cum[i, d, b] = values <= e[i, d, b]
+        cum = sum(r["cum"][n] for r in results)
+        new_lo, new_hi = lo.copy(), hi.copy()
+        bound = 0.0
+        for i in range(lo.shape[0]):
+            for d in range(lo.shape[1]):
+                c = cum[i, d]
+                b0 = int(np.searchsorted(c, k0s[i], side="right")) - 1  # last edge <= k0 values
+                b1 = int(np.searchsorted(c, k1s[i] + 1, side="left"))  # first edge >= k1+1
+                b0, b1 = max(b0, 0), min(b1, len(c) - 1)
+                new_lo[i, d], new_hi[i, d] = e[i, d, b0], e[i, d, b1]
+                bound += float(c[b1] - c[b0])
+        out[n] = (new_lo, new_hi, k0s, k1s, bound)
+    return out
+
+
+def count_file(job: dict) -> dict:
+    """A narrowing round over one data file: per feature, quantile, dimension and edge of
+    ``job["edges"]`` (5 x D x B+1), how many values are ``<=`` it, NaN counted as
+    :func:`refine_file` counts it (a few KiB back)."""
+    feats: dict[str, int] = job["features"]
+    pf = _open_parquet(job["root"], job["rel"])
+    cum = {n: np.zeros(job["edges"][n].shape, np.int64) for n in feats}
+    for batch in _batches(pf, list(feats), job["batch_rows"]):
+        for n, d in feats.items():
+            x = np.sort(feature_values(batch.column(n), d, n).astype(np.float64), axis=0)
+            nan = np.isnan(x).sum(axis=0)
+            e = job["edges"][n]
+            for j in range(d):
+                cum[n][:, j, :] += np.searchsorted(x[:, j], e[:, j, :], side="right") + nan[j]
+    return {"cum": cum}
 
 
 def column_bytes(info: dict, feats: dict[str, int], frames: int) -> int:
