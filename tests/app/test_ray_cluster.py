@@ -116,7 +116,7 @@ def test_prepare_on_the_cluster_is_byte_identical_to_local(cluster, local_run, t
 
 
 def _busy_node(cluster) -> object | None:
-    """A non-head node with a worker running one of our tasks (``ray::_call``) right now."""
+    """A non-head node with a worker running one of our tasks (``ray::_call_task``) right now."""
     for node in cluster.worker_nodes:
         raylet = node.all_processes["raylet"][0].process.pid
         try:
@@ -125,7 +125,7 @@ def _busy_node(cluster) -> object | None:
             continue
         for k in kids:
             try:
-                if k.cmdline() and k.cmdline()[0].startswith("ray::_call"):
+                if k.cmdline() and k.cmdline()[0].startswith("ray::_call_task"):
                     return node
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
