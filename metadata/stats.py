@@ -675,12 +675,27 @@ def refine_file(job: dict) -> dict:
     return {
         "below": below,
         "inside": {
-            n: tuple(np.concatenate([f[i] for f in parts]) for i in range(3))
+            n: _run_length(*(np.concatenate([f[i] for f in parts]) for i in range(3)))
             if parts
-            else (np.zeros(0, np.int8), np.zeros(0, np.int32), np.zeros(0))
+            else (np.zeros(0, np.int8), np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64))
             for n, parts in found.items()
         },
     }
+
+
+def _run_length(qi: np.ndarray, dim: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Candidates as distinct (quantile, dimension, value) with their counts: a tie (a constant
+    or few-valued dimension) travels as one entry, not as every frame that holds it."""
+    if not len(val):
+        return qi, dim, val, np.zeros(0, np.int64)
+    order = np.lexsort((val, dim, qi))
+    qi, dim, val = qi[order], dim[order], val[order]
+    new = np.concatenate(
+        [[True], (qi[1:] != qi[:-1]) | (dim[1:] != dim[:-1]) | (val[1:] != val[:-1])]
+    )
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, len(val)))
+    return qi[starts], dim[starts], val[starts], counts.astype(np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -760,6 +775,9 @@ def _merge_episode_parts(ds: Dataset, feats: dict[str, int], results: list[dict]
         for i, key in enumerate(QUANTILE_KEYS):
             f[key] = q[i]
         per[n] = f
+        for r in results:  # merged: the files' copies go (O(episodes) less held to the end)
+            for k in ("min", "max", "mean", "m2", "q"):
+                r["features"][n].pop(k, None)
     return ep, count, per
 
 
@@ -819,23 +837,27 @@ def _brackets(fs: FeatureStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
 def _select(
     fs: FeatureStats, brackets: tuple, below: np.ndarray, inside: tuple[np.ndarray, ...]
 ) -> None:
-    """Exact quantiles from the bracket counts and the sorted candidates (in place)."""
+    """Exact quantiles from the bracket counts and the sorted candidates (in place).
+    ``inside``: (quantile, dimension, value) or, run-length encoded, (..., value, count)."""
     lo, hi, k0s, k1s, _ = brackets
     d = len(fs.sketches)
-    qi, dim, val = inside
+    qi, dim, val = inside[:3]
+    cnt = inside[3] if len(inside) > 3 else np.ones(len(val), np.int64)
     order = np.lexsort((val, dim, qi))
     key = qi[order].astype(np.int64) * d + dim[order]
-    val = val[order]
+    val, cnt = val[order], cnt[order]
     for i, q in enumerate(QUANTILES):
         _, _, g = order_indices(fs.count, q)
         for j in range(d):
             a, b = np.searchsorted(key, [i * d + j, i * d + j + 1])
+            ranks = np.cumsum(cnt[a:b])  # values up to and including each candidate
             picks = []
             for k in (int(k0s[i]), int(k1s[i])):
                 r = k - int(below[i, j])
                 if r < 0:
                     raise AssertionError("exact quantile bracket missed (bad summary)")
-                picks.append(float(val[a + r]) if a + r < b else float(hi[i, j]))
+                at = int(np.searchsorted(ranks, r, side="right"))
+                picks.append(float(val[a + at]) if at < b - a else float(hi[i, j]))
             fs.quantiles[i, j] = lerp_quantile(
                 np.float64(picks[0]), np.float64(picks[1]), np.float64(g)
             )
@@ -896,12 +918,16 @@ def _exact_quantiles(
     with the frames (a summary's rank error does), so while it is over
     :data:`REFINE_CANDIDATES` the brackets are first narrowed by counting rounds (each task
     returns a histogram of its values inside each bracket, :data:`REFINE_BINS` bins: a few KiB)
-    until it fits. Still exact: only where the wanted order statistics lie is narrowed down."""
+    until it fits or stops shrinking (ties), and the candidates travel run-length encoded.
+    Still exact: only where the wanted order statistics lie is narrowed down."""
     brackets = {n: _brackets(dataset[n]) for n in feats}
     for _ in range(REFINE_ROUNDS):
-        if sum(b[4] for b in brackets.values()) <= REFINE_CANDIDATES:
+        bound = sum(b[4] for b in brackets.values())
+        if bound <= REFINE_CANDIDATES:
             break
         brackets = _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows)
+        if sum(b[4] for b in brackets.values()) > bound / 2:
+            break  # what is left are ties: they travel run-length encoded
     todo = [
         {
             "root": root,
@@ -916,7 +942,7 @@ def _exact_quantiles(
     results = map_files(refine_file, todo, executor=executor, workers=jobs)
     for n in feats:
         below = sum(r["below"][n] for r in results)
-        inside = tuple(np.concatenate([r["inside"][n][k] for r in results]) for k in range(3))
+        inside = tuple(np.concatenate([r["inside"][n][k] for r in results]) for k in range(4))
         _select(dataset[n], brackets[n], below, inside)
 
 
