@@ -173,9 +173,11 @@ class Videos(PrepareStep):
 
         gop = ctx.opts.videos_gop
         ctx.say(f"videos: re-encoding for random access (GOP {gop})")
+        o = ctx.opts
         rep = rewrite_videos(
-            str(ctx.work), gop=gop, force=ctx.opts.force, timing_frames=0, progress=ctx.say
-        )
+            str(ctx.work), gop=gop, force=o.force, timing_frames=0, progress=ctx.say,
+            executor=o.executor, jobs=o.jobs if o.executor != "local" else 1,
+        )  # fmt: skip
         counts = {
             s: sum(f.status == s for f in rep.files) for s in ("rewritten", "skipped", "failed")
         }
@@ -556,7 +558,9 @@ class Frames(PrepareStep):
         if not ctx.result.ok:
             return "skipped", {"reason": "validation failed"}, []
         try:
-            rep = build_frame_store(str(ctx.work), jobs=ctx.opts.jobs, force=ctx.opts.force)
+            rep = build_frame_store(
+                str(ctx.work), jobs=ctx.opts.jobs, force=ctx.opts.force, executor=ctx.opts.executor
+            )
         except (DatasetError, EnvironmentProblem) as exc:
             return "failed", {"error": str(exc)}, []
         return ("done" if rep.status == "built" else "skipped"), rep.summary(), []

@@ -1,9 +1,18 @@
 """Run independent per-file jobs locally (a process pool) or as Ray tasks, results in input order.
 
-The row-group rewrite and the per-file validation scans both use this: files are independent, and
-one process per file is how parquet work parallelizes (pyarrow's writer is single-threaded).
-``executor="ray"`` uses an existing cluster (``ray.init(address="auto")``) when there is one, else
-starts a local instance; ray is an optional extra (``episodekit[ray]``).
+Every per-file step uses this (row-group rewrite, validation scans, stats passes, frame-store
+columns, video re-encodes): files are independent, and one process per file is how parquet work
+parallelizes (pyarrow's writer is single-threaded). ``executor="ray"`` connects to the cluster at
+``$RAY_ADDRESS`` (the CLI's ``--ray-address``; ``ray://host:10001`` or ``host:6379``) when set,
+else to a running local cluster (``ray.init(address="auto")``), else starts a local instance; ray
+is an optional extra (``episodekit[ray]``). A Ray task whose node dies is retried elsewhere
+(``RAY_MAX_RETRIES`` times); every per-file job writes atomically, so a retried job starts over on
+a clean slate and nothing half-written is published.
+
+What a job returns travels back to the driver: return small summaries (counts, per-episode
+rows), never a table of frames, so the driver holds O(files + episodes) whatever the frames.
+Data every job needs (an episodes table) goes in ``shared``: put in Ray's object store once,
+not pickled into every task.
 
 A pool is started (and a progress bar opened) only when there is work for it: ``quick(item)``
 (optional) is tried in this process first and may answer an item without a worker (e.g. a file
@@ -25,6 +34,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 EXECUTORS = ("local", "ray")
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+RAY_MAX_RETRIES = 3  # a task on a node that died runs again elsewhere (jobs are idempotent)
 
 
 def default_workers() -> int:
@@ -42,17 +53,67 @@ def _init_ray(num_cpus: int | None):
         raise EnvironmentProblem(
             "--executor ray needs ray, which is not installed: pip install 'episodekit[ray]'"
         ) from exc
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return ray
+    address = os.environ.get(RAY_ADDRESS_ENV)
+    if address:
         try:
-            ray.init(address="auto", ignore_reinit_error=True, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError):
-            ray.init(
-                num_cpus=num_cpus,
-                ignore_reinit_error=True,
-                log_to_driver=False,
-                include_dashboard=False,
-            )
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise EnvironmentProblem(
+                f"cannot connect to the Ray cluster at {address} ({exc}); check --ray-address "
+                f"(or ${RAY_ADDRESS_ENV})"
+            ) from exc
+        return ray
+    try:
+        ray.init(address="auto", ignore_reinit_error=True, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError):
+        ray.init(
+            num_cpus=num_cpus,
+            ignore_reinit_error=True,
+            log_to_driver=False,
+            include_dashboard=False,
+        )
     return ray
+
+
+def _call(fn: Callable, item: Any, *shared: Any) -> Any:
+    """``fn(item)``, or ``fn(item, shared)`` when the call has shared data."""
+    return fn(item, *shared)
+
+
+def _call_task(fn: Callable, item: Any, *shared: Any) -> Any:
+    """:func:`_call` in a Ray worker, which runs task after task: what the task freed goes back
+    to the system afterwards (arrow's pool, the C heap), so a worker's RSS stays at one task's
+    rather than the high-water mark of every task it ran."""
+    try:
+        return fn(item, *shared)
+    finally:
+        _release_memory()
+
+
+def _release_memory() -> None:
+    import ctypes  # noqa: PLC0415
+    import gc  # noqa: PLC0415
+
+    gc.collect()
+    try:
+        import pyarrow as pa  # noqa: PLC0415
+
+        pa.default_memory_pool().release_unused()
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        pass
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+_NONE = object()  # no shared data (None is a value)
+
+
+def _extra(shared: Any) -> tuple:
+    return () if shared is _NONE else (shared,)
 
 
 def imap_files(
@@ -61,8 +122,12 @@ def imap_files(
     executor: str = "local",
     workers: int | None = None,
     quick: Callable[[T], R | None] | None = None,
+    shared: Any = _NONE,
 ) -> Iterator[tuple[int, R]]:
     """Yield ``(position, fn(item))`` as jobs finish (any order). ``fn`` must be picklable.
+
+    ``shared``, when given, is passed to every call as ``fn(item, shared)``: with Ray it is put
+    in the object store once (each node fetches it once), locally it is pickled per job.
 
     ``quick(item)``, when given, runs first in this process for every item; a non-None answer is
     that item's result and no worker sees it (a pool starts only if some item is left).
@@ -87,29 +152,22 @@ def imap_files(
         return  # nothing ran: no progress bar for a no-op (e.g. a rerun with every file done)
     with current().task(len(items)) as task:  # drawn once real work starts
         task.advance(len(items) - len(todo))
-        for i, r in _run(fn, [(i, items[i]) for i in todo], executor, workers):
+        for i, r in _run(fn, [(i, items[i]) for i in todo], executor, workers, shared):
             task.advance()
             yield i, r
 
 
 def _run(
-    fn: Callable[[T], R], jobs: list[tuple[int, T]], executor: str, workers: int
+    fn: Callable[[T], R], jobs: list[tuple[int, T]], executor: str, workers: int, shared: Any
 ) -> Iterator[tuple[int, R]]:
     if not jobs:
         return
     if executor == "ray":
-        ray = _init_ray(workers)
-        remote = ray.remote(fn)
-        refs = {remote.remote(item): i for i, item in jobs}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                yield refs[ref], ray.get(ref)
+        yield from _run_ray(fn, jobs, workers, shared)
         return
     if workers == 1 or len(jobs) == 1:
         for i, item in jobs:
-            yield i, fn(item)
+            yield i, _call(fn, item, *_extra(shared))
         return
     # Imported here: the CLI imports this module for EXECUTORS and must start fast.
     import multiprocessing  # noqa: PLC0415
@@ -118,17 +176,37 @@ def _run(
     # "spawn": forking a process that already runs duckdb's or pyarrow's threads can deadlock.
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        futures = {pool.submit(fn, item): i for i, item in jobs}
+        futures = {pool.submit(_call, fn, item, *_extra(shared)): i for i, item in jobs}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
 
 
+def _run_ray(
+    fn: Callable[[T], R], jobs: list[tuple[int, T]], workers: int, shared: Any
+) -> Iterator[tuple[int, R]]:
+    """One Ray task per job (retried on another node when its node dies); results as they come."""
+    ray = _init_ray(workers)
+    remote = ray.remote(max_retries=RAY_MAX_RETRIES, retry_exceptions=False)(_call_task)
+    extra = tuple(ray.put(x) for x in _extra(shared))  # once, not pickled into every task
+    refs = {remote.remote(fn, item, *extra): i for i, item in jobs}
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for r in done:
+            yield refs[r], ray.get(r)
+
+
 def map_files(
-    fn: Callable[[T], R], items: Iterable[T], executor: str = "local", workers: int | None = None
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    executor: str = "local",
+    workers: int | None = None,
+    shared: Any = _NONE,
 ) -> list[R]:
-    """``[fn(item) for item in items]`` run in parallel; results in input order."""
+    """``[fn(item) for item in items]`` (``fn(item, shared)`` with ``shared``) run in parallel;
+    results in input order."""
     items = list(items)
     out: list[Any] = [None] * len(items)
-    for i, r in imap_files(fn, items, executor, workers):
+    for i, r in imap_files(fn, items, executor, workers, shared=shared):
         out[i] = r
     return out

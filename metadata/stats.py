@@ -675,12 +675,27 @@ def refine_file(job: dict) -> dict:
     return {
         "below": below,
         "inside": {
-            n: tuple(np.concatenate([f[i] for f in parts]) for i in range(3))
+            n: _run_length(*(np.concatenate([f[i] for f in parts]) for i in range(3)))
             if parts
-            else (np.zeros(0, np.int8), np.zeros(0, np.int32), np.zeros(0))
+            else (np.zeros(0, np.int8), np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64))
             for n, parts in found.items()
         },
     }
+
+
+def _run_length(qi: np.ndarray, dim: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Candidates as distinct (quantile, dimension, value) with their counts: a tie (a constant
+    or few-valued dimension) travels as one entry, not as every frame that holds it."""
+    if not len(val):
+        return qi, dim, val, np.zeros(0, np.int64)
+    order = np.lexsort((val, dim, qi))
+    qi, dim, val = qi[order], dim[order], val[order]
+    new = np.concatenate(
+        [[True], (qi[1:] != qi[:-1]) | (dim[1:] != dim[:-1]) | (val[1:] != val[:-1])]
+    )
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, len(val)))
+    return qi[starts], dim[starts], val[starts], counts.astype(np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -760,6 +775,9 @@ def _merge_episode_parts(ds: Dataset, feats: dict[str, int], results: list[dict]
         for i, key in enumerate(QUANTILE_KEYS):
             f[key] = q[i]
         per[n] = f
+        for r in results:  # merged: the files' copies go (O(episodes) less held to the end)
+            for k in ("min", "max", "mean", "m2", "q"):
+                r["features"][n].pop(k, None)
     return ep, count, per
 
 
@@ -819,23 +837,27 @@ def _brackets(fs: FeatureStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
 def _select(
     fs: FeatureStats, brackets: tuple, below: np.ndarray, inside: tuple[np.ndarray, ...]
 ) -> None:
-    """Exact quantiles from the bracket counts and the sorted candidates (in place)."""
+    """Exact quantiles from the bracket counts and the sorted candidates (in place).
+    ``inside``: (quantile, dimension, value) or, run-length encoded, (..., value, count)."""
     lo, hi, k0s, k1s, _ = brackets
     d = len(fs.sketches)
-    qi, dim, val = inside
+    qi, dim, val = inside[:3]
+    cnt = inside[3] if len(inside) > 3 else np.ones(len(val), np.int64)
     order = np.lexsort((val, dim, qi))
     key = qi[order].astype(np.int64) * d + dim[order]
-    val = val[order]
+    val, cnt = val[order], cnt[order]
     for i, q in enumerate(QUANTILES):
         _, _, g = order_indices(fs.count, q)
         for j in range(d):
             a, b = np.searchsorted(key, [i * d + j, i * d + j + 1])
+            ranks = np.cumsum(cnt[a:b])  # values up to and including each candidate
             picks = []
             for k in (int(k0s[i]), int(k1s[i])):
                 r = k - int(below[i, j])
                 if r < 0:
                     raise AssertionError("exact quantile bracket missed (bad summary)")
-                picks.append(float(val[a + r]) if a + r < b else float(hi[i, j]))
+                at = int(np.searchsorted(ranks, r, side="right"))
+                picks.append(float(val[a + at]) if at < b - a else float(hi[i, j]))
             fs.quantiles[i, j] = lerp_quantile(
                 np.float64(picks[0]), np.float64(picks[1]), np.float64(g)
             )
@@ -890,8 +912,22 @@ def _exact_quantiles(
     jobs: int | None,
     batch_rows: int,
 ) -> None:
-    """Second pass over the data files (no spilled runs, e.g. on ray): exact quantiles."""
+    """Second pass over the data files (no spilled runs, e.g. on ray): exact quantiles.
+
+    The candidates inside the summary's brackets travel to this process; their number grows
+    with the frames (a summary's rank error does), so while it is over
+    :data:`REFINE_CANDIDATES` the brackets are first narrowed by counting rounds (each task
+    returns a histogram of its values inside each bracket, :data:`REFINE_BINS` bins: a few KiB)
+    until it fits or stops shrinking (ties), and the candidates travel run-length encoded.
+    Still exact: only where the wanted order statistics lie is narrowed down."""
     brackets = {n: _brackets(dataset[n]) for n in feats}
+    for _ in range(REFINE_ROUNDS):
+        bound = sum(b[4] for b in brackets.values())
+        if bound <= REFINE_CANDIDATES:
+            break
+        brackets = _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows)
+        if sum(b[4] for b in brackets.values()) > bound / 2:
+            break  # what is left are ties: they travel run-length encoded
     todo = [
         {
             "root": root,
@@ -906,8 +942,64 @@ def _exact_quantiles(
     results = map_files(refine_file, todo, executor=executor, workers=jobs)
     for n in feats:
         below = sum(r["below"][n] for r in results)
-        inside = tuple(np.concatenate([r["inside"][n][k] for r in results]) for k in range(3))
+        inside = tuple(np.concatenate([r["inside"][n][k] for r in results]) for k in range(4))
         _select(dataset[n], brackets[n], below, inside)
+
+
+REFINE_CANDIDATES = 2_000_000  # candidate values gathered at most (~26 MB), else narrow first
+REFINE_BINS = 256  # histogram bins of a narrowing round
+REFINE_ROUNDS = 4  # narrowing rounds at most (each one pass over the feature columns)
+
+
+def _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows):
+    """One counting round: per feature, quantile and dimension, a histogram of the values
+    inside ``(lo, hi]`` over :data:`REFINE_BINS` equal bins; the new bracket is the bins that
+    hold the order statistics ``k0`` and ``k1``. Returns the new brackets (same shape as
+    :func:`_brackets`' with the bound now an exact count)."""
+    edges = {}
+    for n, (lo, hi, _k0, _k1, _) in brackets.items():
+        base = np.where(np.isfinite(lo), lo, np.nextafter(dataset[n].min[None, :], -np.inf))
+        edges[n] = base[..., None] + (hi - base)[..., None] * np.linspace(0, 1, REFINE_BINS + 1)
+        edges[n][..., 0], edges[n][..., -1] = lo, hi  # exactly the old bracket's ends
+    todo = [
+        {"root": root, "rel": rel, "features": feats, "batch_rows": batch_rows, "edges": edges}
+        for rel in rels
+    ]
+    results = map_files(count_file, todo, executor=executor, workers=jobs)
+    out = {}
+    for n, (lo, hi, k0s, k1s, _) in brackets.items():
+        e = edges[n]
+        # cum[i, d, b] = values <= e[i, d, b]
+        cum = sum(r["cum"][n] for r in results)
+        new_lo, new_hi = lo.copy(), hi.copy()
+        bound = 0.0
+        for i in range(lo.shape[0]):
+            for d in range(lo.shape[1]):
+                c = cum[i, d]
+                b0 = int(np.searchsorted(c, k0s[i], side="right")) - 1  # last edge <= k0 values
+                b1 = int(np.searchsorted(c, k1s[i] + 1, side="left"))  # first edge >= k1+1
+                b0, b1 = max(b0, 0), min(b1, len(c) - 1)
+                new_lo[i, d], new_hi[i, d] = e[i, d, b0], e[i, d, b1]
+                bound += float(c[b1] - c[b0])
+        out[n] = (new_lo, new_hi, k0s, k1s, bound)
+    return out
+
+
+def count_file(job: dict) -> dict:
+    """A narrowing round over one data file: per feature, quantile, dimension and edge of
+    ``job["edges"]`` (5 x D x B+1), how many values are ``<=`` it, NaN counted as
+    :func:`refine_file` counts it (a few KiB back)."""
+    feats: dict[str, int] = job["features"]
+    pf = _open_parquet(job["root"], job["rel"])
+    cum = {n: np.zeros(job["edges"][n].shape, np.int64) for n in feats}
+    for batch in _batches(pf, list(feats), job["batch_rows"]):
+        for n, d in feats.items():
+            x = np.sort(feature_values(batch.column(n), d, n).astype(np.float64), axis=0)
+            nan = np.isnan(x).sum(axis=0)
+            e = job["edges"][n]
+            for j in range(d):
+                cum[n][:, j, :] += np.searchsorted(x[:, j], e[:, j, :], side="right") + nan[j]
+    return {"cum": cum}
 
 
 def column_bytes(info: dict, feats: dict[str, int], frames: int) -> int:

@@ -267,6 +267,60 @@ def _allocate(folder: Path, columns: Mapping[str, Mapping[str, Any]], n: int) ->
     return arrays
 
 
+def _decode_threads(ds, columns, arrays, base, bounds, file_of, jobs, progress) -> list:
+    """Every data file decoded into ``arrays`` by a thread pool (files in order)."""
+    nfiles = len(ds.data_files)
+    workers = max(1, min(jobs or os.cpu_count() or 1, nfiles or 1))
+    results: list[_FileResult] = []
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [
+            pool.submit(_build_file, ds, fid, columns, arrays, base, bounds, file_of)
+            for fid in range(nfiles)
+        ]
+        try:
+            for fut in futures:
+                results.append(fut.result())
+                if progress is not None:
+                    progress(len(results), nfiles)
+        finally:
+            for fut in futures:
+                fut.cancel()
+    return results
+
+
+def _decode_tasks(tmp, ds, columns, base, bounds, file_of, executor, jobs, progress) -> list:
+    """Every data file decoded by its own executor job into the arrays under ``tmp`` (each job
+    maps the files, writes its rows, flushes them and returns its CRCs: nothing of a frame
+    travels back)."""
+    from episodekit.core.executor import imap_files
+
+    nfiles = len(ds.data_files)
+    shared = (ds, dict(columns), str(tmp), base, bounds, file_of)
+    results: list[_FileResult | None] = [None] * nfiles
+    done = 0
+    for i, res in imap_files(_task_file, range(nfiles), executor, jobs, shared=shared):
+        results[i] = res
+        done += 1
+        if progress is not None:
+            progress(done, nfiles)
+    return results  # type: ignore[return-value]
+
+
+def _task_file(fid: int, shared: tuple) -> _FileResult:
+    """One data file into the store's ``.npy`` files under ``tmp`` (an executor job)."""
+    ds, columns, tmp, base, bounds, file_of = shared
+    arrays = {name: np.load(Path(tmp) / c["file"], mmap_mode="r+") for name, c in columns.items()}
+    try:
+        res = _build_file(ds, fid, columns, arrays, base, bounds, file_of)
+    finally:
+        for arr in arrays.values():
+            if isinstance(arr, np.memmap):
+                arr.flush()
+        arrays.clear()
+    _verify(Path(tmp), columns, [res])  # read back after the flush, here where it was written
+    return res
+
+
 def _verify(folder: Path, columns, results: list[_FileResult]) -> None:
     """Read the flushed arrays back as readers will and compare CRC32s per file and column."""
     for name, c in columns.items():
@@ -288,12 +342,16 @@ def build_frame_store(
     force: bool = False,
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    executor: str = "local",
 ) -> FramesReport:
     """Build (or confirm fresh) the frame store of ``root``; see the module docstring.
 
     ``store``: the store directory (default: :func:`episodekit.core.store.default_store_dir`,
     under ``$EPISODEKIT_CACHE`` or ``~/.cache/episodekit``). ``jobs``: files decoded at once
-    (threads; default: cores). ``progress(done, total)`` is called per data file. Raises
+    (threads; default: cores). ``executor="ray"``: one Ray task per data file, each writing its
+    rows into the store's preallocated arrays (the store must be on a filesystem every node
+    mounts at the same path); the driver only publishes. ``progress(done, total)`` is called
+    per data file. Raises
     :class:`DatasetError` for data that cannot be stored (nothing is published then) and
     :class:`EnvironmentProblem` when the store location cannot be written.
     """
@@ -331,7 +389,7 @@ def build_frame_store(
             str(final.parent),
         ) from exc
     try:
-        nbytes = _build_into(tmp, ds, columns, jobs, progress)
+        nbytes = _build_into(tmp, ds, columns, jobs, progress, executor)
         publish_dir(tmp, final)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -354,6 +412,7 @@ def _build_into(
     columns: Mapping[str, Mapping[str, Any]],
     jobs: int | None,
     progress: Callable[[int, int], None] | None,
+    executor: str = "local",
 ) -> int:
     """Write, check, flush, verify the store's files into ``tmp`` (manifest last)."""
     n = ds.num_frames
@@ -361,27 +420,17 @@ def _build_into(
     bounds = episode_bounds(ds)
     file_of = ds.column("file_id").astype(np.int64) if ds.num_episodes else np.zeros(0, np.int64)
     arrays = _allocate(tmp, columns, n)
-    nfiles = len(ds.data_files)
-    workers = max(1, min(jobs or os.cpu_count() or 1, nfiles or 1))
-    results: list[_FileResult] = []
-    with ThreadPoolExecutor(workers) as pool:
-        futures = [
-            pool.submit(_build_file, ds, fid, columns, arrays, base, bounds, file_of)
-            for fid in range(nfiles)
-        ]
-        try:
-            for fut in futures:
-                results.append(fut.result())
-                if progress is not None:
-                    progress(len(results), nfiles)
-        finally:
-            for fut in futures:
-                fut.cancel()
+    if executor == "local":
+        results = _decode_threads(ds, columns, arrays, base, bounds, file_of, jobs, progress)
+    else:
+        arrays.clear()  # the tasks open the files themselves
+        results = _decode_tasks(tmp, ds, columns, base, bounds, file_of, executor, jobs, progress)
     for arr in arrays.values():  # msync: the data is on disk before anything names it
         if isinstance(arr, np.memmap):
             arr.flush()
     arrays.clear()
-    _verify(tmp, columns, results)
+    if executor == "local":
+        _verify(tmp, columns, results)  # (each task verified its own rows)
     np.save(tmp / BOUNDS_FILE, bounds)
     for name in [c["file"] for c in columns.values()] + [BOUNDS_FILE]:
         fsync_path(tmp / name)

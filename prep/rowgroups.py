@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from episodekit.core.atomic import remove_temporaries
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import imap_files
@@ -213,6 +214,8 @@ def rewrite_rowgroups(
             results[i] = res
             if progress is not None:
                 progress(res, done, len(jobs))
+        if not dry_run:  # a job killed with its node (Ray retries it elsewhere) left its temp
+            report.removed_temporaries += len(remove_temporaries(Path(out_root) / "data"))
     report.files = [r for r in results if r is not None]
     report.seconds = time.perf_counter() - t0
     env = [r for r in report.files if r.environment]

@@ -25,6 +25,7 @@ import numpy as np
 from episodekit.core.atomic import atomic_path, atomic_write_text, is_temp_name
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem
+from episodekit.core.executor import imap_files
 from episodekit.core.paths import INFO_FILE, VIDEO_CODECS
 from episodekit.core.video import (
     VideoError,
@@ -181,10 +182,14 @@ def rewrite_videos(
     force: bool = False,
     timing_frames: int = TIMING_FRAMES,
     progress: Any = None,
+    executor: str = "local",
+    jobs: int | None = 1,
 ) -> VideoPrepResult:
     """Re-encode every referenced mp4 of a local v3.0 ``root`` for random access (see the module
     docstring). ``timing_frames``: random frames timed per file before and after (0: no timing).
-    Files that fail verification are reported and left as they were."""
+    Files that fail verification are reported and left as they were. Files are re-encoded one
+    at a time here (``jobs=1``; the encoder has its own threads), by ``jobs`` processes, or one
+    Ray task each with ``executor="ray"`` (the root on a filesystem every node mounts)."""
     require_av()
     if codec not in VIDEO_CODECS:
         raise ValueError(f"codec must be one of {VIDEO_CODECS}, got {codec!r}")
@@ -201,47 +206,82 @@ def rewrite_videos(
     settings = {"codec": codec, "gop": gop, "crf": crf, "faststart": faststart}
     result = VideoPrepResult(root=str(root), settings={**settings, "min_psnr": min_psnr})
     tag = settings_tag(codec, gop, crf, faststart)
-    done_keys = []
+    jobs_of: dict[str, list[_VideoJob]] = {}
     for key in ds.video_keys:
-        chunk = ds.column(f"videos/{key}/chunk_index")
-        fidx = ds.column(f"videos/{key}/file_index")
-        start = ds.column(f"videos/{key}/from_timestamp").astype(np.float64)
-        ok = True
-        for c, f in sorted(set(zip(chunk.tolist(), fidx.tolist()))):
-            rel = ds.video_path(key, int(c), int(f))
-            full = Path(ds.join(rel))
-            if not full.exists():
-                result.files.append(VideoFileResult(rel, "failed", message="file is missing"))
-                ok = False
-                continue
-            _clean_temps(full.parent)
-            if not force and container_comment(full) == tag:
-                result.files.append(
-                    VideoFileResult(rel, "skipped", bytes_before=full.stat().st_size)
-                )
-                continue
-            rows = np.flatnonzero((chunk == c) & (fidx == f))
-            first_frames = np.rint(start[rows] * ds.fps).astype(np.int64)
-            entry = VideoFileResult(rel, "rewritten", bytes_before=full.stat().st_size)
-            if progress:
-                progress(f"re-encoding {rel}")
-            try:
-                if timing_frames:
-                    entry.access_fps_before = 1 / random_access_seconds(full, timing_frames)
-                entry.frames, entry.psnr_db = reencode_file(
-                    full, first_frames, codec, gop, crf, faststart, min_psnr
-                )
-                if timing_frames:
-                    entry.access_fps_after = 1 / random_access_seconds(full, timing_frames)
-            except (VideoError, DatasetError, IndexError) as exc:
-                entry.status, entry.message, ok = "failed", str(exc), False
-            entry.bytes_after = full.stat().st_size
-            result.files.append(entry)
-        if ok:
+        jobs_of[key] = _video_jobs(ds, key, force, tag)
+    todo = [j for js in jobs_of.values() for j in js]
+    options = (codec, gop, crf, faststart, min_psnr, timing_frames)
+
+    known = lambda job: job.result  # noqa: E731 - missing or already done: no worker needed
+    for i, res in imap_files(_video_job, todo, executor, jobs, quick=known, shared=options):
+        todo[i].result = res
+        if progress and res.status != "skipped":
+            progress(
+                f"re-encoded {res.file}" if res.status == "rewritten" else f"failed {res.file}"
+            )
+    for folder in {Path(j.full).parent for j in todo if j.first_frames is not None}:
+        _clean_temps(folder)  # a job killed with its node (retried elsewhere) left its temp
+    done_keys = []
+    for key, js in jobs_of.items():
+        result.files += [j.result for j in js]
+        if all(j.result.status != "failed" for j in js):
             done_keys.append(key)
     result.info_updated = _update_info(ds, done_keys, codec)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+@dataclass
+class _VideoJob:
+    """One mp4 to look at: its path, the frames its episodes start at, and (after) its result."""
+
+    rel: str
+    full: str
+    first_frames: np.ndarray | None  # None: missing, or already at the settings
+    result: VideoFileResult | None = None
+
+
+def _video_jobs(ds: Any, key: str, force: bool, tag: str) -> list[_VideoJob]:
+    """The mp4s of camera ``key`` with the episode-start frames of each (files missing or
+    already done get their result now)."""
+    chunk = ds.column(f"videos/{key}/chunk_index")
+    fidx = ds.column(f"videos/{key}/file_index")
+    start = ds.column(f"videos/{key}/from_timestamp").astype(np.float64)
+    out = []
+    for c, f in sorted(set(zip(chunk.tolist(), fidx.tolist()))):
+        rel = ds.video_path(key, int(c), int(f))
+        full = Path(ds.join(rel))
+        job = _VideoJob(rel, str(full), None)
+        if not full.exists():
+            job.result = VideoFileResult(rel, "failed", message="file is missing")
+        else:
+            _clean_temps(full.parent)
+            if not force and container_comment(full) == tag:
+                job.result = VideoFileResult(rel, "skipped", bytes_before=full.stat().st_size)
+            else:
+                rows = np.flatnonzero((chunk == c) & (fidx == f))
+                job.first_frames = np.rint(start[rows] * ds.fps).astype(np.int64)
+        out.append(job)
+    return out
+
+
+def _video_job(job: _VideoJob, options: tuple) -> VideoFileResult:
+    """Re-encode one mp4 (an executor job)."""
+    codec, gop, crf, faststart, min_psnr, timing_frames = options
+    full = Path(job.full)
+    entry = VideoFileResult(job.rel, "rewritten", bytes_before=full.stat().st_size)
+    try:
+        if timing_frames:
+            entry.access_fps_before = 1 / random_access_seconds(full, timing_frames)
+        entry.frames, entry.psnr_db = reencode_file(
+            full, job.first_frames, codec, gop, crf, faststart, min_psnr
+        )
+        if timing_frames:
+            entry.access_fps_after = 1 / random_access_seconds(full, timing_frames)
+    except (VideoError, DatasetError, IndexError) as exc:
+        entry.status, entry.message = "failed", str(exc)
+    entry.bytes_after = full.stat().st_size
+    return entry
 
 
 def _update_info(ds: Any, keys: list[str], codec: str) -> bool:

@@ -15,11 +15,12 @@ again, to confirm near-duplicates exactly and to attach the offending signal to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from episodekit.validate.raw import WARNING, Finding, RawRoot
@@ -222,9 +224,12 @@ def _matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray | None:
     return col.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, 1)
 
 
-def _fill_nonfinite(x: np.ndarray) -> np.ndarray:
+def _fill_nonfinite(x: np.ndarray, prev: np.ndarray | None = None) -> np.ndarray:
     """Forward-fill NaN/inf per column (reported by ``data.nan``; here they must not look like
-    jumps), leading ones become 0."""
+    jumps), leading ones become 0; ``prev``: the last finite values before ``x`` (a batch of a
+    file continues from the one before it)."""
+    if prev is not None:
+        return _fill_nonfinite(np.concatenate([prev[None, :].astype(x.dtype), x]))[1:]
     ok = np.isfinite(x)
     if ok.all():
         return x
@@ -232,14 +237,6 @@ def _fill_nonfinite(x: np.ndarray) -> np.ndarray:
     np.maximum.accumulate(idx, axis=0, out=idx)
     x = np.take_along_axis(x, idx, axis=0)
     return np.where(np.isfinite(x), x, 0.0).astype(np.float32)
-
-
-def _read_file(raw: RawRoot, rel: str, features: dict[str, int]) -> pa.Table:
-    with raw.fs.open(raw.join(rel), "rb") as fh:
-        pf = pq.ParquetFile(fh)
-        names = set(pf.schema_arrow.names)
-        cols = [c for c in ("episode_index", "index", "timestamp", *features) if c in names]
-        return pf.read(columns=cols)
 
 
 def _ordered(table: pa.Table) -> tuple[np.ndarray, np.ndarray | None]:
@@ -301,16 +298,23 @@ def _segments(ep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _feature_stats(
-    x: np.ndarray, starts: np.ndarray, lengths: np.ndarray, stride: int, th: dict
+    x: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    stride: int,
+    th: dict,
+    first: int = 0,
+    prev: np.ndarray | None = None,
 ) -> FeatureStats:
     """Per-episode summaries of one (frames, d) feature. Works on the transposed (d, frames)
     copy: every reduction then runs over contiguous memory (``reduceat`` along the last axis
-    is several times faster than along the first)."""
+    is several times faster than along the first). ``first``: the first row of the stride
+    sample; ``prev``: what non-finite values at the start are filled from."""
     n, d = x.shape
     xt = np.ascontiguousarray(x.T)
     sums = np.add.reduceat(xt, starts, axis=1)
     if not np.isfinite(sums).all():
-        xt = np.ascontiguousarray(_fill_nonfinite(x).T)
+        xt = np.ascontiguousarray(_fill_nonfinite(x, prev).T)
         sums = np.add.reduceat(xt, starts, axis=1)
     ends = starts + lengths - 1
     mins = np.minimum.reduceat(xt, starts, axis=1)
@@ -345,7 +349,7 @@ def _feature_stats(
     moving = maxs > mins
     for j, e in zip(*np.nonzero((zero_steps >= np.maximum(1, need // 2)) & moving)):
         clip[e, j] = _clipped_frames(xt[j, starts[e] : ends[e] + 1], mins[j, e], maxs[j, e])
-    sample_steps = step[:, ::stride].T.copy()
+    sample_steps = step[:, first::stride].T.copy()
     sample_steps[sample_steps == 0] = np.nan
     return FeatureStats(
         mins.T,
@@ -356,7 +360,7 @@ def _feature_stats(
         clip,
         frozen_longest,
         frozen_mid,
-        x[::stride].copy(),
+        x[first::stride].copy(),
         sample_steps,
     )
 
@@ -372,24 +376,190 @@ def _clipped_frames(v: np.ndarray, lo: float, hi: float) -> int:
 
 def scan_file(raw: RawRoot, rel: str, features: dict[str, int], stride: int, th: dict) -> FileStats:
     """Per-episode quality summaries of one data file (errors become ``FileStats.error``)."""
+    return scan_path(raw.fs, raw.join(rel), rel, raw.fps, features, stride, th)
+
+
+def scan_path(
+    fs: Any,
+    path: str,
+    rel: str,
+    fps: float | None,
+    features: dict[str, int],
+    stride: int,
+    th: dict,
+) -> FileStats:
+    """:func:`scan_file` of the file at ``path`` on ``fs`` (what a worker or a Ray task needs).
+
+    Streams record batches and summarizes whole episodes as soon as they end: memory is one
+    batch plus the episode still open, whatever the file's size. A file whose rows are not in
+    (episode, index) order is read whole and sorted (the same summaries, at file-sized memory).
+    """
+    empty = np.zeros(0, np.int64)
     try:
-        table = _read_file(raw, rel, features)
+        parts = _stream_parts(fs, path, rel, fps, features, stride, th)
+    except _Unordered:
+        try:
+            table = _read_path(fs, path, features)
+        except Exception as exc:  # noqa: BLE001 - an unreadable file is reported, never raised
+            return FileStats(rel, empty, empty, error=str(exc))
+        return _scan_table(table, rel, fps, features, stride, th)
+    except _NoEpisodes:
+        return FileStats(rel, empty, empty, error="no episodes")
+    except _ReadError as exc:
+        return FileStats(rel, empty, empty, error=str(exc.__cause__ or exc))
+    return _concat_parts(rel, parts, features)
+
+
+class _Unordered(Exception):
+    """The file's rows are not in (episode, index) order (or carry NaN episode indices)."""
+
+
+class _NoEpisodes(Exception):
+    """The file has no ``episode_index`` column."""
+
+
+class _ReadError(Exception):
+    """Reading the file failed (the cause is the reader's exception)."""
+
+
+BATCH_ROWS = 65_536  # rows per streamed record batch
+STREAM_BUFFER = 1 << 20  # bytes read at a time from a column chunk
+
+
+def _read_path(fs: Any, path: str, features: dict[str, int]) -> pa.Table:
+    with fs.open(path, "rb") as fh:
+        pf = pq.ParquetFile(fh)
+        names = set(pf.schema_arrow.names)
+        cols = [c for c in ("episode_index", "index", "timestamp", *features) if c in names]
+        return pf.read(columns=cols)
+
+
+@contextlib.contextmanager
+def _open(fs: Any, path: str) -> Iterator[pq.ParquetFile]:
+    """A streaming parquet reader: pages are read as decoded (no pre-buffered row group), and a
+    local file through arrow's own reader (a Python file object copies every read)."""
+    opts = {"pre_buffer": False, "buffer_size": STREAM_BUFFER}
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        with pq.ParquetFile(path, **opts) as pf:
+            yield pf
+        return
+    with fs.open(path, "rb") as fh, pq.ParquetFile(fh, **opts) as pf:
+        yield pf
+
+
+def _batches(fs: Any, path: str, features: dict[str, int]):
+    """The file's record batches as tables (reader failures raise :class:`_ReadError`)."""
+    try:
+        with _open(fs, path) as pf:
+            names = set(pf.schema_arrow.names)
+            if "episode_index" not in names:
+                raise _NoEpisodes
+            cols = [c for c in ("episode_index", "index", "timestamp", *features) if c in names]
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols):
+                yield pa.Table.from_batches([batch])
+    except (_NoEpisodes, _Unordered, GeneratorExit):
+        raise
     except Exception as exc:  # noqa: BLE001 - an unreadable file is reported, never raised
-        return FileStats(rel, np.zeros(0, np.int64), np.zeros(0, np.int64), error=str(exc))
-    if "episode_index" not in table.column_names:
-        return FileStats(rel, np.zeros(0, np.int64), np.zeros(0, np.int64), error="no episodes")
+        raise _ReadError(str(exc)) from exc
+
+
+def _in_order(table: pa.Table) -> bool:
+    """True when the rows are in (episode, index) order (what :func:`_ordered` leaves alone)."""
+    ep = table["episode_index"].to_numpy(zero_copy_only=False)
+    if ep.dtype.kind == "f" and np.isnan(ep).any():
+        return False
+    if len(ep) < 2:
+        return True
+    if "index" in table.column_names:
+        idx = table["index"].to_numpy(zero_copy_only=False)
+        return bool(
+            np.all(ep[1:] >= ep[:-1]) and np.all((ep[1:] != ep[:-1]) | (idx[1:] > idx[:-1]))
+        )
+    return bool(np.all(ep[1:] >= ep[:-1]))
+
+
+def _stream_parts(
+    fs: Any, path: str, rel: str, fps: float | None, features: dict[str, int], stride: int, th
+) -> list[FileStats]:
+    """Summaries of the file's complete episodes, batch by batch. The episode still open at the
+    end of a batch is carried into the next; the stride sample keeps its file positions and a
+    NaN is filled from the last finite value before it, as over the whole file."""
+    parts: list[FileStats] = []
+    pending: pa.Table | None = None
+    carry: dict[str, np.ndarray] = {}  # per feature: the last finite value of each dimension
+    offset = 0  # file position of the first row of ``pending`` (or of the next batch)
+    for batch in _batches(fs, path, features):
+        table = batch if pending is None else pa.concat_tables([pending, batch])
+        if not _in_order(table):
+            raise _Unordered
+        ep = table["episode_index"].to_numpy(zero_copy_only=False)
+        if len(ep) == 0:
+            continue
+        cut = int(np.flatnonzero(np.concatenate([[True], ep[1:] != ep[:-1]]))[-1])
+        pending = table.slice(cut)
+        if cut:
+            done = table.slice(0, cut)
+            parts.append(_scan_ordered(done, rel, fps, features, stride, th, offset, carry))
+            offset += cut
+    if pending is not None and pending.num_rows:
+        parts.append(_scan_ordered(pending, rel, fps, features, stride, th, offset, carry))
+    return parts
+
+
+def _concat_parts(rel: str, parts: list[FileStats], features: dict[str, int]) -> FileStats:
+    """One file's summaries from those of its consecutive batches of whole episodes."""
+    empty = np.zeros(0, np.int64)
+    parts = [p for p in parts if len(p.episodes)]
+    if not parts:
+        return FileStats(rel, empty, empty)
+    out = FileStats(
+        rel,
+        np.concatenate([p.episodes for p in parts]),
+        np.concatenate([p.rows for p in parts]),
+    )
+    for key in ("ts_drops", "ts_missing", "ts_maxstep", "ts_interval"):
+        if all(getattr(p, key) is not None for p in parts):
+            setattr(out, key, np.concatenate([getattr(p, key) for p in parts]))
+    for name in features:  # a feature ragged in any batch is ragged in the file: left out
+        if all(name in p.features for p in parts):
+            fields = FeatureStats.__dataclass_fields__
+            out.features[name] = FeatureStats(
+                **{k: np.concatenate([getattr(p.features[name], k) for p in parts]) for k in fields}
+            )
+    return out
+
+
+def _scan_table(
+    table: pa.Table, rel: str, fps: float | None, features: dict[str, int], stride: int, th
+) -> FileStats:
+    """Summaries of a whole file's table in any row order (sorted here; NaN episodes dropped)."""
     ep, order = _ordered(table)
     keep = ~np.isnan(ep.astype(np.float64)) if ep.dtype.kind == "f" else None
     if order is not None:
         table = table.take(pa.array(order))
     if keep is not None and not keep.all():
-        table, ep = table.filter(pa.array(keep)), ep[keep]
-    ep = ep.astype(np.int64)
+        table = table.filter(pa.array(keep))
+    return _scan_ordered(table, rel, fps, features, stride, th, 0, {})
+
+
+def _scan_ordered(
+    table: pa.Table,
+    rel: str,
+    fps: float | None,
+    features: dict[str, int],
+    stride: int,
+    th: dict,
+    offset: int,
+    carry: dict[str, np.ndarray],
+) -> FileStats:
+    """Summaries of rows in (episode, index) order holding whole episodes; ``offset``: the file
+    position of the first row (for the stride sample); ``carry``: per feature, the last finite
+    value of each dimension before these rows (updated here)."""
+    ep = table["episode_index"].to_numpy(zero_copy_only=False).astype(np.int64)
     if len(ep) == 0:
         return FileStats(rel, np.zeros(0, np.int64), np.zeros(0, np.int64))
     ids, starts, lengths = _segments(ep)
     out = FileStats(rel, ids, lengths)
-    fps = raw.fps
     if "timestamp" in table.column_names and fps:
         ts = table["timestamp"].to_numpy(zero_copy_only=False).astype(np.float64)
         dt = np.zeros(len(ts))
@@ -402,13 +572,27 @@ def scan_file(raw: RawRoot, rel: str, features: dict[str, int], stride: int, th:
         out.ts_maxstep = np.maximum.reduceat(dt, starts)
         with np.errstate(invalid="ignore", divide="ignore"):
             out.ts_interval = np.add.reduceat(dt, starts) / (lengths - 1)
+    first = (-offset) % stride  # the first row here that is on the file's stride grid
     for name, dim in features.items():
         if name not in table.column_names:
             continue
         x = _matrix(table[name], dim)
         if x is not None:
-            out.features[name] = _feature_stats(x, starts, lengths, stride, th)
+            prev = carry.get(name)
+            out.features[name] = _feature_stats(x, starts, lengths, stride, th, first, prev)
+            carry[name] = _last_finite(x, prev)
     return out
+
+
+def _last_finite(x: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
+    """Per dimension, the last finite value of ``x`` (``prev``'s where ``x`` has none)."""
+    ok = np.isfinite(x)
+    last = np.where(
+        ok.any(axis=0), x[len(x) - 1 - np.argmax(ok[::-1], axis=0), np.arange(x.shape[1])], np.nan
+    )
+    if prev is not None:
+        last = np.where(np.isnan(last), prev, last)
+    return last.astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1001,43 +1185,62 @@ def read_episode_values(
     raw: RawRoot, wanted: dict[str, set[int]], columns: Iterable[str]
 ) -> dict[int, dict[str, np.ndarray]]:
     """episode -> column -> values ((frames, d) for list columns) for the wanted episodes of each
-    data file; every file is read once. Unreadable files are skipped."""
+    data file; every file is read once, batch by batch, keeping only the wanted episodes' rows.
+    Unreadable files are skipped."""
     out: dict[int, dict[str, np.ndarray]] = {}
     columns = list(columns)
     for rel, eps in wanted.items():
-        try:
-            with raw.fs.open(raw.join(rel), "rb") as fh:
-                pf = pq.ParquetFile(fh)
-                names = set(pf.schema_arrow.names)
-                cols = [c for c in ("episode_index", "index", *columns) if c in names]
-                table = pf.read(columns=cols)
-        except Exception:  # noqa: BLE001 - reported by the first pass
+        table = _wanted_rows(raw, rel, eps, columns)
+        if table is None:
             continue
         ep, order = _ordered(table)
         if order is not None:
             table = table.take(pa.array(order))
         for e in eps:
             sel = np.flatnonzero(ep == e)
-            if not len(sel):
-                continue
-            part = table.slice(int(sel[0]), len(sel))
-            vals = {}
-            for c in columns:
-                if c not in part.column_names:
-                    continue
-                col = part[c].combine_chunks()
-                t = col.type
-                if pa.types.is_fixed_size_list(t) or pa.types.is_list(t):
-                    d = t.list_size if pa.types.is_fixed_size_list(t) else None
-                    if d is None:
-                        d = int(col.value_lengths()[0].as_py() or 1)
-                    x = _matrix(col, d)
-                else:
-                    x = _matrix(col, 1)
-                if x is not None:
-                    vals[c] = x
-            out[e] = vals
+            if len(sel):
+                out[e] = _episode_values(table.slice(int(sel[0]), len(sel)), columns)
     return out
+
+
+def _wanted_rows(raw: RawRoot, rel: str, eps: set[int], columns: list[str]) -> pa.Table | None:
+    """The rows of episodes ``eps`` of one data file, in file order (None: unreadable)."""
+    keep = pa.array(sorted(eps), pa.int64())
+    parts = []
+    try:
+        with _open(raw.fs, raw.join(rel)) as pf:
+            names = set(pf.schema_arrow.names)
+            cols = [c for c in ("episode_index", "index", *columns) if c in names]
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols):
+                ep = batch.column("episode_index").cast(pa.int64(), safe=False)
+                mask = pc.is_in(ep, value_set=keep)
+                if pc.any(mask).as_py():
+                    parts.append(pa.Table.from_batches([batch.filter(mask)]))
+            schema = pf.schema_arrow
+    except Exception:  # noqa: BLE001 - reported by the first pass
+        return None
+    if not parts:
+        return pa.table({c: pa.array([], schema.field(c).type) for c in cols})
+    return pa.concat_tables(parts)
+
+
+def _episode_values(part: pa.Table, columns: list[str]) -> dict[str, np.ndarray]:
+    vals = {}
+    for c in columns:
+        if c not in part.column_names:
+            continue
+        col = part[c].combine_chunks()
+        t = col.type
+        if pa.types.is_fixed_size_list(t) or pa.types.is_list(t):
+            d = t.list_size if pa.types.is_fixed_size_list(t) else None
+            if d is None:
+                d = int(col.value_lengths()[0].as_py() or 1)
+            x = _matrix(col, d)
+        else:
+            x = _matrix(col, 1)
+        if x is not None:
+            vals[c] = x
+    return vals
 
 
 def _confirm_duplicates(
@@ -1146,8 +1349,12 @@ def check_quality(
     want: set[str] | None = None,
     thresholds: dict | None = None,
     threads: int | None = None,
+    executor: str = "local",
 ) -> list[Finding]:
-    """Run the ``quality.*`` checks over the readable data files ``rels`` of ``raw``."""
+    """Run the ``quality.*`` checks over the readable data files ``rels`` of ``raw``.
+
+    The per-file pass runs in threads here, or one Ray task per file with ``executor="ray"``
+    (each returns its per-episode summaries and strided sample, never the file's rows)."""
     th = dict(DEFAULTS if thresholds is None else {**DEFAULTS, **thresholds})
     want = set(CHECKS) if want is None else want
     features = quality_features(raw)
@@ -1158,7 +1365,12 @@ def check_quality(
     import os
 
     workers = threads or max(1, min(len(rels), os.cpu_count() or 1, 4))
-    if workers > 1:
+    if executor != "local":
+        from episodekit.core.executor import map_files
+
+        jobs = [(raw.fs, raw.join(r), r, raw.fps, features, stride, th) for r in rels]
+        parts = map_files(_scan_job, jobs, executor=executor)
+    elif workers > 1:
         with ThreadPoolExecutor(workers) as pool:
             parts = list(pool.map(lambda r: scan_file(raw, r, features, stride, th), rels))
     else:
@@ -1174,6 +1386,11 @@ def check_quality(
         cands += _confirm_duplicates(raw, m, _duplicate_candidates(m, th), th, MAX_PER_CHECK)
     cands = [c for c in cands if c.check in want]
     return _to_findings(raw, cands)
+
+
+def _scan_job(job: tuple) -> FileStats:
+    """One file's pass as an executor job: (fs, path, rel, fps, features, stride, th)."""
+    return scan_path(*job)
 
 
 def _to_findings(raw: RawRoot, cands: list[Candidate]) -> list[Finding]:

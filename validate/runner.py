@@ -193,7 +193,8 @@ def validate(
     """Validate ``root`` (local path or fsspec URL) and its artifacts; never modifies it.
 
     ``checks`` selects groups/ids (see :func:`select_checks`); ``deep`` adds the image-header
-    check (and video decoding); ``executor="ray"`` scans data files one ray task per file.
+    check (and video decoding); ``executor="ray"`` scans data files one ray task per file
+    (the data scan and the ``quality.*`` pass).
     ``quality_thresholds`` overrides :data:`episodekit.validate.quality.DEFAULTS` for the
     ``quality.*`` checks (warnings).
     Raises :class:`CannotValidate` when the root or its info.json cannot be read.
@@ -248,7 +249,9 @@ def validate(
         from episodekit.validate import quality as checks_quality
 
         say(f"data-quality checks over {len(schemas)} data files")
-        found += checks_quality.check_quality(raw, list(schemas), want, quality_thresholds)
+        found += checks_quality.check_quality(
+            raw, list(schemas), want, quality_thresholds, executor=executor
+        )
     if wants("layout"):
         say(f"reading {len(rels)} footers")
         found += checks_layout.check_layout(raw, [r for r in rels if raw.fs.exists(raw.join(r))])

@@ -34,7 +34,7 @@ from episodekit.core.errors import (
     DatasetError,
     EnvironmentProblem,
 )
-from episodekit.core.executor import EXECUTORS
+from episodekit.core.executor import EXECUTORS, RAY_ADDRESS_ENV
 from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
 from episodekit.core.progress import reporting
 
@@ -381,7 +381,13 @@ def _executor_available(ctx: click.Context, param: click.Parameter, value: str) 
     return value
 
 
-executor_option = click.option(
+def _ray_address(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--ray-address`` is read by the executor from the environment (as Ray itself does)."""
+    if value:
+        os.environ[RAY_ADDRESS_ENV] = value
+
+
+_executor = click.option(
     "--executor",
     type=click.Choice(EXECUTORS),
     callback=_executor_available,
@@ -389,6 +395,19 @@ executor_option = click.option(
     show_default=True,
     help="local process pool, or Ray tasks (same results either way; ray is an extra).",
 )
+_ray_address_option = click.option(
+    "--ray-address",
+    metavar="ADDRESS",
+    expose_value=False,
+    callback=_ray_address,
+    help="With --executor ray: the cluster to run on (ray://HEAD:10001 or HEAD:6379; default "
+    "$RAY_ADDRESS, else a running local cluster, else a new local instance).",
+)
+
+
+def executor_option(fn):
+    """``--executor`` and ``--ray-address`` (the latter sets ``$RAY_ADDRESS`` for the run)."""
+    return _executor(_ray_address_option(fn))
 
 
 def cost_option(name: str = "--cost"):

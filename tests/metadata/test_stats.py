@@ -517,3 +517,60 @@ def test_cli_stats_command(root):
     _edit_stats_json(root, _nan_mean)
     v = _cli("validate", str(root), "--checks", "stats")
     assert v.returncode == 1 and "stats.finite" in v.stdout
+
+
+# Exact dataset quantiles without spilled runs (the Ray path: a second pass over the data): when
+# the summary's brackets hold too many candidates for the driver, counting rounds narrow them
+# first (tasks return histograms, not values); still numpy's quantiles, in one round or several.
+
+
+def _tricky(ep, fi, d):
+    rng = np.random.default_rng(3)
+    out = rng.standard_normal((len(ep), d)) * 1e3
+    out[:, 0] = fi * 0.5  # ascending inside every episode
+    out[:, 1] = np.round(rng.random(len(ep)) * 3)  # 4 distinct values: ties at the brackets
+    out[:, 2] = 7.0  # constant
+    out[:, 3] = np.exp(rng.standard_normal(len(ep)) * 4)  # heavy tail: bins of very unequal mass
+    return out
+
+
+@pytest.mark.parametrize("candidates,rounds", [(0, 1), (0, 4), (50, 4)])
+def test_narrowed_brackets_give_numpys_quantiles(make_sample, monkeypatch, candidates, rounds):
+    root = make_sample(episodes=15, tasks=3, seed=5, style="edited", data_files_size_in_mb=0.3)
+    _set_action(root, _tricky)
+    res = compute_stats(root, quantiles="sketch", sketch_points=8, jobs=1, batch_rows=97)
+    from episodekit.core.dataset import open_dataset
+    from episodekit.metadata import stats as st
+    from episodekit.metadata.stats import numeric_features
+
+    ds = open_dataset(str(root))
+    feats = numeric_features(ds.info, None)
+    monkeypatch.setattr(st, "REFINE_CANDIDATES", candidates)
+    monkeypatch.setattr(st, "REFINE_ROUNDS", rounds)
+    monkeypatch.setattr(st, "REFINE_BINS", 16)
+    counted = []
+    real = st.count_file
+    monkeypatch.setattr(st, "count_file", lambda job: counted.append(1) or real(job))
+    st._exact_quantiles(ds.root, list(ds.data_files), feats, res.dataset, "local", 1, 97)
+    files = len(ds.data_files)  # candidates=0/50: a round ran; more while brackets shrink
+    assert len(counted) % files == 0 and 1 <= len(counted) // files <= rounds
+    for name in ("action", "timestamp", "index"):
+        _, x = _column(root, name)
+        np.testing.assert_array_equal(
+            res.dataset[name].quantiles, np.quantile(x, QUANTILES, axis=0)
+        )
+
+
+def test_candidates_travel_run_length_encoded():
+    from episodekit.metadata.stats import _run_length
+
+    qi = np.array([0, 0, 0, 1, 1, 0], np.int8)
+    dim = np.array([2, 2, 2, 2, 2, 1], np.int32)
+    val = np.array([5.0, 5.0, 3.0, 5.0, 5.0, 5.0])
+    got = _run_length(qi, dim, val)
+    assert [a.tolist() for a in got] == [
+        [0, 0, 0, 1],
+        [1, 2, 2, 2],
+        [5.0, 3.0, 5.0, 5.0],
+        [1, 1, 2, 2],
+    ]

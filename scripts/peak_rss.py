@@ -1,0 +1,139 @@
+"""Peak resident memory of a command and of every process it starts (Ray workers included).
+
+    .venv/bin/python scripts/peak_rss.py [--json] -- COMMAND [ARG ...]
+
+Polls the process tree every 20 ms with psutil and prints the driver's peak RSS (the command's
+own process), the largest peak of any Ray worker process (``ray::...``: one runs the tasks), of
+any other child (Ray's own daemons: gcs, raylet, ...), and the wall time. Polling can miss a
+spike shorter than the interval; the figures are lower bounds of the true peaks by that much.
+The command's output passes through; lines like ``rowgroups: done in 1.2s`` (prepare's step
+lines) end a step, and the peaks are also given per step (``steps``: the driver's and the largest
+worker's RSS seen while that step ran; a worker keeps memory it freed, so a later step may show
+an earlier step's high-water mark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+
+MIB = 2**20
+
+
+def _kind(p: psutil.Process) -> str:
+    try:
+        cmd = " ".join(p.cmdline()[:2])
+        name = p.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return "gone"
+    if name.startswith("ray::") or cmd.startswith("ray::") or "default_worker.py" in cmd:
+        return "worker"
+    return "other"
+
+
+STEP_LINE = re.compile(r"^(\w+): (done|skipped|failed)\b")
+
+
+def _follow(stream, marks: list[tuple[float, str]]) -> None:
+    """Echo the command's output to stderr; remember when each step line came."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        sys.stderr.write(line)
+        m = STEP_LINE.match(line)
+        if m:
+            marks.append((time.perf_counter(), m.group(1)))
+
+
+def _poll(root: psutil.Process, peaks: dict) -> tuple[int, int]:
+    """One look at the tree: update ``peaks``; the driver's and the largest worker's RSS now."""
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0, 0
+    now = {"driver": 0, "worker": 0}
+    for p in procs:
+        try:
+            rss = p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        kind = "driver" if p.pid == root.pid else _kind(p)
+        old = peaks.get(p.pid, (kind, 0))
+        kind = kind if kind != "gone" else old[0]
+        peaks[p.pid] = (kind, max(old[1], rss))
+        if kind in now:
+            now[kind] = max(now[kind], rss)
+    return now["driver"], now["worker"]
+
+
+def measure(cmd: list[str], interval: float = 0.02) -> dict:
+    """Run ``cmd``; peak RSS (MiB) of the driver, of the largest worker and other child, and
+    per step (``steps``: name -> [driver MiB, worker MiB])."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    marks: list[tuple[float, str]] = []
+    reader = threading.Thread(target=_follow, args=(proc.stdout, marks), daemon=True)
+    reader.start()
+    root = psutil.Process(proc.pid)
+    peaks: dict[int, tuple[str, int]] = {}
+    timeline = []
+    while proc.poll() is None:
+        timeline.append((time.perf_counter(), *_poll(root, peaks)))
+        time.sleep(interval)
+    code = proc.wait()
+    reader.join(timeout=5)
+
+    def top(kind: str) -> float:
+        vals = [v for k, v in peaks.values() if k == kind]
+        return round(max(vals) / MIB, 1) if vals else 0.0
+
+    steps, start = {}, t0
+    for end, name in marks:
+        seen = [(d, w) for t, d, w in timeline if start <= t <= end] or [(0, 0)]
+        steps[name] = [
+            round(max(d for d, _ in seen) / MIB, 1),
+            round(max(w for _, w in seen) / MIB, 1),
+        ]
+        start = end
+    return {
+        "exit": code,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "driver_mib": top("driver"),
+        "worker_mib": top("worker"),
+        "other_mib": top("other"),
+        "workers": sum(k == "worker" for k, _ in peaks.values()),
+        "steps": steps,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = ap.parse_args()
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        ap.error("no command")
+    res = measure(cmd)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(
+            f"exit {res['exit']} in {res['seconds']}s: driver {res['driver_mib']} MiB, "
+            f"max worker {res['worker_mib']} MiB ({res['workers']} workers), "
+            f"max other child {res['other_mib']} MiB",
+            file=sys.stderr,
+        )
+        for name, (d, w) in res["steps"].items():
+            print(f"  {name:<10} driver {d:7.1f} MiB  max worker {w:7.1f} MiB", file=sys.stderr)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
