@@ -5,7 +5,7 @@
 DIR defaults to $EPISODEKIT_BENCH, else ./bench-data (git-ignored); the benchmark scripts read
 their roots from the same place. Each root is made by the `episodekit` commands printed as it
 runs (so a reader can also type them), with fixed seeds: the same bytes on every machine.
-A root that exists is kept (delete it to remake it). Sizes: big10m ~10.2M frames (~4 GB of
+A root that exists is kept (delete it to remake it). Sizes: big10m ~10.1M frames (~4 GB of
 parquet + a 1.4 GB frame store), quality-2m ~2M frames, v21-2m ~3.9M frames in v2.1 (one file
 per episode), v21-vid 200 v2.1 episodes with two cameras, video-av1 40 episodes with two AV1
 cameras at 240x320. (scripts/bench_image_stats.py writes its own small video root, images-vid,
@@ -24,10 +24,11 @@ EK = [sys.executable, "-m", "episodekit.cli"]
 
 # name -> the commands that make it ({d}: the root's folder, {dir}: the benchmark folder)
 ROOTS: dict[str, list[list[str]]] = {
-    # 25,000 episodes (~10.2M frames) as LeRobot's editing tools leave them, then prepared:
+    # 38,000 episodes (~10.1M frames; 25,000 gave 10.2M before the sample's lengths changed to
+    # a mean of ~266) as LeRobot's editing tools leave them, then prepared:
     # 32 MiB row groups, plans for 8 x 2, 8 x 4 and 64 x 4, the canonical plan.
     "big10m": [
-        ["sample", "{d}", "--episodes", "25000", "--style", "edited", "--seed", "5"],
+        ["sample", "{d}", "--episodes", "38000", "--style", "edited", "--seed", "5"],
         ["prepare", "{d}", "--world-size", "8,64", "--workers", "2", "--canonical-bins", "auto"],
         ["metadata", "plan", "{d}", "--world-size", "8,64", "--workers", "4"],
     ],
