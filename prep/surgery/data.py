@@ -117,11 +117,12 @@ def output_schema(plan: OutputPlan, removed: set[str]) -> pa.Schema:
     return schema.with_metadata(_drop_from_hf_metadata(dict(schemas[0].metadata or {}), removed))
 
 
-def _row_groups(plan: OutputPlan, d: int, f: int, keep: np.ndarray) -> list[int]:
-    """Source row groups that may hold a kept episode (all when the footer has no statistics)."""
+def _row_groups(plan: OutputPlan, d: int, f: int, keep: np.ndarray) -> list[int] | None:
+    """Source row groups that may hold a kept episode (None: all, when the footer has no
+    statistics or the layout came without a footer)."""
     layout = plan.layouts[(d, f)]
     if layout.episode_min is None:
-        return list(range(layout.num_row_groups))
+        return None
     i = np.clip(np.searchsorted(keep, layout.episode_min), 0, len(keep) - 1)
     return np.flatnonzero(keep[i] <= layout.episode_max).tolist() if len(keep) else []
 

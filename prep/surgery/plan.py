@@ -8,6 +8,7 @@ file's uncompressed bytes, scaled to the plain encoding the output uses (``plain
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,7 +124,8 @@ def _byte_estimates(plan: OutputPlan) -> tuple[np.ndarray, np.ndarray]:
     plain = np.zeros(plan.num_episodes)
     scale: dict[int, float] = {}
     pairs = np.unique(np.stack([plan.ds_id, plan.src_file], axis=1), axis=0).tolist()
-    plan.layouts.update(zip(map(tuple, pairs), _footers(plan, pairs)))
+    layouts = _one_episode_layouts(plan, pairs) or _footers(plan, pairs)
+    plan.layouts.update(zip(map(tuple, pairs), layouts))
     for d, f in pairs:
         ds = plan.datasets[d]
         path = ds.data_path(f)
@@ -136,6 +138,46 @@ def _byte_estimates(plan: OutputPlan) -> tuple[np.ndarray, np.ndarray]:
         disk[sel] = plan.length[sel] * layout.file_size / rows
         plain[sel] = plan.length[sel] * layout.row_group_bytes.sum() / rows * scale[d]
     return disk, plain
+
+
+def _one_episode_layouts(plan: OutputPlan, pairs: list[list[int]]) -> list[FileLayout] | None:
+    """Local v2.x roots keep one episode per file: their layouts from the episodes table (rows)
+    and the file system (sizes), with one footer per dataset for the codec and bytes per row,
+    instead of 10,000 footers. None when a source is not such a root (or not local). The rows
+    read are still counted against the episodes table while copying (``kept_batches``)."""
+    from dataclasses import replace
+
+    from episodekit.core.dataset import V2
+
+    if not all(plan.datasets[d].version in V2 and plan.datasets[d].is_local for d, _ in pairs):
+        return None
+    key = plan.ds_id.astype(np.int64) * (1 << 32) + plan.src_file
+    pair_keys = np.array([d * (1 << 32) + f for d, f in pairs], dtype=np.int64)
+    rows = np.bincount(np.searchsorted(pair_keys, key), plan.length, minlength=len(pairs))
+    samples: dict[int, FileLayout] = {}
+    out = []
+    for (d, f), n in zip(pairs, rows.astype(np.int64).tolist()):
+        ds = plan.datasets[d]
+        path = ds.data_path(f)
+        if d not in samples:
+            samples[d] = file_layout(path)
+        first = samples[d]
+        per_row = first.row_group_bytes.sum() / max(first.num_rows, 1)
+        size = os.path.getsize(path)
+        out.append(
+            replace(
+                first,
+                path=path,
+                num_rows=n,
+                file_size=size,
+                row_group_rows=np.array([n], dtype=np.int64),
+                row_group_bytes=np.array([int(n * per_row)], dtype=np.int64),
+                row_group_compressed=np.array([size], dtype=np.int64),
+                episode_min=None,  # read every row group of the file
+                episode_max=None,
+            )
+        )
+    return out
 
 
 FOOTER_THREADS = 8  # footers are small reads: threads hide the latency of many files (v2.x)

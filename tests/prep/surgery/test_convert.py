@@ -235,3 +235,16 @@ def test_v21_stats_without_quantiles_carried_or_completed(make_sample, tmp_path)
     assert json.loads(res.stdout)["stats"] == "computed (the source's stats have no quantiles)"
     doc = json.loads(cli("validate", complete, "--json").stdout)
     assert doc["counts"] == {"error": 0, "warning": 0}, doc["findings"]
+
+
+def test_v21_files_of_several_row_groups_are_read_whole(tmp_path):
+    """Local v2.x layouts come from the episodes table, not each footer: a source file split
+    into many row groups is still copied whole (and counted against its length)."""
+    src = tmp_path / "v21"
+    shutil.copytree(V21, src)
+    first = sorted((src / "data").rglob("*.parquet"))[0]
+    pq.write_table(pq.read_table(first), first, row_group_size=7)
+    assert pq.ParquetFile(first).metadata.num_row_groups > 3
+    out = tmp_path / "out"
+    assert cli("convert", src, "--out", out).returncode == 0
+    assert rows(out).equals(rows(V21))
