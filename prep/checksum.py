@@ -142,9 +142,14 @@ class TableChecksum:
         else:
             self._feed(column, path, "data", _fixed_width_values(arr, valid))
 
-    def update(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Feed the next rows (all columns) in row order."""
-        for name, col in zip(batch.schema.names, batch.columns):
+    def update(self, batch: pa.RecordBatch | pa.Table, contiguous: bool = False) -> None:
+        """Feed the next rows (all columns) in row order. ``contiguous``: join each column's
+        chunks first, one column at a time (many small batches cost one pass, and only one
+        column is copied at once)."""
+        for name in batch.schema.names:
+            col = batch.column(name)
+            if contiguous and isinstance(col, pa.ChunkedArray):
+                col = col.combine_chunks()
             self._array(name, "", col)
         self.num_rows += batch.num_rows
 

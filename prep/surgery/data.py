@@ -172,7 +172,7 @@ def kept_batches(
 
 
 READ_AHEAD_BYTES = 16 * MIB  # source rows decoded ahead of the writer (small files only)
-READ_THREADS = 4
+READ_THREADS = 2
 
 
 def _read_ahead(
@@ -265,7 +265,6 @@ def _write_file(
         pending_rows, g = 0, 0
         for batches in _read_ahead(plan, plan.runs(f), schema, task_maps):
             for batch, out_ep in batches:
-                result.checksum.update(batch.select(checked))
                 result.tasks.add(out_ep, batch.column("task_index").to_numpy())
                 off = 0
                 while off < batch.num_rows:
@@ -273,6 +272,10 @@ def _write_file(
                     pending.append(batch.slice(off, take))
                     pending_rows, off = pending_rows + take, off + take
                     if pending_rows == group_rows[g]:
+                        # one checksum pass per row group, not per (small) source batch: the
+                        # sums are over the rows in order, so the result is the same
+                        group = pa.Table.from_batches(pending, schema=schema).select(checked)
+                        result.checksum.update(group, contiguous=True)
                         _write_group(writer, pending, schema)
                         pending, pending_rows, g = [], 0, g + 1
         if pending_rows or g != len(group_rows):
