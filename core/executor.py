@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from episodekit.core.errors import EnvironmentProblem
+from episodekit.core.memory import release_memory
 from episodekit.core.progress import current
 
 T = TypeVar("T")
@@ -89,24 +90,7 @@ def _call_task(fn: Callable, item: Any, *shared: Any) -> Any:
     try:
         return fn(item, *shared)
     finally:
-        _release_memory()
-
-
-def _release_memory() -> None:
-    import ctypes  # noqa: PLC0415
-    import gc  # noqa: PLC0415
-
-    gc.collect()
-    try:
-        import pyarrow as pa  # noqa: PLC0415
-
-        pa.default_memory_pool().release_unused()
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        pass
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+        release_memory()
 
 
 _NONE = object()  # no shared data (None is a value)
@@ -193,7 +177,10 @@ def _run_ray(
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
         for r in done:
-            yield refs[r], ray.get(r)
+            # Forget the ref once fetched: the object store may then reuse its memory (the
+            # driver maps that memory; a result kept alive by a ref keeps its pages resident).
+            yield refs.pop(r), ray.get(r)
+        del done
 
 
 def map_files(

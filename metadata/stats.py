@@ -62,9 +62,11 @@ import pyarrow.parquet as pq
 from episodekit.core.atomic import atomic_path, atomic_write_bytes
 from episodekit.core.dataset import V3, Dataset, DatasetError, as_dataset, is_local, resolve_root
 from episodekit.core.errors import EnvironmentProblem
-from episodekit.core.executor import map_files
+from episodekit.core.executor import imap_files, map_files
 from episodekit.core.logs import log_once
+from episodekit.core.memory import release_memory
 from episodekit.core.world import rank_info
+from episodekit.metadata.episode_stats import QUANTILE_KEYS, EpisodeFold, EpisodeStats
 from episodekit.metadata.image_stats import (
     ImageStats,
     compute_image_stats,
@@ -79,7 +81,6 @@ SUMMARY_FILE = "meta/episodekit_stats.parquet"
 SUMMARY_KEY = b"episodekit_stats"
 STATS_VERSION = 1
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
-QUANTILE_KEYS = ("q01", "q10", "q50", "q90", "q99")
 STAT_KEYS = ("min", "max", "mean", "std", "count", *QUANTILE_KEYS)
 ORDERED_KEYS = ("min", *QUANTILE_KEYS, "max")  # must be ascending
 NON_NUMERIC_DTYPES = ("image", "video", "string", "language")
@@ -709,7 +710,7 @@ class StatsResult:
     features: dict[str, int]
     episode_index: np.ndarray  # sorted
     episode_count: np.ndarray
-    episode: dict[str, dict[str, np.ndarray]]  # name -> key -> (episodes, D) (count excluded)
+    episode: EpisodeStats  # name -> key -> (episodes, D) (count excluded), on local disk
     dataset: dict[str, FeatureStats]
     mode: dict[str, str]  # name -> "exact" | "sketch"
     rank_error: dict[str, float]  # name -> bound of the dataset quantiles, as a fraction of N
@@ -752,47 +753,20 @@ def data_state(ds: Dataset) -> str:
     return h.hexdigest()[:32]
 
 
-def _merge_episode_parts(ds: Dataset, feats: dict[str, int], results: list[dict]):
-    ep = np.concatenate([r["episodes"] for r in results])
-    order = np.argsort(ep, kind="stable")
-    ep = ep[order]
-    dup = np.flatnonzero(np.diff(ep) == 0)
-    if len(dup):
-        raise DatasetError(f"episode {ep[dup[0]]} appears in several places of the data files")
-    want = ds.column("episode_index")
-    missing = np.setdiff1d(want, ep)
-    if len(missing):
-        raise DatasetError(f"episodes {missing[:5].tolist()} have no rows in the data files")
-    count = np.concatenate([r["count"] for r in results])[order]
-    per: dict[str, dict[str, np.ndarray]] = {}
-    for n in feats:
-        f = {
-            k: np.concatenate([r["features"][n][k] for r in results])[order]
-            for k in ("min", "max", "mean", "m2")
-        }
-        q = np.concatenate([r["features"][n]["q"] for r in results], axis=1)[:, order]
-        f["std"] = np.sqrt(f["m2"] / count[:, None])
-        for i, key in enumerate(QUANTILE_KEYS):
-            f[key] = q[i]
-        per[n] = f
-        for r in results:  # merged: the files' copies go (O(episodes) less held to the end)
-            for k in ("min", "max", "mean", "m2", "q"):
-                r["features"][n].pop(k, None)
-    return ep, count, per
-
-
-def _dataset_stats(feats, count, per, results) -> dict[str, FeatureStats]:
-    """Chan's merge of the episodes' moments; min/max; the merged rank summaries."""
+def _dataset_stats(feats, count, per, summaries: list[dict]) -> dict[str, FeatureStats]:
+    """Chan's merge of the episodes' moments; min/max; the merged rank summaries
+    (``summaries``: per data file, in file order, feature -> its blocks' (values, weights))."""
     out = {}
     total = int(count.sum())
     w = count.astype(np.float64)[:, None]
     for n, d in feats.items():
-        f = per[n]
+        f = {k: per.column(n, k) for k in ("mean", "m2", "min", "max")}
         mean = (f["mean"] * w).sum(0) / total
         m2 = f["m2"].sum(0) + (w * (f["mean"] - mean) ** 2).sum(0)
-        values = np.concatenate([v for r in results for v, _ in r["features"][n]["sketch"]])
-        weights = np.concatenate([wt for r in results for _, wt in r["features"][n]["sketch"]])
-        error = float(sum(wt.max() - 1 for r in results for _, wt in r["features"][n]["sketch"]))
+        parts = [p for s in summaries for p in s[n]]
+        values = np.concatenate([v for v, _ in parts])
+        weights = np.concatenate([wt for _, wt in parts])
+        error = float(sum(wt.max() - 1 for _, wt in parts))
         sketches = []
         for j in range(d):
             order = np.argsort(values[:, j], kind="stable")
@@ -1086,17 +1060,23 @@ def compute_stats(
             "spill": spill,
         }
         todo = [{**common, "rel": r, "file_id": i} for r, i in zip(rels, ids)]
-        results = map_files(scan_file, todo, executor, jobs)
         if episodes is not None:
-            results = [_keep_episodes(r, np.asarray(episodes)) for r in results]
             ds = _subset(ds, np.asarray(episodes))
-        ep, count, per = _merge_episode_parts(ds, feats, results)
-        dataset = _dataset_stats(feats, count, per, results)
+        fold = EpisodeFold(ds.column("episode_index"), feats, len(todo), spill_dir)
+        for i, r in imap_files(scan_file, todo, executor, jobs):
+            if episodes is not None:
+                r = _keep_episodes(r, np.asarray(episodes))
+            fold.add(i, r)
+            del r  # folded: its memory (in Ray's object store) can go
+        per = fold.finish()
+        ep, count = per.episode_index, per.count
+        dataset = _dataset_stats(feats, count, per, fold.sketch)
         if exact and spill is not None:
             for n in feats:
-                _exact_from_runs([p for r in results for p in r["runs"][n]], dataset[n])
+                _exact_from_runs([p for r in fold.runs for p in r[n]], dataset[n])
         elif exact:
             _exact_quantiles(ds.root, rels, feats, dataset, executor, jobs, batch_rows)
+        del fold
     mode = {n: "exact" if exact else "sketch" for n in feats}
     return StatsResult(
         features=feats,
@@ -1164,38 +1144,64 @@ def episode_columns(res: StatsResult, episode_index: np.ndarray) -> dict[str, pa
     if not np.array_equal(res.episode_index[pos], episode_index):
         raise DatasetError("episodes file lists episodes the stats were not computed for")
     cols: dict[str, pa.Array] = {}
+    rows = res.episode.rows(pos)
     for n in res.features:
-        f = res.episode[n]
+        f = rows[n]
         for key in STAT_KEYS:
             if key == "count":
                 cols[f"stats/{n}/count"] = _list_column(
                     res.episode_count[pos][:, None].astype(np.int64), pa.int64()
                 )
             else:
-                cols[f"stats/{n}/{key}"] = _list_column(f[key][pos], pa.float64())
+                cols[f"stats/{n}/{key}"] = _list_column(f[key], pa.float64())
     if res.images is not None:
         img_pos = np.searchsorted(res.images.episode_index, episode_index)
         cols.update(res.images.episode_columns(img_pos))
     return cols
 
 
-def _with_stats(table: pa.Table, cols: dict[str, pa.Array]) -> pa.Table:
-    """``table`` with its stats columns replaced in place (new ones appended), metadata kept."""
-    for name, arr in cols.items():
-        i = table.schema.get_field_index(name)
-        fld = pa.field(name, arr.type)
-        table = table.set_column(i, fld, arr) if i >= 0 else table.append_column(fld, arr)
-    return table
+EPISODES_PER_ROW_GROUP = 2048  # rows of an episodes file built and written at a time
 
 
-def _write_episodes_file(path: str, table: pa.Table) -> None:
-    """Atomic rewrite, verified (rows, columns, metadata) before it replaces the original."""
+def _rewrite_episodes_file(path: str, res: StatsResult, replaced: set[str]) -> None:
+    """One episodes file with its stats columns from ``res``, atomically, verified (rows and
+    columns) before it replaces the original. The columns being replaced are not read (they
+    are most of the file); the others keep their place, new ones go last. Written
+    :data:`EPISODES_PER_ROW_GROUP` rows at a time: memory holds a slice's stats, not a file's."""
+    names = pq.read_schema(path).names
+    table = pq.read_table(path, columns=[c for c in names if c not in replaced])
+    ep = table.column("episode_index").to_numpy().astype(np.int64)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
-        back = pq.read_schema(tmp)
-        rows = pq.ParquetFile(tmp).metadata.num_rows
-        if rows != table.num_rows or back.names != table.schema.names:
+        writer = None
+        try:
+            for start in range(0, max(table.num_rows, 1), EPISODES_PER_ROW_GROUP):
+                part = table.slice(start, EPISODES_PER_ROW_GROUP)
+                out = _with_stats(part, names, episode_columns(res, ep[start : start + len(part)]))
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, out.schema)
+                writer.write_table(out)
+        finally:
+            if writer is not None:
+                writer.close()
+        back = pq.ParquetFile(tmp)
+        if back.metadata.num_rows != table.num_rows or back.schema_arrow.names != out.column_names:
             raise DatasetError("rewritten episodes file does not read back the same", path)
+
+
+def _with_stats(table: pa.Table, names: list[str], cols: dict[str, pa.Array]) -> pa.Table:
+    """``table`` (the kept columns) with the stats columns ``cols`` in the file's column order
+    ``names`` (new ones last); the schema's metadata kept."""
+    fields, arrays = [], []
+    for name in names:
+        if name in cols:
+            fields.append(pa.field(name, cols[name].type))
+            arrays.append(cols[name])
+        elif name in table.column_names:
+            fields.append(table.schema.field(name))
+            arrays.append(table.column(name))
+    fields += [pa.field(n, a.type) for n, a in cols.items() if n not in names]
+    arrays += [a for n, a in cols.items() if n not in names]
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
 def _file_state(path: str) -> str:
@@ -1255,11 +1261,11 @@ def write_stats(res: StatsResult, root: Dataset | str | os.PathLike) -> bool:
     base = Path(ds.path)
     try:
         outputs: dict[str, Any] = {"episodes": {}}
+        numeric = {f"stats/{n}/{k}" for n in res.features for k in STAT_KEYS}
         for f in sorted(base.glob("meta/episodes/*/*.parquet")):
-            table = pq.read_table(f)
-            ep = table.column("episode_index").to_numpy().astype(np.int64)
-            _write_episodes_file(str(f), _with_stats(table, episode_columns(res, ep)))
+            _rewrite_episodes_file(str(f), res, numeric)
             outputs["episodes"][str(f.relative_to(base))] = _file_state(str(f))
+            release_memory()  # one episodes file's columns at a time, not the high-water mark
         stats_path = base / STATS_FILE
         old: dict = {}
         if stats_path.exists():

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.core import atomic
+from episodekit.core.dataset import DatasetError
 from episodekit.metadata.stats import (
     QUANTILE_KEYS,
     QUANTILES,
@@ -315,6 +316,50 @@ def test_merge_of_file_halves_equals_whole_on_a_dataset(make_sample):
 # Writing: LeRobot layout, freshness, read-only
 
 
+def _rewrite_data(root: Path, fn) -> None:
+    """Each data file replaced by ``fn(index, table)``."""
+    for i, path in enumerate(_data_files(root)):
+        pq.write_table(fn(i, pq.read_table(path)), path)
+
+
+def test_an_episode_in_two_data_files_is_an_error(root):
+    files = _data_files(root)
+    assert len(files) >= 2
+    first = pq.read_table(files[0])
+    ep = int(first["episode_index"][0].as_py())
+    rows = first.filter(pa.compute.equal(first["episode_index"], ep))
+    _rewrite_data(root, lambda i, t: pa.concat_tables([t, rows]) if i == 1 else t)
+    with pytest.raises(DatasetError, match=f"episode {ep} appears in several places"):
+        compute_stats(root, jobs=1)
+
+
+def test_a_listed_episode_without_rows_is_an_error(root):
+    _rewrite_data(root, lambda i, t: t.filter(pa.compute.not_equal(t["episode_index"], 5)))
+    with pytest.raises(DatasetError, match=r"episodes \[5\] have no rows"):
+        compute_stats(root, jobs=1)
+
+
+def test_an_unlisted_episode_still_counts(root):
+    """Rows of an episode the episodes table does not list: in the stats as before the fold
+    (per-episode row and dataset moments over every row)."""
+    f = sorted((root / "meta/episodes").rglob("*.parquet"))[0]
+    t = pq.read_table(f)
+    gone = int(t["episode_index"][-1].as_py())
+    pq.write_table(t.slice(0, t.num_rows - 1), f)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["total_episodes"] -= 1
+    info["total_frames"] -= int(t["length"][-1].as_py())
+    (root / "meta/info.json").write_text(json.dumps(info))
+    res = compute_stats(root, jobs=1)
+    assert gone in res.episode_index.tolist()
+    assert np.all(np.diff(res.episode_index) > 0)
+    ep, x = _column(root, "action")
+    assert int(res.episode_count.sum()) == len(ep)
+    np.testing.assert_allclose(res.dataset["action"].mean, x.mean(0), rtol=1e-9)
+    at = int(np.searchsorted(res.episode_index, gone))
+    np.testing.assert_array_equal(res.episode["action"]["max"][at], x[ep == gone].max(0))
+
+
 def test_written_in_lerobot_layout(root):
     f = sorted((root / "meta/episodes").rglob("*.parquet"))[0]
     t = pq.read_table(f)
@@ -344,6 +389,22 @@ def test_written_in_lerobot_layout(root):
     meta = read_summary_meta(root)
     assert meta["quantiles"]["action"] == "exact" and meta["rank_error"]["action"] == 0.0
     assert _stats_errors(root, deep=True) == set()
+
+
+def test_episodes_file_written_a_slice_at_a_time(root, monkeypatch):
+    """An episodes file is rewritten in row groups of EPISODES_PER_ROW_GROUP rows: the same
+    columns, kept values and stats as one slice gives."""
+    from episodekit.metadata import stats as stats_mod
+
+    f = sorted((root / "meta/episodes").rglob("*.parquet"))[0]
+    ensure_stats(root, force=True, jobs=1)
+    whole = pq.read_table(f)
+    monkeypatch.setattr(stats_mod, "EPISODES_PER_ROW_GROUP", 5)
+    ensure_stats(root, force=True, jobs=1)
+    sliced = pq.ParquetFile(f)
+    assert sliced.metadata.num_row_groups == -(-whole.num_rows // 5) > 1
+    assert sliced.read().equals(whole)
+    assert sliced.schema_arrow.metadata == whole.schema.metadata
 
 
 def test_image_stats_are_kept(make_sample):
