@@ -1,9 +1,10 @@
 """Build the decoded frame store (``episodekit prep frames ROOT``): random access without parquet.
 
 Every fixed-width non-video column (see :func:`episodekit.core.store.expected_columns`) is
-decoded once, streamed batch by batch into preallocated ``.npy`` memmaps (memory stays bounded by
-one record batch per file being read, whatever the dataset's size), with files read in parallel
-threads (pyarrow and numpy release the GIL).
+decoded once, streamed batch by batch into preallocated ``.npy`` files, written at their offsets
+with ``pwrite`` (memory stays bounded by one record batch per file being read, whatever the
+dataset's size: nothing of the store is mapped into the builder), with files read in parallel
+threads (pyarrow and numpy release the GIL) or one executor task per file.
 
 Correctness first:
 
@@ -13,9 +14,9 @@ Correctness first:
 - checked while decoding: each file's row count against the episodes table, its column types
   against the first file's, no nulls, ``index`` equal to the frame's position and
   ``episode_index`` equal to the episode the episodes table puts there;
-- verified before publishing: the arrays are flushed to disk (msync) and read back through
-  ``np.load(mmap_mode="r")``, as readers will, and their CRC32 per file and column must equal the
-  CRC32 of what was decoded; a data file that changed while it was read fails the build;
+- verified before publishing: the files are read back, a few MiB at a time, and their CRC32 per
+  data file and column must equal the CRC32 of what was decoded; a data file that changed while
+  it was read fails the build; the files are fsynced before the manifest names them;
 - rebuilt only when stale (the manifest's fingerprint, features and data-file identities).
 """
 
@@ -189,7 +190,7 @@ def _build_file(
     ds: Dataset,
     fid: int,
     columns: Mapping[str, Mapping[str, Any]],
-    arrays: Mapping[str, np.ndarray],
+    arrays: Mapping[str, _ColumnFile],
     base: int,
     bounds: np.ndarray,
     file_of: np.ndarray,
@@ -217,21 +218,20 @@ def _build_file(
                     "in the first data file",
                     path,
                 )
-        pos = first - base
-        layout = {n: (np.dtype(c["dtype"]), tuple(c["shape"])) for n, c in columns.items()}
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=list(columns)):
-            m = batch.num_rows
-            for name, (dtype, shape) in layout.items():
+        for name, c in columns.items():  # a column at a time: memory holds one column chunk
+            dtype, shape = np.dtype(c["dtype"]), tuple(c["shape"])
+            pos = first - base
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[name]):
                 try:
-                    values = rows_of(batch.column(name), dtype, shape)
+                    values = rows_of(batch.column(0), dtype, shape)
                 except ValueError as exc:
                     raise DatasetError(f"column {name!r}: {exc}", path) from exc
                 _check_structure(name, values, pos + base, bounds, path)
-                arrays[name][pos : pos + m] = values
+                arrays[name].write(pos, values)
                 crc[name] = zlib.crc32(values, crc[name])
-            pos += m
-        if pos != first - base + rows:
-            raise DatasetError(f"read {pos - first + base} rows, expected {rows}", path)
+                pos += batch.num_rows
+            if pos != first - base + rows:
+                raise DatasetError(f"read {pos - first + base} rows, expected {rows}", path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise DatasetError(f"cannot read ({exc})", path) from exc
     finally:
@@ -243,18 +243,69 @@ def _build_file(
     return _FileResult(fid, before, first - base, rows, crc)
 
 
-def _allocate(folder: Path, columns: Mapping[str, Mapping[str, Any]], n: int) -> dict:
-    """One ``.npy`` per column, full size on disk now (a full disk fails here, cleanly, not
-    later with SIGBUS on a sparse mapping)."""
-    arrays = {}
+class _ColumnFile:
+    """One store column's ``.npy``: rows written at their offset with ``pwrite`` and read back
+    with ``pread`` (through the page cache, never mapped: a builder's memory does not grow with
+    the rows it wrote). Safe to share between threads (positional I/O)."""
+
+    def __init__(self, path: Path, row_bytes: int):
+        self.path = path
+        self.row_bytes = row_bytes
+        with open(path, "rb") as fh:
+            if np.lib.format.read_magic(fh) == (1, 0):
+                np.lib.format.read_array_header_1_0(fh)
+            else:
+                np.lib.format.read_array_header_2_0(fh)
+            self.offset = fh.tell()  # where the rows start
+        self.fd = os.open(path, os.O_RDWR)
+
+    def write(self, pos: int, values: np.ndarray) -> None:
+        view = memoryview(np.ascontiguousarray(values)).cast("B")
+        at = self.offset + pos * self.row_bytes
+        while len(view):
+            n = os.pwrite(self.fd, view, at)
+            view, at = view[n:], at + n
+
+    def crc(self, pos: int, rows: int, chunk: int = 8 << 20) -> int:
+        """CRC32 of rows ``[pos, pos + rows)`` as the file holds them."""
+        crc, at, left = 0, self.offset + pos * self.row_bytes, rows * self.row_bytes
+        while left:
+            data = os.pread(self.fd, min(chunk, left), at)
+            if not data:
+                raise OSError(f"{self.path}: ends before row {pos + rows}")
+            crc = zlib.crc32(data, crc)
+            at, left = at + len(data), left - len(data)
+        return crc
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _open_columns(folder: Path, columns: Mapping[str, Mapping[str, Any]]) -> dict:
+    """The store's column files under ``folder``, opened for positional writes and reads."""
+    out = {}
     for name, c in columns.items():
+        row = np.dtype(c["dtype"]).itemsize * int(np.prod(c["shape"]) if c["shape"] else 1)
+        out[name] = _ColumnFile(folder / c["file"], row)
+    return out
+
+
+def _close_columns(files: Mapping[str, _ColumnFile]) -> None:
+    for f in files.values():
+        f.close()
+
+
+def _allocate(folder: Path, columns: Mapping[str, Mapping[str, Any]], n: int) -> None:
+    """One ``.npy`` per column, full size on disk now (a full disk fails here, cleanly, not
+    later when a row is written)."""
+    for c in columns.values():
         path = folder / c["file"]
         dtype, shape = np.dtype(c["dtype"]), (n, *c["shape"])
         if n == 0:
             np.save(path, np.zeros(shape, dtype))
-            arrays[name] = np.zeros(shape, dtype)
             continue
         arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+        del arr  # header and size written; rows go in with pwrite
         fd = os.open(path, os.O_RDWR)
         try:
             os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
@@ -263,8 +314,6 @@ def _allocate(folder: Path, columns: Mapping[str, Mapping[str, Any]], n: int) ->
                 raise  # ENOSPC and friends; a filesystem without fallocate is fine
         finally:
             os.close(fd)
-        arrays[name] = arr
-    return arrays
 
 
 def _decode_threads(ds, columns, arrays, base, bounds, file_of, jobs, progress) -> list:
@@ -309,31 +358,31 @@ def _decode_tasks(tmp, ds, columns, base, bounds, file_of, executor, jobs, progr
 def _task_file(fid: int, shared: tuple) -> _FileResult:
     """One data file into the store's ``.npy`` files under ``tmp`` (an executor job)."""
     ds, columns, tmp, base, bounds, file_of = shared
-    arrays = {name: np.load(Path(tmp) / c["file"], mmap_mode="r+") for name, c in columns.items()}
+    files = _open_columns(Path(tmp), columns)
     try:
-        res = _build_file(ds, fid, columns, arrays, base, bounds, file_of)
+        res = _build_file(ds, fid, columns, files, base, bounds, file_of)
     finally:
-        for arr in arrays.values():
-            if isinstance(arr, np.memmap):
-                arr.flush()
-        arrays.clear()
-    _verify(Path(tmp), columns, [res])  # read back after the flush, here where it was written
+        _close_columns(files)
+    _verify(Path(tmp), columns, [res])  # read back here, where it was written
     return res
 
 
 def _verify(folder: Path, columns, results: list[_FileResult]) -> None:
-    """Read the flushed arrays back as readers will and compare CRC32s per file and column."""
-    for name, c in columns.items():
-        arr = np.load(folder / c["file"], mmap_mode="r") if results else None
-        for r in results:
-            got = zlib.crc32(np.ascontiguousarray(arr[r.start : r.start + r.rows]))
-            if got != r.crc[name]:
-                raise DatasetError(
-                    f"frame store verification failed: column {name!r} of "
-                    f"{r.identity['path']} reads back differently from what was decoded",
-                    str(folder),
-                )
-        del arr
+    """Read the written files back and compare CRC32s per data file and column."""
+    if not results:
+        return
+    files = _open_columns(folder, columns)
+    try:
+        for name in columns:
+            for r in results:
+                if files[name].crc(r.start, r.rows) != r.crc[name]:
+                    raise DatasetError(
+                        f"frame store verification failed: column {name!r} of "
+                        f"{r.identity['path']} reads back differently from what was decoded",
+                        str(folder),
+                    )
+    finally:
+        _close_columns(files)
 
 
 def build_frame_store(
@@ -419,16 +468,15 @@ def _build_into(
     base = first_frame(ds)
     bounds = episode_bounds(ds)
     file_of = ds.column("file_id").astype(np.int64) if ds.num_episodes else np.zeros(0, np.int64)
-    arrays = _allocate(tmp, columns, n)
+    _allocate(tmp, columns, n)
     if executor == "local":
-        results = _decode_threads(ds, columns, arrays, base, bounds, file_of, jobs, progress)
-    else:
-        arrays.clear()  # the tasks open the files themselves
+        files = _open_columns(tmp, columns) if n else {}
+        try:
+            results = _decode_threads(ds, columns, files, base, bounds, file_of, jobs, progress)
+        finally:
+            _close_columns(files)
+    else:  # the tasks open the files themselves
         results = _decode_tasks(tmp, ds, columns, base, bounds, file_of, executor, jobs, progress)
-    for arr in arrays.values():  # msync: the data is on disk before anything names it
-        if isinstance(arr, np.memmap):
-            arr.flush()
-    arrays.clear()
     if executor == "local":
         _verify(tmp, columns, results)  # (each task verified its own rows)
     np.save(tmp / BOUNDS_FILE, bounds)
