@@ -1,4 +1,4 @@
-"""Per-episode stats of a whole dataset, held on local disk rather than in memory.
+"""Per-episode stats and rank summaries of a whole dataset, held on local disk, not in memory.
 
 A stats pass returns, per data file, every episode's min/max/mean/m2 and quantiles of every
 numeric feature: about 2.6 KB per episode for LeRobot's usual 33 dimensions, so 260 MB at 100,000
@@ -8,7 +8,9 @@ per listed episode, written through a memory map opened only while a result is c
 the process holds the episode indices and counts and, at any time, one file's result.
 :class:`EpisodeStats` reads back what a caller needs: one key of one feature (the dataset merge),
 the rows of some episodes (an episodes file's slice being written), or a whole feature (checks
-and tests). Values are the very float64 the scans computed; only where they sit changed.
+and tests). Values are the very float64 the scans computed; only where they sit changed. The
+blocks' rank summaries (1,024 points per block of about 64 MiB: they grow with the frames) are
+spilled per file too and read back one dimension at a time.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class EpisodeFold:
         self.feats = feats
         self.filled = np.zeros(len(self.ep), bool)
         self.count = np.zeros(len(self.ep), np.int64)
-        self.sketch: list[dict | None] = [None] * files  # per file, in file order
+        self.weights: list[dict | None] = [None] * files  # per file: feature -> weights, error
         self.runs: list[dict | None] = [None] * files
         self.extra: list[tuple[np.ndarray, np.ndarray, dict]] = []
         self.dup: list[int] = []
@@ -117,10 +119,31 @@ class EpisodeFold:
                 n: {k: v[rest].copy() for k, v in _values(r["features"][n])} for n in self.feats
             }
             self.extra.append((e[rest].copy(), np.asarray(r["count"])[rest].copy(), feats))
-        self.sketch[i] = {
-            n: [(v.copy(), w.copy()) for v, w in r["features"][n]["sketch"]] for n in self.feats
-        }
+        self.weights[i] = {}
+        for j, n in enumerate(self.feats):
+            blocks = r["features"][n]["sketch"]
+            values = np.concatenate([v for v, _ in blocks]) if blocks else np.zeros((0, 0))
+            np.save(self._summary_path(i, j), np.ascontiguousarray(values.T))  # (D, points)
+            w = np.concatenate([w for _, w in blocks]) if blocks else np.zeros(0, np.int64)
+            self.weights[i][n] = (w.copy(), float(sum(w.max() - 1 for _, w in blocks)))
         self.runs[i] = r["runs"]
+
+    def _summary_path(self, i: int, j: int) -> str:
+        return os.path.join(self.tmp.name, f"summary-{i}-{j}.npy")
+
+    def summary(self, feature: str, dim: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """The blocks' rank summaries of one dimension, in file order: values, weights (as
+        float64) and the summed rank error (read from the spill: one dimension at a time)."""
+        j = list(self.feats).index(feature)
+        files = [i for i, w in enumerate(self.weights) if w is not None]
+        values = []
+        for i in files:
+            spill = np.load(self._summary_path(i, j), mmap_mode="r")
+            values.append(np.array(spill[dim]) if spill.size else np.zeros(0))
+            del spill
+        weights = np.concatenate([self.weights[i][feature][0] for i in files])
+        error = float(sum(self.weights[i][feature][1] for i in files))
+        return np.concatenate(values), weights.astype(np.float64), error
 
     def finish(self) -> EpisodeStats:
         """The episodes' stats, sorted by episode (``std`` filled in)."""

@@ -753,9 +753,13 @@ def data_state(ds: Dataset) -> str:
     return h.hexdigest()[:32]
 
 
-def _dataset_stats(feats, count, per, summaries: list[dict]) -> dict[str, FeatureStats]:
-    """Chan's merge of the episodes' moments; min/max; the merged rank summaries
-    (``summaries``: per data file, in file order, feature -> its blocks' (values, weights))."""
+SKETCH_CAP = 65_536  # points per dimension a dataset's merged summary keeps at most
+
+
+def _dataset_stats(feats, count, per, fold: EpisodeFold) -> dict[str, FeatureStats]:
+    """Chan's merge of the episodes' moments; min/max; the merged rank summaries (one
+    dimension at a time, at most :data:`SKETCH_CAP` points each: 64 blocks' worth, ~16M
+    frames, kept whole; beyond, compacted with its rank error recorded)."""
     out = {}
     total = int(count.sum())
     w = count.astype(np.float64)[:, None]
@@ -763,14 +767,12 @@ def _dataset_stats(feats, count, per, summaries: list[dict]) -> dict[str, Featur
         f = {k: per.column(n, k) for k in ("mean", "m2", "min", "max")}
         mean = (f["mean"] * w).sum(0) / total
         m2 = f["m2"].sum(0) + (w * (f["mean"] - mean) ** 2).sum(0)
-        parts = [p for s in summaries for p in s[n]]
-        values = np.concatenate([v for v, _ in parts])
-        weights = np.concatenate([wt for _, wt in parts])
-        error = float(sum(wt.max() - 1 for _, wt in parts))
         sketches = []
         for j in range(d):
-            order = np.argsort(values[:, j], kind="stable")
-            sketches.append(Sketch(values[order, j], weights[order].astype(np.float64), error))
+            values, weights, error = fold.summary(n, j)
+            order = np.argsort(values, kind="stable")
+            sketches.append(Sketch(values[order], weights[order], error).compact(SKETCH_CAP))
+        error = max(s.rank_error for s in sketches)
         fs = FeatureStats(
             count=total,
             mass=float(total),
@@ -1070,7 +1072,7 @@ def compute_stats(
             del r  # folded: its memory (in Ray's object store) can go
         per = fold.finish()
         ep, count = per.episode_index, per.count
-        dataset = _dataset_stats(feats, count, per, fold.sketch)
+        dataset = _dataset_stats(feats, count, per, fold)
         if exact and spill is not None:
             for n in feats:
                 _exact_from_runs([p for r in fold.runs for p in r[n]], dataset[n])

@@ -227,6 +227,34 @@ def test_sketch_mode_within_stated_rank_error(make_sample):
             assert lo - 1 - bound <= h <= hi + bound, (j, q)
 
 
+@pytest.mark.parametrize("quantiles", ["sketch", "exact"])
+def test_capped_dataset_summary(make_sample, monkeypatch, quantiles):
+    """Past SKETCH_CAP points the merged summary is compacted: at most that many points per
+    dimension, its rank error recorded and honoured (sketch), quantiles still exact (exact)."""
+    from episodekit.metadata import stats as stats_mod
+
+    monkeypatch.setattr(stats_mod, "SKETCH_CAP", 40)
+    root = make_sample(episodes=20, tasks=3, seed=6, data_files_size_in_mb=0.3)
+    res = compute_stats(root, quantiles=quantiles, sketch_points=32, batch_rows=500, jobs=1)
+    _, x = _column(root, "action")
+    assert all(len(sk.values) <= 40 for sk in res.dataset["action"].sketches)
+    if quantiles == "exact":
+        np.testing.assert_array_equal(
+            res.dataset["action"].quantiles, np.quantile(x, QUANTILES, axis=0)
+        )
+        return
+    n = len(x)
+    bound = res.rank_error["action"] * n
+    assert n / 40 - 1 <= bound < n / 4  # the compaction's error is in the bound
+    for j in range(x.shape[1]):
+        s = np.sort(x[:, j])
+        for i, q in enumerate(QUANTILES):
+            v = res.dataset["action"].quantiles[i, j]
+            lo, hi = np.searchsorted(s, v, "left"), np.searchsorted(s, v, "right")
+            h = (n - 1) * q
+            assert lo - 1 - bound <= h <= hi + bound, (j, q)
+
+
 def test_memory_budget_falls_back_to_the_summary(root, caplog):
     with caplog.at_level(logging.WARNING, logger="episodekit.metadata.stats"):
         res = compute_stats(root, memory_mb=1e-3, jobs=1)
