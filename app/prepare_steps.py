@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from episodekit.core.memory import release_memory
 from episodekit.core.paths import COST_FILE, INFO_FILE, SPEED_FILE, STAMP_FILE, inside_root
 from episodekit.core.progress import Progress, current, reporting
 
@@ -594,6 +595,7 @@ def timed(step: PrepareStep, ctx: Context) -> Step:
     reporter.stage(step.name)
     t0 = time.perf_counter()
     status, detail, changed = step.run(ctx)
+    release_memory()  # what the step freed goes back: the next one starts from the base
     done = Step(step.name, status, time.perf_counter() - t0, detail, changed)
     what = step.summary(done) if status != "skipped" else ""  # a kept stats: in the table
     line = f"{step.name}: {status}" + (f" in {done.seconds:.2f}s; {what}" if what else "")
