@@ -393,7 +393,8 @@ _executor = click.option(
     callback=_executor_available,
     default="local",
     show_default=True,
-    help="local process pool, or Ray tasks (same results either way; ray is an extra).",
+    help="local: this machine (a process pool where files are processed in parallel); ray: one "
+    "Ray task per file (same results either way; ray is an extra).",
 )
 _ray_address_option = click.option(
     "--ray-address",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from episodekit.cli.common import json_option, root_argument
+from episodekit.cli.common import executor_option, json_option, root_argument
 from episodekit.cli.surgery import out_option, say_written, target_option
 from episodekit.core import jsonout
 
@@ -43,6 +43,7 @@ size_mb = click.FloatRange(min=0, min_open=True)
     metavar="BRANCH",
     help="With --push-to-hub: the branch to commit to (e.g. v3.0; default: main).",
 )
+@executor_option
 @json_option
 def convert_command(
     root: str,
@@ -53,6 +54,7 @@ def convert_command(
     stats: str,
     push_to_hub: str | None,
     revision: str | None,
+    executor: str,
     as_json: bool,
 ) -> None:
     """Convert the v2.1 or v2.0 dataset ROOT (one parquet and one mp4 per episode) to a new
@@ -68,7 +70,8 @@ def convert_command(
     """
     from episodekit.prep.surgery.convert import ConvertOptions, convert, push_output
 
-    result = convert(root, out, ConvertOptions(data_mb, video_mb, target_mb, stats))
+    options = ConvertOptions(data_mb, video_mb, target_mb, stats, executor)
+    result = convert(root, out, options)
     d = result.as_dict()
     if push_to_hub:
         commit = push_output(out, push_to_hub, revision=revision)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from episodekit.cli.common import json_option, root_argument, target_mb_option
+from episodekit.cli.common import executor_option, json_option, root_argument, target_mb_option
 from episodekit.core import jsonout
 
 out_option = click.option(
@@ -53,6 +53,7 @@ def say_written(d: dict) -> None:
 @click.option("--remove-feature", multiple=True, metavar="KEY", help="Remove a feature.")
 @click.option("--rename-task", multiple=True, metavar="OLD=NEW", help="Rename a task.")
 @target_option
+@executor_option
 @json_option
 def edit_command(
     root: str,
@@ -65,6 +66,7 @@ def edit_command(
     remove_feature: tuple[str, ...],
     rename_task: tuple[str, ...],
     target_mb: float,
+    executor: str,
     as_json: bool,
 ) -> None:
     """Write ROOT without some episodes, features or task names to a new dataset --out DIR.
@@ -96,6 +98,7 @@ def edit_command(
         remove_features=remove_feature,
         rename_tasks=tuple(select.parse_pairs(rename_task, "--rename-task")),
         target_mb=target_mb,
+        executor=executor,
     )
     d = edit(root, out, spec).as_dict()
     if as_json:
@@ -130,9 +133,17 @@ def _listing(dropped: dict[str, str], limit: int = 10) -> str:
     help="episode: episodes assigned one by one; task: every episode of a task in one split.",
 )
 @target_option
+@executor_option
 @json_option
 def split_command(
-    root: str, out: str, fractions: str, seed: int, by: str, target_mb: float, as_json: bool
+    root: str,
+    out: str,
+    fractions: str,
+    seed: int,
+    by: str,
+    target_mb: float,
+    executor: str,
+    as_json: bool,
 ) -> None:
     """Split ROOT into one new dataset per fraction, written to --out DIR/<name>.
 
@@ -141,7 +152,8 @@ def split_command(
     """
     from episodekit.prep.surgery.split import parse_fractions, split
 
-    d = split(root, out, parse_fractions(fractions), seed=seed, by=by, target_mb=target_mb)
+    parts = parse_fractions(fractions)
+    d = split(root, out, parts, seed=seed, by=by, target_mb=target_mb, executor=executor)
     if as_json:
         click.echo(jsonout.dumps(d.as_dict(), indent=2))
         return
@@ -153,8 +165,11 @@ def split_command(
 @click.argument("roots", nargs=-1, required=True, callback=lambda c, p, v: _check_roots(c, p, v))
 @out_option
 @target_option
+@executor_option
 @json_option
-def merge_command(roots: tuple[str, ...], out: str, target_mb: float, as_json: bool) -> None:
+def merge_command(
+    roots: tuple[str, ...], out: str, target_mb: float, executor: str, as_json: bool
+) -> None:
     """Merge ROOTS (two or more, same features) into one new dataset --out DIR.
 
     Episodes are renumbered in the order of ROOTS, tasks unified by their string, videos
@@ -163,7 +178,7 @@ def merge_command(roots: tuple[str, ...], out: str, target_mb: float, as_json: b
     """
     from episodekit.prep.surgery.merge import merge
 
-    d = merge(list(roots), out, target_mb=target_mb).as_dict()
+    d = merge(list(roots), out, target_mb=target_mb, executor=executor).as_dict()
     if as_json:
         click.echo(jsonout.dumps(d, indent=2))
         return

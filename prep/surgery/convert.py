@@ -33,6 +33,7 @@ class ConvertOptions:
     video_mb: float = 200.0
     target_mb: float = DEFAULT_TARGET_MB
     stats: str = "carry"  # or "complete": also compute what v2.1 lacks (the quantiles)
+    executor: str = "local"  # or "ray": the data files written and verified as Ray tasks
 
     def check(self) -> None:
         for name in ("data_mb", "video_mb", "target_mb"):
@@ -62,6 +63,7 @@ def convert(
             ("video_files_size_in_mb", o.video_mb),
         ),
         fill_stats="complete" if o.stats == "complete" else "missing",
+        executor=o.executor,
     )
     return write_dataset(source_episodes(ds), out, write)
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
+from episodekit.core.executor import imap_files
 from episodekit.core.memory import release_memory
 from episodekit.core.paths import DATA_PATH_V3, MIB
 from episodekit.prep.band import MARKER_KEY, codec_name, make_marker
@@ -61,11 +62,12 @@ class TaskValues:
 
 @dataclass
 class DataResult:
-    """What the data stage wrote: relative paths (by output file number), the checksum of the
-    kept rows (all columns but ``index``/``episode_index``, ``task_index`` remapped), the schema."""
+    """What the data stage wrote: relative paths (by output file number), per output file the
+    checksums of the kept rows it holds (all columns but ``index``/``episode_index``,
+    ``task_index`` remapped), the schema."""
 
     files: dict[int, str]
-    checksum: TableChecksum
+    checksums: dict[int, dict[str, str]]
     schema: pa.Schema
     codec: str
     tasks: TaskValues
@@ -230,21 +232,39 @@ def write_data(
     task_maps: list[np.ndarray],
     target_bytes: int,
     chunks_size: int,
+    executor: str = "local",
 ) -> DataResult:
-    """Write every output data file under ``staging`` (see the module docstring)."""
+    """Write every output data file under ``staging`` (see the module docstring): one job per
+    output file, in this process (``executor="local"``) or as Ray tasks (``"ray"``: ``staging``
+    must be on a filesystem every node mounts at the same path)."""
     first = plan.layouts[(0, int(plan.src_file[0]))]
     codec = codec_name(first.compression)
     codec = "snappy" if codec == "none" else codec
     marker = make_marker(target_bytes / MIB, codec)
-    result = DataResult({}, TableChecksum(), schema, codec, TaskValues())
-    for f in np.unique(plan.file_seq).tolist():
-        rel = data_relpath(f, chunks_size)
-        result.files[f] = rel
-        path = staging / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_file(plan, f, path, schema, task_maps, codec, marker, result)
-        release_memory()  # the file's decoded row groups: memory stays about one row group
+    result = DataResult({}, {}, schema, codec, TaskValues())
+    shared = (plan, str(staging), schema, task_maps, codec, marker, chunks_size)
+    files = np.unique(plan.file_seq).tolist()
+    pieces: dict[int, dict] = {}
+    workers = 1 if executor == "local" else None
+    for _, done in imap_files(_file_job, files, executor, workers, shared=shared):
+        f, rel, digests, tasks = done
+        result.files[f], result.checksums[f], pieces[f] = rel, digests, tasks
+    for f in sorted(pieces):  # in file order: an episode's pieces stay in row order
+        for ep, parts in pieces[f].items():
+            result.tasks.pieces.setdefault(ep, []).extend(parts)
     return result
+
+
+def _file_job(f: int, shared: tuple) -> tuple[int, str, dict[str, str], dict]:
+    """One output data file (an executor job): its path, checksums and task pieces."""
+    plan, staging, schema, task_maps, codec, marker, chunks_size = shared
+    rel = data_relpath(f, chunks_size)
+    path = Path(staging) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    checksum, tasks = TableChecksum(), TaskValues()
+    _write_file(plan, f, path, schema, task_maps, codec, marker, checksum, tasks)
+    release_memory()  # the file's decoded row groups: memory stays about one row group
+    return f, rel, checksum.digests(), tasks.pieces
 
 
 def _write_file(
@@ -255,7 +275,8 @@ def _write_file(
     task_maps: list[np.ndarray],
     codec: str,
     marker: str,
-    result: DataResult,
+    checksum: TableChecksum,
+    tasks: TaskValues,
 ) -> None:
     group_rows = plan.group_rows[f]
     checked = [n for n in schema.names if n not in RENUMBERED]
@@ -265,7 +286,7 @@ def _write_file(
         pending_rows, g = 0, 0
         for batches in _read_ahead(plan, plan.runs(f), schema, task_maps):
             for batch, out_ep in batches:
-                result.tasks.add(out_ep, batch.column("task_index").to_numpy())
+                tasks.add(out_ep, batch.column("task_index").to_numpy())
                 off = 0
                 while off < batch.num_rows:
                     take = min(int(group_rows[g]) - pending_rows, batch.num_rows - off)
@@ -275,7 +296,7 @@ def _write_file(
                         # one checksum pass per row group, not per (small) source batch: the
                         # sums are over the rows in order, so the result is the same
                         group = pa.Table.from_batches(pending, schema=schema).select(checked)
-                        result.checksum.update(group, contiguous=True)
+                        checksum.update(group, contiguous=True)
                         _write_group(writer, pending, schema)
                         pending, pending_rows, g = [], 0, g + 1
         if pending_rows or g != len(group_rows):

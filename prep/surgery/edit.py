@@ -26,6 +26,7 @@ class EditSpec:
     remove_features: tuple[str, ...] = ()
     rename_tasks: tuple[tuple[str, str], ...] = ()
     target_mb: float = DEFAULT_TARGET_MB
+    executor: str = "local"  # or "ray": data files written and verified as Ray tasks
 
 
 @dataclass
@@ -62,6 +63,7 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
         remove_features=tuple(spec.remove_features),
         rename_tasks=tuple(spec.rename_tasks),
         target_mb=spec.target_mb,
+        executor=spec.executor,
     )
     result = write_dataset(source_episodes(ds, kept), out, options)
     return EditResult(result, dropped)

@@ -13,7 +13,10 @@ from episodekit.prep.surgery.writer import WriteOptions, WriteResult, write_data
 
 
 def merge(
-    roots: list[str], out: str | os.PathLike, target_mb: float = DEFAULT_TARGET_MB
+    roots: list[str],
+    out: str | os.PathLike,
+    target_mb: float = DEFAULT_TARGET_MB,
+    executor: str = "local",
 ) -> WriteResult:
     """Write the episodes of every root, in order, as one dataset at ``out``."""
     if len(roots) < 2:
@@ -25,5 +28,5 @@ def merge(
 
         check_joinable(datasets, keys)  # before anything is written: a clear refusal
     sources = [s for ds in datasets for s in source_episodes(ds)]
-    options = WriteOptions(what="episodekit merge", target_mb=target_mb)
+    options = WriteOptions(what="episodekit merge", target_mb=target_mb, executor=executor)
     return write_dataset(sources, out, options)

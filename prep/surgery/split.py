@@ -103,6 +103,7 @@ def split(
     seed: int = 0,
     by: str = "episode",
     target_mb: float = DEFAULT_TARGET_MB,
+    executor: str = "local",
 ) -> SplitResult:
     """Write one dataset per fraction under ``out/<name>`` (see the module docstring)."""
     ds = open_dataset(root)
@@ -117,6 +118,7 @@ def split(
             what="episodekit split",
             target_mb=target_mb,
             extra=(("split", name), ("seed", str(seed)), ("by", by)),
+            executor=executor,
         )
         result.splits[name] = write_dataset(source_episodes(ds, eps), Path(folder) / name, options)
     return result

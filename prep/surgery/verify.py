@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from episodekit.core.dataset import open_dataset
+from episodekit.core.executor import imap_files
 from episodekit.prep.checksum import TableChecksum
 from episodekit.prep.rewrite import VerificationError, _open_parquet
 from episodekit.prep.surgery.data import RENUMBERED, DataResult
@@ -19,37 +20,67 @@ from episodekit.prep.surgery.plan import OutputPlan
 READ_BATCH = 64 * 1024
 
 
-def verify_data(staging: Path, plan: OutputPlan, result: DataResult) -> None:
-    """Stream every written data file back and compare it with what was meant; raise
-    :class:`VerificationError` naming the file and the difference."""
+def verify_data(
+    staging: Path, plan: OutputPlan, result: DataResult, executor: str = "local"
+) -> None:
+    """Stream every written data file back (one job per file, as the files were written) and
+    compare it with what was meant; raise :class:`VerificationError` naming the file and the
+    difference."""
+    files = sorted(result.files)
+    starts = np.cumsum([0] + [int(np.sum(plan.group_rows[f])) for f in files])
+    if starts[-1] != plan.num_frames:
+        msg = f"planned {starts[-1]} rows, the kept episodes have {plan.num_frames}"
+        raise VerificationError(msg)
+    jobs = [(f, int(start)) for f, start in zip(files, starts)]
+    shared = (str(staging), plan, result)
+    workers = 1 if executor == "local" else None
+    for _ in imap_files(_verify_file, jobs, executor, workers, shared=shared):
+        pass
+
+
+def _verify_file(job: tuple[int, int], shared: tuple) -> None:
+    """One written data file against the plan and its source rows' checksums."""
+    (f, row), (staging, plan, result) = job, shared
+    rel = result.files[f]
     written = TableChecksum()
     checked = [n for n in result.schema.names if n not in RENUMBERED]
-    expect_ep = np.repeat(np.arange(plan.num_episodes), plan.length)
-    row = 0
-    for f, rel in sorted(result.files.items()):
-        with _open_parquet(str(staging / rel), None) as pf:
-            meta = pf.metadata
-            rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-            if not np.array_equal(rows, plan.group_rows[f]):
-                raise VerificationError(f"{rel}: row groups {rows} differ from the plan")
-            if not pf.schema_arrow.equals(result.schema, check_metadata=True):
-                raise VerificationError(f"{rel}: schema differs from the source's")
-            for batch in pf.iter_batches(batch_size=READ_BATCH):
-                n = batch.num_rows
-                idx = batch.column("index").to_numpy()
-                ep = batch.column("episode_index").to_numpy()
-                if not np.array_equal(idx, np.arange(row, row + n)):
-                    raise VerificationError(f"{rel}: index is not renumbered 0..N-1 in order")
-                if not np.array_equal(ep, expect_ep[row : row + n]):
-                    raise VerificationError(f"{rel}: episode_index differs from the episodes")
-                written.update(batch.select(checked))
-                row += n
-    if row != plan.num_frames:
-        raise VerificationError(f"wrote {row} rows, the kept episodes have {plan.num_frames}")
-    got, want = written.digests(), result.checksum.digests()
+    end = row + int(np.sum(plan.group_rows[f]))
+    expect_ep = _episode_of_rows(plan.length, row, end)
+    with _open_parquet(str(Path(staging) / rel), None) as pf:
+        meta = pf.metadata
+        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        if not np.array_equal(rows, plan.group_rows[f]):
+            raise VerificationError(f"{rel}: row groups {rows} differ from the plan")
+        if not pf.schema_arrow.equals(result.schema, check_metadata=True):
+            raise VerificationError(f"{rel}: schema differs from the source's")
+        at = row
+        for batch in pf.iter_batches(batch_size=READ_BATCH):
+            n = batch.num_rows
+            idx = batch.column("index").to_numpy()
+            ep = batch.column("episode_index").to_numpy()
+            if not np.array_equal(idx, np.arange(at, at + n)):
+                raise VerificationError(f"{rel}: index is not renumbered 0..N-1 in order")
+            if not np.array_equal(ep, expect_ep[at - row : at - row + n]):
+                raise VerificationError(f"{rel}: episode_index differs from the episodes")
+            written.update(batch.select(checked))
+            at += n
+    if at != end:
+        raise VerificationError(f"{rel}: {at - row} rows, the plan has {end - row}")
+    got, want = written.digests(), result.checksums[f]
     bad = sorted(c for c in set(got) | set(want) if got.get(c) != want.get(c))
     if bad:
-        raise VerificationError(f"values differ from the source rows in columns {bad}")
+        raise VerificationError(f"{rel}: values differ from the source rows in columns {bad}")
+
+
+def _episode_of_rows(length: np.ndarray, row: int, end: int) -> np.ndarray:
+    """The output episode of each row in ``[row, end)`` (only those rows, not every frame)."""
+    stop = np.cumsum(length)
+    start = stop - length
+    first = int(np.searchsorted(stop, row, side="right"))
+    last = int(np.searchsorted(start, end, side="left"))
+    lo = np.maximum(start[first:last], row)
+    hi = np.minimum(stop[first:last], end)
+    return np.repeat(np.arange(first, last), np.maximum(hi - lo, 0))
 
 
 def verify_root(staging: Path, plan: OutputPlan) -> None:

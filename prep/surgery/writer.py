@@ -63,6 +63,9 @@ class WriteOptions:
     info_overrides: tuple[tuple[str, float], ...] = ()
     # compute the stats the sources lack (convert: v2.0 has none; "complete": also quantiles)
     fill_stats: str = ""  # "" (never), "missing" or "complete"
+    # where the data files are written and verified: "local" (this process) or "ray" (one task
+    # per output file); the output is the same either way, so it is not part of the recipe
+    executor: str = "local"
 
 
 @dataclass
@@ -113,7 +116,10 @@ def recipe_key(sources: list[SourceEpisode], options: WriteOptions) -> str:
     body = {
         "format": FORMAT_VERSION,
         "sources": [_source_identity(ds) for ds in datasets],
-        "options": {**options.__dict__, "what": options.what.split()[-1]},
+        "options": {
+            **{k: v for k, v in options.__dict__.items() if k != "executor"},
+            "what": options.what.split()[-1],
+        },
     }
     h.update(json.dumps(body, sort_keys=True, default=str).encode())
     h.update(sel.tobytes())
@@ -287,7 +293,7 @@ def _build(
     tasks, maps, ep_tasks = meta_mod.unify_tasks(plan, dict(options.rename_tasks))
     schema = output_schema(plan, removed)
     say(f"writing {plan.num_episodes:,} episodes, {plan.num_frames:,} frames")
-    data = write_data(plan, staging, schema, maps, target, chunks)
+    data = write_data(plan, staging, schema, maps, target, chunks, options.executor)
     video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
@@ -309,7 +315,7 @@ def _build(
         result.stats = fill_missing_stats(staging, complete=options.fill_stats == "complete")
     say("verifying the output against the source rows")
     try:
-        verify_data(staging, plan, data)
+        verify_data(staging, plan, data, options.executor)
         verify_videos(staging, video_frames)
         verify_root(staging, plan)
     except VerificationError as exc:  # the sources are at fault (or a bug): nothing published
