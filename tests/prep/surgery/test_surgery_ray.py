@@ -87,6 +87,9 @@ def test_cli_executor_ray(ray_up, make_sample, tmp_path):
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "written" and doc["episodes"] == 9
-    assert pa.concat_tables(
-        [pq.read_table(p) for p in sorted((tmp_path / "x/data").rglob("*.parquet"))]
-    ).num_rows == doc["frames"]
+    assert (
+        pa.concat_tables(
+            [pq.read_table(p) for p in sorted((tmp_path / "x/data").rglob("*.parquet"))]
+        ).num_rows
+        == doc["frames"]
+    )
