@@ -266,16 +266,19 @@ def _ordered(table: pa.Table) -> tuple[np.ndarray, np.ndarray | None]:
 
 @dataclass
 class FeatureStats:
-    """Per-episode summaries of one feature (rows: episodes of the file, columns: dimensions)."""
+    """Per-episode summaries of one feature (rows: episodes of the file, columns: dimensions).
+    Kept in the narrowest exact dtype (float32 as computed, int32 frame counts): the driver holds
+    these for every episode of the dataset; the checks widen them to float64 where they divide
+    (exact), so nothing they decide depends on it."""
 
     mins: np.ndarray
     maxs: np.ndarray
-    sums: np.ndarray  # float32 per episode, stored as float64
+    sums: np.ndarray  # float32 per episode
     sumsq: np.ndarray
     maxstep: np.ndarray
-    clip: np.ndarray  # frames at the episode's min/max outside its edge runs (the larger side)
-    frozen_longest: np.ndarray  # (E,) longest run of identical vectors
-    frozen_mid: np.ndarray  # (E,) longest such run touching neither the first nor the last frame
+    clip: np.ndarray  # int32: frames at the episode's min/max outside its edge runs (larger side)
+    frozen_longest: np.ndarray  # (E,) int32: longest run of identical vectors
+    frozen_mid: np.ndarray  # (E,) int32: longest such run touching neither the first nor last frame
     sample_values: np.ndarray  # strided rows (k, d)
     sample_steps: np.ndarray  # strided |steps| (k, d), NaN where zero or across episodes
 
@@ -348,7 +351,7 @@ def _feature_stats(
     # (dimension, episode) candidates are counted exactly, one by one.
     need = np.maximum(th["clip_min_frames"], np.ceil(th["clip_share"] * lengths))[None, :]
     zero_steps = np.add.reduceat(step == 0, starts, axis=1)  # (+1: the episode's last frame)
-    clip = np.zeros((len(starts), d), np.int64)
+    clip = np.zeros((len(starts), d), np.int32)
     moving = maxs > mins
     for j, e in zip(*np.nonzero((zero_steps >= np.maximum(1, need // 2)) & moving)):
         clip[e, j] = _clipped_frames(xt[j, starts[e] : ends[e] + 1], mins[j, e], maxs[j, e])
@@ -357,12 +360,12 @@ def _feature_stats(
     return FeatureStats(
         mins.T,
         maxs.T,
-        sums.T.astype(np.float64),
-        sumsq.T.astype(np.float64),
+        sums.T,
+        sumsq.T,
         maxstep.T,
         clip,
-        frozen_longest,
-        frozen_mid,
+        frozen_longest.astype(np.int32),
+        frozen_mid.astype(np.int32),
         x[first::stride].copy(),
         sample_steps,
     )
@@ -425,7 +428,7 @@ class _ReadError(Exception):
     """Reading the file failed (the cause is the reader's exception)."""
 
 
-BATCH_ROWS = 65_536  # rows per streamed record batch
+BATCH_ROWS = 16_384  # rows per streamed record batch (the reader holds ~4x a batch while decoding)
 STREAM_BUFFER = 1 << 20  # bytes read at a time from a column chunk
 
 
@@ -481,6 +484,38 @@ def _in_order(table: pa.Table) -> bool:
     return bool(np.all(ep[1:] >= ep[:-1]))
 
 
+class _Column:
+    """One merged array, grown by appending copies along its first axis (the capacity doubles
+    when short), so that what was appended (with Ray, a view of an object-store buffer) can be
+    dropped at once. Appending a wider dtype widens the column, as ``np.concatenate`` would."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.buf: np.ndarray | None = None
+        self.n = 0
+
+    def append(self, a: np.ndarray) -> None:
+        if self.buf is None:
+            self.buf = np.empty((max(self.capacity, len(a)), *a.shape[1:]), a.dtype)
+        dtype = np.result_type(self.buf, a)
+        if dtype != self.buf.dtype or self.n + len(a) > len(self.buf):
+            size = len(self.buf) if self.n + len(a) <= len(self.buf) else 2 * (self.n + len(a))
+            grown = np.empty((size, *self.buf.shape[1:]), dtype)
+            grown[: self.n] = self.buf[: self.n]
+            self.buf = grown
+        self.buf[self.n : self.n + len(a)] = a
+        self.n += len(a)
+
+    def take(self, order: np.ndarray | None) -> np.ndarray:
+        """The appended rows (in ``order``, when given), releasing the buffer."""
+        buf, self.buf = self.buf, None
+        assert buf is not None
+        return buf[: self.n] if order is None else buf[order]
+
+
+TS_FILL = {"ts_drops": 0, "ts_missing": 0, "ts_maxstep": np.nan, "ts_interval": np.nan}
+
+
 def _stream_parts(
     fs: Any, path: str, rel: str, fps: float | None, features: dict[str, int], stride: int, th
 ) -> list[FileStats]:
@@ -510,25 +545,29 @@ def _stream_parts(
 
 
 def _concat_parts(rel: str, parts: list[FileStats], features: dict[str, int]) -> FileStats:
-    """One file's summaries from those of its consecutive batches of whole episodes."""
+    """One file's summaries from those of its consecutive batches of whole episodes. Column by
+    column, each dropped from the parts once concatenated: memory is the file's summaries plus
+    one column, not twice the summaries."""
     empty = np.zeros(0, np.int64)
     parts = [p for p in parts if len(p.episodes)]
     if not parts:
         return FileStats(rel, empty, empty)
-    out = FileStats(
-        rel,
-        np.concatenate([p.episodes for p in parts]),
-        np.concatenate([p.rows for p in parts]),
-    )
-    for key in ("ts_drops", "ts_missing", "ts_maxstep", "ts_interval"):
+
+    def cat(objs: list, key: str) -> np.ndarray:
+        arrs = [getattr(o, key) for o in objs]
+        for o in objs:
+            setattr(o, key, None)
+        return np.concatenate(arrs)
+
+    out = FileStats(rel, cat(parts, "episodes"), cat(parts, "rows"))
+    for key in TS_FILL:
         if all(getattr(p, key) is not None for p in parts):
-            setattr(out, key, np.concatenate([getattr(p, key) for p in parts]))
+            setattr(out, key, cat(parts, key))
     for name in features:  # a feature ragged in any batch is ragged in the file: left out
         if all(name in p.features for p in parts):
+            objs = [p.features.pop(name) for p in parts]
             fields = FeatureStats.__dataclass_fields__
-            out.features[name] = FeatureStats(
-                **{k: np.concatenate([getattr(p.features[name], k) for p in parts]) for k in fields}
-            )
+            out.features[name] = FeatureStats(**{k: cat(objs, k) for k in fields})
     return out
 
 
@@ -623,38 +662,6 @@ class Merged:
 
     def file_of(self, i: int) -> str:
         return self.files[int(self.file[i])]
-
-
-class _Column:
-    """One merged array, grown by appending copies along its first axis (the capacity doubles
-    when short), so that what was appended (with Ray, a view of an object-store buffer) can be
-    dropped at once. Appending a wider dtype widens the column, as ``np.concatenate`` would."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.buf: np.ndarray | None = None
-        self.n = 0
-
-    def append(self, a: np.ndarray) -> None:
-        if self.buf is None:
-            self.buf = np.empty((max(self.capacity, len(a)), *a.shape[1:]), a.dtype)
-        dtype = np.result_type(self.buf, a)
-        if dtype != self.buf.dtype or self.n + len(a) > len(self.buf):
-            size = len(self.buf) if self.n + len(a) <= len(self.buf) else 2 * (self.n + len(a))
-            grown = np.empty((size, *self.buf.shape[1:]), dtype)
-            grown[: self.n] = self.buf[: self.n]
-            self.buf = grown
-        self.buf[self.n : self.n + len(a)] = a
-        self.n += len(a)
-
-    def take(self, order: np.ndarray | None) -> np.ndarray:
-        """The appended rows (in ``order``, when given), releasing the buffer."""
-        buf, self.buf = self.buf, None
-        assert buf is not None
-        return buf[: self.n] if order is None else buf[order]
-
-
-TS_FILL = {"ts_drops": 0, "ts_missing": 0, "ts_maxstep": np.nan, "ts_interval": np.nan}
 
 
 class _Merger:
