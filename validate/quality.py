@@ -679,7 +679,7 @@ class _Merger:
         self.missing: dict[str, int] = dict.fromkeys(features, 0)  # rows before its first part
         self.spans: list[tuple[int, int, int]] = []  # (file position, first row, rows)
         self.n = 0
-        self.failed: list[tuple[str, str]] = []
+        self.failed: list[tuple[int, str, str]] = []  # (file position, file, error)
         self.scanned: set[str] = set()
 
     def _col(self, cols: dict[str, _Column], key: str, capacity: int) -> _Column:
@@ -689,7 +689,7 @@ class _Merger:
 
     def add(self, pos: int, p: FileStats) -> None:
         if p.error is not None:
-            self.failed.append((p.file, p.error))
+            self.failed.append((pos, p.file, p.error))
             return
         self.scanned.add(p.file)
         n = len(p.episodes)
@@ -756,7 +756,7 @@ class _Merger:
             files=self.rels,
             features=features,
             scales=scales,
-            failed=self.failed,
+            failed=[(f, e) for _, f, e in sorted(self.failed)],
             scanned=self.scanned,
             **cols,
         )
