@@ -16,12 +16,14 @@ again, to confirm near-duplicates exactly and to attach the offending signal to 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from episodekit.core.memory import release_memory
 from episodekit.validate.raw import WARNING, Finding, RawRoot
 
 MAX_PER_CHECK = 50  # findings of one check beyond this are summarized in one line
@@ -263,16 +266,19 @@ def _ordered(table: pa.Table) -> tuple[np.ndarray, np.ndarray | None]:
 
 @dataclass
 class FeatureStats:
-    """Per-episode summaries of one feature (rows: episodes of the file, columns: dimensions)."""
+    """Per-episode summaries of one feature (rows: episodes of the file, columns: dimensions).
+    Kept in the narrowest exact dtype (float32 as computed, int32 frame counts): the driver holds
+    these for every episode of the dataset; the checks widen them to float64 where they divide
+    (exact), so nothing they decide depends on it."""
 
     mins: np.ndarray
     maxs: np.ndarray
-    sums: np.ndarray  # float32 per episode, stored as float64
+    sums: np.ndarray  # float32 per episode
     sumsq: np.ndarray
     maxstep: np.ndarray
-    clip: np.ndarray  # frames at the episode's min/max outside its edge runs (the larger side)
-    frozen_longest: np.ndarray  # (E,) longest run of identical vectors
-    frozen_mid: np.ndarray  # (E,) longest such run touching neither the first nor the last frame
+    clip: np.ndarray  # int32: frames at the episode's min/max outside its edge runs (larger side)
+    frozen_longest: np.ndarray  # (E,) int32: longest run of identical vectors
+    frozen_mid: np.ndarray  # (E,) int32: longest such run touching neither the first nor last frame
     sample_values: np.ndarray  # strided rows (k, d)
     sample_steps: np.ndarray  # strided |steps| (k, d), NaN where zero or across episodes
 
@@ -345,7 +351,7 @@ def _feature_stats(
     # (dimension, episode) candidates are counted exactly, one by one.
     need = np.maximum(th["clip_min_frames"], np.ceil(th["clip_share"] * lengths))[None, :]
     zero_steps = np.add.reduceat(step == 0, starts, axis=1)  # (+1: the episode's last frame)
-    clip = np.zeros((len(starts), d), np.int64)
+    clip = np.zeros((len(starts), d), np.int32)
     moving = maxs > mins
     for j, e in zip(*np.nonzero((zero_steps >= np.maximum(1, need // 2)) & moving)):
         clip[e, j] = _clipped_frames(xt[j, starts[e] : ends[e] + 1], mins[j, e], maxs[j, e])
@@ -354,12 +360,12 @@ def _feature_stats(
     return FeatureStats(
         mins.T,
         maxs.T,
-        sums.T.astype(np.float64),
-        sumsq.T.astype(np.float64),
+        sums.T,
+        sumsq.T,
         maxstep.T,
         clip,
-        frozen_longest,
-        frozen_mid,
+        frozen_longest.astype(np.int32),
+        frozen_mid.astype(np.int32),
         x[first::stride].copy(),
         sample_steps,
     )
@@ -422,7 +428,7 @@ class _ReadError(Exception):
     """Reading the file failed (the cause is the reader's exception)."""
 
 
-BATCH_ROWS = 65_536  # rows per streamed record batch
+BATCH_ROWS = 16_384  # rows per streamed record batch (the reader holds ~4x a batch while decoding)
 STREAM_BUFFER = 1 << 20  # bytes read at a time from a column chunk
 
 
@@ -455,7 +461,7 @@ def _batches(fs: Any, path: str, features: dict[str, int]):
             if "episode_index" not in names:
                 raise _NoEpisodes
             cols = [c for c in ("episode_index", "index", "timestamp", *features) if c in names]
-            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols):
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols, use_threads=False):
                 yield pa.Table.from_batches([batch])
     except (_NoEpisodes, _Unordered, GeneratorExit):
         raise
@@ -476,6 +482,38 @@ def _in_order(table: pa.Table) -> bool:
             np.all(ep[1:] >= ep[:-1]) and np.all((ep[1:] != ep[:-1]) | (idx[1:] > idx[:-1]))
         )
     return bool(np.all(ep[1:] >= ep[:-1]))
+
+
+class _Column:
+    """One merged array, grown by appending copies along its first axis (the capacity doubles
+    when short), so that what was appended (with Ray, a view of an object-store buffer) can be
+    dropped at once. Appending a wider dtype widens the column, as ``np.concatenate`` would."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.buf: np.ndarray | None = None
+        self.n = 0
+
+    def append(self, a: np.ndarray) -> None:
+        if self.buf is None:
+            self.buf = np.empty((max(self.capacity, len(a)), *a.shape[1:]), a.dtype)
+        dtype = np.result_type(self.buf, a)
+        if dtype != self.buf.dtype or self.n + len(a) > len(self.buf):
+            size = len(self.buf) if self.n + len(a) <= len(self.buf) else 2 * (self.n + len(a))
+            grown = np.empty((size, *self.buf.shape[1:]), dtype)
+            grown[: self.n] = self.buf[: self.n]
+            self.buf = grown
+        self.buf[self.n : self.n + len(a)] = a
+        self.n += len(a)
+
+    def take(self, order: np.ndarray | None) -> np.ndarray:
+        """The appended rows (in ``order``, when given), releasing the buffer."""
+        buf, self.buf = self.buf, None
+        assert buf is not None
+        return buf[: self.n] if order is None else buf[order]
+
+
+TS_FILL = {"ts_drops": 0, "ts_missing": 0, "ts_maxstep": np.nan, "ts_interval": np.nan}
 
 
 def _stream_parts(
@@ -507,25 +545,29 @@ def _stream_parts(
 
 
 def _concat_parts(rel: str, parts: list[FileStats], features: dict[str, int]) -> FileStats:
-    """One file's summaries from those of its consecutive batches of whole episodes."""
+    """One file's summaries from those of its consecutive batches of whole episodes. Column by
+    column, each dropped from the parts once concatenated: memory is the file's summaries plus
+    one column, not twice the summaries."""
     empty = np.zeros(0, np.int64)
     parts = [p for p in parts if len(p.episodes)]
     if not parts:
         return FileStats(rel, empty, empty)
-    out = FileStats(
-        rel,
-        np.concatenate([p.episodes for p in parts]),
-        np.concatenate([p.rows for p in parts]),
-    )
-    for key in ("ts_drops", "ts_missing", "ts_maxstep", "ts_interval"):
+
+    def cat(objs: list, key: str) -> np.ndarray:
+        arrs = [getattr(o, key) for o in objs]
+        for o in objs:
+            setattr(o, key, None)
+        return np.concatenate(arrs)
+
+    out = FileStats(rel, cat(parts, "episodes"), cat(parts, "rows"))
+    for key in TS_FILL:
         if all(getattr(p, key) is not None for p in parts):
-            setattr(out, key, np.concatenate([getattr(p, key) for p in parts]))
+            setattr(out, key, cat(parts, key))
     for name in features:  # a feature ragged in any batch is ragged in the file: left out
         if all(name in p.features for p in parts):
+            objs = [p.features.pop(name) for p in parts]
             fields = FeatureStats.__dataclass_fields__
-            out.features[name] = FeatureStats(
-                **{k: np.concatenate([getattr(p.features[name], k) for p in parts]) for k in fields}
-            )
+            out.features[name] = FeatureStats(**{k: cat(objs, k) for k in fields})
     return out
 
 
@@ -601,58 +643,123 @@ def _last_finite(x: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
 
 @dataclass
 class Merged:
-    """Per-episode summaries of the whole dataset (one row per scanned episode)."""
+    """Per-episode summaries of the whole dataset (one row per scanned episode, in the order of
+    the data files), and per feature the dataset-level robust scales of its strided sample (the
+    sample itself is dropped once they are computed)."""
 
     episodes: np.ndarray
     rows: np.ndarray
-    file: np.ndarray  # object: relative data file
+    file: np.ndarray  # int32: position in ``files`` of the episode's data file
+    files: list[str]
     ts_drops: np.ndarray
     ts_missing: np.ndarray
     ts_maxstep: np.ndarray
     ts_interval: np.ndarray
     features: dict[str, dict[str, np.ndarray]]
+    scales: dict[str, dict[str, np.ndarray]]
     failed: list[tuple[str, str]]
+    scanned: set[str]  # files read without error
+
+    def file_of(self, i: int) -> str:
+        return self.files[int(self.file[i])]
 
 
-def _merge(parts: list[FileStats], features: dict[str, int]) -> Merged:
-    ok = [p for p in parts if p.error is None and len(p.episodes)]
-    failed = [(p.file, p.error) for p in parts if p.error is not None]
+class _Merger:
+    """Folds the per-file :class:`FileStats` into one :class:`Merged` as they arrive, in any
+    order: every part is copied into the merged columns and can be dropped at once, so the
+    driver holds one copy of the per-episode summaries (not every part plus their merge).
+    Episode rows are put in file order at the end (what the checks' tie-breaks see); the
+    strided sample keeps the arrival order (only its quantiles and medians are used)."""
 
-    def cat(get: Callable[[FileStats], Any], n_of, fill=np.nan) -> np.ndarray:
-        arrs = [get(p) if get(p) is not None else np.full(n_of(p), fill) for p in ok]
-        return np.concatenate(arrs) if arrs else np.zeros(0)
+    def __init__(self, rels: list[str], features: dict[str, int], episodes: int, samples: int):
+        self.rels, self.features = rels, features
+        self.episodes, self.samples = episodes, samples  # capacities (grown when short)
+        self.cols: dict[str, _Column] = {}
+        self.feats: dict[str, dict[str, _Column]] = {}
+        self.missing: dict[str, int] = dict.fromkeys(features, 0)  # rows before its first part
+        self.spans: list[tuple[int, int, int]] = []  # (file position, first row, rows)
+        self.n = 0
+        self.failed: list[tuple[int, str, str]] = []  # (file position, file, error)
+        self.scanned: set[str] = set()
 
-    n_of = lambda p: len(p.episodes)  # noqa: E731
-    feats: dict[str, dict[str, np.ndarray]] = {}
-    for name, d in features.items():
-        have = [p for p in ok if name in p.features]
-        if not have:
-            continue
-        cols: dict[str, np.ndarray] = {}
+    def _col(self, cols: dict[str, _Column], key: str, capacity: int) -> _Column:
+        if key not in cols:
+            cols[key] = _Column(capacity)
+        return cols[key]
+
+    def add(self, pos: int, p: FileStats) -> None:
+        if p.error is not None:
+            self.failed.append((pos, p.file, p.error))
+            return
+        self.scanned.add(p.file)
+        n = len(p.episodes)
+        if not n:
+            return
+        self.spans.append((pos, self.n, n))
+        self._col(self.cols, "episodes", self.episodes).append(p.episodes)
+        self._col(self.cols, "rows", self.episodes).append(p.rows)
+        self._col(self.cols, "file", self.episodes).append(np.full(n, pos, np.int32))
+        for key, fill in TS_FILL.items():
+            got = getattr(p, key)
+            self._col(self.cols, key, self.episodes).append(
+                got if got is not None else np.full(n, fill)
+            )
+        for name, d in self.features.items():
+            self._add_feature(name, d, p.features.get(name), n)
+        self.n += n
+
+    def _add_feature(self, name: str, d: int, fs: FeatureStats | None, n: int) -> None:
+        """One file's summaries of one feature; NaN rows where the file has none (ragged)."""
+        if fs is None and name not in self.feats:
+            self.missing[name] += n  # filled in if a later file has the feature
+            return
+        if name not in self.feats:
+            self.feats[name] = {}
+            if self.missing[name]:
+                self._add_feature(name, d, None, self.missing[name])
+        cols = self.feats[name]
         for key in FeatureStats.__dataclass_fields__:
-            arrs = []
-            for p in ok:
-                fs = p.features.get(name)
+            if key.startswith("sample"):
                 if fs is not None:
-                    arrs.append(getattr(fs, key))
-                elif not key.startswith("sample"):
-                    shape = (n_of(p),) if key.startswith("frozen") else (n_of(p), d)
-                    arrs.append(np.full(shape, np.nan))
-            cols[key] = np.concatenate(arrs) if arrs else np.zeros((0, d))
-        feats[name] = cols
-    return Merged(
-        episodes=cat(lambda p: p.episodes, n_of).astype(np.int64),
-        rows=cat(lambda p: p.rows, n_of).astype(np.int64),
-        file=np.concatenate([np.full(n_of(p), p.file, dtype=object) for p in ok])
-        if ok
-        else np.zeros(0, dtype=object),
-        ts_drops=cat(lambda p: p.ts_drops, n_of, 0),
-        ts_missing=cat(lambda p: p.ts_missing, n_of, 0),
-        ts_maxstep=cat(lambda p: p.ts_maxstep, n_of),
-        ts_interval=cat(lambda p: p.ts_interval, n_of),
-        features=feats,
-        failed=failed,
-    )
+                    self._col(cols, key, self.samples).append(getattr(fs, key))
+                continue
+            if fs is not None:
+                arr = getattr(fs, key)
+            else:
+                arr = np.full((n,) if key.startswith("frozen") else (n, d), np.nan)
+            self._col(cols, key, self.episodes).append(arr)
+
+    def finish(self) -> Merged:
+        """The merged summaries in file order; the samples become the robust scales."""
+        order = None
+        by_file = sorted(self.spans)
+        if by_file != self.spans:
+            order = np.concatenate([np.arange(s, s + n) for _, s, n in by_file])
+
+        def take(col: _Column | None, empty: np.ndarray) -> np.ndarray:
+            return empty if col is None else col.take(order)
+
+        none = np.zeros(0)
+        cols = {k: take(self.cols.pop(k, None), none) for k in ("episodes", "rows", *TS_FILL)}
+        file = take(self.cols.pop("file", None), np.zeros(0, np.int32))
+        features, scales = {}, {}
+        for name, fcols in self.feats.items():
+            sample = {k: fcols.pop(k).take(None) for k in ("sample_values", "sample_steps")}
+            scales[name] = _robust_scales(sample)
+            del sample
+            features[name] = {k: c.take(order) for k, c in fcols.items()}
+        self.feats = {}
+        return Merged(
+            episodes=cols.pop("episodes").astype(np.int64, copy=False),
+            rows=cols.pop("rows").astype(np.int64, copy=False),
+            file=file,
+            files=self.rels,
+            features=features,
+            scales=scales,
+            failed=[(f, e) for _, f, e in sorted(self.failed)],
+            scanned=self.scanned,
+            **cols,
+        )
 
 
 @dataclass
@@ -701,7 +808,7 @@ def _signal_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
     """Per-feature signal checks over the merged per-episode summaries, then action range."""
     out: list[Candidate] = []
     for name, c in m.features.items():
-        s = _robust_scales(c)
+        s = m.scales[name]
         for check in (_frozen, _jumps, _out_of_range, _clipping, _dead_dimensions):
             out += check(raw, m, th, name, c, s)
     out += _action_range(raw, m, th)
@@ -854,7 +961,7 @@ def _dead_dimensions(
 
 
 def _ep(m: Merged, i: int) -> dict[str, Any]:
-    return {"episode": int(m.episodes[i]), "file": str(m.file[i])}
+    return {"episode": int(m.episodes[i]), "file": m.file_of(i)}
 
 
 def _names(raw: RawRoot, feature: str, d: int) -> list[str] | None:
@@ -950,35 +1057,46 @@ def _timing_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
     return out
 
 
-def _episode_table(raw: RawRoot) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """episode_index, length, task_index, data_file of the episodes table (first row wins)."""
+def _episode_table(raw: RawRoot) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]:
+    """episode_index, length, task_index, data_file of the episodes table (first row wins);
+    data_file stays an Arrow array (a Python string per episode would cost ~90 bytes each)."""
     e = raw.episodes
     ep = e["episode_index"].to_numpy(zero_copy_only=False)
     length = e["length"].to_numpy(zero_copy_only=False) if "length" in e.column_names else None
     if length is None:
         length = np.full(len(ep), -1)
     task = e["task_index"].to_numpy(zero_copy_only=False)
-    files = np.asarray(e["data_file"].to_pylist(), dtype=object)
     _, first = np.unique(ep, return_index=True)
     first.sort()
     return (
         ep[first],
         np.nan_to_num(length[first].astype(np.float64), nan=-1),
         task[first],
-        files[first],
+        e["data_file"].take(pa.array(first)).combine_chunks(),
     )
 
 
-def _episode_checks(raw: RawRoot, m: Merged, th: dict, scanned: set[str]) -> list[Candidate]:
+def _rows_per_episode(ep: np.ndarray, m: Merged) -> np.ndarray:
+    """Rows scanned of each of the episodes ``ep`` (unique), summed over the files they are in."""
+    rows = np.zeros(len(ep), np.int64)
+    if len(ep) and len(m.episodes):
+        by = np.argsort(ep, kind="stable")
+        at = np.minimum(np.searchsorted(ep, m.episodes, sorter=by), len(ep) - 1)
+        k = by[at]
+        known = ep[k] == m.episodes
+        np.add.at(rows, k[known], m.rows[known])
+    return rows
+
+
+def _episode_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
     if raw.episodes is None or raw.episodes.num_rows == 0:
         return []
     ep, length, task, files = _episode_table(raw)
-    rows = np.zeros(len(ep), np.int64)
-    pos = {int(e): k for k, e in enumerate(ep.tolist())}
-    for e, r in zip(m.episodes.tolist(), m.rows.tolist()):
-        if e in pos:
-            rows[pos[e]] += r
-    in_scanned = np.array([f in scanned for f in files.tolist()], dtype=bool)
+    rows = _rows_per_episode(ep, m)
+    scanned = pa.array(sorted(m.scanned), pa.string())
+    in_scanned = pc.fill_null(pc.is_in(files, value_set=scanned), False).to_numpy(
+        zero_copy_only=False
+    )
     out = []
 
     def add(check: str, mask: np.ndarray, msg: Callable[[int], str], value, score=None) -> None:
@@ -988,7 +1106,7 @@ def _episode_checks(raw: RawRoot, m: Merged, th: dict, scanned: set[str]) -> lis
                     check,
                     msg(k),
                     episode=int(ep[k]),
-                    file=str(files[k]),
+                    file=str(files[int(k)].as_py()),
                     value=float(value[k]),
                     score=float(score[k]) if score is not None else 1.0,
                 )
@@ -1079,13 +1197,28 @@ def _task_checks(raw: RawRoot, th: dict) -> list[Candidate]:
     return out
 
 
-def _quarter(means: np.ndarray, stds: np.ndarray, sel: np.ndarray):
-    """Robust summary of a quarter: median episode mean, spread of the episode means (1.4826 x
-    MAD), median within-episode standard deviation, episode count. Medians, so that one bad
-    episode (a spike) moves nothing."""
-    mu = np.nanmedian(means[sel], 0)
-    spread = MAD_TO_SIGMA * np.nanmedian(np.abs(means[sel] - mu), 0)
-    return mu, spread, np.nanmedian(stds[sel], 0), len(sel)
+def _quarter(c: dict[str, np.ndarray], L: np.ndarray, sel: np.ndarray) -> tuple:
+    """Robust summary of a quarter of the episodes (merged rows ``sel``; ``L``: their lengths
+    as a float column): median episode mean, spread of the episode means (1.4826 x MAD),
+    median within-episode standard deviation, episode count, then the median and spread of the
+    log standard deviations. Medians, so that one bad episode (a spike) moves nothing; only
+    the quarter's rows are computed (not every episode's)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        Ls = L[sel]
+        means = c["sums"][sel] / Ls
+        stds = np.sqrt(np.maximum(c["sumsq"][sel] / Ls - means**2, 0))
+        mu = np.nanmedian(means, 0)
+        spread = MAD_TO_SIGMA * np.nanmedian(np.abs(means - mu), 0)
+        del means
+        sd = np.nanmedian(stds, 0)
+        # the same on log within-episode standard deviations (they vary a lot between
+        # episodes: a ratio of two medians alone is noise for small quarters)
+        logs = np.log(np.maximum(stds, 1e-12))
+        del stds
+        log_mu = np.nanmedian(logs, 0)
+        log_spread = MAD_TO_SIGMA * np.nanmedian(np.abs(logs - log_mu), 0)
+    return mu, spread, sd, len(sel), log_mu, log_spread
 
 
 def _shift_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
@@ -1101,22 +1234,15 @@ def _shift_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
     out = []
     L = np.maximum(m.rows.astype(np.float64), 1)[:, None]
     for name, c in m.features.items():
+        mf, pf, sf, nf, lf, lpf = _quarter(c, L, first)
+        ml, pl_, sl, nl, ll, lpl = _quarter(c, L, last)
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            means = c["sums"] / L
-            stds = np.sqrt(np.maximum(c["sumsq"] / L - means**2, 0))
-            mf, pf, sf, nf = _quarter(means, stds, first)
-            ml, pl_, sl, nl = _quarter(means, stds, last)
             # the median's standard error is ~1.25x the mean's
             z = np.abs(ml - mf) / (1.2533 * np.sqrt(pf**2 / nf + pl_**2 / nl))
             total = np.sqrt((sf**2 + sl**2) / 2 + (pf**2 + pl_**2) / 2)
             effect = np.abs(ml - mf) / total
             ratio = np.fmax(sl / sf, sf / sl)
-            # the same z-test on log within-episode standard deviations (they vary a lot
-            # between episodes: a ratio of two medians alone is noise for small quarters)
-            logs = np.log(np.maximum(stds, 1e-12))
-            lf, lpf, _, _ = _quarter(logs, logs, first)
-            ll, lpl, _, _ = _quarter(logs, logs, last)
             z_sd = np.abs(ll - lf) / (1.2533 * np.sqrt(lpf**2 / nf + lpl**2 / nl))
         for j in range(c["sums"].shape[1]):
             label = _dim_label(raw, name, j)
@@ -1156,26 +1282,51 @@ def _shift_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
 # Duplicates and second reads.
 
 
+def _scaled_summaries(m: Merged) -> Iterator[np.ndarray]:
+    """The columns of the (episode, summary) matrix the duplicate search compares, one at a
+    time: min, max and mean of every dimension of every feature over the dimension's robust
+    range (finite; 0 where unknown). One column at a time: the whole matrix would cost
+    ~3 x dimensions x 8 bytes per episode, several times over in the comparisons."""
+    L = m.rows.astype(np.float64)
+    keys, scales = [], []
+    for name, c in m.features.items():
+        s = m.scales[name]
+        span = np.where(np.isfinite(s["span"]) & (s["span"] > 0), s["span"], 1.0)
+        keys += [(c, key) for key in ("mins", "maxs", "sums")]
+        scales += [span] * 3
+    scale = np.concatenate(scales)  # the dtype a column is divided in, as a whole matrix would
+    k = 0
+    for c, key in keys:
+        for j in range(c[key].shape[1]):
+            with np.errstate(all="ignore"):
+                col = c[key][:, j].astype(np.float64)
+                if key == "sums":
+                    col /= L
+                col /= scale[k]
+            yield np.nan_to_num(col, copy=False)
+            k += 1
+
+
 def _duplicate_candidates(m: Merged, th: dict, window: int = 4) -> list[tuple[int, int]]:
     """Pairs of merged rows (earlier episode first) with equal length and summaries (min, max,
     mean of every dimension) within tolerance: neighbours after sorting by (length, summary)."""
     if len(m.episodes) < 2 or not m.features:
         return []
-    L = m.rows.astype(np.float64)[:, None]
-    parts, scales = [], []
-    for c in m.features.values():
-        s = _robust_scales(c)
-        span = np.where(np.isfinite(s["span"]) & (s["span"] > 0), s["span"], 1.0)
-        with np.errstate(all="ignore"):
-            parts += [c["mins"], c["maxs"], c["sums"] / L]
-        scales += [span] * 3
-    S = np.nan_to_num(np.concatenate(parts, axis=1) / np.concatenate(scales)[None, :])
-    order = np.lexsort((S[:, 0], m.rows))
+    cols = _scaled_summaries(m)
+    first = next(cols)
+    order = np.lexsort((first, m.rows))
+    widths = range(1, min(window, len(order) - 1) + 1)
+    # the largest |difference| over all summary columns of each pair of neighbours w apart
+    dist = {w: np.zeros(len(order) - w) for w in widths}
+    for col in itertools.chain([first], cols):
+        s = col[order]
+        for w in widths:
+            np.maximum(dist[w], np.abs(s[w:] - s[:-w]), out=dist[w])
     tol = th["duplicate_tolerance"] + 1e-6
     pairs = set()
-    for w in range(1, min(window, len(order) - 1) + 1):
+    for w in widths:
         a, b = order[:-w], order[w:]
-        same = (m.rows[a] == m.rows[b]) & (np.abs(S[a] - S[b]).max(axis=1) <= tol)
+        same = (m.rows[a] == m.rows[b]) & (dist[w] <= tol)
         for i, k in zip(a[same].tolist(), b[same].tolist()):
             pairs.add((i, k) if m.episodes[i] < m.episodes[k] else (k, i))
     return sorted(pairs, key=lambda p: (m.episodes[p[1]], m.episodes[p[0]]))
@@ -1252,9 +1403,9 @@ def _confirm_duplicates(
     wanted: dict[str, set[int]] = {}
     for i, k in pairs:
         for r in (i, k):
-            wanted.setdefault(str(m.file[r]), set()).add(int(m.episodes[r]))
+            wanted.setdefault(m.file_of(r), set()).add(int(m.episodes[r]))
     vals = read_episode_values(raw, wanted, m.features)
-    spans = {n: _robust_scales(c)["span"] for n, c in m.features.items()}
+    spans = {n: m.scales[n]["span"] for n in m.features}
     out, seen = [], set()
     for i, k in pairs:
         a, b = vals.get(int(m.episodes[i])), vals.get(int(m.episodes[k]))
@@ -1354,38 +1505,71 @@ def check_quality(
     """Run the ``quality.*`` checks over the readable data files ``rels`` of ``raw``.
 
     The per-file pass runs in threads here, or one Ray task per file with ``executor="ray"``
-    (each returns its per-episode summaries and strided sample, never the file's rows)."""
+    (each returns its per-episode summaries and strided sample, never the file's rows). Each
+    file's summaries are folded into the merged ones as they arrive and dropped: the driver
+    holds one copy of the per-episode summaries, whatever the number of files."""
     th = dict(DEFAULTS if thresholds is None else {**DEFAULTS, **thresholds})
     want = set(CHECKS) if want is None else want
-    features = quality_features(raw)
-    total = 0
-    if raw.episodes is not None and "length" in raw.episodes.column_names:
-        total = int(np.nansum(raw.episodes["length"].to_numpy(zero_copy_only=False)))
-    stride = max(1, total // SAMPLE_ROWS)
-    import os
-
-    workers = threads or max(1, min(len(rels), os.cpu_count() or 1, 4))
-    if executor != "local":
-        from episodekit.core.executor import map_files
-
-        jobs = [(raw.fs, raw.join(r), r, raw.fps, features, stride, th) for r in rels]
-        parts = map_files(_scan_job, jobs, executor=executor)
-    elif workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(lambda r: scan_file(raw, r, features, stride, th), rels))
-    else:
-        parts = [scan_file(raw, r, features, stride, th) for r in rels]
-    m = _merge(parts, features)
+    m = _scan(raw, rels, quality_features(raw), th, threads, executor)
     cands: list[Candidate] = []
     cands += _signal_checks(raw, m, th)
     cands += _timing_checks(raw, m, th)
-    cands += _episode_checks(raw, m, th, {p.file for p in parts if p.error is None})
+    cands += _episode_checks(raw, m, th)
     cands += _task_checks(raw, th)
     cands += _shift_checks(raw, m, th)
     if "quality.duplicate" in want:
         cands += _confirm_duplicates(raw, m, _duplicate_candidates(m, th), th, MAX_PER_CHECK)
+    del m
+    release_memory()  # the merged summaries and the re-read rows' Arrow buffers
     cands = [c for c in cands if c.check in want]
     return _to_findings(raw, cands)
+
+
+def _scan(
+    raw: RawRoot,
+    rels: list[str],
+    features: dict[str, int],
+    th: dict,
+    threads: int | None,
+    executor: str,
+) -> Merged:
+    """The per-file pass over ``rels``, merged as the files' summaries arrive."""
+    total = 0
+    if raw.episodes is not None and "length" in raw.episodes.column_names:
+        total = int(np.nansum(raw.episodes["length"].to_numpy(zero_copy_only=False)))
+    stride = max(1, total // SAMPLE_ROWS)
+    episodes = raw.episodes.num_rows if raw.episodes is not None else 0
+    merger = _Merger(rels, features, episodes, total // stride + len(rels) + 1)
+    if executor != "local":
+        from episodekit.core.executor import imap_files
+
+        jobs = [(raw.fs, raw.join(r), r, raw.fps, features, stride, th) for r in rels]
+        results: Iterator[tuple[int, FileStats]] = imap_files(_scan_job, jobs, executor=executor)
+    else:
+        workers = threads or max(1, min(len(rels), os.cpu_count() or 1, 4))
+        results = _scan_threads(raw, rels, features, stride, th, workers)
+    for i, part in results:
+        merger.add(i, part)
+        del part  # a Ray result pins its object-store buffer while referenced
+    m = merger.finish()
+    release_memory()
+    return m
+
+
+def _scan_threads(
+    raw: RawRoot, rels: list[str], features: dict[str, int], stride: int, th: dict, workers: int
+) -> Iterator[tuple[int, FileStats]]:
+    """(position, summaries) of every file as it is scanned, in ``workers`` threads."""
+    if workers == 1:
+        for i, r in enumerate(rels):
+            yield i, scan_file(raw, r, features, stride, th)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        futures = {
+            pool.submit(scan_file, raw, r, features, stride, th): i for i, r in enumerate(rels)
+        }
+        for f in as_completed(list(futures)):  # a consumed future is dropped, with its result
+            yield futures.pop(f), f.result()
 
 
 def _scan_job(job: tuple) -> FileStats:
@@ -1408,6 +1592,7 @@ def _to_findings(raw: RawRoot, cands: list[Candidate]) -> list[Finding]:
         if len(items) > MAX_PER_CHECK:
             rest[check] = items[MAX_PER_CHECK:]
     _attach_signals(raw, kept)
+    release_memory()  # the re-read rows' Arrow buffers
     out = []
     for c in kept:
         details = dict(c.details)
