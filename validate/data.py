@@ -258,7 +258,7 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
     e = pl.from_arrow(
         raw.episodes.select(
             ["episode_index", "length", "dataset_from_index", "dataset_to_index"]
-            + ["task_index", "data_file", "tasks"]
+            + ["task_index", "data_file"]
         )
     ).unique(subset="episode_index", keep="first", maintain_order=True)
     out = _stray_findings(agg, e)

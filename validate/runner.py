@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from episodekit.core import jsonout
+from episodekit.core.memory import release_memory
 from episodekit.validate.quality import CHECKS as QUALITY_CHECKS
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
 from episodekit.validate.video import CHECKS as VIDEO_CHECKS
@@ -245,6 +246,8 @@ def validate(
             found += problems
             if agg is not None:
                 found += checks_data.compare(raw, agg, set(schemas) - {p.file for p in problems})
+            del agg
+            release_memory()  # the scan's per-episode frames: give them back before the next
     if wants("quality"):
         from episodekit.validate import quality as checks_quality
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import posixpath
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from episodekit.core.dataset import V3, DatasetError, read_parquet, read_schema
+from episodekit.core.dataset import V3, DatasetError, is_local, read_parquet, read_schema
 from episodekit.metadata import lerobot_stats
 from episodekit.metadata.image_stats import estimate_num_samples, image_features
 from episodekit.metadata.stats import (
@@ -35,6 +37,7 @@ from episodekit.metadata.stats import (
 )
 from episodekit.validate.artifacts import dataset_from_raw
 from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
+from episodekit.validate.stats_merge import MERGED_KEYS, EpisodeMerge
 
 RTOL = 1e-6
 ATOL = 1e-9
@@ -182,30 +185,47 @@ def _order(name: str, got: dict[str, np.ndarray], file: str, episode=None) -> li
     return out
 
 
-def _read_episode_file(raw: RawRoot, rel: str, feats: dict[str, int], out: list[Finding]):
-    """One episodes file's ``episode_index`` and stats columns (None when unreadable: the
-    ``episodes.read`` check reports it); missing columns become a finding."""
-    full = raw.join(rel)
-    wanted = [f"stats/{n}/{k}" for n in feats for k in STAT_KEYS]
-    try:
-        names = read_schema(raw.fs, full).names
-        present = [c for c in wanted if c in names]
-        t = read_parquet(raw.fs, full, columns=["episode_index", *present])
-    except (DatasetError, pa.ArrowException, OSError):
-        return None
-    missing = [c for c in wanted if c not in names]
-    if missing and all(c.rsplit("/", 1)[-1] in QUANTILE_KEYS for c in missing):
-        out.append(_missing("per-episode stats", missing, rel, raw.root))
-    elif missing:
-        msg = f"{len(missing)} stats columns missing, e.g. {missing[:3]}"
-        out.append(Finding("stats.present", ERROR, msg, rel))
-    return t
+# Per-episode stats, one episodes file at a time: the driver holds one file's columns of one
+# feature and, per file, a few numbers per check (and the merge's vectors), never every
+# episode's stats (except for --deep, which compares every episode with a recomputation).
+# Findings are those of the whole table sorted by episode: a check's finding names the smallest
+# offending episode of every file, and a key dropped anywhere (missing, misshapen, NaN) is left
+# out of the order checks everywhere (files checked with other keys are checked again).
 
 
-def _column_values(t: pa.Table, c: str, want: int, dims: int, rel: str, out: list[Finding]):
+@dataclass
+class _FilePart:
+    """One episodes file's summary of one feature's per-episode stats.
+
+    ``valid``: keys present with the expected shape; ``finite``: those finite in every episode of
+    the file (the keys ``order``, ``count`` and ``merge`` were computed with); ``nonfinite``: key
+    -> (episodes, smallest episode); ``order``: (episodes, smallest episode, [(relation, hit)]);
+    ``count``: (episodes, smallest episode, its count, its length) or None (no lengths);
+    ``values``: the per-episode values, kept only for ``--deep``."""
+
+    valid: tuple[str, ...]
+    finite: tuple[str, ...]
+    nonfinite: dict[str, tuple[int, int]]
+    order: tuple[int, int, list[tuple[str, bool]]]
+    count: tuple[int, int, int, int] | None
+    merge: EpisodeMerge | None
+    values: dict[str, np.ndarray] | None
+
+
+@dataclass
+class _EpisodeStats:
+    """What the per-episode part hands on: findings, the merge per feature, and (``--deep``
+    only) every episode's values sorted by episode."""
+
+    findings: list[Finding]
+    merged: dict[str, dict[str, np.ndarray] | None]
+    ep: np.ndarray
+    episodes: dict[str, dict[str, np.ndarray]]
+
+
+def _column_values(t: pa.Table, c: str, want: int, dims: int, rel: str, ep: np.ndarray, out):
     """A stats column as ``(episodes, want)`` float64 values, or None (with a finding)."""
     col = t[c].combine_chunks()
-    ep = t["episode_index"].to_numpy()
     if not (
         pa.types.is_list(col.type)
         or pa.types.is_large_list(col.type)
@@ -227,79 +247,202 @@ def _column_values(t: pa.Table, c: str, want: int, dims: int, rel: str, out: lis
     return vals.reshape(-1, want)
 
 
-def _episode_feature(
-    n: str, got: dict[str, np.ndarray], ep: np.ndarray, lengths: np.ndarray | None
-) -> list[Finding]:
-    """Finite, ordered and counted per-episode stats of one feature (drops non-finite keys)."""
+def _read_feature(pf, n: str, dims: int, keys, rel: str, ep: np.ndarray, out) -> dict:
+    """``{key: (episodes, D) values}`` of feature ``n`` for the ``keys`` with a good shape."""
+    cols = [f"stats/{n}/{k}" for k in keys]
+    if not cols:
+        return {}
+    t = pf.read(columns=cols)
+    got = {}
+    for k, c in zip(keys, cols):
+        v = _column_values(t, c, 1 if k == "count" else dims, dims, rel, ep, out)
+        if v is not None:
+            got[k] = v
+    return got
+
+
+def _order_summary(got: dict[str, np.ndarray], ep: np.ndarray):
+    """(episodes violating an order relation, the smallest of them, [(relation, violated)])."""
+    bad = np.zeros(len(ep), bool)
+    hits = []
+    for what, mask in _order_bad(got):
+        rows = np.any(mask, axis=1)
+        hits.append((what, bool(np.any(rows))))
+        bad |= rows
+    return int(bad.sum()), int(ep[bad].min()) if np.any(bad) else -1, hits
+
+
+def _feature_part(got: dict, ep: np.ndarray, lengths: np.ndarray | None, keep: bool) -> _FilePart:
+    """Summarize one file's values of one feature (see :class:`_FilePart`)."""
+    valid = tuple(got)
+    nonfinite = {}
+    for k, v in got.items():
+        bad = ~np.all(np.isfinite(v), axis=1)
+        if np.any(bad):
+            nonfinite[k] = (int(bad.sum()), int(ep[bad].min()))
+    fin = {k: v for k, v in got.items() if k not in nonfinite}
+    count = None
+    if "count" in fin and lengths is not None:
+        bad = np.flatnonzero(fin["count"][:, 0] != lengths)
+        i = int(bad[np.argmin(ep[bad])]) if len(bad) else 0
+        first = (int(ep[i]), int(fin["count"][i, 0]), int(lengths[i])) if len(bad) else (-1, 0, 0)
+        count = (len(bad), *first)
+    merge = None
+    if set(MERGED_KEYS) <= set(fin):
+        merge = EpisodeMerge()
+        merge.add(fin)
+    return _FilePart(
+        valid,
+        tuple(fin),
+        nonfinite,
+        _order_summary(fin, ep),
+        count,
+        merge,
+        got if keep else None,
+    )
+
+
+class _Lengths:
+    """Episode lengths looked up by episode index (none when the table's indices repeat)."""
+
+    def __init__(self, raw: RawRoot):
+        e = raw.episodes
+        idx = e["episode_index"].to_numpy()
+        self.ok = len(idx) > 0 and len(np.unique(idx)) == len(idx)
+        order = np.argsort(idx, kind="stable")
+        self.idx, self.length = idx[order], e["length"].to_numpy()[order]
+
+    def of(self, ep: np.ndarray) -> np.ndarray | None:
+        """The lengths of ``ep`` (None when ``ep`` repeats or names an unknown episode)."""
+        if not self.ok or len(np.unique(ep)) != len(ep):
+            return None
+        pos = np.minimum(np.searchsorted(self.idx, ep), len(self.idx) - 1)
+        return self.length[pos] if np.array_equal(self.idx[pos], ep) else None
+
+
+def _open_episodes(raw: RawRoot, rel: str) -> pq.ParquetFile:
+    full = raw.join(rel)
+    return pq.ParquetFile(full if is_local(raw.fs) else raw.fs.open(full, "rb"))
+
+
+def _scan_file(raw, rel, feats, lengths: _Lengths, keep: bool):
+    """One episodes file: (its findings, episode indices, lengths known, {feature: part}), or None
+    when unreadable (the ``episodes.read`` check reports it)."""
     out: list[Finding] = []
-    for k, v in list(got.items()):
-        bad = np.flatnonzero(~np.all(np.isfinite(v), axis=1))
-        if len(bad):
-            msg = f"stats/{n}/{k}: {len(bad)} episode(s) with NaN/inf"
-            out.append(Finding("stats.finite", ERROR, msg, None, int(ep[bad[0]])))
-            del got[k]
-    out += _order_rows(n, got, ep)
-    if "count" in got and lengths is not None:
-        bad = np.flatnonzero(got["count"][:, 0] != lengths)
-        if len(bad):
-            msg = (
-                f"stats/{n}/count: {len(bad)} episode(s) whose count is not their length "
-                f"(e.g. {int(got['count'][bad[0], 0])} vs {int(lengths[bad[0]])})"
-            )
-            out.append(Finding("stats.count", ERROR, msg, None, int(ep[bad[0]])))
-    return out
+    wanted = [f"stats/{n}/{k}" for n in feats for k in STAT_KEYS]
+    try:
+        with _open_episodes(raw, rel) as pf:
+            names = pf.schema_arrow.names
+            ep = pf.read(columns=["episode_index"])["episode_index"].to_numpy()
+            missing = [c for c in wanted if c not in names]
+            if missing and all(c.rsplit("/", 1)[-1] in QUANTILE_KEYS for c in missing):
+                out.append(_missing("per-episode stats", missing, rel, raw.root))
+            elif missing:
+                msg = f"{len(missing)} stats columns missing, e.g. {missing[:3]}"
+                out.append(Finding("stats.present", ERROR, msg, rel))
+            ln = lengths.of(ep)
+            parts = {}
+            for n, dims in feats.items():
+                keys = [k for k in STAT_KEYS if f"stats/{n}/{k}" in names]
+                got = _read_feature(pf, n, dims, keys, rel, ep, out)
+                parts[n] = _feature_part(got, ep, ln, keep)
+                del got
+                pa.default_memory_pool().release_unused()  # else mimalloc keeps the reads
+    except (DatasetError, pa.ArrowException, OSError):
+        return None
+    return out, ep, ln is not None, parts
 
 
-def _episode_part(
-    raw: RawRoot, feats: dict[str, int]
-) -> tuple[list[Finding], np.ndarray, dict[str, dict[str, np.ndarray]]]:
-    """Findings on the per-episode columns, and the parsed ``(episodes, D)`` values."""
+def _reorder(raw, rel, n: str, dims: int, keys: tuple, part: _FilePart, ep: np.ndarray):
+    """The order summary of one file checked with the dataset's keys of ``n`` (a key was dropped
+    elsewhere): from the kept values, else read again."""
+    if part.values is not None:
+        return _order_summary({k: part.values[k] for k in keys}, ep)
+    try:
+        with _open_episodes(raw, rel) as pf:
+            return _order_summary(_read_feature(pf, n, dims, list(keys), rel, ep, []), ep)
+    except (DatasetError, pa.ArrowException, OSError):
+        return 0, -1, []
+
+
+def _feature_findings(raw, n: str, dims: int, files: list, lengths_ok: bool):
+    """Findings on feature ``n`` from every file's part, and the keys left (valid, finite)."""
     out: list[Finding] = []
-    eps_all: list[np.ndarray] = []
-    cols_all: dict[str, dict[str, list[np.ndarray]]] = {n: {} for n in feats}
-    ok_all: dict[str, dict[str, bool]] = {n: dict.fromkeys(STAT_KEYS, True) for n in feats}
-    files = sorted(set(raw.episodes["__file"].to_pylist())) if raw.episodes is not None else []
-    for rel in files:
-        t = _read_episode_file(raw, rel, feats, out)
-        if t is None:
-            continue
-        eps_all.append(t["episode_index"].to_numpy())
-        for n, dims in feats.items():
-            for k in STAT_KEYS:
-                c = f"stats/{n}/{k}"
-                v = None
-                if c in t.column_names:
-                    v = _column_values(t, c, 1 if k == "count" else dims, dims, rel, out)
-                if v is None:
-                    ok_all[n][k] = False
-                else:
-                    cols_all[n].setdefault(k, []).append(v)
-    if not eps_all:
-        return out, np.zeros(0, np.int64), {}
-    ep = np.concatenate(eps_all)
-    order = np.argsort(ep, kind="stable")
-    parsed: dict[str, dict[str, np.ndarray]] = {}
-    lengths = _lengths_by_episode(raw, ep[order])
-    for n in feats:
-        got = {k: np.concatenate(v)[order] for k, v in cols_all[n].items() if ok_all[n][k]}
-        out += _episode_feature(n, got, ep[order], lengths)
-        parsed[n] = got
-    return out, ep[order], parsed
+    parts = [f[2][n] for f in files]
+    keys = []
+    for k in (k for k in STAT_KEYS if all(k in p.valid for p in parts)):
+        bad = [p.nonfinite[k] for p in parts if k in p.nonfinite]
+        if bad:
+            msg = f"stats/{n}/{k}: {sum(b[0] for b in bad)} episode(s) with NaN/inf"
+            out.append(Finding("stats.finite", ERROR, msg, None, min(b[1] for b in bad)))
+        else:
+            keys.append(k)
+    keys = tuple(keys)
+    orders = [
+        p.order if p.finite == keys else _reorder(raw, rel, n, dims, keys, p, ep)
+        for (rel, ep, _), p in zip(files, parts)
+    ]
+    rows = sum(o[0] for o in orders)
+    if rows:
+        hit = {}
+        for o in orders:
+            for what, h in o[2]:
+                hit[what] = hit.get(what, False) or h
+        msg = (
+            f"stats/{n}: {rows} episode(s) with {', '.join(w for w, h in hit.items() if h)} "
+            f"(min <= q01 <= ... <= q99 <= max, min <= mean <= max; {ORDER_TOLERANCE})"
+        )
+        first = min(o[1] for o in orders if o[0])
+        out.append(Finding("stats.order", ERROR, msg, None, first))
+    counts = [p.count for p in parts if p.count is not None and p.count[0]]
+    if "count" in keys and lengths_ok and counts:
+        first = min(counts, key=lambda c: c[1])
+        msg = (
+            f"stats/{n}/count: {sum(c[0] for c in counts)} episode(s) whose count is not their "
+            f"length (e.g. {first[2]} vs {first[3]})"
+        )
+        out.append(Finding("stats.count", ERROR, msg, None, first[1]))
+    return out, keys
 
 
-def _lengths_by_episode(raw: RawRoot, ep: np.ndarray) -> np.ndarray | None:
-    """Each listed episode's length (None when episode indices repeat: episodes.index says so)."""
+def _episode_part(raw: RawRoot, feats: dict[str, int], keep: bool = False) -> _EpisodeStats:
+    """Findings on the per-episode columns, file by file, and the merge of each feature's
+    stats; with ``keep`` (``--deep``) also every episode's values, sorted by episode."""
+    out: list[Finding] = []
+    files = []  # (rel, episode indices, {feature: _FilePart}) per readable file
+    lengths_ok = True
     e = raw.episodes
-    idx = e["episode_index"].to_numpy()
-    if len(np.unique(idx)) != len(idx) or len(np.unique(ep)) != len(ep):
-        return None
-    length = e["length"].to_numpy()
-    order = np.argsort(idx, kind="stable")
-    pos = np.searchsorted(idx[order], ep)
-    pos = np.minimum(pos, len(idx) - 1)
-    if len(idx) == 0 or not np.array_equal(idx[order][pos], ep):
-        return None
-    return length[order][pos]
+    names = sorted(pc.unique(e["__file"]).to_pylist()) if e is not None else []
+    lengths = _Lengths(raw) if names else None
+    for rel in names:
+        res = _scan_file(raw, rel, feats, lengths, keep)
+        if res is None:
+            continue
+        found, ep, known, parts = res
+        out += found
+        lengths_ok &= known
+        files.append((rel, ep, parts))
+    if not files:
+        return _EpisodeStats(out, {}, np.zeros(0, np.int64), {})
+    ep = np.concatenate([f[1] for f in files])
+    lengths_ok &= len(np.unique(ep)) == len(ep)
+    merged: dict = {}
+    episodes: dict = {}
+    for n, dims in feats.items():
+        found, keys = _feature_findings(raw, n, dims, files, lengths_ok)
+        out += found
+        merged[n] = None
+        if set(MERGED_KEYS) <= set(keys):
+            merge = EpisodeMerge()
+            for f in files:
+                merge.join(f[2][n].merge)
+            merged[n] = merge.merged()
+        if keep:
+            order = np.argsort(ep, kind="stable")
+            episodes[n] = {
+                k: np.concatenate([f[2][n].values[k] for f in files])[order] for k in keys
+            }
+    return _EpisodeStats(out, merged, np.sort(ep, kind="stable"), episodes)
 
 
 def _order_rows(name: str, got: dict[str, np.ndarray], ep: np.ndarray) -> list[Finding]:
@@ -320,28 +463,16 @@ def _order_rows(name: str, got: dict[str, np.ndarray], ep: np.ndarray) -> list[F
     return [Finding("stats.order", ERROR, msg, None, int(ep[rows[0]]))]
 
 
-def _consistency(feats: dict[str, int], dataset: dict, episodes: dict) -> list[Finding]:
-    """Cheap: the dataset's min/max/mean/std/count against the merge of the episodes'."""
+def _consistency(names, dataset: dict, merged: dict) -> list[Finding]:
+    """Cheap: the dataset's min/max/mean/std/count against the merge of the episodes'
+    (``merged``: :meth:`EpisodeMerge.merged` per feature)."""
     out = []
-    for n in feats:
-        d, e = dataset.get(n, {}), episodes.get(n, {})
-        if not {"min", "max", "mean", "std", "count"} <= set(d) & set(e):
+    for n in names:
+        d, m = dataset.get(n, {}), merged.get(n)
+        if m is None or not set(MERGED_KEYS) <= set(d):
             continue
-        w = e["count"][:, 0].astype(np.float64)
-        total = w.sum()
-        if total <= 0:
-            continue
-        mean = (e["mean"] * w[:, None]).sum(0) / total
-        var = ((e["std"] ** 2 + (e["mean"] - mean) ** 2) * w[:, None]).sum(0) / total
-        merged = {
-            "min": e["min"].min(0),
-            "max": e["max"].max(0),
-            "mean": mean,
-            "std": np.sqrt(var),
-            "count": np.array([total]),
-        }
-        scale = float(np.max(np.abs(np.r_[merged["min"], merged["max"]])))
-        for k, v in merged.items():
+        scale = float(np.max(np.abs(np.r_[m["min"], m["max"]])))
+        for k, v in m.items():
             bad = ~_close(d[k], v, scale)
             if np.any(bad):
                 j = int(np.flatnonzero(bad)[0])
@@ -597,10 +728,10 @@ def _flat_channels(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _image_episode_part(
-    raw: RawRoot, feats: list[str], ours: set[str], parsed: dict
+    raw: RawRoot, feats: list[str], ours: set[str], merges: dict[str, EpisodeMerge | None]
 ) -> list[Finding]:
-    """Findings on the per-episode image columns; their values go into ``parsed``
-    (``{feature: {key: [(episodes, C) per file]}}``)."""
+    """Findings on the per-episode image columns; the stats of ``ours`` are folded file by file
+    into ``merges`` (a feature becomes None when a file has only some of ``MERGED_KEYS``)."""
     out: list[Finding] = []
     e = raw.episodes
     if e is None:
@@ -608,8 +739,8 @@ def _image_episode_part(
     samples = _expected_samples(raw)
     length = e["length"].to_numpy()
     ep_all = e["episode_index"].to_numpy()
-    for rel in sorted(set(e["__file"].to_pylist())):
-        rows = np.flatnonzero(np.asarray(e["__file"].to_pylist()) == rel)
+    for rel in sorted(pc.unique(e["__file"]).to_pylist()):
+        rows = np.flatnonzero(pc.equal(e["__file"], rel).to_numpy(zero_copy_only=False))
         full = raw.join(rel)
         try:
             names = read_schema(raw.fs, full).names
@@ -652,8 +783,8 @@ def _image_episode_part(
                     continue
                 got[k] = v
             ep = ep_all[rows]
-            for k, v in got.items():
-                parsed.setdefault(n, {}).setdefault(k, []).append(v)
+            if n in ours:
+                _fold(merges, n, got)
             out += _order_rows(n, got, ep)
             bad = np.flatnonzero(
                 np.any(
@@ -679,6 +810,16 @@ def _image_episode_part(
     return out
 
 
+def _fold(merges: dict[str, EpisodeMerge | None], n: str, got: dict[str, np.ndarray]) -> None:
+    """Fold one file's image stats of ``n`` into its merge: a file without any of
+    ``MERGED_KEYS`` adds nothing, one with only some of them leaves nothing to compare."""
+    have = set(MERGED_KEYS) & set(got)
+    if have == set(MERGED_KEYS) and merges.get(n, EpisodeMerge()) is not None:
+        merges.setdefault(n, EpisodeMerge()).add(got)
+    elif have:
+        merges[n] = None
+
+
 def check_image_stats(raw: RawRoot) -> list[Finding]:
     """Image/video stats where present: LeRobot's shapes, finite, in [0, 1], ordered, count of
     sampled frames (exactly LeRobot's sampling when episodekit wrote them)."""
@@ -690,17 +831,13 @@ def check_image_stats(raw: RawRoot) -> list[Finding]:
     fresh = ds is not None and rec.get("fingerprint") == ds.fingerprint
     ours = set(rec.get("features") or {}) if fresh else set()
     dataset: dict = {}
-    episodes: dict = {}
+    merges: dict[str, EpisodeMerge | None] = {}
     out = _image_dataset_part(raw, feats, ours, dataset)
-    out += _image_episode_part(raw, feats, ours, episodes)
+    out += _image_episode_part(raw, feats, ours, merges)
     # written by --images: the dataset's stats are the sampled-frame-weighted merge of the
     # episodes' (every frame of a feature has the same size); others may use another weighting
-    merged = {
-        n: {k: np.concatenate(v) for k, v in episodes.get(n, {}).items()}
-        for n in ours
-        if n in dataset and n in episodes
-    }
-    return out + _consistency({n: 3 for n in merged}, dataset, merged)
+    merged = {n: m.merged() for n, m in merges.items() if m is not None and n in dataset}
+    return out + _consistency([n for n in feats if n in merged], dataset, merged)
 
 
 def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> list[Finding]:
@@ -711,9 +848,9 @@ def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> li
     if not feats:
         return check_image_stats(raw)
     out, dataset = _dataset_part(raw, feats)
-    more, ep, episodes = _episode_part(raw, feats)
-    out += more
-    out += _consistency(feats, dataset, episodes)
+    per = _episode_part(raw, feats, keep=deep)
+    out += per.findings
+    out += _consistency(feats, dataset, per.merged)
     ds = dataset_from_raw(raw)
     meta = read_summary_meta(ds) if ds is not None else None
     if ds is not None and meta is not None:
@@ -728,7 +865,7 @@ def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> li
                 )
             )
     if deep:
-        out += _recompute(raw, feats, dataset, ep, episodes, executor)
+        out += _recompute(raw, feats, dataset, per.ep, per.episodes, executor)
     return out + check_image_stats(raw)
 
 
