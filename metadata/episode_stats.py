@@ -46,6 +46,18 @@ class EpisodeStats(Mapping):
         finally:
             del spill
 
+    def chunks(
+        self, feature: str, keys: tuple[str, ...], size: int
+    ) -> Iterator[tuple[slice, dict[str, np.ndarray]]]:
+        """Some keys of one feature, ``size`` episodes at a time: ``(rows, {key: (n, D)})``."""
+        spill = np.load(self.paths[feature], mmap_mode="r")
+        try:
+            for start in range(0, len(self.episode_index), size):
+                rows = slice(start, min(start + size, len(self.episode_index)))
+                yield rows, {k: np.array(spill[KEYS.index(k), rows]) for k in keys}
+        finally:
+            del spill
+
     def rows(self, pos: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
         """Every feature's keys for the episodes at positions ``pos`` (into episode_index)."""
         out = {}

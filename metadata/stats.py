@@ -756,6 +756,28 @@ def data_state(ds: Dataset) -> str:
 SKETCH_CAP = 65_536  # points per dimension a dataset's merged summary keeps at most
 
 
+MOMENT_CHUNK = 16_384  # episodes whose stats are merged at a time (memory: a chunk's, not all)
+
+
+def _moments(per: EpisodeStats, n: str, w: np.ndarray, total: int) -> tuple[np.ndarray, ...]:
+    """Dataset mean, m2 (Chan: the episodes' m2 plus their means' spread), min and max of one
+    feature from its episodes' stats, :data:`MOMENT_CHUNK` episodes at a time."""
+    mean = None
+    for rows, c in per.chunks(n, ("mean",), MOMENT_CHUNK):
+        part = (c["mean"] * w[rows]).sum(0)
+        mean = part if mean is None else mean + part
+    if mean is None:  # no episodes: nothing to merge
+        raise DatasetError("no episodes to compute stats over")
+    mean = mean / total
+    m2 = lo = hi = None
+    for rows, c in per.chunks(n, ("m2", "mean", "min", "max"), MOMENT_CHUNK):
+        part = c["m2"].sum(0) + (w[rows] * (c["mean"] - mean) ** 2).sum(0)
+        m2 = part if m2 is None else m2 + part
+        lo = c["min"].min(0) if lo is None else np.minimum(lo, c["min"].min(0))
+        hi = c["max"].max(0) if hi is None else np.maximum(hi, c["max"].max(0))
+    return mean, m2, lo, hi
+
+
 def _dataset_stats(feats, count, per, fold: EpisodeFold) -> dict[str, FeatureStats]:
     """Chan's merge of the episodes' moments; min/max; the merged rank summaries (one
     dimension at a time, at most :data:`SKETCH_CAP` points each: 64 blocks' worth, ~16M
@@ -764,9 +786,7 @@ def _dataset_stats(feats, count, per, fold: EpisodeFold) -> dict[str, FeatureSta
     total = int(count.sum())
     w = count.astype(np.float64)[:, None]
     for n, d in feats.items():
-        f = {k: per.column(n, k) for k in ("mean", "m2", "min", "max")}
-        mean = (f["mean"] * w).sum(0) / total
-        m2 = f["m2"].sum(0) + (w * (f["mean"] - mean) ** 2).sum(0)
+        mean, m2, lo, hi = _moments(per, n, w, total)
         sketches = []
         for j in range(d):
             values, weights, error = fold.summary(n, j)
@@ -778,8 +798,8 @@ def _dataset_stats(feats, count, per, fold: EpisodeFold) -> dict[str, FeatureSta
             mass=float(total),
             mean=mean,
             m2=m2,
-            min=f["min"].min(0),
-            max=f["max"].max(0),
+            min=lo,
+            max=hi,
             quantiles=np.zeros((len(QUANTILES), d)),
             sketches=sketches,
             quantile_error=error,

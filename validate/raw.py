@@ -193,7 +193,10 @@ def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
         tables.append(t.append_column("__file", pa.array([rel] * t.num_rows, pa.string())))
     if not tables:
         return None
-    return pa.concat_tables(tables, promote_options="default").combine_chunks()
+    table = pa.concat_tables(tables, promote_options="default").combine_chunks()
+    del tables
+    pa.default_memory_pool().release_unused()  # the files' decoded pages (see core.dataset)
+    return table
 
 
 def _add_derived(raw: RawRoot, table: pa.Table) -> pa.Table:
