@@ -8,7 +8,9 @@ For each size, writes (once) an edited-style sample under DIR (default $EPISODEK
 rewrite, stats, validation with quality.*, frame store) under scripts/peak_rss.py, which polls the
 process tree: the driver is the `episodekit` process, a task's peak is the largest peak of a Ray
 worker process (`ray::...`). Prints both per size and the ratio between consecutive sizes.
-Bars (issue 28): each <= 512 MiB, and <= 1.15x when the frames grow 4x.
+Bars (issue 28): each <= 512 MiB, and <= 1.15x when the frames grow 4x (judged on 2m -> 8m and
+10m -> 40m; the issue's bar is the 2m -> 8m pair). The samples' episodes grow with their frames,
+so what the driver holds per episode shows in these ratios too.
 """
 
 from __future__ import annotations
@@ -73,17 +75,17 @@ def main() -> None:
         )
         for name, (d, w) in res["steps"].items():
             print(f"      {name:<10} driver {d:7.1f} MiB  max worker {w:7.1f} MiB", flush=True)
-    ok = True
-    for _size, res in rows:
-        ok &= res["driver_mib"] <= BAR_MIB and res["worker_mib"] <= BAR_MIB
+    for size, res in rows:
+        ok = res["driver_mib"] <= BAR_MIB and res["worker_mib"] <= BAR_MIB
+        print(f"{size}: each <= {BAR_MIB} MiB: {'met' if ok else 'NOT met'}")
     for (a, ra), (b, rb) in zip(rows, rows[1:]):
         d = rb["driver_mib"] / ra["driver_mib"]
         w = rb["worker_mib"] / max(ra["worker_mib"], 1e-9)
-        ok &= d <= BAR_RATIO and w <= BAR_RATIO
-        print(f"{a} -> {b}: driver x{d:.2f}, max task x{w:.2f}")
-    print(
-        f"bars (<= {BAR_MIB} MiB each, <= {BAR_RATIO}x per 4x frames): {'met' if ok else 'NOT met'}"
-    )
+        line = f"{a} -> {b}: driver x{d:.2f}, max task x{w:.2f}"
+        if EPISODES[b] == 4 * EPISODES[a]:  # the bar is judged where the frames grow 4x
+            ok = d <= BAR_RATIO and w <= BAR_RATIO
+            line += f"  (<= {BAR_RATIO}x per 4x frames: {'met' if ok else 'NOT met'})"
+        print(line)
 
 
 if __name__ == "__main__":
