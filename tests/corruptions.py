@@ -492,9 +492,10 @@ def _with_matrix(t: pa.Table, column: str, x: np.ndarray) -> pa.Table:
     return t.set_column(i, t.schema.field(i), arr)
 
 
-def edit_signal(root: Path, episode: int, column: str, change) -> str:
-    """Apply ``change(x)`` in place to the (frames, d) values of one episode's list column."""
-    rel = data_file_of(root, episode)
+def edit_signal(root: Path, episode: int, column: str, change, rel: str | None = None) -> str:
+    """Apply ``change(x)`` in place to the (frames, d) values of one episode's list column
+    (``rel``: its data file, when the root has several episodes files)."""
+    rel = rel or data_file_of(root, episode)
 
     def fn(t: pa.Table) -> pa.Table:
         x = _matrix_of(t, column)

@@ -210,6 +210,18 @@ def test_tied_runs_are_run_length_encoded(tmp_path):
     reader.close()
 
 
+def _assert_within(quantiles: np.ndarray, x: np.ndarray, bound: float) -> None:
+    """Each quantile's true rank lies within ``bound`` of the one it stands for."""
+    n = len(x)
+    for j in range(x.shape[1]):
+        s = np.sort(x[:, j])
+        for i, q in enumerate(QUANTILES):
+            v = quantiles[i, j]
+            lo, hi = np.searchsorted(s, v, "left"), np.searchsorted(s, v, "right")
+            h = (n - 1) * q
+            assert lo - 1 - bound <= h <= hi + bound, (j, q)
+
+
 def test_sketch_mode_within_stated_rank_error(make_sample):
     root = make_sample(episodes=20, tasks=3, seed=6, data_files_size_in_mb=0.3)
     res = compute_stats(root, quantiles="sketch", sketch_points=32, batch_rows=500, jobs=1)
@@ -218,13 +230,7 @@ def test_sketch_mode_within_stated_rank_error(make_sample):
     n = len(x)
     bound = res.rank_error["action"] * n
     assert 0 < bound < n / 10
-    for j in range(x.shape[1]):
-        s = np.sort(x[:, j])
-        for i, q in enumerate(QUANTILES):
-            v = res.dataset["action"].quantiles[i, j]
-            lo, hi = np.searchsorted(s, v, "left"), np.searchsorted(s, v, "right")
-            h = (n - 1) * q
-            assert lo - 1 - bound <= h <= hi + bound, (j, q)
+    _assert_within(res.dataset["action"].quantiles, x, bound)
 
 
 @pytest.mark.parametrize("quantiles", ["sketch", "exact"])
@@ -246,13 +252,7 @@ def test_capped_dataset_summary(make_sample, monkeypatch, quantiles):
     n = len(x)
     bound = res.rank_error["action"] * n
     assert n / 40 - 1 <= bound < n / 4  # the compaction's error is in the bound
-    for j in range(x.shape[1]):
-        s = np.sort(x[:, j])
-        for i, q in enumerate(QUANTILES):
-            v = res.dataset["action"].quantiles[i, j]
-            lo, hi = np.searchsorted(s, v, "left"), np.searchsorted(s, v, "right")
-            h = (n - 1) * q
-            assert lo - 1 - bound <= h <= hi + bound, (j, q)
+    _assert_within(res.dataset["action"].quantiles, x, bound)
 
 
 def test_memory_budget_falls_back_to_the_summary(root, caplog):

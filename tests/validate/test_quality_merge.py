@@ -22,27 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # corruptions.py
 from corruptions import (  # noqa: E402
     QUALITY_SPEC,
     _matrix_of,
-    _with_matrix,
     corrupt_action_wrong_length,
-    edit_data,
+    edit_signal,
     rows_of,
 )
 
 SPEC = {**QUALITY_SPEC, "data_files_size_in_mb": 0.3}  # 80 episodes in 6 data files
-
-
-def _edit(root: Path, rel: str, episode: int, column: str, change) -> None:
-    """Apply ``change(x)`` in place to the (frames, d) values of one episode's list column."""
-
-    def fn(t):
-        x = _matrix_of(t, column)
-        rows = rows_of(t, episode)
-        part = x[rows]
-        change(part)
-        x[rows] = part
-        return _with_matrix(t, column, x)
-
-    edit_data(root, rel, fn)
 
 
 def _seeded(make_sample) -> tuple[Path, list[tuple[str, int, str]]]:
@@ -62,13 +47,13 @@ def _seeded(make_sample) -> tuple[Path, list[tuple[str, int, str]]]:
     t = pq.read_table(root / files[src])
     for col in ("action", "observation.state"):
         x = _matrix_of(t, col)[rows_of(t, src)]
-        _edit(root, files[dup], dup, col, lambda v, x=x: v.__setitem__(slice(None), x))
+        edit_signal(root, dup, col, lambda v, x=x: v.__setitem__(slice(None), x), files[dup])
     used = {files[src], files[dup]}
     frozen = next(e for e in eps if files[e] not in used)
-    _edit(root, files[frozen], frozen, "action", lambda v: v.__setitem__(slice(None), v[0]))
+    edit_signal(root, frozen, "action", lambda v: v.__setitem__(slice(None), v[0]), files[frozen])
     used.add(files[frozen])
     spike = next(e for e in eps if files[e] not in used)
-    _edit(root, files[spike], spike, "action", lambda v: v.__setitem__((10, 3), 1000.0))
+    edit_signal(root, spike, "action", lambda v: v.__setitem__((10, 3), 1000.0), files[spike])
     return root, [
         ("quality.duplicate", dup, files[dup]),
         ("quality.frozen", frozen, files[frozen]),
