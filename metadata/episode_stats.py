@@ -30,7 +30,7 @@ KEYS = (*MOMENT_KEYS, "std", *QUANTILE_KEYS)  # a spill file's first axis
 
 class EpisodeStats(Mapping):
     """``feature -> key -> (episodes, D)`` (sorted by episode), read from the spill files on
-    access; :meth:`rows` and :meth:`column` read only part of them."""
+    access; :meth:`rows` and :meth:`chunks` read only part of them."""
 
     def __init__(self, episode_index: np.ndarray, count: np.ndarray, paths: dict[str, str], owner):
         self.episode_index = episode_index
@@ -38,43 +38,26 @@ class EpisodeStats(Mapping):
         self.paths = paths
         self._owner = owner  # the temporary folder: removed when this object goes
 
-    def column(self, feature: str, key: str) -> np.ndarray:
-        """One key of one feature for every episode, ``(episodes, D)``."""
-        spill = np.load(self.paths[feature], mmap_mode="r")
-        try:
-            return np.array(spill[KEYS.index(key)])
-        finally:
-            del spill
-
     def chunks(
         self, feature: str, keys: tuple[str, ...], size: int
     ) -> Iterator[tuple[slice, dict[str, np.ndarray]]]:
         """Some keys of one feature, ``size`` episodes at a time: ``(rows, {key: (n, D)})``."""
         spill = np.load(self.paths[feature], mmap_mode="r")
-        try:
-            for start in range(0, len(self.episode_index), size):
-                rows = slice(start, min(start + size, len(self.episode_index)))
-                yield rows, {k: np.array(spill[KEYS.index(k), rows]) for k in keys}
-        finally:
-            del spill
+        for start in range(0, len(self.episode_index), size):
+            rows = slice(start, min(start + size, len(self.episode_index)))
+            yield rows, {k: np.array(spill[KEYS.index(k), rows]) for k in keys}
 
     def rows(self, pos: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
         """Every feature's keys for the episodes at positions ``pos`` (into episode_index)."""
         out = {}
         for n, path in self.paths.items():
             spill = np.load(path, mmap_mode="r")
-            try:
-                out[n] = {k: np.array(spill[i, pos]) for i, k in enumerate(KEYS)}
-            finally:
-                del spill
+            out[n] = {k: np.array(spill[i, pos]) for i, k in enumerate(KEYS)}
         return out
 
     def __getitem__(self, feature: str) -> dict[str, np.ndarray]:
         spill = np.load(self.paths[feature], mmap_mode="r")
-        try:
-            return {k: np.array(spill[i]) for i, k in enumerate(KEYS)}
-        finally:
-            del spill
+        return {k: np.array(spill[i]) for i, k in enumerate(KEYS)}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.paths)
@@ -117,14 +100,10 @@ class EpisodeFold:
         self.dup += self.ep[slots[self.filled[slots]]].tolist()
         self.filled[slots] = True
         self.count[slots] = np.asarray(r["count"])[listed]
-        for n in self.feats:
+        for n in self.feats:  # written through a map that goes with the loop's variable
             spill = np.load(self.paths[n], mmap_mode="r+")
-            try:
-                for k, v in _values(r["features"][n]):
-                    spill[KEYS.index(k), slots] = v[listed]
-                spill.flush()
-            finally:
-                del spill
+            for k, v in _values(r["features"][n]):
+                spill[KEYS.index(k), slots] = v[listed]
         if not listed.all():
             rest = ~listed
             feats = {
@@ -136,8 +115,8 @@ class EpisodeFold:
             blocks = r["features"][n]["sketch"]
             values = np.concatenate([v for v, _ in blocks]) if blocks else np.zeros((0, 0))
             np.save(self._summary_path(i, j), np.ascontiguousarray(values.T))  # (D, points)
-            w = np.concatenate([w for _, w in blocks]) if blocks else np.zeros(0, np.int64)
-            self.weights[i][n] = (w.copy(), float(sum(w.max() - 1 for _, w in blocks)))
+            weights = np.concatenate([w for _, w in blocks]) if blocks else np.zeros(0, np.int64)
+            self.weights[i][n] = (weights, float(sum(w.max() - 1 for _, w in blocks)))
         self.runs[i] = r["runs"]
 
     def _summary_path(self, i: int, j: int) -> str:
@@ -152,7 +131,6 @@ class EpisodeFold:
         for i in files:
             spill = np.load(self._summary_path(i, j), mmap_mode="r")
             values.append(np.array(spill[dim]) if spill.size else np.zeros(0))
-            del spill
         weights = np.concatenate([self.weights[i][feature][0] for i in files])
         error = float(sum(self.weights[i][feature][1] for i in files))
         return np.concatenate(values), weights.astype(np.float64), error
@@ -173,11 +151,7 @@ class EpisodeFold:
             ep, count = self._merge_extra()
         for n in self.feats:
             spill = np.load(self.paths[n], mmap_mode="r+")
-            try:
-                spill[KEYS.index("std")] = np.sqrt(spill[KEYS.index("m2")] / count[:, None])
-                spill.flush()
-            finally:
-                del spill
+            spill[KEYS.index("std")] = np.sqrt(spill[KEYS.index("m2")] / count[:, None])
         return EpisodeStats(ep, count, dict(self.paths), self.tmp)
 
     def _merge_extra(self) -> tuple[np.ndarray, np.ndarray]:
@@ -192,8 +166,6 @@ class EpisodeFold:
             for j, k in enumerate(KEYS):
                 if k != "std":
                     new[j] = np.concatenate([old[j], *(x[2][n][k] for x in self.extra)])[order]
-            new.flush()
-            del new, old
             self.paths[n] = path
         return ep[order], count
 

@@ -778,13 +778,13 @@ def _moments(per: EpisodeStats, n: str, w: np.ndarray, total: int) -> tuple[np.n
     return mean, m2, lo, hi
 
 
-def _dataset_stats(feats, count, per, fold: EpisodeFold) -> dict[str, FeatureStats]:
+def _dataset_stats(feats, per: EpisodeStats, fold: EpisodeFold) -> dict[str, FeatureStats]:
     """Chan's merge of the episodes' moments; min/max; the merged rank summaries (one
     dimension at a time, at most :data:`SKETCH_CAP` points each: 64 blocks' worth, ~16M
     frames, kept whole; beyond, compacted with its rank error recorded)."""
     out = {}
-    total = int(count.sum())
-    w = count.astype(np.float64)[:, None]
+    total = int(per.count.sum())
+    w = per.count.astype(np.float64)[:, None]
     for n, d in feats.items():
         mean, m2, lo, hi = _moments(per, n, w, total)
         sketches = []
@@ -1091,8 +1091,7 @@ def compute_stats(
             fold.add(i, r)
             del r  # folded: its memory (in Ray's object store) can go
         per = fold.finish()
-        ep, count = per.episode_index, per.count
-        dataset = _dataset_stats(feats, count, per, fold)
+        dataset = _dataset_stats(feats, per, fold)
         if exact and spill is not None:
             for n in feats:
                 _exact_from_runs([p for r in fold.runs for p in r[n]], dataset[n])
@@ -1102,8 +1101,8 @@ def compute_stats(
     mode = {n: "exact" if exact else "sketch" for n in feats}
     return StatsResult(
         features=feats,
-        episode_index=ep,
-        episode_count=count,
+        episode_index=per.episode_index,
+        episode_count=per.count,
         episode=per,
         dataset=dataset,
         mode=mode,
