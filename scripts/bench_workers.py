@@ -76,19 +76,19 @@ def timed(iterable, batches: int | None, warm: int) -> tuple[float, float, float
     return frames / wall, frames / max(cpu, 1e-9), first or 0.0
 
 
-def numeric_cases(root: str, store: str, batches: int, warm: int) -> dict:
+def _cases(root: str, ds, batch: int, batches: int, warm: int, **kw) -> dict:
+    """In-process, ``make_loader`` with each worker count and torch's DataLoader with the same
+    counts over the same sample order (``kw``: make_loader's options for the dataset)."""
     from torch.utils.data import DataLoader
 
-    from episodekit.loaders import EpisodeAwareSampler, FrameDataset
+    from episodekit.loaders import EpisodeAwareSampler
     from episodekit.loaders.torch import TorchFrameDataset, collate, make_loader
 
-    kw = dict(access="random", delta_timestamps=DELTAS, store=store)
-    ds = FrameDataset(root, delta_timestamps=DELTAS, store=store)
-    order = EpisodeAwareSampler(ds, seed=0).epoch_indices(0)[: 256 * (batches + warm)].tolist()
+    order = EpisodeAwareSampler(ds, seed=0).epoch_indices(0)[: batch * (batches + warm)].tolist()
 
     def mine(n):
         def run():
-            with make_loader(root, None, 256, n, **kw) as loader:
+            with make_loader(root, None, batch, n, access="random", **kw) as loader:
                 return timed(loader, batches, warm)
 
         return run
@@ -96,7 +96,7 @@ def numeric_cases(root: str, store: str, batches: int, warm: int) -> dict:
     def torch_dl(n):
         def run():
             dl = DataLoader(
-                TorchFrameDataset(ds), sampler=order, batch_size=256, collate_fn=collate,
+                TorchFrameDataset(ds), sampler=order, batch_size=batch, collate_fn=collate,
                 num_workers=n, multiprocessing_context="spawn" if n else None,
             )  # fmt: skip
             return timed(dl, batches, warm)
@@ -109,36 +109,18 @@ def numeric_cases(root: str, store: str, batches: int, warm: int) -> dict:
     return cases
 
 
-def video_cases(root: str, batches: int, warm: int) -> dict:
-    from torch.utils.data import DataLoader
+def numeric_cases(root: str, store: str, batches: int, warm: int) -> dict:
+    from episodekit.loaders import FrameDataset
 
-    from episodekit.loaders import EpisodeAwareSampler, FrameDataset
-    from episodekit.loaders.torch import TorchFrameDataset, collate, make_loader
+    ds = FrameDataset(root, delta_timestamps=DELTAS, store=store)
+    return _cases(root, ds, 256, batches, warm, delta_timestamps=DELTAS, store=store)
+
+
+def video_cases(root: str, batches: int, warm: int) -> dict:
+    from episodekit.loaders import FrameDataset
 
     ds = FrameDataset(root, video_backend="pyav")
-    order = EpisodeAwareSampler(ds, seed=0).epoch_indices(0)[: 64 * (batches + warm)].tolist()
-
-    def mine(n):
-        def run():
-            with make_loader(root, None, 64, n, access="random", video_backend="pyav") as loader:
-                return timed(loader, batches, warm)
-
-        return run
-
-    def torch_dl(n):
-        def run():
-            dl = DataLoader(
-                TorchFrameDataset(ds), sampler=order, batch_size=64, collate_fn=collate,
-                num_workers=n, multiprocessing_context="spawn",
-            )  # fmt: skip
-            return timed(dl, batches, warm)
-
-        return run
-
-    cases = {"in-process": mine(0)}
-    cases.update({f"make_loader {n}": mine(n) for n in WORKERS})
-    cases.update({f"DataLoader {n}": torch_dl(n) for n in WORKERS})
-    return cases
+    return _cases(root, ds, 64, batches, warm, video_backend="pyav")
 
 
 def run_rounds(name: str, cases: dict, repeat: int) -> None:
