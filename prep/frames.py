@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,18 +281,19 @@ class _ColumnFile:
         os.close(self.fd)
 
 
-def _open_columns(folder: Path, columns: Mapping[str, Mapping[str, Any]]) -> dict:
-    """The store's column files under ``folder``, opened for positional writes and reads."""
-    out = {}
-    for name, c in columns.items():
-        row = np.dtype(c["dtype"]).itemsize * int(np.prod(c["shape"]) if c["shape"] else 1)
-        out[name] = _ColumnFile(folder / c["file"], row)
-    return out
-
-
-def _close_columns(files: Mapping[str, _ColumnFile]) -> None:
-    for f in files.values():
-        f.close()
+@contextlib.contextmanager
+def _open_columns(folder: Path, columns: Mapping[str, Mapping[str, Any]]) -> Iterator[dict]:
+    """The store's column files under ``folder``, open for positional writes and reads while
+    the block runs."""
+    files: dict[str, _ColumnFile] = {}
+    try:
+        for name, c in columns.items():
+            row = np.dtype(c["dtype"]).itemsize * int(np.prod(c["shape"]) if c["shape"] else 1)
+            files[name] = _ColumnFile(folder / c["file"], row)
+        yield files
+    finally:
+        for f in files.values():
+            f.close()
 
 
 def _allocate(folder: Path, columns: Mapping[str, Mapping[str, Any]], n: int) -> None:
@@ -358,21 +359,15 @@ def _decode_tasks(tmp, ds, columns, base, bounds, file_of, executor, jobs, progr
 def _task_file(fid: int, shared: tuple) -> _FileResult:
     """One data file into the store's ``.npy`` files under ``tmp`` (an executor job)."""
     ds, columns, tmp, base, bounds, file_of = shared
-    files = _open_columns(Path(tmp), columns)
-    try:
+    with _open_columns(Path(tmp), columns) as files:
         res = _build_file(ds, fid, columns, files, base, bounds, file_of)
-    finally:
-        _close_columns(files)
     _verify(Path(tmp), columns, [res])  # read back here, where it was written
     return res
 
 
 def _verify(folder: Path, columns, results: list[_FileResult]) -> None:
     """Read the written files back and compare CRC32s per data file and column."""
-    if not results:
-        return
-    files = _open_columns(folder, columns)
-    try:
+    with _open_columns(folder, columns) as files:
         for name in columns:
             for r in results:
                 if files[name].crc(r.start, r.rows) != r.crc[name]:
@@ -381,8 +376,6 @@ def _verify(folder: Path, columns, results: list[_FileResult]) -> None:
                         f"{r.identity['path']} reads back differently from what was decoded",
                         str(folder),
                     )
-    finally:
-        _close_columns(files)
 
 
 def build_frame_store(
@@ -470,11 +463,8 @@ def _build_into(
     file_of = ds.column("file_id").astype(np.int64) if ds.num_episodes else np.zeros(0, np.int64)
     _allocate(tmp, columns, n)
     if executor == "local":
-        files = _open_columns(tmp, columns) if n else {}
-        try:
+        with _open_columns(tmp, columns) as files:
             results = _decode_threads(ds, columns, files, base, bounds, file_of, jobs, progress)
-        finally:
-            _close_columns(files)
     else:  # the tasks open the files themselves
         results = _decode_tasks(tmp, ds, columns, base, bounds, file_of, executor, jobs, progress)
     if executor == "local":
