@@ -31,21 +31,21 @@ def verify_data(
     if starts[-1] != plan.num_frames:
         msg = f"planned {starts[-1]} rows, the kept episodes have {plan.num_frames}"
         raise VerificationError(msg)
-    jobs = [(f, int(start)) for f, start in zip(files, starts)]
+    jobs = [(f, int(a), int(b)) for f, a, b in zip(files, starts, starts[1:])]
     shared = (str(staging), plan, result)
     workers = 1 if executor == "local" else None
     for _ in imap_files(_verify_file, jobs, executor, workers, shared=shared):
         pass
 
 
-def _verify_file(job: tuple[int, int], shared: tuple) -> None:
-    """One written data file against the plan and its source rows' checksums."""
-    (f, row), (staging, plan, result) = job, shared
+def _verify_file(job: tuple[int, int, int], shared: tuple) -> None:
+    """One written data file (its output rows ``[row, end)``) against the plan and its source
+    rows' checksums."""
+    (f, row, end), (staging, plan, result) = job, shared
     rel = result.files[f]
     written = TableChecksum()
     checked = [n for n in result.schema.names if n not in RENUMBERED]
-    end = row + int(np.sum(plan.group_rows[f]))
-    expect_ep = _episode_of_rows(plan.length, row, end)
+    expect_ep = _episode_of_rows(plan.from_index, plan.length, row, end)
     with _open_parquet(str(Path(staging) / rel), None) as pf:
         meta = pf.metadata
         rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
@@ -72,10 +72,10 @@ def _verify_file(job: tuple[int, int], shared: tuple) -> None:
         raise VerificationError(f"{rel}: values differ from the source rows in columns {bad}")
 
 
-def _episode_of_rows(length: np.ndarray, row: int, end: int) -> np.ndarray:
-    """The output episode of each row in ``[row, end)`` (only those rows, not every frame)."""
-    stop = np.cumsum(length)
-    start = stop - length
+def _episode_of_rows(start: np.ndarray, length: np.ndarray, row: int, end: int) -> np.ndarray:
+    """The output episode of each row in ``[row, end)`` (only those rows, not every frame),
+    from the episodes' first rows and lengths."""
+    stop = start + length
     first = int(np.searchsorted(stop, row, side="right"))
     last = int(np.searchsorted(start, end, side="left"))
     lo = np.maximum(start[first:last], row)
