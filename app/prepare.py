@@ -205,7 +205,7 @@ def _convert_first(
     root: str, opts: PrepareOptions, say: Callable[[str], None]
 ) -> tuple[str, PrepareOptions]:
     """A v2.x root: refused (LeRobot reads only v3.0), or with ``convert`` converted into
-    ``out`` (:func:`episodekit.prep.surgery.convert.convert`), which is then prepared in place."""
+    ``out`` (:func:`episodekit.writers.convert.convert`), which is then prepared in place."""
     from dataclasses import replace
 
     version = _version_of(root)
@@ -218,7 +218,7 @@ def _convert_first(
         )
     if opts.out is None:
         raise ValueError("--convert writes a new v3.0 dataset: give --out DIR")
-    from episodekit.prep.surgery.convert import ConvertOptions, convert
+    from episodekit.writers.convert import ConvertOptions, convert
 
     say(f"converting {root} ({version}) to v3.0 in {opts.out}")
     done = convert(root, opts.out, ConvertOptions(target_mb=opts.target_mb))

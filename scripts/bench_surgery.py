@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from episodekit.core.dataset import open_dataset
-from episodekit.prep.surgery.edit import EditSpec, edit
+from episodekit.writers.edit import EditSpec, edit
 
 REPO = Path(__file__).resolve().parents[1]
 EK = [sys.executable, "-m", "episodekit.cli"]

@@ -1,5 +1,5 @@
 """``episodekit convert``: a v2.1/v2.0 dataset to LeRobot v3.0, a thin call into
-:func:`episodekit.prep.surgery.convert.convert`."""
+:func:`episodekit.writers.convert.convert`."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def convert_command(
     ROOT's rows and video frames before it appears at DIR. ROOT may be a hub URL
     (hf://datasets/owner/name@rev): only the files converted are read.
     """
-    from episodekit.prep.surgery.convert import ConvertOptions, convert, push_output
+    from episodekit.writers.convert import ConvertOptions, convert, push_output
 
     options = ConvertOptions(data_mb, video_mb, target_mb, stats, executor)
     result = convert(root, out, options)

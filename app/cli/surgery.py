@@ -1,5 +1,5 @@
 """``episodekit edit``, ``split`` and ``merge``: new datasets from existing ones (never in place),
-each a thin call into :mod:`episodekit.prep.surgery`."""
+each a thin call into :mod:`episodekit.writers`."""
 
 from __future__ import annotations
 
@@ -75,8 +75,8 @@ def edit_command(
     carried over, row groups as `prep rowgroups` writes them and videos cut without
     re-encoding; it is verified against ROOT's rows before it appears at DIR.
     """
-    from episodekit.prep.surgery import select
-    from episodekit.prep.surgery.edit import EditSpec, edit
+    from episodekit.writers import select
+    from episodekit.writers.edit import EditSpec, edit
 
     if report and not drop_flagged:
         raise click.UsageError(
@@ -150,7 +150,7 @@ def split_command(
     Episodes are assigned at random (--seed); each output is a LeRobot v3.0 dataset verified
     against ROOT's rows, with videos cut without re-encoding.
     """
-    from episodekit.prep.surgery.split import parse_fractions, split
+    from episodekit.writers.split import parse_fractions, split
 
     parts = parse_fractions(fractions)
     d = split(root, out, parts, seed=seed, by=by, target_mb=target_mb, executor=executor)
@@ -176,7 +176,7 @@ def merge_command(
     concatenated without re-encoding (their codec parameters must match); the output is
     verified against the sources' rows before it appears at DIR.
     """
-    from episodekit.prep.surgery.merge import merge
+    from episodekit.writers.merge import merge
 
     d = merge(list(roots), out, target_mb=target_mb, executor=executor).as_dict()
     if as_json:

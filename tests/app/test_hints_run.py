@@ -261,14 +261,14 @@ def flags_report_missing_check(tmp: Path):
 
 
 def convert_v3_root(tmp: Path):
-    from episodekit.prep.surgery.convert import convert
+    from episodekit.writers.convert import convert
 
     root = sample(tmp / "r")
     return raised(convert, str(root), tmp / "out"), None
 
 
 HINTS: dict[tuple[str, str], Callable] = {
-    ("prep/surgery/convert.py", "prepare it with `episodekit prepare"): convert_v3_root,
+    ("writers/convert.py", "prepare it with `episodekit prepare"): convert_v3_root,
     ("validate/flagged.py", "episodekit validate ROOT --json --checks"): flags_report_missing_check,
     ("validate/layout.py", "episodekit prep rowgroups"): validate_layout,
     ("validate/stats.py", "compute it with `episodekit metadata stats"): validate_stats_missing,

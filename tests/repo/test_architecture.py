@@ -18,6 +18,7 @@ FOLDERS = {  # folder -> layer (package)
     "metadata": "metadata",
     "loaders": "loaders",
     "validate": "validate",
+    "writers": "writers",
     "app": "top",
 }
 ALLOWED = {
@@ -26,12 +27,11 @@ ALLOWED = {
     "metadata": {"core", "metadata"},
     "loaders": {"core", "metadata", "loaders"},
     "validate": {"core", "prep", "metadata", "validate"},
-    # prep/surgery (episodekit.prep.surgery): writes new datasets, with LeRobot's stats and
-    # validation's findings (--drop-flagged): above validate, below the app
-    "surgery": {"core", "prep", "metadata", "validate", "surgery"},
-    "top": {"core", "prep", "metadata", "loaders", "validate", "surgery", "top"},
+    # writers (episodekit.writers): new datasets from old ones (edit, split, merge, convert,
+    # repair), with LeRobot's stats and validation's findings: above validate, below the app
+    "writers": {"core", "prep", "metadata", "validate", "writers"},
+    "top": {"core", "prep", "metadata", "loaders", "validate", "writers", "top"},
 }
-SUB_LAYERS = {("prep", "surgery"): "surgery"}  # a subpackage with a layer of its own
 GUARD_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
 
@@ -40,9 +40,14 @@ def layer_of_module(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] != "episodekit":
         return None
-    if tuple(parts[1:3]) in SUB_LAYERS:
-        return SUB_LAYERS[tuple(parts[1:3])]
-    if len(parts) > 1 and parts[1] in ("core", "prep", "metadata", "loaders", "validate"):
+    if len(parts) > 1 and parts[1] in (
+        "core",
+        "prep",
+        "metadata",
+        "loaders",
+        "validate",
+        "writers",
+    ):
         return parts[1]
     return "top"
 
@@ -108,9 +113,7 @@ def violations(source: str, layer: str, package: str, where: str) -> list[str]:
 def our_files() -> list[tuple[Path, str]]:
     files = []
     for folder, layer in FOLDERS.items():
-        for p in sorted((REPO / folder).rglob("*.py")):
-            sub = tuple(p.relative_to(REPO).parts[:2])
-            files.append((p, SUB_LAYERS.get(sub, layer)))
+        files += [(p, layer) for p in sorted((REPO / folder).rglob("*.py"))]
     return files
 
 
@@ -158,9 +161,9 @@ def test_no_cycles_between_folders():
             "guarded import",
         ),
         ("loaders", "from episodekit.core.dataset import Dataset\n", None),
-        ("prep", "from episodekit.prep.surgery import writer\n", "prep imports"),
-        ("surgery", "from episodekit.loaders import FrameDataset\n", "surgery imports"),
-        ("surgery", "from episodekit.validate.runner import validate\n", None),
+        ("prep", "from episodekit.writers import writer\n", "prep imports"),
+        ("writers", "from episodekit.loaders import FrameDataset\n", "writers imports"),
+        ("writers", "from episodekit.validate.runner import validate\n", None),
     ],
 )
 def test_the_checker_catches_violations(layer, source, expect):

@@ -22,10 +22,10 @@ from episodekit.core.dataset import open_dataset
 from episodekit.core.footer import file_layout
 from episodekit.metadata import lerobot_stats
 from episodekit.prep.band import file_needs_rewrite
-from episodekit.prep.surgery.edit import EditSpec, edit
-from episodekit.prep.surgery.select import choose, parse_episode_list
-from episodekit.prep.surgery.sources import source_episodes
-from episodekit.prep.surgery.writer import write_dataset
+from episodekit.writers.edit import EditSpec, edit
+from episodekit.writers.select import choose, parse_episode_list
+from episodekit.writers.sources import source_episodes
+from episodekit.writers.writer import write_dataset
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "lerobot"
 DROP = (3, 12)
@@ -202,7 +202,7 @@ def test_out_is_never_a_source_or_inside_one(tmp_path):
 
 CHILD = r"""
 import sys
-from episodekit.prep.surgery.edit import EditSpec, edit
+from episodekit.writers.edit import EditSpec, edit
 edit(sys.argv[1], sys.argv[2], EditSpec(drop_episodes=(3,)))
 """
 
@@ -224,7 +224,7 @@ def test_kill_9_mid_write_then_rerun_completes(tmp_path):
 
 @pytest.mark.parametrize("n", [1, 2, 7, 300, 5000, 12001])
 def test_closed_form_stats_match_lerobots_within_one_bin(n):
-    from episodekit.prep.surgery.meta import _closed_form_stats
+    from episodekit.writers.meta import _closed_form_stats
 
     for kind, start in (("range", 123_456), ("constant", 17)):
         got = _closed_form_stats(kind, np.array([start]), np.array([n]))
@@ -238,7 +238,7 @@ def test_closed_form_stats_match_lerobots_within_one_bin(n):
 
 
 def test_task_values_keep_each_episodes_tasks():
-    from episodekit.prep.surgery.data import TaskValues
+    from episodekit.writers.data import TaskValues
 
     tv = TaskValues()
     tv.add(np.array([0, 0, 1, 1, 1]), np.array([4, 4, 2, 3, 2]))
@@ -251,7 +251,7 @@ def test_task_values_keep_each_episodes_tasks():
 def test_a_corrupted_write_is_caught_and_nothing_is_published(tmp_path, monkeypatch):
     """A pipeline bug that changes one value between reading and writing: the checksums of the
     read-back output differ from the source's, the command fails (exit 1) and --out is absent."""
-    import episodekit.prep.surgery.data as data_mod
+    import episodekit.writers.data as data_mod
     from episodekit.core.errors import DatasetError
 
     real = data_mod._write_group

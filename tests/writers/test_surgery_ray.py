@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.core.dataset import DatasetError
-from episodekit.prep.surgery.convert import ConvertOptions, convert
-from episodekit.prep.surgery.edit import EditSpec, edit
-from episodekit.prep.surgery.merge import merge
+from episodekit.writers.convert import ConvertOptions, convert
+from episodekit.writers.edit import EditSpec, edit
+from episodekit.writers.merge import merge
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")
 

@@ -2,10 +2,10 @@
 atomically, resumable.
 
 The one writer behind ``edit``, ``split`` and ``merge`` (and ``convert``): its input is a list
-of :class:`~episodekit.prep.surgery.sources.SourceEpisode` taken from
+of :class:`~episodekit.writers.sources.SourceEpisode` taken from
 :class:`~episodekit.core.dataset.Dataset` objects (v3.0 or v2.1), in output order. Everything
 is written into ``<out>.partial-<key>`` next to ``--out`` (``key`` hashes the inputs and
-options), verified (:mod:`~episodekit.prep.surgery.verify`), then swapped into place with
+options), verified (:mod:`~episodekit.writers.verify`), then swapped into place with
 renames, under ``--out``'s writer lock. A run killed at any point leaves ``--out`` as it was (or
 absent, between the two renames); the next run removes the stale staging folder and starts
 over. A rerun with the same inputs finds the key recorded in ``--out`` and does nothing.
@@ -33,11 +33,11 @@ from episodekit.core.memory import release_memory
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
 from episodekit.core.progress import current
-from episodekit.prep.surgery import meta as meta_mod
-from episodekit.prep.surgery.data import output_schema, write_data
-from episodekit.prep.surgery.plan import OutputPlan, plan_output
-from episodekit.prep.surgery.sources import SourceEpisode, episode_meta
-from episodekit.prep.surgery.verify import (
+from episodekit.writers import meta as meta_mod
+from episodekit.writers.data import output_schema, write_data
+from episodekit.writers.plan import OutputPlan, plan_output
+from episodekit.writers.sources import SourceEpisode, episode_meta
+from episodekit.writers.verify import (
     VerificationError,
     verify_data,
     verify_root,
@@ -310,7 +310,7 @@ def _build(
         staging / "meta/stats.json", meta_mod.dataset_stats(episodes, features, fallback)
     )
     if options.fill_stats:
-        from episodekit.prep.surgery.stats_fill import fill_missing_stats
+        from episodekit.writers.stats_fill import fill_missing_stats
 
         result.stats = fill_missing_stats(staging, complete=options.fill_stats == "complete")
     say("verifying the output against the source rows")
@@ -344,7 +344,7 @@ def _videos(
     keys = [k for k, f in features.items() if f.get("dtype") == "video"]
     if not keys:
         return {}, {}
-    from episodekit.prep.surgery.video import write_videos
+    from episodekit.writers.video import write_videos
 
     current().step(f"copying the video packets of {len(keys)} cameras")
     limit = float(info.get("video_files_size_in_mb") or 200)

@@ -1,5 +1,5 @@
 """``episodekit edit``: a new dataset without some episodes, features or task names (never in
-place), written by :func:`~episodekit.prep.surgery.writer.write_dataset`."""
+place), written by :func:`~episodekit.writers.writer.write_dataset`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from episodekit.core.dataset import open_dataset
 from episodekit.core.paths import DEFAULT_TARGET_MB
-from episodekit.prep.surgery import select
-from episodekit.prep.surgery.sources import source_episodes
-from episodekit.prep.surgery.writer import WriteOptions, WriteResult, write_dataset
 from episodekit.validate.flagged import flagged_episodes
+from episodekit.writers import select
+from episodekit.writers.sources import source_episodes
+from episodekit.writers.writer import WriteOptions, WriteResult, write_dataset
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ def test_prepare_convert_into_out(tmp_path):
 
 
 def test_push_to_hub_one_commit_with_every_file(converted):
-    from episodekit.prep.surgery.convert import push_output
+    from episodekit.writers.convert import push_output
 
     class FakeApi:
         def __init__(self):
@@ -188,7 +188,7 @@ def test_memory_root_converts_the_same(converted, tmp_path):
     for p in V21.rglob("*"):
         if p.is_file():
             fs.pipe(f"{url}/{p.relative_to(V21).as_posix()}", p.read_bytes())
-    from episodekit.prep.surgery.convert import convert
+    from episodekit.writers.convert import convert
 
     out = tmp_path / "remote"
     assert convert(url, out).status == "written"

@@ -14,8 +14,8 @@ import numpy as np
 from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB
-from episodekit.prep.surgery.sources import source_episodes
-from episodekit.prep.surgery.writer import WriteOptions, WriteResult, write_dataset
+from episodekit.writers.sources import source_episodes
+from episodekit.writers.writer import WriteOptions, WriteResult, write_dataset
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 BY = ("episode", "task")

@@ -8,8 +8,8 @@ import os
 
 from episodekit.core.dataset import open_dataset
 from episodekit.core.paths import DEFAULT_TARGET_MB
-from episodekit.prep.surgery.sources import source_episodes
-from episodekit.prep.surgery.writer import WriteOptions, WriteResult, write_dataset
+from episodekit.writers.sources import source_episodes
+from episodekit.writers.writer import WriteOptions, WriteResult, write_dataset
 
 
 def merge(
@@ -24,7 +24,7 @@ def merge(
     datasets = [open_dataset(r) for r in roots]
     keys = datasets[0].video_keys
     if keys:
-        from episodekit.prep.surgery.video import check_joinable
+        from episodekit.writers.video import check_joinable
 
         check_joinable(datasets, keys)  # before anything is written: a clear refusal
     sources = [s for ds in datasets for s in source_episodes(ds)]

@@ -18,8 +18,8 @@ from episodekit.core.dataset import open_dataset
 pytest.importorskip("av")
 
 from episodekit.core.video import VideoFile  # noqa: E402
-from episodekit.prep.surgery.edit import EditSpec, edit  # noqa: E402
-from episodekit.prep.surgery.merge import merge  # noqa: E402
+from episodekit.writers.edit import EditSpec, edit  # noqa: E402
+from episodekit.writers.merge import merge  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "lerobot"
 CLI = [sys.executable, "-c", "from episodekit.cli import main; main()"]

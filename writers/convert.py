@@ -2,13 +2,13 @@
 
 v2.x keeps one parquet and one mp4 per episode and its metadata in ``meta/*.jsonl``; LeRobot
 reads only v3.0 since 0.4. The conversion is the surgery writer
-(:func:`~episodekit.prep.surgery.writer.write_dataset`) with every episode kept: rows streamed
+(:func:`~episodekit.writers.writer.write_dataset`) with every episode kept: rows streamed
 into ``data/chunk-XXX/file-XXX.parquet`` files of about ``data_mb`` MB in 32 MiB episode-aligned
 row groups with page index (what ``prepare`` writes, so its row-group step then skips), each
 camera's episodes joined by packet copy into mp4s of about ``video_mb`` MB (no re-encode;
 ``from/to_timestamp`` from the packets), episodes and tasks tables in v3.0 form, stats carried
 over from ``episodes_stats.jsonl`` (computed where a source has none, and with
-``stats="complete"`` also v2.1's missing quantiles: :mod:`~episodekit.prep.surgery.stats_fill`).
+``stats="complete"`` also v2.1's missing quantiles: :mod:`~episodekit.writers.stats_fill`).
 Verified (row counts, per-column checksums per source file, video frame counts) before an
 atomic publish into ``--out``; resumable.
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from episodekit.core.dataset import V2, open_dataset
 from episodekit.core.paths import DEFAULT_TARGET_MB
-from episodekit.prep.surgery.sources import source_episodes
-from episodekit.prep.surgery.writer import WriteOptions, WriteResult, write_dataset
+from episodekit.writers.sources import source_episodes
+from episodekit.writers.writer import WriteOptions, WriteResult, write_dataset
 
 
 @dataclass(frozen=True)

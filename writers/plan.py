@@ -19,7 +19,7 @@ from episodekit.core.memory import release_memory
 from episodekit.core.paths import MIB
 from episodekit.prep.band import plan_row_groups
 from episodekit.prep.rewrite import _batch_rows, _open_parquet, plain_scale
-from episodekit.prep.surgery.sources import SourceEpisode
+from episodekit.writers.sources import SourceEpisode
 
 
 @dataclass

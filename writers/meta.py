@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.paths import DATA_PATH_V3, MIB, VIDEO_PATH_V3
 from episodekit.metadata import lerobot_stats
-from episodekit.prep.surgery.data import TaskValues
-from episodekit.prep.surgery.plan import OutputPlan, roll_over
+from episodekit.writers.data import TaskValues
+from episodekit.writers.plan import OutputPlan, roll_over
 
 STAT_KEYS = ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
 V2_ONLY_KEYS = ("total_chunks", "total_videos")

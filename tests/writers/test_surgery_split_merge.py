@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.core.dataset import open_dataset
-from episodekit.prep.surgery.merge import merge
-from episodekit.prep.surgery.split import assign, parse_fractions, split
+from episodekit.writers.merge import merge
+from episodekit.writers.split import assign, parse_fractions, split
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "lerobot"
 CLI = [sys.executable, "-c", "from episodekit.cli import main; main()"]

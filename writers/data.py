@@ -25,7 +25,7 @@ from episodekit.core.paths import DATA_PATH_V3, MIB
 from episodekit.prep.band import MARKER_KEY, codec_name, make_marker
 from episodekit.prep.checksum import TableChecksum
 from episodekit.prep.rewrite import _batch_rows, _open_parquet, _write_group, _writer
-from episodekit.prep.surgery.plan import OutputPlan
+from episodekit.writers.plan import OutputPlan
 
 RENUMBERED = ("index", "episode_index")  # checked structurally, not by checksum
 

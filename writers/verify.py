@@ -14,8 +14,8 @@ from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
 from episodekit.prep.checksum import TableChecksum
 from episodekit.prep.rewrite import VerificationError, _open_parquet
-from episodekit.prep.surgery.data import RENUMBERED, DataResult
-from episodekit.prep.surgery.plan import OutputPlan
+from episodekit.writers.data import RENUMBERED, DataResult
+from episodekit.writers.plan import OutputPlan
 
 READ_BATCH = 64 * 1024
 
