@@ -18,7 +18,7 @@ import pytest
 from episodekit.core.video import have_av
 
 CLI = "import sys; from episodekit.cli import main; sys.exit(main())"
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "lerobot"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "lerobot"
 V21 = FIXTURES / "v21vid8"
 
 

@@ -27,7 +27,7 @@ from episodekit.writers.select import choose, parse_episode_list
 from episodekit.writers.sources import source_episodes
 from episodekit.writers.writer import write_dataset
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "lerobot"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
 DROP = (3, 12)
 RENUMBERED = ("index", "episode_index", "task_index")
 

@@ -23,7 +23,7 @@ from episodekit.writers.merge import merge
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")
 
-V21 = Path(__file__).parents[2] / "fixtures" / "lerobot" / "v21vid8"
+V21 = Path(__file__).parents[1] / "fixtures" / "lerobot" / "v21vid8"
 CLI = "import sys; from episodekit.cli import main; sys.exit(main())"
 
 

@@ -19,7 +19,7 @@ from episodekit.core.dataset import open_dataset
 from episodekit.writers.merge import merge
 from episodekit.writers.split import assign, parse_fractions, split
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "lerobot"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
 CLI = [sys.executable, "-c", "from episodekit.cli import main; main()"]
 CONTENT = ("frame_index", "timestamp", "action", "observation.state")
 

@@ -21,7 +21,7 @@ from episodekit.core.video import VideoFile  # noqa: E402
 from episodekit.writers.edit import EditSpec, edit  # noqa: E402
 from episodekit.writers.merge import merge  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "lerobot"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
 CLI = [sys.executable, "-c", "from episodekit.cli import main; main()"]
 DROP = (3, 12)
 KEYS = ("observation.images.top", "observation.images.wrist")
