@@ -206,3 +206,40 @@ def publish(staging: str | os.PathLike, out: str | os.PathLike, attempts: int = 
             shutil.rmtree(p, ignore_errors=True)
     with contextlib.suppress(OSError):
         (out / STAGING_MARKER).unlink()
+
+
+SKIP_SEED = {STAGING_MARKER, ".episodekit.lock"}  # the writer's own files are never carried
+
+
+def seed_from(
+    out: str | os.PathLike, staging: str | os.PathLike, only: set[str] | None = None
+) -> int:
+    """Hard-link the files of an earlier output at ``out`` into ``staging`` (same tree), so a
+    rerun that updates an output rewrites only what changed and still publishes all at once.
+    Safe because every episodekit write replaces a file (new inode), never edits one in place.
+    ``only``: the relative paths to carry (None: all). Returns the number linked; nothing
+    where the filesystem has no hard links (the run then writes everything)."""
+    out, staging = Path(out), Path(staging)
+    if not out.is_dir() or out.is_symlink():
+        return 0
+    n = 0
+    for dirpath, dirs, files in os.walk(out, followlinks=False):
+        rel_dir = Path(dirpath).relative_to(out)
+        dirs[:] = [d for d in dirs if not (Path(dirpath) / d).is_symlink()]
+        for name in files:
+            rel = (rel_dir / name).as_posix()
+            src = Path(dirpath) / name
+            if name in SKIP_SEED or src.is_symlink() or (only is not None and rel not in only):
+                continue
+            dst = staging / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src, dst)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK):
+                    return n
+                raise
+            n += 1
+    return n
