@@ -225,11 +225,27 @@ def _stage_and_publish(
     except OSError as exc:  # a full disk, a read-only folder: one line naming --out
         staging_mod.discard(staging, out)
         raise os_problem(exc, out, "write (nothing was published)") from exc
+    except EnvironmentProblem as exc:
+        staging_mod.discard(staging, out)
+        raise _named_for_out(exc, staging, out) from exc
     except BaseException:
         staging_mod.discard(staging, out)
         raise
     for r in results.values():
         r.status = "written"
+
+
+def _named_for_out(exc: EnvironmentProblem, staging: Path, out: Path) -> EnvironmentProblem:
+    """The error of a file in the hidden staging folder, told as the file under ``out`` it was
+    going to be (a user knows that name), saying that nothing was published."""
+    path, text = exc.path or "", str(exc)
+    if not path.startswith(str(staging)) or not text.startswith(path + ": "):
+        return exc
+    new = EnvironmentProblem(
+        f"{text[len(path) + 2 :]} (nothing was published)", str(out) + path[len(str(staging)) :]
+    )
+    new.errno = getattr(exc, "errno", None)  # type: ignore[attr-defined]
+    return new
 
 
 def feature_difference(a: dict, b: dict) -> str | None:
