@@ -218,7 +218,9 @@ def test_kill_9_mid_write_then_rerun_completes(tmp_path):
     assert len(staged) == 1 and not (out / "meta").exists()  # nothing published
     result = edit(str(src), out, EditSpec(drop_episodes=(3,)))
     assert result.write.status == "written"
-    assert not list(tmp_path.glob(".out.episodekit-partial-*")) and not list(tmp_path.glob(".out.episodekit-old-*"))
+    assert not list(tmp_path.glob(".out.episodekit-partial-*")) and not list(
+        tmp_path.glob(".out.episodekit-old-*")
+    )
     assert open_dataset(str(out)).num_episodes == 39
 
 
