@@ -310,7 +310,7 @@ def _build(
     video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
-        plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb
+        plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb, features
     )
     meta_mod.write_episodes(staging, episodes)
     del metas

@@ -183,6 +183,8 @@ def merge_command(
         click.echo(jsonout.dumps(d, indent=2))
         return
     say_written(d)
+    if d["status"] == "written" and d["stats"] != "carried over":
+        click.echo(f"stats: {d['stats']}")
 
 
 def _check_roots(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
