@@ -36,6 +36,19 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
+# Test-only crash hook: when set and its value occurs in the output's path, the process kills
+# itself (SIGKILL) right after the swap, before the replaced output is deleted.
+KILL_AFTER_SWAP_ENV = "EPISODEKIT_TEST_KILL_AFTER_SWAP"
+
+
+def _maybe_die_after_swap(out: Path) -> None:
+    needle = os.environ.get(KILL_AFTER_SWAP_ENV)
+    if needle and needle in str(out):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def staging_path(out: Path, kind: str, token: str) -> Path:
     """The sibling of ``out`` a build (``partial``) or a replaced output (``old``) lives in."""
     return out.with_name(f".{out.name}.episodekit-{kind}-{token}")
@@ -201,6 +214,7 @@ def publish(staging: str | os.PathLike, out: str | os.PathLike, attempts: int = 
     except OSError as exc:
         raise _problem(exc, out, "publish") from exc
     _fsync_dir(out.parent)
+    _maybe_die_after_swap(out)
     for p in (staging, staging_path(out, "old", token)):
         if p.is_dir() and not p.is_symlink():  # the replaced output, now ours by its marker
             shutil.rmtree(p, ignore_errors=True)

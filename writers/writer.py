@@ -178,6 +178,7 @@ def write_parts(parts: list[Part], out: str | os.PathLike, what: str) -> dict[st
     created = not out_path.exists()
     try:
         with writer_lock(out_path):
+            staging_mod.remove_stale(out_path)  # a killed run's folders, even when up to date
             if _up_to_date(out_path, key, parts):
                 for p in parts:
                     info = json.loads((out_path / p.name / "meta/info.json").read_text())
@@ -211,7 +212,6 @@ def _stage_and_publish(
     what: str,
     results: dict[str, WriteResult],
 ) -> None:
-    staging_mod.remove_stale(out)
     staging = staging_mod.new_staging(out)
     try:
         for p in parts:
