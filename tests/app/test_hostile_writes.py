@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from episodekit.core.atomic import KILL_HOOK_ENV
-from episodekit.core.staging import KILL_AFTER_SWAP_ENV
 from tests.app.hostile import cli, copy_fixture, ok, on_small_disk, one_error, tree, written
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+KILL_AFTER_SWAP_ENV = "EPISODEKIT_TEST_KILL_AFTER_SWAP"  # core/staging.py's test hook
 
 
 def users_folders(parent: Path, out_name: str) -> dict[Path, dict]:
