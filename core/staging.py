@@ -66,6 +66,12 @@ def _write_marker(folder: Path, out: Path, token: str) -> None:
 def new_staging(out: str | os.PathLike) -> Path:
     """Create a fresh, marked staging folder for ``out`` (its parent must exist)."""
     out = Path(out)
+    if out.is_dir() and out.stat().st_dev != out.parent.stat().st_dev:
+        raise EnvironmentProblem(
+            "is a mount point: the output is built next to it and swapped in, which cannot "
+            "cross filesystems; give a folder inside it",
+            str(out),
+        )
     token = uuid.uuid4().hex
     path = staging_path(out, "partial", token)
     try:
@@ -121,7 +127,7 @@ def _writer_gone(doc: dict) -> bool:
         return False  # another machine's writer: we cannot tell; leave it
     pid = doc.get("pid")
     if not isinstance(pid, int) or pid == os.getpid():
-        return pid == os.getpid()
+        return False  # unreadable, or this very process: in use
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
