@@ -185,6 +185,12 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
         from episodekit.core.outdir import check_output_dir
 
         final = check_output_dir(opts.out)
+        if "://" not in root and final == Path(root).resolve():
+            from episodekit.core.paths import UnsafePathError
+
+            raise UnsafePathError(
+                "--out is the dataset root itself; omit --out to prepare in place", str(opts.out)
+            )
         return _run_staged(root, opts, final, say)
     with writer_lock(root, wait=opts.wait, say=say):
         return _run_locked(root, opts, say)
