@@ -415,7 +415,7 @@ def build_frame_store(
             return FramesReport(
                 str(final), "fresh", ds.num_frames, names, nbytes, time.perf_counter() - t0
             )
-    check_output_dir(final, own=(MANIFEST,))  # publishing replaces it: never a user's folder
+    final = check_output_dir(final, own=(MANIFEST,))  # replaced whole: never a user's folder
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(final)  # builds of dead writers (only folders marked as ours)

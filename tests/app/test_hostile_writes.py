@@ -245,6 +245,17 @@ def test_a_symlink_to_a_folder_out_writes_into_its_target(tmp_path):
     assert link.is_symlink() and (target / "meta/info.json").exists()
 
 
+def test_a_symlinked_store_is_built_in_its_target(tmp_path):
+    src = copy_fixture("rec40", tmp_path / "src")
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "real")
+    for _ in range(2):  # built, then rebuilt (published over the previous store)
+        ok(cli("prep", "frames", src, "--store", link, "--force"))
+    assert link.is_symlink() and (tmp_path / "real/manifest.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "src"]
+
+
 def test_split_out_inside_the_source_changes_nothing(tmp_path):
     src = copy_fixture("rec40", tmp_path / "src")
     before = tree(src)
