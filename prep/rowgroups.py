@@ -299,8 +299,9 @@ def _run_jobs(
     ]
     results: list[FileResult | None] = [None] * len(jobs)
     runs = imap_files(rewrite_file, jobs, executor, workers, quick=done_already)
-    for done, (i, res) in enumerate(runs, start=1):
-        results[i] = res
-        if progress is not None:
-            progress(res, done, len(jobs))
+    with contextlib.closing(runs):  # on an error, the pool ends here: before a discard
+        for done, (i, res) in enumerate(runs, start=1):
+            results[i] = res
+            if progress is not None:
+                progress(res, done, len(jobs))
     return results
