@@ -222,9 +222,12 @@ def _stage_and_publish(
             mark_output_dir(staging, what)
             atomic_write_text(staging / RECIPE_FILE, json.dumps({"key": key, "what": what}))
         staging_mod.publish(staging, out)
-    except OSError as exc:  # a full disk, a read-only folder: one line naming --out
+    except OSError as exc:
         staging_mod.discard(staging, out)
-        raise os_problem(exc, out, "write (nothing was published)") from exc
+        problem = os_problem(exc, out, "write (nothing was published)")
+        if isinstance(problem, EnvironmentProblem):  # a full disk, a read-only folder...
+            raise problem from exc
+        raise  # e.g. a source file that went missing: its own error names it
     except EnvironmentProblem as exc:
         staging_mod.discard(staging, out)
         raise _named_for_out(exc, staging, out) from exc
