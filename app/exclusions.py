@@ -67,7 +67,8 @@ def build_exclusion(ds: Dataset, opts: ExcludeOptions) -> Exclusion | None:
         from episodekit.validate.flagged import flagged_episodes
 
         by_check: dict[str, list[int]] = {}
-        for e, checks in flagged_episodes(ds.root, opts.flagged, opts.flags_from).items():
+        found = flagged_episodes(ds.root, opts.flagged, opts.flags_from, ds.fingerprint)
+        for e, checks in found.items():
             for c in checks:
                 by_check.setdefault(c, []).append(e)
         for check, eps in sorted(by_check.items()):

@@ -26,8 +26,11 @@ into ``out``; ``push_to_hub`` then uploads the files that changed in one commit.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from episodekit.core.errors import DatasetError
@@ -181,9 +184,67 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
     if opts.out is not None:  # refused before the lock file is written into it
         from episodekit.core.outdir import check_output_dir
 
-        check_output_dir(opts.out)
-    with writer_lock(opts.out or root, wait=opts.wait, say=say):
+        final = check_output_dir(opts.out)
+        if "://" not in root and final == Path(root).resolve():
+            from episodekit.core.paths import UnsafePathError
+
+            raise UnsafePathError(
+                "--out is the dataset root itself; omit --out to prepare in place", str(opts.out)
+            )
+        return _run_staged(root, opts, final, say)
+    with writer_lock(root, wait=opts.wait, say=say):
         return _run_locked(root, opts, say)
+
+
+# steps whose failure is a verdict on a complete output (published); any other failure is not
+VERDICT_STEPS = ("validate", "frames")
+
+
+def _run_staged(root: str, opts: PrepareOptions, final: Path, say: Callable[[str], None]):
+    """``--out``: the whole run works in a hidden staging folder next to ``final`` (seeded with
+    hard links of an earlier run's files there, so fresh steps stay fresh), published at once
+    when no step failed (a failed validation is a verdict: published); otherwise, and on any
+    error, nothing is published and ``final`` stays as it was (:mod:`episodekit.core.staging`)."""
+    from dataclasses import replace
+
+    from episodekit.core import staging
+    from episodekit.core.errors import EnvironmentProblem
+    from episodekit.core.lock import LOCK_NAME, writer_lock
+
+    created = not final.exists()
+    try:
+        with writer_lock(final, wait=opts.wait, say=say):
+            staging.remove_stale(final)
+            work = staging.new_staging(final)
+            try:
+                staging.seed_from(final, work)
+
+                def publish(ctx) -> None:
+                    failed = [s.name for s in ctx.result.steps if s.status == "failed"]
+                    if [n for n in failed if n not in VERDICT_STEPS]:
+                        staging.discard(work, final)
+                        ctx.result.warnings.append(f"nothing was published to {final}")
+                        return
+                    staging.publish(work, final)
+                    ctx.work = final
+                    ctx.result.work_root = str(final)
+
+                return _run_locked(root, replace(opts, out=str(work)), say, publish)
+            except EnvironmentProblem as exc:
+                staging.discard(work, final)
+                text = str(exc).replace(str(work), str(final))
+                problem = EnvironmentProblem(f"{text} (nothing was published)")
+                problem.errno = getattr(exc, "errno", None)  # type: ignore[attr-defined]
+                raise problem from exc
+            except BaseException:
+                staging.discard(work, final)
+                raise
+    except BaseException:
+        if created and final.is_dir() and set(os.listdir(final)) <= {LOCK_NAME}:
+            with contextlib.suppress(OSError):
+                os.remove(final / LOCK_NAME)
+                final.rmdir()
+        raise
 
 
 def _version_of(root: str) -> str | None:
@@ -226,8 +287,14 @@ def _convert_first(
     return str(opts.out), replace(opts, out=None, convert=False)
 
 
-def _run_locked(root: str, opts: PrepareOptions, say: Callable[[str], None]) -> PrepareResult:
-    """The steps of :func:`prepare`, under the writer lock (options already checked)."""
+def _run_locked(
+    root: str,
+    opts: PrepareOptions,
+    say: Callable[[str], None],
+    publish: Callable[[Any], None] | None = None,
+) -> PrepareResult:
+    """The steps of :func:`prepare`, under the writer lock (options already checked);
+    ``publish(ctx)`` puts a staged ``--out`` in place before anything is pushed."""
     from episodekit.core.dataset import open_dataset
     from episodekit.prepare_steps import Context, run_steps
 
@@ -244,6 +311,8 @@ def _run_locked(root: str, opts: PrepareOptions, say: Callable[[str], None]) -> 
         say(f"warning: {w}")
     ctx = Context(root, opts, say, result, source, shapes)
     run_steps(ctx)
+    if publish is not None:
+        publish(ctx)
     _push(ctx, say)
     result.seconds = time.perf_counter() - t0
     return result

@@ -129,6 +129,7 @@ class RowGroups(PrepareStep):
             rep = rewrite_rowgroups(
                 ctx.root, target_mb=o.target_mb, out=o.out, workers=o.jobs, executor=o.executor,
                 force=o.force, copy_videos=o.include_videos, progress=bytes_done,
+                stage=False,  # prepare --out stages the whole run (app/prepare.py)
             )  # fmt: skip
         summary = rep.summary()
         changed = [r.path for r in rep.files if r.status == "rewritten"]

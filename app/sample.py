@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import zlib
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from episodekit.core import staging
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, MIB, VIDEO_PATH_V2, VIDEO_PATH_V3
@@ -254,6 +254,14 @@ def _frames_table(
 
 
 STATS_EXCLUDED_DTYPES = ("image", "video", "string")
+# image/video stats of a sample: placeholders in [0, 1] (no frame is decoded), per channel
+IMAGE_PLACEHOLDERS = {
+    "min": 0.0,
+    "max": 1.0,
+    "mean": 0.5,
+    "std": 0.25,
+    **dict(zip(lerobot_stats.LEROBOT_QUANTILE_KEYS, (0.01, 0.1, 0.5, 0.9, 0.99))),
+}
 
 
 def _episode_stats(table: pa.Table, features: dict, lengths: np.ndarray) -> dict[str, pa.Array]:
@@ -280,13 +288,11 @@ def _episode_stats(table: pa.Table, features: dict, lengths: np.ndarray) -> dict
             out[f"stats/{name}/{stat}"] = pa.ListArray.from_arrays(offsets, pa.array(mat.ravel()))
         offsets = pa.array(np.arange(n_ep + 1, dtype=np.int32))
         out[f"stats/{name}/count"] = pa.ListArray.from_arrays(offsets, pa.array(lengths))
+    nested = pa.list_(pa.list_(pa.list_(pa.float64())))  # LeRobot's per-channel (3, 1, 1)
     for name, f in features.items():
         if f["dtype"] in ("image", "video"):
-            offsets = pa.array(np.arange(n_ep + 1, dtype=np.int32) * 3)
-            for stat, v in (("min", 0.0), ("max", 1.0), ("mean", 0.5), ("std", 0.25)):
-                out[f"stats/{name}/{stat}"] = pa.ListArray.from_arrays(
-                    offsets, pa.array(np.full(n_ep * 3, v))
-                )
+            for stat, v in IMAGE_PLACEHOLDERS.items():
+                out[f"stats/{name}/{stat}"] = pa.array([[[[v]]] * 3] * n_ep, nested)
             out[f"stats/{name}/count"] = pa.ListArray.from_arrays(
                 pa.array(np.arange(n_ep + 1, dtype=np.int32)), pa.array(lengths)
             )
@@ -373,25 +379,21 @@ def write_sample(
         if spec.video_codec not in ENCODERS:
             raise ValueError(f"video_codec must be one of {tuple(ENCODERS)}")
     root = check_output_dir(root, force=force, option="--force")
-    _empty_folder(root)
-    mark_output_dir(root, "episodekit sample")
-    (root / "meta").mkdir(parents=True)
-    if spec.version == "v2.1":
-        _write_v21(root, spec)
-    else:
-        _write_v30(root, spec)
-    return root
-
-
-def _empty_folder(root: Path) -> None:
-    """Delete what ``root`` holds (the folder itself, or the link to it, stays)."""
-    if not root.exists():
-        return
-    for entry in root.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging.remove_stale(root)
+    work = staging.new_staging(root)  # written aside, then swapped in: never a half sample
+    try:
+        mark_output_dir(work, "episodekit sample")
+        (work / "meta").mkdir()
+        if spec.version == "v2.1":
+            _write_v21(work, spec)
         else:
-            entry.unlink()
+            _write_v30(work, spec)
+        staging.publish(work, root)
+    except BaseException:
+        staging.discard(work, root)
+        raise
+    return root
 
 
 def _plan_files(byte_sizes: np.ndarray, limit_bytes: float) -> np.ndarray:
@@ -603,7 +605,7 @@ def _dataset_stats(episodes: pa.Table, features: dict) -> dict[str, dict[str, li
     """stats.json from the per-episode stats columns, aggregated LeRobot's way."""
     out = {}
     for name, f in features.items():
-        if f["dtype"] in STATS_EXCLUDED_DTYPES:
+        if f["dtype"] in STATS_EXCLUDED_DTYPES and f["dtype"] not in ("image", "video"):
             continue
         keys = [
             k for k in ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import uuid
 from collections.abc import Iterator
@@ -25,9 +26,13 @@ def temp_path_for(path: str | os.PathLike) -> Path:
     return p.with_name(f".{p.name}{TMP_MARKER}{uuid.uuid4().hex}")
 
 
+_TEMP_NAME = re.compile(r"^\..+" + re.escape(TMP_MARKER) + r"[0-9a-f]{32}$")
+
+
 def is_temp_name(name: str) -> bool:
-    """True for names produced by :func:`temp_path_for`."""
-    return name.startswith(".") and TMP_MARKER in name
+    """True for names produced by :func:`temp_path_for` (``.NAME.tmp-`` + 32 hex digits, a
+    uuid4: no user names a file so), the only files a clean-up removes by name."""
+    return bool(_TEMP_NAME.match(name))
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:

@@ -182,9 +182,31 @@ def read_tasks_table(fs, path: str, version: str) -> pa.Table:
     return table.sort_by("task_index")
 
 
+def list_files(fs, folder: str, depth: int, suffix: str = "", prefix: str = "") -> list[str]:
+    """Files exactly ``depth`` folder levels below ``folder`` (1: its own files) whose name
+    starts with ``prefix`` and ends with ``suffix``, sorted; hidden names (temporaries) left
+    out. ``folder`` is a path, never a pattern: a root under ``data[1]/`` is listed as it is
+    (``fs.glob`` would read its brackets as a character class)."""
+    base = folder.rstrip("/")
+    try:
+        found = fs.find(base, maxdepth=depth, withdirs=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for f in found:
+        f = str(f)
+        rel = posixpath.relpath(f, base) if f.startswith(base) else f
+        name = posixpath.basename(rel)
+        if rel.count("/") != depth - 1 or name.startswith("."):
+            continue
+        if name.startswith(prefix) and name.endswith(suffix):
+            out.append(f)
+    return sorted(out)
+
+
 def episodes_files(fs, path: str) -> list[str]:
-    """The v3.0 episodes parquet files of a root, sorted by path."""
-    return sorted(fs.glob(posixpath.join(path, "meta/episodes/*/*.parquet")))
+    """The v3.0 episodes parquet files of a root (``meta/episodes/*/*.parquet``), sorted."""
+    return list_files(fs, posixpath.join(path, "meta/episodes"), 2, ".parquet")
 
 
 def read_episodes_file(fs, f: str) -> pa.Table:

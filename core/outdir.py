@@ -42,8 +42,8 @@ def check_output_dir(
     holds :data:`MARKER` or one of ``own`` (names only episodekit writes there, e.g. a frame
     store's manifest), or ``force``. Protected folders are refused even with ``force``.
     ``option`` (e.g. "--force") is named in the refusal when the caller offers one."""
-    p = Path(path).expanduser()
-    why = _protected(p.resolve())
+    p = resolve_output(path)
+    why = _protected(p)
     if why:
         raise UnsafeOutputError(f"refusing to write here: {why}; give a new folder", str(path))
     if not p.exists():
@@ -60,6 +60,21 @@ def check_output_dir(
         f"give a new or empty folder{fix}",
         str(path),
     )
+
+
+def resolve_output(path: str | os.PathLike) -> Path:
+    """The real path a command writes for ``path`` (symlinks resolved), checked before anything
+    is created: a dangling symlink anywhere on the way is refused (:class:`UnsafeOutputError`)
+    rather than followed, so no folder chain is made where the link points."""
+    p = Path(path).expanduser().absolute()
+    for q in (p, *p.parents):
+        if q.is_symlink() and not q.exists():
+            raise UnsafeOutputError(
+                f"{q} is a symlink to {os.readlink(q)!r}, which does not exist; "
+                "give an existing folder or a new path",
+                str(path),
+            )
+    return Path(os.path.realpath(p))
 
 
 def mark_output_dir(path: str | os.PathLike, what: str) -> None:

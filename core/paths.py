@@ -18,6 +18,7 @@ from episodekit.core.errors import EnvironmentProblem
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_MB = 32.0  # prep's row-group target (uncompressed MiB)
+MAX_TARGET_MB = float(1 << 20)  # a size beyond 1 TiB is a typo (and inf overflows int())
 
 DATA_PATH_V3 = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH_V3 = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"

@@ -16,14 +16,10 @@ last and the directory published by rename, so a directory with a manifest is co
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import hashlib
 import json
 import os
 import re
-import shutil
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,8 +36,6 @@ MANIFEST = "manifest.json"
 BOUNDS_FILE = "episodes.npy"  # int64 (episodes, 3): episode_index, dataset_from/to_index
 CACHE_ENV = "EPISODEKIT_CACHE"
 FRAMES_SUBDIR = "frames"
-TMP_TAG = ".tmp-"
-OLD_TAG = ".old-"
 NOT_STORED = ("image", "video", "string")  # feature dtypes that stay in parquet
 
 
@@ -319,11 +313,6 @@ def expected_columns(ds: Dataset) -> dict[str, dict[str, Any]]:
 # -- publishing a directory ------------------------------------------------------------------------
 
 
-def temp_store_dir(final: Path) -> Path:
-    """A unique sibling of ``final`` to build in (the pid lets a later run clean it up)."""
-    return final.with_name(f".{final.name}{TMP_TAG}{os.getpid()}-{uuid.uuid4().hex[:12]}")
-
-
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists on this machine (a stale temp file or segment's owner)."""
     try:
@@ -333,25 +322,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def remove_leftovers(final: Path) -> list[Path]:
-    """Delete builds of ``final`` left by crashed writers (their pid is gone) and old copies."""
-    removed = []
-    parent = final.parent
-    if not parent.is_dir():
-        return removed
-    for p in parent.glob(f".{glob.escape(final.name)}.*"):
-        rest = p.name[len(final.name) + 1 :]
-        if rest.startswith(TMP_TAG):
-            pid = rest[len(TMP_TAG) :].split("-", 1)[0]
-            if pid.isdigit() and pid_alive(int(pid)):
-                continue  # another builder is still at work
-        elif not rest.startswith(OLD_TAG):
-            continue
-        shutil.rmtree(p, ignore_errors=True)
-        removed.append(p)
-    return removed
 
 
 def fsync_path(path: Path) -> None:
@@ -364,28 +334,3 @@ def fsync_path(path: Path) -> None:
             raise
     finally:
         os.close(fd)
-
-
-def publish_dir(tmp: Path, final: Path, attempts: int = 20) -> None:
-    """Move the complete directory ``tmp`` to ``final``, replacing any previous one.
-
-    The previous store is first renamed aside (readers holding its files keep their mappings),
-    then ``tmp`` takes its name; a concurrent publisher makes us retry. In between, ``final``
-    does not exist: readers see no store (and read parquet), never a half store.
-    """
-    for _ in range(attempts):
-        if final.exists():
-            aside = final.with_name(f".{final.name}{OLD_TAG}{uuid.uuid4().hex[:12]}")
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(final, aside)
-        try:
-            os.rename(tmp, final)
-        except OSError as exc:
-            if final.exists():  # another builder published meanwhile: move it aside, retry
-                continue
-            raise exc
-        fsync_path(final.parent)
-        for p in final.parent.glob(f".{glob.escape(final.name)}{OLD_TAG}*"):
-            shutil.rmtree(p, ignore_errors=True)
-        return
-    raise OSError(f"could not publish {final}: other builders kept replacing it")

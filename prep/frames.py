@@ -27,7 +27,6 @@ import datetime
 import errno
 import json
 import os
-import shutil
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -45,6 +44,7 @@ from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem
 from episodekit.core.outdir import check_output_dir
+from episodekit.core.staging import discard, new_staging, publish, remove_stale
 from episodekit.core.store import (
     BOUNDS_FILE,
     CACHE_ENV,
@@ -62,11 +62,8 @@ from episodekit.core.store import (
     first_frame,
     fsync_path,
     open_columns,
-    publish_dir,
     read_manifest,
-    remove_leftovers,
     stale_reasons,
-    temp_store_dir,
 )
 from episodekit.core.version import __version__
 
@@ -418,34 +415,39 @@ def build_frame_store(
             return FramesReport(
                 str(final), "fresh", ds.num_frames, names, nbytes, time.perf_counter() - t0
             )
-    check_output_dir(final, own=(MANIFEST,))  # publishing replaces it: never a user's folder
+    final = check_output_dir(final, own=(MANIFEST,))  # replaced whole: never a user's folder
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        remove_leftovers(final)
-        tmp = temp_store_dir(final)
-        tmp.mkdir()
-    except OSError as exc:
+        remove_stale(final)  # builds of dead writers (only folders marked as ours)
+        tmp = new_staging(final)
+    except (OSError, EnvironmentProblem) as exc:
         raise EnvironmentProblem(
-            f"cannot write a frame store here ({exc.strerror or exc}); "
+            f"cannot write a frame store here ({_reason(exc)}); "
             f"pass --store DIR or set {CACHE_ENV}",
             str(final.parent),
         ) from exc
     try:
         nbytes = _build_into(tmp, ds, columns, jobs, progress, executor)
-        publish_dir(tmp, final)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish(tmp, final)
+    except (OSError, EnvironmentProblem) as exc:
+        discard(tmp, final)
         raise EnvironmentProblem(
-            f"cannot write the frame store ({exc.strerror or exc}); free space, or pass "
+            f"cannot write the frame store ({_reason(exc)}); free space, or pass "
             f"--store DIR or set {CACHE_ENV}",
             str(final),
         ) from exc
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp, final)
         raise
     return FramesReport(
         str(final), "built", ds.num_frames, names, nbytes, time.perf_counter() - t0, reasons
     )
+
+
+def _reason(exc: Exception) -> str:
+    """The plain reason of a failed write (the path is named by the caller's message)."""
+    code = getattr(exc, "errno", None)
+    return os.strerror(code) if code else str(exc)
 
 
 def _build_into(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from episodekit.core.errors import EnvironmentProblem, os_problem
 from episodekit.core.video import VideoError, canonical_codec, require_av
 
 # Where a packet belongs: its pts may sit up to half a frame from the nominal timestamp
@@ -174,6 +175,9 @@ def remux(
                 placed.append(Placed(float(first * tb), float(end * tb), len(packets)))
                 offset = end
     except av.error.FFmpegError as exc:
+        problem = os_problem(exc, out_path, "write") if isinstance(exc, OSError) else None
+        if isinstance(problem, EnvironmentProblem):  # disk full, read-only: not the video's fault
+            raise problem from exc
         raise VideoError(f"cannot copy video packets: {exc}", os.fspath(out_path)) from exc
     finally:
         for container in sources.values():

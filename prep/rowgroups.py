@@ -9,6 +9,7 @@ URL) are handled: read remote, write local. Files are independent and run one pr
 from __future__ import annotations
 
 import contextlib
+import os
 import posixpath
 import time
 from collections.abc import Callable
@@ -17,13 +18,21 @@ from pathlib import Path
 
 import numpy as np
 
+from episodekit.core import staging
 from episodekit.core.atomic import remove_temporaries
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import imap_files
-from episodekit.core.lock import writer_lock
-from episodekit.core.outdir import check_output_dir, mark_output_dir
-from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MIB, UnsafePathError, inside_root
+from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.core.outdir import check_output_dir, mark_output_dir, resolve_output
+from episodekit.core.paths import (
+    COMPRESSIONS,
+    DEFAULT_TARGET_MB,
+    MAX_TARGET_MB,
+    MIB,
+    UnsafePathError,
+    inside_root,
+)
 from episodekit.prep.rewrite import (
     FileJob,
     FileResult,
@@ -153,45 +162,133 @@ def rewrite_rowgroups(
     copy_videos: bool = False,
     progress: Callable[[FileResult, int, int], None] | None = None,
     wait: bool = True,
+    stage: bool = True,
 ) -> PrepReport:
     """Rewrite the data files of ``root`` (local path or fsspec URL); see the module docstring.
 
     ``out``: write a complete copy there (meta/ always, videos/ when ``copy_videos``) instead of
-    rewriting in place; required for a remote root. Files already done (marked for this target,
-    or already within the band with a page index) are skipped, or copied unchanged to ``out``.
+    rewriting in place; required for a remote root. The copy is built in a hidden staging folder
+    next to ``out`` (:mod:`episodekit.core.staging`) and published at once when every file made
+    it: a failure (a full disk, a file that fails) leaves ``out`` as it was. ``stage=False``:
+    write into ``out`` directly (a caller that stages ``out`` itself: ``prepare --out``). Files
+    already done (marked for this target, or already within the band with a page index) are
+    skipped, or copied unchanged to ``out``.
     ``progress(result, done, total)`` is called in the parent as each file finishes. Leftover
     temporaries of a crashed run are removed first, under the output's writer lock (another
     writer: wait, or with ``wait=False`` raise EnvironmentProblem). Per-file failures are in the
     report.
     """
-    if target_mb <= 0:
-        raise ValueError(f"target_mb must be > 0, got {target_mb}")
+    if not 0 < target_mb <= MAX_TARGET_MB:
+        raise ValueError(f"target_mb must be > 0 and <= {MAX_TARGET_MB:g}, got {target_mb}")
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
     t0 = time.perf_counter()
     ds = open_dataset(str(root))
+    final = None  # --out: the folder published at the end (the work happens in a staging one)
     if out is None:
         if not ds.is_local:
             raise ValueError(f"{root} is not a local path: pass out=DIR (read remote, write local)")
         out_root = Path(ds.path)
     else:
-        out_root = Path(out).resolve()
+        out_root = resolve_output(out)  # a dangling symlink is refused before anything exists
         if ds.is_local and out_root == Path(ds.path).resolve():
             raise UnsafePathError(
                 "--out is the dataset root itself; omit --out to rewrite in place", str(out)
             )
-        if not dry_run:  # before anything is written: a user's folder is never overwritten
-            check_output_dir(out)
+        if not dry_run and stage:  # before anything is written: never a user's folder
+            out_root = final = check_output_dir(out)  # (stage=False: the caller checked it)
+    report = PrepReport(str(root), str(out_root), float(target_mb), dry_run)
+    if dry_run:
+        results = _run_jobs(ds, out_root, target_mb, compression, force, True, executor, workers,
+                            progress)  # fmt: skip
+    else:
+        created = not out_root.exists()
+        try:
+            with writer_lock(out_root, wait=wait) as removed:
+                report.removed_temporaries = len(removed)
+                work = _start(ds, out_root, final)
+                try:
+                    if out is not None:
+                        mark_output_dir(work, "a prepared copy")
+                        _copy_tree(ds.fs, ds.path, work, "meta")
+                        if copy_videos:
+                            _copy_tree(ds.fs, ds.path, work, "videos")
+                    results = _run_jobs(ds, work, target_mb, compression, force, False, executor,
+                                        workers, progress)  # fmt: skip
+                    # a job killed with its node (Ray retries it elsewhere) left its temporary
+                    report.removed_temporaries += len(remove_temporaries(work / "data"))
+                    files = [r for r in results if r is not None]
+                    if final is not None:
+                        _finish(work, final, files)
+                    env = [r for r in files if r.environment]
+                    if env:  # read-only or full disk: cannot run here (exit 2), not a bad file
+                        raise EnvironmentProblem(env[0].reason)
+                except BaseException:
+                    if final is not None:
+                        staging.discard(work, final)
+                    raise
+        except BaseException:
+            if created and final is not None:
+                _remove_if_only_lock(final)
+            raise
+    report.files = [r for r in results if r is not None]
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _start(ds, out_root: Path, final: Path | None) -> Path:
+    """Where the files are written: the root itself (in place), ``--out`` as given (a caller
+    that stages it), or a fresh staging folder next to ``--out`` seeded with the data files an
+    earlier run left there (already rewritten files are then skipped, not redone)."""
+    if final is None:
+        return out_root
+    staging.remove_stale(final)
+    work = staging.new_staging(final)
+    staging.seed_from(final, work, only=set(ds.data_files))
+    return work
+
+
+def _finish(work: Path, final: Path, results: list[FileResult]) -> None:
+    """Publish the staged copy when every file made it; else publish nothing, and say so in
+    the failures (named as the files under ``final`` they were going to be)."""
+    failed = [r for r in results if r.status == "failed"]
+    if not failed:
+        staging.publish(work, final)
+        return
+    staging.discard(work, final)
+    for r in failed:
+        r.reason = r.reason.replace(str(work), str(final)) + " (nothing was published)"
+
+
+def _remove_if_only_lock(folder: Path) -> None:
+    """A failed first run leaves no folder behind (only its own lock file was in it)."""
+    with contextlib.suppress(OSError):
+        if folder.is_dir() and set(os.listdir(folder)) <= {LOCK_NAME}:
+            os.remove(folder / LOCK_NAME)
+            os.rmdir(folder)
+
+
+def _run_jobs(
+    ds,
+    work: Path,
+    target_mb: float,
+    compression: str,
+    force: bool,
+    dry_run: bool,
+    executor: str,
+    workers: int | None,
+    progress: Callable[[FileResult, int, int], None] | None,
+) -> list[FileResult | None]:
+    """Rewrite (or plan) every data file of ``ds`` into ``work``; results in file order."""
     src_fs = None if ds.is_local else ds.fs
     if src_fs is not None and "memory" in _protocols(src_fs):
         workers = 1  # an in-memory filesystem is not shared with worker processes
     target_bytes = int(round(target_mb * MIB))
-    report = PrepReport(str(root), str(out_root), float(target_mb), dry_run)
     jobs = [
         FileJob(
             relpath=rel,
             src=ds.join(rel),
-            dst=inside_root(out_root, rel),  # no symlinked folder may lead the write out
+            dst=inside_root(work, rel),  # no symlinked folder may lead the write out
             target_bytes=target_bytes,
             compression=compression,
             force=force,
@@ -200,25 +297,11 @@ def rewrite_rowgroups(
         )
         for rel in ds.data_files
     ]
-    lock = contextlib.nullcontext([]) if dry_run else writer_lock(out_root, wait=wait)
-    with lock as removed:
-        report.removed_temporaries = len(removed)
-        if not dry_run and out is not None:
-            mark_output_dir(out_root, "a prepared copy")
-            _copy_tree(ds.fs, ds.path, out_root, "meta")
-            if copy_videos:
-                _copy_tree(ds.fs, ds.path, out_root, "videos")
-        results: list[FileResult | None] = [None] * len(jobs)
-        runs = imap_files(rewrite_file, jobs, executor, workers, quick=done_already)
+    results: list[FileResult | None] = [None] * len(jobs)
+    runs = imap_files(rewrite_file, jobs, executor, workers, quick=done_already)
+    with contextlib.closing(runs):  # on an error, the pool ends here: before a discard
         for done, (i, res) in enumerate(runs, start=1):
             results[i] = res
             if progress is not None:
                 progress(res, done, len(jobs))
-        if not dry_run:  # a job killed with its node (Ray retries it elsewhere) left its temp
-            report.removed_temporaries += len(remove_temporaries(Path(out_root) / "data"))
-    report.files = [r for r in results if r is not None]
-    report.seconds = time.perf_counter() - t0
-    env = [r for r in report.files if r.environment]
-    if env:  # read-only or full disk: the command cannot run here (exit 2), not a bad file
-        raise EnvironmentProblem(env[0].reason)
-    return report
+    return results

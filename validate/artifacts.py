@@ -16,7 +16,7 @@ import jsonlines
 import numpy as np
 import pyarrow as pa
 
-from episodekit.core.dataset import Dataset, DatasetError, parquet_from_bytes
+from episodekit.core.dataset import Dataset, DatasetError, list_files, parquet_from_bytes
 from episodekit.core.paths import COST_FILE, PLAN_DIR, SPEED_FILE
 from episodekit.metadata.artifact import Problem, read_bytes
 from episodekit.metadata.costs import COST_SCHEMA, recompute_costs, verify_costs
@@ -238,7 +238,7 @@ def check_plans(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
     if not raw.fs.exists(folder):
         return []
     out = []
-    for full in sorted(raw.fs.glob(posixpath.join(folder, "*"))):
+    for full in list_files(raw.fs, folder, 1):
         rel = raw.rel(full)
         if posixpath.basename(full).startswith("."):
             continue

@@ -52,10 +52,16 @@ def read_report(path: str | Path) -> dict[str, Any]:
 
 
 def flagged_episodes(
-    root: str, checks: str | Iterable[str], report: str | Path | None = None
+    root: str,
+    checks: str | Iterable[str],
+    report: str | Path | None = None,
+    fingerprint: str | None = None,
 ) -> dict[int, list[str]]:
     """Episodes of ``root`` flagged by ``checks``: from ``report`` (a ``validate --json`` file of
-    this root that ran those checks) or, without one, from a fresh validation of just them."""
+    this root that ran those checks) or, without one, from a fresh validation of just them.
+    A report must carry the episodes fingerprint of ``root`` (``fingerprint``, computed when
+    not given): one of another dataset, or of these episodes before an edit, would drop the
+    wrong episodes, so it is refused (ValueError), as is one that records no fingerprint."""
     ids = flagged_checks(checks)
     if report is None:
         from episodekit.validate.runner import validate
@@ -63,10 +69,25 @@ def flagged_episodes(
         found = validate(root, checks=ids).to_dict()["findings"]
         return episodes_of_findings(found, ids)
     doc = read_report(report)
+    redo = f"run `episodekit validate ROOT --json --checks {','.join(ids)}` for a report"
     missing = [c for c in ids if c not in (doc.get("checks_run") or [])]
     if missing:
         raise ValueError(
-            f"{report}: the report did not run {', '.join(missing[:5])} (run `episodekit "
-            f"validate ROOT --json --checks {','.join(ids)}` to write one that did)"
+            f"{report}: the report did not run {', '.join(missing[:5])} ({redo} that did)"
+        )
+    if fingerprint is None:
+        from episodekit.core.dataset import open_dataset
+
+        fingerprint = open_dataset(root).fingerprint
+    judged = doc.get("fingerprint")
+    if not judged:
+        raise ValueError(
+            f"{report}: the report does not say which episodes it judged (no fingerprint: "
+            f"an older episodekit wrote it); {redo} of these episodes"
+        )
+    if judged != fingerprint:
+        raise ValueError(
+            f"{report}: the report judged other episodes ({doc.get('root')!s}, fingerprint "
+            f"{judged}) than {root}'s ({fingerprint}); {redo} of these episodes"
         )
     return episodes_of_findings(doc["findings"], ids)

@@ -5,13 +5,11 @@ Each function takes the :class:`RawRoot` and returns findings; none of them read
 
 from __future__ import annotations
 
-import posixpath
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from episodekit.core.dataset import SUPPORTED_VERSIONS, V2, is_local
+from episodekit.core.dataset import SUPPORTED_VERSIONS, V2, is_local, list_files
 from episodekit.core.paths import UnsafePathError, format_template, inside_root
 from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 
@@ -272,8 +270,7 @@ def check_unreferenced(raw: RawRoot) -> list[Finding]:
     """``info.unreferenced``: every parquet file under data/ is referenced by some episode."""
     if raw.episodes is None:
         return []
-    found = {raw.rel(p) for p in raw.fs.glob(raw.join("data/*/*.parquet"))}
-    found = {p for p in found if not posixpath.basename(p).startswith(".")}
+    found = {raw.rel(p) for p in list_files(raw.fs, raw.join("data"), 2, ".parquet")}
     referenced = set(raw.data_files())
     return [
         Finding("info.unreferenced", ERROR, "data file is not referenced by any episode", f)

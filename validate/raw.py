@@ -22,6 +22,7 @@ from episodekit.core.dataset import (
     V2,
     V3,
     DatasetError,
+    compute_fingerprint,
     data_file_names,
     episode_task_index,
     episodes_files,
@@ -123,6 +124,18 @@ class RawRoot:
         if self.episodes is None:
             return []
         return list(dict.fromkeys(self.episodes.column("data_file").to_pylist()))
+
+    def fingerprint(self) -> str | None:
+        """The episodes fingerprint (as :attr:`Dataset.fingerprint`; what a report judged);
+        None when the episodes table could not be read."""
+        if self.episodes is None:
+            return None
+        t = self.episodes.sort_by("episode_index")
+        try:
+            ep, length = t["episode_index"].to_numpy(), t["length"].to_numpy()
+            return compute_fingerprint(ep, length, t["tasks"])
+        except (pa.ArrowException, KeyError, TypeError, ValueError):
+            return None
 
 
 def _add(raw: RawRoot, check: str, message: str, file: str | None = None, episode=None) -> None:

@@ -146,6 +146,7 @@ class Report:
     checks_run: list[str] = field(default_factory=list)
     seconds: float = 0.0
     strict: bool = False
+    fingerprint: str | None = None  # the episodes judged (None: unreadable episodes table)
 
     @property
     def errors(self) -> list[Finding]:
@@ -164,6 +165,7 @@ class Report:
         return {
             "version": JSON_VERSION,
             "root": self.root,
+            "fingerprint": self.fingerprint,
             "ok": self.exit_code() == 0,
             "exit_code": self.exit_code(),
             "strict": self.strict,
@@ -274,6 +276,7 @@ def validate(
         checks_run=selected,
         seconds=time.perf_counter() - t0,
         strict=strict,
+        fingerprint=raw.fingerprint(),
     )
 
 

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 
 from episodekit.core.dataset import V2, open_dataset
-from episodekit.core.paths import DEFAULT_TARGET_MB
+from episodekit.core.paths import DEFAULT_TARGET_MB, MAX_TARGET_MB
 from episodekit.writers.sources import source_episodes
 from episodekit.writers.writer import WriteOptions, WriteResult, write_dataset
 
@@ -37,8 +37,8 @@ class ConvertOptions:
 
     def check(self) -> None:
         for name in ("data_mb", "video_mb", "target_mb"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be > 0")
+            if not 0 < getattr(self, name) <= MAX_TARGET_MB:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0 and <= {MAX_TARGET_MB:g}")
         if self.stats not in ("carry", "complete"):
             raise ValueError(f"--stats must be carry or complete, got {self.stats!r}")
 

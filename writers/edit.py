@@ -50,7 +50,7 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
             raise ValueError(f"--rename-task {old}=...: no task {old!r} in {root}")
     flagged = None
     if spec.drop_flagged:
-        flagged = flagged_episodes(root, list(spec.drop_flagged), spec.report)
+        flagged = flagged_episodes(root, list(spec.drop_flagged), spec.report, ds.fingerprint)
     kept, dropped = select.choose(
         ds,
         drop=list(spec.drop_episodes) if spec.drop_episodes is not None else None,

@@ -139,6 +139,42 @@ def renumbered_stats(
     return out
 
 
+IMAGE_DTYPES = ("image", "video")
+
+
+def nested_image_stats(table: pa.Table, features: dict | None) -> pa.Table:
+    """Image/video ``stats/*`` columns stored flat (one value per channel, as episodekit's
+    samples wrote them before) in LeRobot's per-channel ``(C, 1, 1)`` nesting; others as they
+    are. Vectorized: the values are wrapped twice, the rows keep their offsets (and nulls)."""
+    for name, f in (features or {}).items():
+        if f.get("dtype") not in IMAGE_DTYPES:
+            continue
+        for key in STAT_KEYS:
+            col = f"stats/{name}/{key}"
+            if key == "count" or col not in table.column_names:
+                continue
+            arr = table[col].combine_chunks()
+            if not pa.types.is_list(arr.type) or pa.types.is_list(arr.type.value_type):
+                continue
+            values = arr.values.cast(pa.float64())
+            ones = pa.array(np.arange(len(values) + 1, dtype=np.int32))
+            wrapped = pa.ListArray.from_arrays(ones, pa.ListArray.from_arrays(ones, values))
+            nested = pa.ListArray.from_arrays(arr.offsets, wrapped, mask=arr.is_null())
+            table = table.set_column(table.schema.get_field_index(col), col, nested)
+    return table
+
+
+def _image_shape(entry: dict, dtype: str | None) -> dict:
+    """A stats.json entry of an image/video feature with LeRobot's ``(C, 1, 1)`` values."""
+    if dtype not in IMAGE_DTYPES:
+        return entry
+    out = {}
+    for k, v in entry.items():
+        a = np.asarray(v)
+        out[k] = a.reshape(-1, 1, 1).tolist() if k != "count" and a.ndim == 1 else v
+    return out
+
+
 def _stats_types(table: pa.Table) -> dict[str, dict[str, pa.DataType]]:
     out: dict[str, dict[str, pa.DataType]] = {}
     for f in table.schema:
@@ -157,9 +193,13 @@ def episodes_table(
     tasks: TaskValues,
     video_cols: dict[str, pa.Array],
     file_limit_mb: float,
+    features: dict | None = None,
 ) -> pa.Table:
     """The output's episodes table, one row per output episode (see the module docstring)."""
-    parts = [metas[d].take(pa.array(plan.row[plan.ds_id == d])) for d in range(len(metas))]
+    parts = [
+        nested_image_stats(metas[d].take(pa.array(plan.row[plan.ds_id == d])), features)
+        for d in range(len(metas))
+    ]
     src = pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
     order = np.concatenate([np.flatnonzero(plan.ds_id == d) for d in range(len(metas))])
     src = src.take(pa.array(np.argsort(order, kind="stable")))
@@ -211,16 +251,17 @@ def dataset_stats(episodes: pa.Table, features: dict, fallback: dict) -> dict[st
     base = [k for k in STAT_KEYS if k not in lerobot_stats.LEROBOT_QUANTILE_KEYS]
     for name in features:
         cols = [f"stats/{name}/{k}" for k in base]
+        dtype = features[name].get("dtype")
         if not all(c in names for c in cols) or any(episodes[c].null_count for c in cols):
-            if name in fallback:
-                out[name] = fallback[name]
+            if isinstance(fallback.get(name), dict):
+                out[name] = _image_shape(fallback[name], dtype)
             continue
         quantiles = [f"stats/{name}/{k}" for k in lerobot_stats.LEROBOT_QUANTILE_KEYS]
         whole = all(c in names and not episodes[c].null_count for c in quantiles)
         keys = STAT_KEYS if whole else base  # v2.1's stats (converted) have no quantiles
         stacked = {k: _stacked(episodes[f"stats/{name}/{k}"]) for k in keys}
         agg = lerobot_stats.aggregate_stacked(stacked)
-        out[name] = {k: np.asarray(v).tolist() for k, v in agg.items()}
+        out[name] = _image_shape({k: np.asarray(v).tolist() for k, v in agg.items()}, dtype)
     return out
 
 

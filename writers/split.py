@@ -1,21 +1,20 @@
 """``episodekit split``: one new dataset per fraction (``train=0.9,val=0.1``), episodes assigned
 at random (``--seed``) either one by one or a whole task at a time (``--by task``: no task in
-two splits). Each output keeps its episodes in source order and is written by the writer."""
+two splits). Each output keeps its episodes in source order; the writer writes every part and
+publishes them together (``--out/<name>`` for each, or nothing)."""
 
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from episodekit.core.dataset import Dataset, open_dataset
-from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB
 from episodekit.writers.sources import source_episodes
-from episodekit.writers.writer import WriteOptions, WriteResult, write_dataset
+from episodekit.writers.writer import Part, WriteOptions, WriteResult, write_parts
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 BY = ("episode", "task")
@@ -107,18 +106,19 @@ def split(
 ) -> SplitResult:
     """Write one dataset per fraction under ``out/<name>`` (see the module docstring)."""
     ds = open_dataset(root)
-    parts = assign(ds, fractions, seed, by)
-    folder = check_output_dir(out)
-    for name in parts:
-        check_output_dir(folder / name)
-    mark_output_dir(folder, "episodekit split")
-    result = SplitResult(str(out))
-    for name, eps in parts.items():
-        options = WriteOptions(
-            what="episodekit split",
-            target_mb=target_mb,
-            extra=(("split", name), ("seed", str(seed)), ("by", by)),
-            executor=executor,
+    parts = [
+        Part(
+            name,
+            source_episodes(ds, eps),
+            WriteOptions(
+                what="episodekit split",
+                target_mb=target_mb,
+                extra=(("split", name), ("seed", str(seed)), ("by", by)),
+                executor=executor,
+            ),
         )
-        result.splits[name] = write_dataset(source_episodes(ds, eps), Path(folder) / name, options)
+        for name, eps in assign(ds, fractions, seed, by).items()
+    ]
+    result = SplitResult(str(out))
+    result.splits = write_parts(parts, out, "episodekit split")
     return result

@@ -1,41 +1,45 @@
-"""Write a v3.0 dataset from an ordered list of source episodes: staged, verified, published
-atomically, resumable.
+"""Write v3.0 datasets from ordered lists of source episodes: staged, verified, published
+atomically, rerun-safe.
 
 The one writer behind ``edit``, ``split`` and ``merge`` (and ``convert``): its input is a list
 of :class:`~episodekit.writers.sources.SourceEpisode` taken from
-:class:`~episodekit.core.dataset.Dataset` objects (v3.0 or v2.1), in output order. Everything
-is written into ``<out>.partial-<key>`` next to ``--out`` (``key`` hashes the inputs and
-options), verified (:mod:`~episodekit.writers.verify`), then swapped into place with
-renames, under ``--out``'s writer lock. A run killed at any point leaves ``--out`` as it was (or
-absent, between the two renames); the next run removes the stale staging folder and starts
-over. A rerun with the same inputs finds the key recorded in ``--out`` and does nothing.
+:class:`~episodekit.core.dataset.Dataset` objects (v3.0 or v2.1), in output order, per output
+part (``split`` writes several parts, each a dataset in ``--out/<name>``). Everything is written
+into one hidden staging folder next to ``--out`` (:mod:`episodekit.core.staging`: a random token
+in its name and a marker inside), verified (:mod:`~episodekit.writers.verify`), then swapped
+into place at once, under ``--out``'s writer lock: every part is published together or none
+is. A run killed at any point leaves ``--out`` as it was; the next run removes the staging
+folders of dead runs (only folders holding our marker) and starts over. A rerun whose inputs
+(:mod:`~episodekit.writers.recipe`: every file the output depends on, the selection, the
+options, the tool version) match the key recorded in ``--out`` does nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from episodekit.core.atomic import atomic_write_text, fsync_dir
+from episodekit.core import staging as staging_mod
+from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.core.memory import release_memory
 from episodekit.core.outdir import check_output_dir, mark_output_dir
-from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
+from episodekit.core.paths import DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB
 from episodekit.core.progress import current
 from episodekit.writers import meta as meta_mod
 from episodekit.writers.data import output_schema, write_data
 from episodekit.writers.plan import OutputPlan, plan_output
+from episodekit.writers.recipe import combined_key
+from episodekit.writers.recipe import recipe_key as _key
 from episodekit.writers.sources import SourceEpisode, episode_meta
 from episodekit.writers.verify import (
     VerificationError,
@@ -46,7 +50,6 @@ from episodekit.writers.verify import (
 
 RECIPE_FILE = ".episodekit-surgery.json"  # at the output's root: what it was written from
 REQUIRED = ("index", "episode_index", "frame_index", "timestamp", "task_index")
-FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,15 @@ class WriteResult:
         return dict(self.__dict__)
 
 
+@dataclass
+class Part:
+    """One dataset of an output: written at ``--out`` (``name`` "") or ``--out/<name>``."""
+
+    name: str
+    sources: list[SourceEpisode]
+    options: WriteOptions
+
+
 def _datasets(sources: list[SourceEpisode]) -> list[Dataset]:
     seen: dict[int, Dataset] = {}
     for s in sources:
@@ -94,44 +106,23 @@ def _datasets(sources: list[SourceEpisode]) -> list[Dataset]:
     return list(seen.values())
 
 
-def _source_identity(ds: Dataset) -> dict:
-    """What pins a source's content cheaply: fingerprint, info.json, data file sizes/mtimes."""
-    files = []
-    for rel in ds.data_files:
-        try:
-            st = ds.fs.info(ds.join(rel))
-            files.append([rel, st.get("size"), st.get("mtime") if ds.is_local else None])
-        except OSError:
-            files.append([rel, None, None])
-    root = os.path.realpath(ds.path) if ds.is_local else ds.root
-    return {"root": root, "fingerprint": ds.fingerprint, "info": ds.info, "files": files}
-
-
 def recipe_key(sources: list[SourceEpisode], options: WriteOptions) -> str:
-    """Hash of everything the output depends on (sources, selection, options, format)."""
+    """Hash of everything the output depends on (:mod:`~episodekit.writers.recipe`)."""
     datasets = _datasets(sources)
     ids = {id(ds): i for i, ds in enumerate(datasets)}
-    sel = np.array([[ids[id(s.ds)], s.row] for s in sources], dtype=np.int64)
-    h = hashlib.sha256(b"episodekit-surgery\0")
-    body = {
-        "format": FORMAT_VERSION,
-        "sources": [_source_identity(ds) for ds in datasets],
-        "options": {
-            **{k: v for k, v in options.__dict__.items() if k != "executor"},
-            "what": options.what.split()[-1],
-        },
-    }
-    h.update(json.dumps(body, sort_keys=True, default=str).encode())
-    h.update(sel.tobytes())
-    return h.hexdigest()[:32]
+    sel = np.array([[ids[id(s.ds)], s.row] for s in sources], dtype=np.int64).reshape(-1, 2)
+    opts = {k: v for k, v in options.__dict__.items() if k != "executor"}
+    opts["what"] = options.what.split()[-1]
+    return _key(datasets, sel, json.loads(json.dumps(opts, default=str)))
 
 
-def _check_out(out: Path, datasets: list[Dataset]) -> None:
-    real = out.resolve()
+def check_not_in_source(out: Path, datasets: list[Dataset]) -> None:
+    """Refuse an ``out`` that is a source, inside one or holds one (before anything is written)."""
+    real = Path(os.path.realpath(out))
     for ds in datasets:
         if not ds.is_local:
             continue
-        src = Path(ds.path).resolve()
+        src = Path(os.path.realpath(ds.path))
         if real == src or src in real.parents or real in src.parents:
             raise EnvironmentProblem(
                 f"--out must be a new folder outside the source {ds.root} (never in place)",
@@ -139,34 +130,14 @@ def _check_out(out: Path, datasets: list[Dataset]) -> None:
             )
 
 
-def _up_to_date(out: Path, key: str) -> bool:
+def _up_to_date(out: Path, key: str, parts: list[Part]) -> bool:
     try:
         recorded = json.loads((out / RECIPE_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return recorded.get("key") == key and (out / "meta/info.json").exists()
-
-
-def _clean_stale(out: Path) -> None:
-    """Remove staging and swapped-out folders of earlier runs killed before the end (the lock
-    is held: no live writer uses them)."""
-    for p in out.parent.glob(f"{out.name}.partial-*"):
-        shutil.rmtree(p, ignore_errors=True)
-    for p in out.parent.glob(f"{out.name}.old-*"):
-        shutil.rmtree(p, ignore_errors=True)
-
-
-def _publish(staging: Path, out: Path) -> None:
-    """Swap the verified staging folder into ``out`` (two renames; ``out`` is never partial)."""
-    old = out.with_name(f"{out.name}.old-{uuid.uuid4().hex[:8]}")
-    try:
-        if out.exists():
-            os.rename(out, old)
-        os.rename(staging, out)
-    except OSError as exc:
-        raise os_problem(exc, out, "publish") from exc
-    fsync_dir(out.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    return recorded.get("key") == key and all(
+        (out / p.name / "meta/info.json").exists() for p in parts
+    )
 
 
 def write_dataset(
@@ -175,33 +146,52 @@ def write_dataset(
     """Write ``sources`` (in this order) as a new v3.0 dataset at ``out`` (see the module
     docstring). ``out`` must be missing, empty or episodekit's; never a source or inside one."""
     options = options or WriteOptions()
+    return write_parts([Part("", sources, options)], out, options.what)[""]
+
+
+def write_parts(parts: list[Part], out: str | os.PathLike, what: str) -> dict[str, WriteResult]:
+    """Write every part (``--out`` itself for name "", else ``--out/<name>``) and publish them
+    together (see the module docstring); ``what`` names the command in the markers."""
     t0 = time.perf_counter()
     out_path = check_output_dir(out)
-    datasets = _datasets(sources)
-    if not sources:
-        raise ValueError("no episodes left to write (the selection is empty)")
-    _check_out(out_path, datasets)
-    features = _features(datasets, set(options.remove_features))
-    key = recipe_key(sources, options)
-    frames = int(sum(s.length for s in sources))
-    result = WriteResult(str(out), "unchanged", len(sources), frames, 0)
-    result.sources = [ds.root for ds in datasets]
+    datasets = _datasets([s for p in parts for s in p.sources])
+    for p in parts:
+        if not p.sources:
+            raise ValueError("no episodes left to write (the selection is empty)")
+        if not 0 < p.options.target_mb <= MAX_TARGET_MB:
+            raise ValueError(
+                f"--target-mb {p.options.target_mb:g}: expected 0 < MiB <= {MAX_TARGET_MB}"
+            )
+    check_not_in_source(out_path, datasets)
+    features = {
+        p.name: _features(_datasets(p.sources), set(p.options.remove_features)) for p in parts
+    }
+    keys = {p.name: recipe_key(p.sources, p.options) for p in parts}
+    key = keys[""] if list(keys) == [""] else combined_key(keys)
+    results = {}
+    for p in parts:
+        frames = int(sum(s.length for s in p.sources))
+        r = WriteResult(str(Path(out) / p.name) if p.name else str(out), "unchanged",
+                        len(p.sources), frames, 0)  # fmt: skip
+        r.sources = [ds.root for ds in _datasets(p.sources)]
+        results[p.name] = r
     created = not out_path.exists()
     try:
         with writer_lock(out_path):
-            if _up_to_date(out_path, key):
-                info = json.loads((out_path / "meta/info.json").read_text())
-                result.tasks = int(info.get("total_tasks") or 0)
-                result.seconds = time.perf_counter() - t0
-                return result
-            _stage_and_publish(out_path, sources, options, features, key, result)
+            staging_mod.remove_stale(out_path)  # a killed run's folders, even when up to date
+            if _up_to_date(out_path, key, parts):
+                for p in parts:
+                    info = json.loads((out_path / p.name / "meta/info.json").read_text())
+                    results[p.name].tasks = int(info.get("total_tasks") or 0)
+            else:
+                _stage_and_publish(out_path, parts, features, keys, key, what, results)
     except BaseException:
         if created:
             _remove_if_only_lock(out_path)
         raise
-    result.status = "written"
-    result.seconds = time.perf_counter() - t0
-    return result
+    for r in results.values():
+        r.seconds = time.perf_counter() - t0
+    return results
 
 
 def _remove_if_only_lock(out: Path) -> None:
@@ -215,24 +205,50 @@ def _remove_if_only_lock(out: Path) -> None:
 
 def _stage_and_publish(
     out: Path,
-    sources: list[SourceEpisode],
-    options: WriteOptions,
-    features: dict,
+    parts: list[Part],
+    features: dict[str, dict],
+    keys: dict[str, str],
     key: str,
-    result: WriteResult,
+    what: str,
+    results: dict[str, WriteResult],
 ) -> None:
-    _clean_stale(out)
-    staging = out.with_name(f"{out.name}.partial-{key[:12]}")
+    staging = staging_mod.new_staging(out)
     try:
-        staging.mkdir(parents=True)
+        for p in parts:
+            folder = staging / p.name if p.name else staging
+            folder.mkdir(exist_ok=True)
+            _build(folder, p.sources, p.options, features[p.name], keys[p.name], results[p.name])
+        if parts[0].name:  # a folder of parts: its own marker and key
+            mark_output_dir(staging, what)
+            atomic_write_text(staging / RECIPE_FILE, json.dumps({"key": key, "what": what}))
+        staging_mod.publish(staging, out)
     except OSError as exc:
-        raise os_problem(exc, staging, "create folder") from exc
-    try:
-        _build(staging, sources, options, features, key, result)
-        _publish(staging, out)
+        staging_mod.discard(staging, out)
+        problem = os_problem(exc, out, "write (nothing was published)")
+        if isinstance(problem, EnvironmentProblem):  # a full disk, a read-only folder...
+            raise problem from exc
+        raise  # e.g. a source file that went missing: its own error names it
+    except EnvironmentProblem as exc:
+        staging_mod.discard(staging, out)
+        raise _named_for_out(exc, staging, out) from exc
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        staging_mod.discard(staging, out)
         raise
+    for r in results.values():
+        r.status = "written"
+
+
+def _named_for_out(exc: EnvironmentProblem, staging: Path, out: Path) -> EnvironmentProblem:
+    """The error of a file in the hidden staging folder, told as the file under ``out`` it was
+    going to be (a user knows that name), saying that nothing was published."""
+    path, text = exc.path or "", str(exc)
+    if not path.startswith(str(staging)) or not text.startswith(path + ": "):
+        return exc
+    new = EnvironmentProblem(
+        f"{text[len(path) + 2 :]} (nothing was published)", str(out) + path[len(str(staging)) :]
+    )
+    new.errno = getattr(exc, "errno", None)  # type: ignore[attr-defined]
+    return new
 
 
 def feature_difference(a: dict, b: dict) -> str | None:
@@ -297,7 +313,7 @@ def _build(
     video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
-        plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb
+        plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb, features
     )
     meta_mod.write_episodes(staging, episodes)
     del metas

@@ -35,7 +35,7 @@ from episodekit.core.errors import (
     EnvironmentProblem,
 )
 from episodekit.core.executor import EXECUTORS, RAY_ADDRESS_ENV
-from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB
+from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB, MAX_TARGET_MB
 from episodekit.core.progress import reporting
 
 # OSError numbers that mean "the environment", not the data.
@@ -423,9 +423,11 @@ def cost_option(name: str = "--cost"):
     )
 
 
+# a size in MB: > 0 and finite (inf or 1e300 would overflow the byte counts: exit 2, not a crash)
+SIZE_MB = click.FloatRange(min=0, min_open=True, max=MAX_TARGET_MB)
 target_mb_option = click.option(
     "--target-mb",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SIZE_MB,
     default=DEFAULT_TARGET_MB,
     show_default=True,
     help="Row-group size target in MiB of uncompressed data (accepted band: half to 1.5x).",

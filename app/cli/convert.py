@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import click
 
-from episodekit.cli.common import executor_option, json_option, root_argument
+from episodekit.cli.common import SIZE_MB, executor_option, json_option, root_argument
 from episodekit.cli.surgery import out_option, say_written, target_option
 from episodekit.core import jsonout
 
-size_mb = click.FloatRange(min=0, min_open=True)
+size_mb = SIZE_MB
 
 
 @click.command("convert")

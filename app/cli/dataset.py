@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from episodekit.cli.common import RootProblem, json_option, root_argument
+from episodekit.cli.common import SIZE_MB, RootProblem, json_option, root_argument
 from episodekit.core import jsonout
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
@@ -120,7 +120,7 @@ POSITIVE = click.IntRange(min=1)
 @click.option("--action-dim", type=POSITIVE, default=14, show_default=True)
 @click.option(
     "--file-mb",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SIZE_MB,
     default=100.0,
     show_default=True,
     help="data_files_size_in_mb.",

@@ -82,14 +82,20 @@ def edit_command(
         raise click.UsageError(
             "--flags-from is read for --drop-flagged; give --drop-flagged CHECKS"
         )
-    if drop_episodes and keep_episodes:
+    if drop_episodes is not None and keep_episodes is not None:
         raise click.UsageError("give --drop-episodes or --keep-episodes, not both")
     flagged = tuple(c.strip() for c in (drop_flagged or "").split(",") if c.strip())
+    if drop_flagged is not None and not flagged:
+        raise click.UsageError("--drop-flagged: no checks given (e.g. quality.frozen)")
+    # an empty list is a mistake, never "nothing dropped" or "keep everything": the parser
+    # refuses it (exit 2)
     spec = EditSpec(
-        drop_episodes=tuple(select.parse_episode_list(drop_episodes)) if drop_episodes else None,
+        drop_episodes=(
+            tuple(select.parse_episode_list(drop_episodes)) if drop_episodes is not None else None
+        ),
         keep_episodes=(
             tuple(select.parse_episode_list(keep_episodes, "--keep-episodes"))
-            if keep_episodes
+            if keep_episodes is not None
             else None
         ),
         drop_tasks=drop_tasks,
@@ -183,6 +189,8 @@ def merge_command(
         click.echo(jsonout.dumps(d, indent=2))
         return
     say_written(d)
+    if d["status"] == "written" and d["stats"] != "carried over":
+        click.echo(f"stats: {d['stats']}")
 
 
 def _check_roots(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):

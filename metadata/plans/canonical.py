@@ -27,7 +27,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from episodekit.core.dataset import Dataset, open_dataset
+from episodekit.core.dataset import Dataset, list_files, open_dataset
 from episodekit.core.paths import PLAN_DIR
 from episodekit.metadata.plans.options import PlanOptions
 from episodekit.metadata.plans.plan_file import (
@@ -196,7 +196,7 @@ def load_canonical_plan(
     folder = posixpath.join(base.rstrip("/") or "/", PLAN_DIR)
     hint = f"create it with: episodekit metadata plan {label} --canonical-bins auto"
     if canonical_bins is None:
-        found = sorted(fs.glob(posixpath.join(folder, f"{CANONICAL_PREFIX}*.json")))
+        found = list_files(fs, folder, 1, ".json", prefix=CANONICAL_PREFIX)
         if not found:
             raise PlanNotFoundError(f"{folder}: no canonical plan; {hint}")
         if len(found) > 1:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 MAX_RANGE = 10_000_000  # a range wider than this is a typo, not a selection
+MAX_INDEX = 2**62  # an episode index beyond this is a typo (and overflows int64)
 
 
 def parse_episode_list(text: str, option: str = "--exclude-episodes") -> np.ndarray:
@@ -40,6 +41,8 @@ def parse_episode_list(text: str, option: str = "--exclude-episodes") -> np.ndar
             raise ValueError(
                 f"{option} {text!r}: {part!r} is not an episode index or a range such as 10-12"
             ) from None
+        if max(a, b) > MAX_INDEX:
+            raise ValueError(f"{option} {text!r}: {part!r} is larger than any episode index")
         if a < 0 or b < a or b - a > MAX_RANGE:
             raise ValueError(f"{option} {text!r}: {part!r} is not a valid range (low-high)")
         out.append(np.arange(a, b + 1, dtype=np.int64))

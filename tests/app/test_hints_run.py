@@ -260,6 +260,16 @@ def flags_report_missing_check(tmp: Path):
     return raised(flagged_episodes, str(root), "quality.frozen", report), root
 
 
+def flags_report_of_other_episodes(tmp: Path):
+    from episodekit.validate.flagged import flagged_episodes
+
+    root = sample(tmp / "r")
+    other = sample(tmp / "o", seed=5)
+    report = tmp / "report.json"
+    report.write_text(cli("validate", other, "--json", "--checks", "quality.frozen").stdout)
+    return raised(flagged_episodes, str(root), "quality.frozen", report), root
+
+
 def convert_v3_root(tmp: Path):
     from episodekit.writers.convert import convert
 
@@ -270,6 +280,7 @@ def convert_v3_root(tmp: Path):
 HINTS: dict[tuple[str, str], Callable] = {
     ("writers/convert.py", "prepare it with `episodekit prepare"): convert_v3_root,
     ("validate/flagged.py", "episodekit validate ROOT --json --checks"): flags_report_missing_check,
+    ("validate/flagged.py", "for a report"): flags_report_of_other_episodes,
     ("validate/layout.py", "episodekit prep rowgroups"): validate_layout,
     ("validate/stats.py", "compute it with `episodekit metadata stats"): validate_stats_missing,
     ("validate/stats.py", "recompute with `episodekit metadata stats"): validate_stats_stale,

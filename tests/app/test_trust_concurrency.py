@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from episodekit.core.atomic import KILL_HOOK_ENV, is_temp_name
@@ -45,7 +46,7 @@ def temporaries(root: Path) -> list[Path]:
 
 def test_second_writer_waits_or_exits_2(make_sample):
     root = make_sample(episodes=16, tasks=2, seed=5)
-    planted = root / "meta" / f".speed_percentiles.jsonl{'.tmp-'}deadbeef"
+    planted = root / "meta" / f".speed_percentiles.jsonl{'.tmp-'}{uuid.uuid4().hex}"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True
     )

@@ -335,7 +335,7 @@ def test_kill_mid_build_leaves_no_store_that_would_be_used(make_sample, where, h
     )
     try:
         assert proc.stdout.readline().strip() == "HANG"
-        temps = list(final.parent.glob(f".{final.name}.tmp-*"))
+        temps = list(final.parent.glob(f".{final.name}.episodekit-partial-*"))
         assert len(temps) == 1 and any(temps[0].glob("*.npy"))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -366,7 +366,7 @@ def test_exception_before_publish_leaves_nothing(make_sample, monkeypatch):
     def boom(tmp, dest):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(frames_mod, "publish_dir", boom)
+    monkeypatch.setattr(frames_mod, "publish", boom)
     with pytest.raises(RuntimeError, match="injected"):
         build_frame_store(root)
     assert not final.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import uuid
 from pathlib import Path
 
 import fsspec
@@ -328,7 +329,7 @@ def test_checksum_is_chunking_independent_and_sensitive():
 def test_reader_untouched_by_leftover_temporaries(make_sample):
     root = make_sample(**SPECS["edited"])
     ds = open_dataset(str(root))
-    tmp = root / Path(ds.data_files[0]).parent / ".file-000.parquet.tmp-deadbeef"
+    tmp = root / Path(ds.data_files[0]).parent / f".file-000.parquet.tmp-{uuid.uuid4().hex}"
     shutil.copyfile(root / ds.data_files[0], tmp)
     report = rewrite_rowgroups(str(root), target_mb=TARGET_MB, workers=1)
     assert report.removed_temporaries == 1 and not tmp.exists()

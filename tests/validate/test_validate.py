@@ -160,6 +160,7 @@ def test_cli_exit_codes_and_json(clean):
     assert set(data) == {
         "version",
         "root",
+        "fingerprint",
         "ok",
         "exit_code",
         "strict",

@@ -214,11 +214,13 @@ def test_kill_9_mid_write_then_rerun_completes(tmp_path):
     env = {**os.environ, "EPISODEKIT_TEST_KILL_BEFORE_REPLACE": "stats.json"}
     proc = subprocess.run([sys.executable, "-c", CHILD, str(src), str(out)], env=env)
     assert proc.returncode == -signal.SIGKILL
-    staged = list(tmp_path.glob("out.partial-*"))
+    staged = list(tmp_path.glob(".out.episodekit-partial-*"))
     assert len(staged) == 1 and not (out / "meta").exists()  # nothing published
     result = edit(str(src), out, EditSpec(drop_episodes=(3,)))
     assert result.write.status == "written"
-    assert not list(tmp_path.glob("out.partial-*")) and not list(tmp_path.glob("out.old-*"))
+    assert not list(tmp_path.glob(".out.episodekit-partial-*")) and not list(
+        tmp_path.glob(".out.episodekit-old-*")
+    )
     assert open_dataset(str(out)).num_episodes == 39
 
 
@@ -270,4 +272,4 @@ def test_a_corrupted_write_is_caught_and_nothing_is_published(tmp_path, monkeypa
     shutil.copytree(FIXTURES / "rec40", src)
     with pytest.raises(DatasetError, match=r"failed verification.*columns \['timestamp'\]"):
         edit(str(src), tmp_path / "out", EditSpec(drop_episodes=(1,)))
-    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out.partial-*"))
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.episodekit-partial-*"))

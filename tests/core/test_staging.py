@@ -1,0 +1,121 @@
+"""core/staging.py: staging folders that can never be a user's, clean-up by marker only, and a
+publish that leaves the final name old or new (the exchange and the two-rename fallback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from episodekit.core import staging
+from episodekit.core.errors import EnvironmentProblem
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return int(proc.stdout)
+
+
+def _orphan(out: Path, kind: str = "partial") -> Path:
+    """A staging folder of a writer that died (its marker names a gone pid)."""
+    token = uuid.uuid4().hex
+    p = staging.staging_path(out, kind, token)
+    p.mkdir()
+    doc = {"token": token, "out": out.name, "pid": _dead_pid(), "host": os.uname().nodename}
+    (p / staging.STAGING_MARKER).write_text(json.dumps(doc))
+    return p
+
+
+def test_only_marked_folders_of_dead_writers_are_removed(tmp_path):
+    out = tmp_path / "out"
+    dead = [_orphan(out), _orphan(out, "old")]
+    live = staging.new_staging(out)  # this process: alive
+    lookalikes = [
+        tmp_path / f".out.episodekit-partial-{uuid.uuid4().hex}",  # no marker
+        tmp_path / "out.partial-1",
+        tmp_path / "out.old-2",
+        tmp_path / f".other.episodekit-partial-{uuid.uuid4().hex}",
+    ]
+    for p in lookalikes:
+        p.mkdir()
+    wrong = _orphan(out)
+    (wrong / staging.STAGING_MARKER).write_text(
+        json.dumps({"token": "0" * 32, "out": "out", "pid": _dead_pid()})
+    )  # a marker copied from elsewhere: its token is not the folder's
+    assert sorted(staging.remove_stale(out)) == sorted(dead)
+    assert live.is_dir() and wrong.is_dir() and all(p.is_dir() for p in lookalikes)
+
+
+def test_a_symlink_named_like_staging_is_never_followed(tmp_path):
+    out = tmp_path / "out"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("x")
+    orphan = _orphan(out)
+    link = staging.staging_path(out, "old", uuid.uuid4().hex)
+    link.symlink_to(orphan)
+    assert not staging.owned(link, out)
+    staging.remove_stale(out)
+    assert link.is_symlink() and (victim / "keep.txt").exists()
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_publish_replaces_the_output_and_cleans_up(tmp_path, monkeypatch, exchange):
+    if not exchange:
+        monkeypatch.setattr(staging, "_exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    for n in range(3):  # first publish (out missing), then replacements
+        work = staging.new_staging(out)
+        (work / "n.txt").write_text(str(n))
+        staging.publish(work, out)
+        assert (out / "n.txt").read_text() == str(n)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+        assert not (out / staging.STAGING_MARKER).exists()
+
+
+def test_publish_refuses_a_folder_that_is_not_staging(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(ValueError, match="not a staging folder"):
+        staging.publish(other, tmp_path / "out")
+    assert other.is_dir()
+
+
+def test_seed_links_only_what_is_asked_and_never_the_writers_files(tmp_path):
+    out = tmp_path / "out"
+    (out / "data/chunk-000").mkdir(parents=True)
+    (out / "data/chunk-000/file-000.parquet").write_text("a")
+    (out / "meta").mkdir()
+    (out / "meta/info.json").write_text("{}")
+    (out / ".episodekit.lock").write_text("")
+    work = staging.new_staging(out)
+    assert staging.seed_from(out, work, only={"data/chunk-000/file-000.parquet"}) == 1
+    linked = work / "data/chunk-000/file-000.parquet"
+    assert linked.stat().st_ino == (out / "data/chunk-000/file-000.parquet").stat().st_ino
+    assert not (work / "meta").exists() and not (work / ".episodekit.lock").exists()
+    assert staging.seed_from(out, work) == 1  # the rest: info.json (the link exists already)
+
+
+def test_a_mount_point_output_is_refused_before_any_work(tmp_path):
+    probe = subprocess.run(
+        ["unshare", "-rm", "true"], capture_output=True
+    ) if os.path.exists("/usr/bin/unshare") else None  # fmt: skip
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no private mount namespace here")
+    out = tmp_path / "out"
+    out.mkdir()
+    code = (
+        "import sys; from episodekit.core import staging\n"
+        "try:\n    staging.new_staging(sys.argv[1])\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    script = f"mount -t tmpfs tmpfs {out} && {sys.executable} -c '{code}' {out}"
+    got = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True)
+    assert got.stdout.startswith(EnvironmentProblem.__name__) and "mount point" in got.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
