@@ -120,6 +120,14 @@ def corrupt_feature_missing(root: Path) -> Expected:
     return Expected("info.features", rel)
 
 
+def corrupt_names_length(root: Path) -> Expected:
+    """A joint dropped from the action's names (13 names for 14 dimensions)."""
+    info = json.loads((root / INFO).read_text())
+    info["features"]["action"]["names"] = info["features"]["action"]["names"][:-1]
+    (root / INFO).write_text(json.dumps(info, indent=4))
+    return Expected("info.names", INFO)
+
+
 def corrupt_tasks_table(root: Path) -> Expected:
     t = pq.read_table(root / TASKS)
     idx = t["task_index"].to_numpy().copy()
