@@ -172,9 +172,15 @@ def test_out_refuses_a_foreign_folder_and_one_overlapping_the_source(make_sample
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    for out in (foreign, src / "copy", src, src.parent):
+    for out, why in (
+        (foreign, "not written by episodekit"),
+        (src / "copy", "outside the source"),
+        (src, "outside the source"),
+        (src.parent, "outside the source"),
+    ):
         proc = cli("prep", "videos", src, "--out", out, ok=2)
-        assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("Error")]) == 1
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error")]
+        assert len(errors) == 1 and why in errors[0], proc.stderr
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
     assert not (src / "copy").exists()
 
