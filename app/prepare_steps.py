@@ -125,12 +125,10 @@ class RowGroups(PrepareStep):
             reporter.active().advance(0, nbytes=res.bytes)  # the executor counts files
 
         quiet = reporting(Progress()) if self.is_fresh(ctx) else contextlib.nullcontext()
-        from_source = _videos_from_source(ctx)  # then the videos step writes them and info.json
         with quiet:  # progress only for work that runs
             rep = rewrite_rowgroups(
                 ctx.root, target_mb=o.target_mb, out=o.out, workers=o.jobs, executor=o.executor,
-                force=o.force, copy_videos=o.include_videos and not from_source,
-                progress=bytes_done, skip_meta=(INFO_FILE,) if from_source else (),
+                force=o.force, copy_videos=o.include_videos, progress=bytes_done,
             )  # fmt: skip
         summary = rep.summary()
         changed = [r.path for r in rep.files if r.status == "rewritten"]
@@ -162,19 +160,9 @@ class RowGroups(PrepareStep):
         return txt
 
 
-def _videos_from_source(ctx: Context) -> bool:
-    """``--out --videos --videos-gop`` on a local root: the videos step reads each mp4 from the
-    source and writes it into ``--out`` (copied when it meets the target, re-encoded when not),
-    with info.json (the source's, codecs updated); the row-group step copies neither, so a
-    rerun finds both done."""
-    o = ctx.opts
-    wanted = o.out is not None and o.include_videos and o.videos_gop is not None
-    return wanted and ctx.source.is_local
-
-
 class Videos(PrepareStep):
-    """``prep videos``: the mp4s brought to the random-access target (files that meet it are left
-    alone), in place or from the source into ``--out``; verified, resumable."""
+    """``prep videos`` on the work root: mp4s that meet the random-access target are left alone,
+    the others re-encoded in place (verified, resumable)."""
 
     name = "videos"
     stops_on_failure = True
@@ -185,16 +173,17 @@ class Videos(PrepareStep):
     def run(self, ctx: Context) -> Outcome:
         from episodekit.prep.videos import rewrite_videos
 
-        gop, o = ctx.opts.videos_gop, ctx.opts
-        ctx.say(f"videos: random-access target GOP {gop}")
-        where = {"out": str(o.out), "copy_dataset": False} if _videos_from_source(ctx) else {}
+        gop = ctx.opts.videos_gop
+        ctx.say(f"videos: random-access target GOP {gop} (video that meets it is left alone)")
+        o = ctx.opts
         rep = rewrite_videos(
-            str(ctx.root) if where else str(ctx.work), gop=gop, force=o.force, timing_frames=0,
-            progress=ctx.say, executor=o.executor,
-            jobs=o.jobs if o.executor != "local" else 1, **where,
+            str(ctx.work), gop=gop, force=o.force, timing_frames=0, progress=ctx.say,
+            executor=o.executor, jobs=o.jobs if o.executor != "local" else 1,
         )  # fmt: skip
-        counts = {s: rep.count(s) for s in ("rewritten", "copied", "skipped", "failed")}
-        changed = [f.file for f in rep.files if f.status in ("rewritten", "copied")]
+        counts = {
+            s: sum(f.status == s for f in rep.files) for s in ("rewritten", "skipped", "failed")
+        }
+        changed = [f.file for f in rep.files if f.status == "rewritten"]
         if rep.info_updated:
             changed.append(INFO_FILE)
         detail = {"counts": counts, "failed": [f"{f.file}: {f.message}" for f in rep.failed][:10]}
@@ -206,8 +195,8 @@ class Videos(PrepareStep):
 
     def summary(self, step: Step) -> str:
         d, c = step.detail, step.detail.get("counts", {})
-        txt = f"{c.get('rewritten', 0)} re-encoded, {c.get('copied', 0)} copied, "
-        txt += f"{c.get('skipped', 0)} skipped, {c.get('failed', 0)} failed"
+        txt = f"{c.get('rewritten', 0)} re-encoded, {c.get('skipped', 0)} skipped, "
+        txt += f"{c.get('failed', 0)} failed"
         for f in d.get("failed", [])[:5]:
             txt += f"\n      failed: {f}"
         return txt

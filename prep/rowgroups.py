@@ -128,17 +128,14 @@ def _protocols(fs) -> tuple[str, ...]:
     return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
 
 
-def _copy_tree(fs, src_root: str, dst_root: Path, sub: str, skip: tuple[str, ...] = ()) -> int:
-    """Copy every file under ``src_root/sub`` to ``dst_root/sub`` (each write atomic), but the
-    relative paths in ``skip``."""
+def _copy_tree(fs, src_root: str, dst_root: Path, sub: str) -> int:
+    """Copy every file under ``src_root/sub`` to ``dst_root/sub`` (each write atomic)."""
     folder = posixpath.join(src_root, sub)
     if not fs.exists(folder):
         return 0
     n = 0
     for src in sorted(fs.find(folder)):
         rel = posixpath.relpath(src, src_root)
-        if rel in skip:
-            continue
         copy_file(src, inside_root(dst_root, rel), fs)
         n += 1
     return n
@@ -156,7 +153,6 @@ def rewrite_rowgroups(
     copy_videos: bool = False,
     progress: Callable[[FileResult, int, int], None] | None = None,
     wait: bool = True,
-    skip_meta: tuple[str, ...] = (),
 ) -> PrepReport:
     """Rewrite the data files of ``root`` (local path or fsspec URL); see the module docstring.
 
@@ -166,8 +162,7 @@ def rewrite_rowgroups(
     ``progress(result, done, total)`` is called in the parent as each file finishes. Leftover
     temporaries of a crashed run are removed first, under the output's writer lock (another
     writer: wait, or with ``wait=False`` raise EnvironmentProblem). Per-file failures are in the
-    report. ``skip_meta``: meta/ files (relative paths) not copied into ``out`` (a later step
-    writes them there, e.g. info.json after ``prep videos``).
+    report.
     """
     if target_mb <= 0:
         raise ValueError(f"target_mb must be > 0, got {target_mb}")
@@ -210,7 +205,7 @@ def rewrite_rowgroups(
         report.removed_temporaries = len(removed)
         if not dry_run and out is not None:
             mark_output_dir(out_root, "a prepared copy")
-            _copy_tree(ds.fs, ds.path, out_root, "meta", skip=skip_meta)
+            _copy_tree(ds.fs, ds.path, out_root, "meta")
             if copy_videos:
                 _copy_tree(ds.fs, ds.path, out_root, "videos")
         results: list[FileResult | None] = [None] * len(jobs)

@@ -233,7 +233,6 @@ def rewrite_videos(
     executor: str = "local",
     jobs: int | None = 1,
     out: str | None = None,
-    copy_dataset: bool = True,
     wait: bool = True,
 ) -> VideoPrepResult:
     """Bring every referenced mp4 of a local v3.0 ``root`` to the random-access target (see the
@@ -241,9 +240,7 @@ def rewrite_videos(
 
     ``codec``: the codec files must have and re-encoded files get (None: any codec the loader
     decodes is kept, re-encoded files get :data:`DEFAULT_CODEC`). ``timing_frames``: random frames
-    timed per re-encoded file before and after (0: no timing). ``copy_dataset`` (with ``out``):
-    also copy meta/ and data/ (``prepare`` writes those itself; info.json is always written
-    here: the source's, codecs updated). Files that fail verification
+    timed per re-encoded file before and after (0: no timing). Files that fail verification
     are reported and left as they were. Re-encodes run one at a time here (``jobs=1``; the
     encoder has its own threads), by ``jobs`` processes, or one Ray task each with
     ``executor="ray"`` (the root on a filesystem every node mounts)."""
@@ -278,8 +275,7 @@ def rewrite_videos(
     with writer_lock(out_root, wait=wait):
         if out is not None:
             mark_output_dir(out_root, "a prepared copy")
-            if copy_dataset:
-                result.dataset_files_copied = _copy_dataset(ds, src_root, out_root)
+            result.dataset_files_copied = _copy_dataset(ds, src_root, out_root)
         cameras = {key: _camera_jobs(ds, key, target, force, out_root) for key in ds.video_keys}
         todo = [j for js in cameras.values() for j in js]
         known = lambda job: job.result  # noqa: E731 - decided while planning: no worker needed

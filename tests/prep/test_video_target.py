@@ -185,19 +185,25 @@ def test_out_refuses_a_foreign_folder_and_one_overlapping_the_source(make_sample
     assert not (src / "copy").exists()
 
 
-def test_prepare_out_with_videos_settles(make_sample, tmp_path):
+def test_prepare_videos_gop_settles_and_leaves_lerobot_video_alone(make_sample, tmp_path):
     src = make_sample(**GOP250)
-    out = tmp_path / "prepared"
-    args = ["prepare", src, "--out", out, "--videos", "--videos-gop", "2"]
-    args += ["--world-size", "2", "--workers", "1", "--json"]
-    first = json.loads(cli(*args).stdout)
+    args = ["--videos-gop", "2", "--world-size", "2", "--workers", "1", "--json"]
+    first = json.loads(cli("prepare", src, *args).stdout)
     steps = {s["name"]: s for s in first["steps"]}
-    assert steps["videos"]["status"] == "done" and first["ok"]
-    assert steps["videos"]["detail"]["counts"]["rewritten"] == len(mp4s(src))
-    videos_before = {p: p.read_bytes() for p in mp4s(out)}
-    second = json.loads(cli(*args).stdout)
+    assert first["ok"] and steps["videos"]["detail"]["counts"]["rewritten"] == len(mp4s(src))
+    videos = {p: p.read_bytes() for p in mp4s(src)}
+    second = json.loads(cli("prepare", src, *args).stdout)
     steps = {s["name"]: s for s in second["steps"]}
     assert steps["videos"]["status"] == "skipped" and steps["videos"]["changed"] == []
-    assert {p: p.read_bytes() for p in mp4s(out)} == videos_before
-    info = json.loads((out / "meta/info.json").read_text())
-    assert info["features"]["observation.images.cam0"]["info"]["video.codec"] == "av1"
+    assert {p: p.read_bytes() for p in mp4s(src)} == videos
+    # LeRobot's AV1 through prepare --out --videos: copied as it is, never re-encoded.
+    good = tmp_path / "vid24"
+    shutil.copytree(FIXTURES / "vid24", good)
+    out = tmp_path / "prepared"
+    for _ in range(2):
+        doc = json.loads(cli("prepare", good, "--out", out, "--videos", *args).stdout)
+        steps = {s["name"]: s for s in doc["steps"]}
+        assert doc["ok"] and steps["videos"]["status"] == "skipped"
+        assert steps["videos"]["detail"]["counts"] == {"rewritten": 0, "skipped": 4, "failed": 0}
+    for p in mp4s(good):
+        assert (out / p.relative_to(good)).read_bytes() == p.read_bytes()
