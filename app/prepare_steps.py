@@ -162,7 +162,8 @@ class RowGroups(PrepareStep):
 
 
 class Videos(PrepareStep):
-    """``prep videos`` on the work root (its mp4s re-encoded in place, verified, resumable)."""
+    """``prep videos`` on the work root: mp4s that meet the random-access target are left alone,
+    the others re-encoded in place (verified, resumable)."""
 
     name = "videos"
     stops_on_failure = True
@@ -174,7 +175,7 @@ class Videos(PrepareStep):
         from episodekit.prep.videos import rewrite_videos
 
         gop = ctx.opts.videos_gop
-        ctx.say(f"videos: re-encoding for random access (GOP {gop})")
+        ctx.say(f"videos: random-access target GOP {gop} (video that meets it is left alone)")
         o = ctx.opts
         rep = rewrite_videos(
             str(ctx.work), gop=gop, force=o.force, timing_frames=0, progress=ctx.say,

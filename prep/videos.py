@@ -1,14 +1,23 @@
-"""``episodekit prep videos``: re-encode a root's mp4s for random access, verified, atomically.
+"""``episodekit prep videos``: bring a root's mp4s to the random-access target, verified.
 
 Random access into a video costs a seek plus decoding from the keyframe before the wanted frame:
-with a GOP of 250 that is ~125 frames per sample, with a GOP of 2 at most one extra. Each mp4 is
-re-encoded (codec, GOP, CRF, ``faststart``) keeping every frame's timestamp and a keyframe at
-every episode start, then verified before it replaces the source: the same number of frames at
-exactly the same timestamps, and PSNR against the source decode >= ``min_psnr`` dB. A file is
-written to a temporary sibling and moved over the source with ``os.replace``, so a killed run
-leaves every mp4 either old or new; the settings are recorded in the file's ``comment`` tag, so
-a rerun skips files already done and finishes the rest. ``info.json``'s ``video.codec`` and
-``video.pix_fmt`` are updated once every file of a camera is done.
+with a GOP of 250 that is ~125 frames per sample, with a GOP of 2 at most one extra. A file that
+already meets the target (:mod:`episodekit.prep.video_target`: a codec the loader decodes,
+keyframes at most ``gop`` apart, a keyframe at every episode start) is left alone, since a
+re-encode would only lose quality; ``force`` re-encodes it anyway. The others are re-encoded
+(codec, GOP, CRF, ``faststart``) keeping every frame's timestamp and a keyframe at every episode
+start, then verified before they replace anything: the same number of frames at exactly the same
+timestamps, and PSNR against the source decode >= ``min_psnr`` dB. A file is written to a
+temporary sibling and moved into place with ``os.replace``, so a killed run leaves every mp4
+either old or new; the settings are recorded in the file's ``comment`` tag. The files of one
+camera keep one codec and pixel format: when one of them is re-encoded, those that differ are
+too. info.json's ``video.codec`` and ``video.pix_fmt`` follow the files.
+
+In place, or into ``out``: a prepared copy of the dataset (meta/, data/, and the videos: copied
+when they meet the target, re-encoded from the source when not), under the output's writer lock
+and marker, refused when the folder holds someone else's files or overlaps the source. A rerun
+skips every file already there (same size and modification time for a copy; this tool's tag and
+the source's exact timestamps for a re-encode).
 """
 
 from __future__ import annotations
@@ -22,13 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from episodekit.core.atomic import atomic_path, atomic_write_text, is_temp_name
+from episodekit.core.atomic import atomic_path, atomic_write_text, remove_temporaries
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem
 from episodekit.core.executor import imap_files
-from episodekit.core.paths import INFO_FILE, VIDEO_CODECS
+from episodekit.core.lock import writer_lock
+from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.paths import INFO_FILE, VIDEO_CODECS, inside_root
 from episodekit.core.video import (
     VideoError,
+    VideoIndex,
     VideoWriter,
     canonical_codec,
     container_comment,
@@ -36,17 +48,23 @@ from episodekit.core.video import (
     random_access_seconds,
     require_av,
 )
+from episodekit.prep.rewrite import copy_file
+from episodekit.prep.video_target import Target, start_positions, target_problem
 
 PREP_TAG = "episodekit prep videos"
+DEFAULT_CODEC = "av1"  # what re-encoded files get when no codec is asked for
 DEFAULT_GOP = 2
 DEFAULT_CRF = 30
 DEFAULT_MIN_PSNR = 35.0
 TIMING_FRAMES = 16
+OUT_PIX_FMT = "yuv420p"
+STATUSES = ("rewritten", "copied", "skipped", "failed")
 
 
 @dataclass
 class VideoFileResult:
-    """One mp4: ``status`` rewritten / skipped (already at these settings) / failed."""
+    """One mp4: ``status`` rewritten (re-encoded) / copied (``out``: unchanged) / skipped / failed;
+    ``message`` says why."""
 
     file: str
     status: str
@@ -63,30 +81,45 @@ class VideoFileResult:
 class VideoPrepResult:
     root: str
     settings: dict
+    out: str | None = None
     files: list[VideoFileResult] = field(default_factory=list)
     info_updated: bool = False
+    dataset_files_copied: int = 0  # ``out``: meta/ and data/ files copied in this run
     seconds: float = 0.0
 
     @property
     def failed(self) -> list[VideoFileResult]:
         return [f for f in self.files if f.status == "failed"]
 
+    def count(self, status: str) -> int:
+        return sum(f.status == status for f in self.files)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "root": self.root,
+            "out": self.out,
             "settings": self.settings,
+            "counts": {s: self.count(s) for s in STATUSES},
             "info_updated": self.info_updated,
+            "dataset_files_copied": self.dataset_files_copied,
             "seconds": round(self.seconds, 3),
             "files": [asdict(f) for f in self.files],
         }
 
 
 def settings_tag(codec: str, gop: int, crf: int, faststart: bool) -> str:
-    """The ``comment`` tag a re-encoded file carries (what a rerun compares)."""
+    """The ``comment`` tag a re-encoded file carries."""
     return json.dumps(
         {"tool": PREP_TAG, "codec": codec, "gop": gop, "crf": crf, "faststart": faststart},
         sort_keys=True,
     )
+
+
+def _ours(comment: str | None) -> bool:
+    try:
+        return json.loads(comment or "").get("tool") == PREP_TAG
+    except (ValueError, AttributeError):
+        return False
 
 
 def _psnr(mse: float) -> float:
@@ -101,11 +134,13 @@ def reencode_file(
     crf: int = DEFAULT_CRF,
     faststart: bool = True,
     min_psnr: float = DEFAULT_MIN_PSNR,
+    dst: str | os.PathLike | None = None,
 ) -> tuple[int, float]:
-    """Re-encode one mp4 in place (atomically) and return (frames, PSNR dB vs the source decode).
+    """Re-encode the mp4 ``path`` into ``dst`` (default: over itself), atomically, and return
+    (frames, PSNR dB vs the source decode).
 
     Keyframes at ``episode_start_frames`` (positions in the file) and every ``gop`` frames;
-    every frame keeps its pts. Raises :class:`VideoError` (source untouched) when the new file's
+    every frame keeps its pts. Raises :class:`VideoError` (nothing replaced) when the new file's
     frame count or timestamps differ from the source's, or its PSNR is below ``min_psnr``.
     """
     av = require_av()
@@ -113,7 +148,7 @@ def reencode_file(
     src = probe(path, demux=True)
     starts = set(src.pts[np.asarray(episode_start_frames, dtype=np.int64)].tolist())
     tag = settings_tag(codec, gop, crf, faststart)
-    with atomic_path(path) as tmp:
+    with atomic_path(path if dst is None else dst) as tmp:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
@@ -125,6 +160,7 @@ def reencode_file(
                 codec=codec,
                 gop=gop,
                 crf=crf,
+                pix_fmt=OUT_PIX_FMT,
                 faststart=faststart,
                 time_base=src.time_base,
                 comment=tag,
@@ -166,15 +202,27 @@ def _compare(a: Path, b: Path) -> float:
     return _psnr(sq / max(1, n))
 
 
-def _clean_temps(folder: Path) -> None:
-    for p in folder.iterdir():
-        if is_temp_name(p.name) and p.name.startswith(".file-"):
-            p.unlink(missing_ok=True)
+@dataclass
+class _VideoJob:
+    """One mp4: where it is read and written, what to do with it (``action`` "encode", "copy";
+    None: its ``result`` is known already), and the facts the info.json update needs."""
+
+    rel: str
+    src: str
+    dst: str
+    action: str | None = None
+    first_frames: np.ndarray | None = None
+    reason: str = ""
+    codec: str | None = None  # after this run
+    pix_fmt: str | None = None
+    ours: bool = False  # re-encoded by this tool (now or earlier)
+    frames: int = 0
+    result: VideoFileResult | None = None
 
 
 def rewrite_videos(
     root: str,
-    codec: str = "av1",
+    codec: str | None = None,
     gop: int = DEFAULT_GOP,
     crf: int = DEFAULT_CRF,
     faststart: bool = True,
@@ -184,128 +232,231 @@ def rewrite_videos(
     progress: Any = None,
     executor: str = "local",
     jobs: int | None = 1,
+    out: str | None = None,
+    wait: bool = True,
 ) -> VideoPrepResult:
-    """Re-encode every referenced mp4 of a local v3.0 ``root`` for random access (see the module
-    docstring). ``timing_frames``: random frames timed per file before and after (0: no timing).
-    Files that fail verification are reported and left as they were. Files are re-encoded one
-    at a time here (``jobs=1``; the encoder has its own threads), by ``jobs`` processes, or one
-    Ray task each with ``executor="ray"`` (the root on a filesystem every node mounts)."""
+    """Bring every referenced mp4 of a local v3.0 ``root`` to the random-access target (see the
+    module docstring), in place or into ``out``.
+
+    ``codec``: the codec files must have and re-encoded files get (None: any codec the loader
+    decodes is kept, re-encoded files get :data:`DEFAULT_CODEC`). ``timing_frames``: random frames
+    timed per re-encoded file before and after (0: no timing). Files that fail verification
+    are reported and left as they were. Re-encodes run one at a time here (``jobs=1``; the
+    encoder has its own threads), by ``jobs`` processes, or one Ray task each with
+    ``executor="ray"`` (the root on a filesystem every node mounts)."""
     require_av()
-    if codec not in VIDEO_CODECS:
+    if codec is not None and codec not in VIDEO_CODECS:
         raise ValueError(f"codec must be one of {VIDEO_CODECS}, got {codec!r}")
     if gop < 1:
         raise ValueError("gop must be >= 1")
     t0 = time.perf_counter()
     ds = open_dataset(root)
     if not ds.is_local:
-        raise ValueError("prep videos rewrites files in place: ROOT must be a local folder")
+        raise ValueError("prep videos reads the mp4s with PyAV: ROOT must be a local folder")
     if ds.version != "v3.0":
         raise ValueError("prep videos handles v3.0 roots (one mp4 per camera file)")
-    if not os.access(ds.join("meta"), os.W_OK):
-        raise EnvironmentProblem("root is read-only; prep videos rewrites it in place", root)
-    settings = {"codec": codec, "gop": gop, "crf": crf, "faststart": faststart}
-    result = VideoPrepResult(root=str(root), settings={**settings, "min_psnr": min_psnr})
-    tag = settings_tag(codec, gop, crf, faststart)
-    jobs_of: dict[str, list[_VideoJob]] = {}
-    for key in ds.video_keys:
-        jobs_of[key] = _video_jobs(ds, key, force, tag)
-    todo = [j for js in jobs_of.values() for j in js]
-    options = (codec, gop, crf, faststart, min_psnr, timing_frames)
-
-    known = lambda job: job.result  # noqa: E731 - missing or already done: no worker needed
-    for i, res in imap_files(_video_job, todo, executor, jobs, quick=known, shared=options):
-        todo[i].result = res
-        if progress and res.status != "skipped":
-            progress(
-                f"re-encoded {res.file}" if res.status == "rewritten" else f"failed {res.file}"
+    src_root = Path(ds.path).resolve()
+    if out is None:
+        out_root = src_root
+        if not os.access(ds.join("meta"), os.W_OK):
+            raise EnvironmentProblem("root is read-only; prep videos rewrites it in place", root)
+    else:
+        out_root = Path(out).expanduser().resolve()
+        if out_root == src_root or src_root in out_root.parents or out_root in src_root.parents:
+            raise EnvironmentProblem(
+                f"--out must be a folder outside the source {root} (omit --out to work in place)",
+                str(out),
             )
-    for folder in {Path(j.full).parent for j in todo if j.first_frames is not None}:
-        _clean_temps(folder)  # a job killed with its node (retried elsewhere) left its temp
-    done_keys = []
-    for key, js in jobs_of.items():
-        result.files += [j.result for j in js]
-        if all(j.result.status != "failed" for j in js):
-            done_keys.append(key)
-    result.info_updated = _update_info(ds, done_keys, codec)
+        check_output_dir(out)
+    target = Target(gop, codec)
+    settings = {"codec": codec, "gop": gop, "crf": crf, "faststart": faststart}
+    result = VideoPrepResult(str(root), {**settings, "min_psnr": min_psnr}, out)
+    options = (gop, crf, faststart, min_psnr, timing_frames)
+    with writer_lock(out_root, wait=wait):
+        if out is not None:
+            mark_output_dir(out_root, "a prepared copy")
+            result.dataset_files_copied = _copy_dataset(ds, src_root, out_root)
+        cameras = {key: _camera_jobs(ds, key, target, force, out_root) for key in ds.video_keys}
+        todo = [j for js in cameras.values() for j in js]
+        known = lambda job: job.result  # noqa: E731 - decided while planning: no worker needed
+        for i, res in imap_files(_video_job, todo, executor, jobs, quick=known, shared=options):
+            todo[i].result = res
+            if progress and todo[i].action is not None:
+                verb = {"rewritten": "re-encoded", "copied": "copied"}.get(res.status, res.status)
+                progress(f"{verb} {res.file}")
+        remove_temporaries(out_root / "videos")  # a job killed with its node left its temp
+        for js in cameras.values():
+            result.files += [j.result for j in js]
+        result.info_updated = _write_info(ds.join(INFO_FILE), out_root / INFO_FILE, cameras)
     result.seconds = time.perf_counter() - t0
     return result
 
 
-@dataclass
-class _VideoJob:
-    """One mp4 to look at: its path, the frames its episodes start at, and (after) its result."""
+def _copy_dataset(ds: Any, src_root: Path, out_root: Path) -> int:
+    """Copy meta/ (but info.json, written after the videos) and the data files into ``out_root``;
+    a file already there with the source's size and modification time is kept. The count."""
+    rels = [str(p.relative_to(src_root)) for p in sorted((src_root / "meta").rglob("*"))]
+    rels = [r for r in rels if r != INFO_FILE and not Path(r).name.startswith(".")]
+    rels += list(ds.data_files)
+    n = 0
+    for rel in rels:
+        src = Path(ds.safe_join(rel))
+        if src.is_file():
+            n += _sync_file(src, inside_root(out_root, rel))
+    return n
 
-    rel: str
-    full: str
-    first_frames: np.ndarray | None  # None: missing, or already at the settings
-    result: VideoFileResult | None = None
+
+def _sync_file(src: Path, dst: str | Path) -> bool:
+    """Copy ``src`` to ``dst`` (atomic) unless ``dst`` has its size and modification time (set
+    from the source at copy time, so a rerun recognizes its copies). True when copied."""
+    st = src.stat()
+    try:
+        got = os.stat(dst)
+        if got.st_size == st.st_size and got.st_mtime_ns == st.st_mtime_ns:
+            return False
+    except FileNotFoundError:
+        pass
+    copy_file(str(src), str(dst))
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return True
 
 
-def _video_jobs(ds: Any, key: str, force: bool, tag: str) -> list[_VideoJob]:
-    """The mp4s of camera ``key`` with the episode-start frames of each (files missing or
-    already done get their result now)."""
+def _camera_jobs(ds: Any, key: str, target: Target, force: bool, out_root: Path) -> list[_VideoJob]:
+    """The mp4s of camera ``key``: what each needs (planned from the sample tables alone)."""
     chunk = ds.column(f"videos/{key}/chunk_index")
     fidx = ds.column(f"videos/{key}/file_index")
     start = ds.column(f"videos/{key}/from_timestamp").astype(np.float64)
-    out = []
+    out_codec = target.codec or DEFAULT_CODEC
+    jobs: list[_VideoJob] = []
+    indexes: list[VideoIndex | None] = []
     for c, f in sorted(set(zip(chunk.tolist(), fidx.tolist()))):
         rel = ds.video_path(key, int(c), int(f))
-        full = Path(ds.join(rel))
-        job = _VideoJob(rel, str(full), None)
-        if not full.exists():
+        job = _VideoJob(rel, ds.safe_join(rel), str(inside_root(out_root, rel)))
+        jobs.append(job)
+        indexes.append(None)
+        if not os.path.exists(job.src):
             job.result = VideoFileResult(rel, "failed", message="file is missing")
-        else:
-            _clean_temps(full.parent)
-            if not force and container_comment(full) == tag:
-                job.result = VideoFileResult(rel, "skipped", bytes_before=full.stat().st_size)
-            else:
-                rows = np.flatnonzero((chunk == c) & (fidx == f))
-                job.first_frames = np.rint(start[rows] * ds.fps).astype(np.int64)
-        out.append(job)
-    return out
+            continue
+        try:
+            index = indexes[-1] = probe(job.src)
+            job.ours = _ours(container_comment(job.src))
+        except VideoError as exc:
+            job.result = VideoFileResult(rel, "failed", message=str(exc))
+            continue
+        rows = np.flatnonzero((chunk == c) & (fidx == f))
+        job.first_frames = start_positions(index, start[rows])
+        job.codec, job.pix_fmt = index.codec, index.pix_fmt
+        problem = "forced" if force else target_problem(index, job.first_frames, target)
+        if problem:
+            job.action, job.reason = "encode", problem
+    encoding = any(j.action == "encode" for j in jobs)
+    for job, index in zip(jobs, indexes):
+        if encoding and index is not None and job.action is None:
+            if (index.codec, index.pix_fmt) != (out_codec, OUT_PIX_FMT):
+                job.action = "encode"
+                job.reason = "re-encoded with the camera's other files (one codec per camera)"
+        if job.action == "encode":
+            job.codec, job.pix_fmt, job.ours = out_codec, OUT_PIX_FMT, True
+            job.result = _already_encoded(job, index, out_codec, force)
+        elif index is not None:
+            _plan_unchanged(job, target, index.num_frames)
+    return jobs
+
+
+def _already_encoded(
+    job: _VideoJob, index: VideoIndex | None, codec: str, force: bool
+) -> VideoFileResult | None:
+    """For ``out``: the output already holds this tool's re-encode of this source (same frame
+    timestamps, the codec wanted): a skipped result; else None."""
+    if force or job.src == job.dst or not os.path.exists(job.dst) or index is None:
+        return None
+    try:
+        have = probe(job.dst)
+        ours = _ours(container_comment(job.dst))
+    except VideoError:
+        return None
+    if ours and have.codec == codec and np.array_equal(have.pts, index.pts):
+        size = os.path.getsize(job.dst)
+        job.action = None
+        msg = "already re-encoded in the output"
+        return VideoFileResult(job.rel, "skipped", index.num_frames, None, size, size, message=msg)
+    return None
+
+
+def _plan_unchanged(job: _VideoJob, target: Target, frames: int) -> None:
+    """A file that meets the target: skipped in place, copied into ``out`` unless it is there."""
+    size = os.path.getsize(job.src)
+    why = f"meets the random-access target ({target.describe()})"
+    job.frames = frames
+    if job.src == job.dst:
+        job.result = VideoFileResult(job.rel, "skipped", frames, None, size, size, message=why)
+        return
+    try:
+        got = os.stat(job.dst)
+        same = got.st_size == size and got.st_mtime_ns == os.stat(job.src).st_mtime_ns
+    except FileNotFoundError:
+        same = False
+    if same:
+        job.result = VideoFileResult(job.rel, "skipped", frames, None, size, size, message=why)
+    else:
+        job.action, job.reason = "copy", why
 
 
 def _video_job(job: _VideoJob, options: tuple) -> VideoFileResult:
-    """Re-encode one mp4 (an executor job)."""
-    codec, gop, crf, faststart, min_psnr, timing_frames = options
-    full = Path(job.full)
-    entry = VideoFileResult(job.rel, "rewritten", bytes_before=full.stat().st_size)
+    """Re-encode or copy one mp4 (an executor job)."""
+    gop, crf, faststart, min_psnr, timing_frames = options
+    src, dst = Path(job.src), Path(job.dst)
+    size = src.stat().st_size
+    if job.action == "copy":
+        _sync_file(src, dst)
+        return VideoFileResult(job.rel, "copied", job.frames, None, size, size, message=job.reason)
+    entry = VideoFileResult(job.rel, "rewritten", bytes_before=size, message=job.reason)
     try:
         if timing_frames:
-            entry.access_fps_before = 1 / random_access_seconds(full, timing_frames)
+            entry.access_fps_before = 1 / random_access_seconds(src, timing_frames)
         entry.frames, entry.psnr_db = reencode_file(
-            full, job.first_frames, codec, gop, crf, faststart, min_psnr
+            src, job.first_frames, job.codec, gop, crf, faststart, min_psnr, dst=dst
         )
         if timing_frames:
-            entry.access_fps_after = 1 / random_access_seconds(full, timing_frames)
+            entry.access_fps_after = 1 / random_access_seconds(dst, timing_frames)
     except (VideoError, DatasetError, IndexError) as exc:
         entry.status, entry.message = "failed", str(exc)
-    entry.bytes_after = full.stat().st_size
+    entry.bytes_after = dst.stat().st_size if dst.exists() else 0
     return entry
 
 
-def _update_info(ds: Any, keys: list[str], codec: str) -> bool:
-    """Set ``video.codec``/``video.pix_fmt`` of ``keys`` in info.json (atomic; only if changed)."""
-    path = ds.join(INFO_FILE)
-    with open(path, encoding="utf-8") as fh:
+def _write_info(base: str | Path, dst: Path, cameras: dict[str, list[_VideoJob]]) -> bool:
+    """Write ``dst`` = info.json ``base`` (the source's) with ``video.codec``/``video.pix_fmt``
+    of every camera this tool re-encoded (now or earlier) set to what its files hold (one codec
+    and pixel format, no file failed); atomic, only when it changes ``dst``. True when
+    written."""
+    with open(base, encoding="utf-8") as fh:
         info = json.load(fh)
-    changed = False
-    for key in keys:
+    for key, jobs in cameras.items():
+        kinds = {(j.codec, j.pix_fmt) for j in jobs}
+        if any(j.result.status == "failed" for j in jobs) or len(kinds) != 1:
+            continue
+        if not any(j.ours for j in jobs):
+            continue
+        ((codec, pix_fmt),) = kinds
         vinfo = info["features"][key].setdefault("info", {})
-        for field_name, value in (("video.codec", codec), ("video.pix_fmt", "yuv420p")):
-            current = vinfo.get(field_name)
-            same = canonical_codec(current) == value if field_name == "video.codec" else False
-            if current != value and not same:
-                vinfo[field_name] = value
-                changed = True
-    if changed:
-        atomic_write_text(path, json.dumps(info, indent=4))
-    return changed
+        if canonical_codec(vinfo.get("video.codec")) != codec:
+            vinfo["video.codec"] = codec
+        vinfo["video.pix_fmt"] = pix_fmt
+    try:
+        with open(dst, encoding="utf-8") as fh:
+            if json.load(fh) == info:
+                return False
+    except (OSError, ValueError):
+        pass
+    atomic_write_text(dst, json.dumps(info, indent=4))
+    return True
 
 
 def format_result(result: VideoPrepResult) -> str:
-    """Human summary: one line per file, then totals."""
-    lines = [f"prep videos {result.root}  ({result.seconds:.1f}s) settings {result.settings}"]
+    """Human summary: one line per file, then totals and what a skip means."""
+    where = f" -> {result.out}" if result.out else ""
+    lines = [f"prep videos {result.root}{where}  ({result.seconds:.1f}s) {result.settings}"]
     lines.append(
         f"  {'file':<58} {'status':<9} {'frames':>6} {'PSNR dB':>7} {'MB before':>9} "
         f"{'MB after':>8} {'rand fps before':>15} {'after':>7}"
@@ -318,11 +469,18 @@ def format_result(result: VideoPrepResult) -> str:
             f"  {f.file:<58} {f.status:<9} {f.frames:>6} {psnr:>7} "
             f"{f.bytes_before / 1e6:>9.2f} {f.bytes_after / 1e6:>8.2f} {fb:>15} {fa:>7}"
         )
-        if f.message:
+        if f.message and f.status in ("rewritten", "failed"):
             lines.append(f"    {f.message}")
-    n = {s: sum(f.status == s for f in result.files) for s in ("rewritten", "skipped", "failed")}
+    n = {s: result.count(s) for s in STATUSES}
+    copied = f", {n['copied']} copied" if result.out else ""
     lines.append(
-        f"{n['rewritten']} rewritten, {n['skipped']} skipped, {n['failed']} failed; "
+        f"{n['rewritten']} re-encoded{copied}, {n['skipped']} skipped, {n['failed']} failed; "
         f"info.json {'updated' if result.info_updated else 'unchanged'}"
     )
+    fine = [f for f in result.files if f.message.startswith("meets the random-access target")]
+    if fine:
+        lines.append(
+            f"{len(fine)} file(s) already meet the random-access target and were left as they "
+            "are (--force re-encodes them)"
+        )
     return "\n".join(lines)

@@ -120,6 +120,14 @@ def corrupt_feature_missing(root: Path) -> Expected:
     return Expected("info.features", rel)
 
 
+def corrupt_names_length(root: Path) -> Expected:
+    """A joint dropped from the action's names (13 names for 14 dimensions)."""
+    info = json.loads((root / INFO).read_text())
+    info["features"]["action"]["names"] = info["features"]["action"]["names"][:-1]
+    (root / INFO).write_text(json.dumps(info, indent=4))
+    return Expected("info.names", INFO)
+
+
 def corrupt_tasks_table(root: Path) -> Expected:
     t = pq.read_table(root / TASKS)
     idx = t["task_index"].to_numpy().copy()
@@ -727,7 +735,46 @@ def quality_shift(root: Path) -> QualityExpected:
             x[:, 0] += 2.0
 
         edit_signal(root, ep, "observation.state", change)
-    return QualityExpected("quality.shift", None, None, "observation.state")
+    return QualityExpected(
+        "quality.shift", None, None, "observation.state", also=("quality.drift",)
+    )
+
+
+def _from_episode(root: Path, first: int, column: str, change) -> str:
+    """Apply ``change(x)`` to every episode from ``first`` on; the file of ``first``."""
+    for ep in range(first, len(episode_lengths(root))):
+        edit_signal(root, ep, column, change)
+    return data_file_of(root, first)
+
+
+def quality_channels_swapped(root: Path) -> QualityExpected:
+    """A robot whose last channel is its gripper (0-100 %, action and state): from episode 50 on
+    the state's gripper and first joint channels are swapped (a re-mapped driver)."""
+    for p in sorted(root.glob("data/*/*.parquet")):
+
+        def gripper(t: pa.Table) -> pa.Table:
+            for column in ("action", "observation.state"):
+                x = _matrix_of(t, column)
+                x[:, 13] = 50.0 + 50.0 * (x[:, 13] - 1.0)  # home 1.0 -> 50 %
+                t = _with_matrix(t, column, x)
+            return t
+
+        edit_data(root, str(p.relative_to(root)), gripper)
+    rel = _from_episode(root, 50, "observation.state", lambda x: x.__setitem__(
+        (slice(None), [0, 13]), x[:, [13, 0]]))  # fmt: skip
+    also = ("quality.shift", "quality.out_of_range", "quality.action_range", "quality.jump")
+    return QualityExpected("quality.drift", rel, 50, "observation.state", also=also)
+
+
+def quality_recalibrated(root: Path) -> QualityExpected:
+    """A joint's encoder re-zeroed a full turn (2 pi) off from episode 30 on."""
+
+    def change(x):
+        x[:, 4] += 2 * np.pi
+
+    rel = _from_episode(root, 30, "observation.state", change)
+    also = ("quality.shift", "quality.out_of_range", "quality.action_range")
+    return QualityExpected("quality.drift", rel, 30, "observation.state", also=also)
 
 
 QUALITY_CORRUPTIONS: dict[str, Callable[[Path], QualityExpected]] = {

@@ -24,10 +24,14 @@ def flagged_checks(names: str | Iterable[str]) -> list[str]:
     return select_checks(names)
 
 
+# Findings whose episode is where a change starts, not an episode at fault: they flag none.
+NOT_AN_EPISODE_AT_FAULT = {"quality.drift"}
+
+
 def episodes_of_findings(findings: Iterable[dict[str, Any]], checks: list[str]) -> dict[int, list]:
     """``{episode: [check, ...]}`` for the findings of ``checks`` (dicts as in a JSON report),
     including the episodes listed by ``... and N more`` summary findings."""
-    wanted = set(checks)
+    wanted = set(checks) - NOT_AN_EPISODE_AT_FAULT
     out: dict[int, set[str]] = {}
     for f in findings:
         if f.get("check") not in wanted:

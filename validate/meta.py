@@ -296,6 +296,24 @@ def _scalar_ok(t: pa.DataType, dtype: str) -> bool:
     return True  # a dtype we do not know: not checked
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _nested_problem(name: str, dtype: str, shape: list, t: pa.DataType) -> str | None:
+    """A multi-dimensional feature: one list level per dimension (fixed sizes equal to the
+    shape's), or one flat list of all the values; values of the declared dtype."""
+    sizes, inner = [], t
+    while _is_list(inner):
+        sizes.append(inner.list_size if pa.types.is_fixed_size_list(inner) else None)
+        inner = inner.value_type
+    flat = len(sizes) == 1 and sizes[0] in (None, int(np.prod(shape)))
+    nested = len(sizes) == len(shape) and all(s in (None, d) for s, d in zip(sizes, shape))
+    if not (flat or nested):
+        return f"feature {name}: shape {shape} stored as {t}"
+    return None if _scalar_ok(inner, dtype) else f"feature {name}: {dtype} values stored as {inner}"
+
+
 def feature_type_problem(name: str, feat: dict, t: pa.DataType) -> str | None:
     """Why arrow type ``t`` does not store feature ``feat`` (None when it does)."""
     dtype = feat.get("dtype")
@@ -305,6 +323,8 @@ def feature_type_problem(name: str, feat: dict, t: pa.DataType) -> str | None:
         return None if ok or pa.types.is_binary(t) else f"image feature {name} stored as {t}"
     if shape == [1] and not pa.types.is_list(t) and not pa.types.is_fixed_size_list(t):
         return None if _scalar_ok(t, dtype) else f"feature {name}: {dtype} stored as {t}"
+    if _is_list(t) and len(shape) > 1:
+        return _nested_problem(name, dtype, shape, t)
     if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
         if len(shape) == 1 and pa.types.is_fixed_size_list(t) and t.list_size != shape[0]:
             return f"feature {name}: shape {shape} stored as {t}"

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from episodekit.core.memory import release_memory
+from episodekit.validate import drift
 from episodekit.validate.raw import WARNING, Finding, RawRoot
 
 MAX_PER_CHECK = 50  # findings of one check beyond this are summarized in one line
@@ -95,6 +96,7 @@ DEFAULTS: dict[str, float] = {
     "shift_effect": 0.5,
     "shift_std_ratio": 2.0,
     "shift_min_episodes": 40,
+    **drift.DEFAULTS,  # quality.drift (validate/drift.py)
 }
 
 CHECKS: dict[str, str] = {
@@ -117,6 +119,7 @@ CHECKS: dict[str, str] = {
     "quality.task_placeholder": "empty or placeholder task string (warning)",
     "quality.task_rare": "a task with too few episodes (warning)",
     "quality.shift": "distribution shift between the first and last quarter of episodes (warning)",
+    **drift.CHECKS,
 }
 
 PLACEHOLDER_TASKS = {
@@ -1465,6 +1468,7 @@ def _attach_signals(raw: RawRoot, cands: list[Candidate]) -> None:
     """Frame position and a short signal for per-episode findings with a feature (re-reads only
     the flagged episodes)."""
     need = [c for c in cands if c.episode is not None and c.feature and c.file]
+    need = [c for c in need if "signal" not in c.details]  # drift: its own per-episode signal
     if not need:
         return
     wanted: dict[str, set[int]] = {}
@@ -1517,6 +1521,9 @@ def check_quality(
     cands += _episode_checks(raw, m, th)
     cands += _task_checks(raw, th)
     cands += _shift_checks(raw, m, th)
+    if "quality.drift" in want:
+        label = lambda f, j: _dim_label(raw, f, j)  # noqa: E731
+        cands += [Candidate(**c) for c in drift.drift_candidates(raw, m, th, label)]
     if "quality.duplicate" in want:
         cands += _confirm_duplicates(raw, m, _duplicate_candidates(m, th), th, MAX_PER_CHECK)
     del m

@@ -20,6 +20,8 @@ from typing import Any
 
 from episodekit.core import jsonout
 from episodekit.core.memory import release_memory
+from episodekit.validate.declared import CHECKS as DECLARED_CHECKS
+from episodekit.validate.declared import DEEP_ONLY as DECLARED_DEEP_ONLY
 from episodekit.validate.quality import CHECKS as QUALITY_CHECKS
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
 from episodekit.validate.video import CHECKS as VIDEO_CHECKS
@@ -39,6 +41,12 @@ __all__ = [
 
 JSON_VERSION = 1
 
+
+def _declared(prefix: str) -> dict[str, str]:
+    """The checks of :mod:`episodekit.validate.declared` in group ``prefix`` (listed with it)."""
+    return {k: v for k, v in DECLARED_CHECKS.items() if k.startswith(prefix)}
+
+
 # Every check id and what it guards against (the ids findings carry).
 CHECKS: dict[str, str] = {
     "info.version": "codebase_version is one episodekit reads",
@@ -48,6 +56,7 @@ CHECKS: dict[str, str] = {
     "info.paths": "path templates are plain and stay inside the root; referenced data files exist",
     "info.videos": "every video file the episodes reference exists",
     "info.unreferenced": "no data file is left unreferenced",
+    **_declared("info."),
     "tasks.table": "tasks table readable, task_index 0..T-1, distinct task strings",
     "episodes.read": "episodes files readable with the required columns",
     "episodes.index": "episode_index is 0..N-1 in order",
@@ -66,6 +75,7 @@ CHECKS: dict[str, str] = {
     "data.order": "rows in each file are in index order (index = the row's place in its range)",
     "data.shape": "list lengths match the declared shape",
     "data.image": "(--deep) image bytes start with a known image header",
+    **_declared("data."),
     "layout.row_groups": "row groups inside the target band (warning)",
     "layout.split_episode": "no episode split across row groups (warning)",
     "layout.page_index": "page index written (warning)",
@@ -79,6 +89,7 @@ CHECKS: dict[str, str] = {
     "plans.fresh": "shard plan fingerprints match the episodes",
     "plans.content": "every episode assigned exactly once, balance figures match",
     **VIDEO_CHECKS,
+    **_declared("video."),
     **QUALITY_CHECKS,
     "stats.present": "meta/stats.json and per-episode stats/<feature>/<key> columns present",
     "stats.finite": "every stats value finite",
@@ -105,7 +116,7 @@ GROUPS = (
     "quality",
 )
 ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
-DEEP_ONLY = ("data.image", "stats.recompute", *VIDEO_DEEP_ONLY)
+DEEP_ONLY = ("data.image", "stats.recompute", *VIDEO_DEEP_ONLY, *DECLARED_DEEP_ONLY)
 
 
 def select_checks(names: Iterable[str] | str | None = None, deep: bool = False) -> list[str]:
@@ -204,6 +215,7 @@ def validate(
     """
     from episodekit.validate import artifacts as checks_artifacts
     from episodekit.validate import data as checks_data
+    from episodekit.validate import declared as checks_declared
     from episodekit.validate import layout as checks_layout
     from episodekit.validate import meta as checks_meta
     from episodekit.validate import stats as checks_stats
@@ -231,6 +243,7 @@ def validate(
         found += checks_meta.check_paths(raw)
     if wants("info.unreferenced"):
         found += checks_meta.check_unreferenced(raw)
+    found += checks_declared.check_declared(raw)
     # Only files that stay inside the root are read (the others are info.paths errors).
     rels = [
         r
@@ -250,6 +263,8 @@ def validate(
                 found += checks_data.compare(raw, agg, set(schemas) - {p.file for p in problems})
             del agg
             release_memory()  # the scan's per-episode frames: give them back before the next
+        if "data.image_shape" in want:
+            found += checks_declared.check_images(raw, list(schemas))
     if wants("quality"):
         from episodekit.validate import quality as checks_quality
 

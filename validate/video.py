@@ -29,6 +29,7 @@ from episodekit.core.video import (
     have_av,
     probe,
 )
+from episodekit.validate.declared import stream_findings, visual_axes
 from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 
 DEFAULT_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
@@ -109,12 +110,12 @@ def _source(raw: RawRoot, rel: str) -> Iterator[tuple[str, Any]]:
 
 def _declared(feature: dict, raw: RawRoot) -> dict[str, Any]:
     info = feature.get("info") or {}
-    shape = feature.get("shape") or [None, None]
+    axes = visual_axes(feature)  # the shape read through its axis names
     return {
         "codec": info.get("video.codec"),
         "fps": info.get("video.fps", raw.fps),
-        "height": info.get("video.height", shape[0] if len(shape) > 0 else None),
-        "width": info.get("video.width", shape[1] if len(shape) > 1 else None),
+        "height": info.get("video.height", axes["height"]),
+        "width": info.get("video.width", axes["width"]),
         "pix_fmt": info.get("video.pix_fmt"),
     }
 
@@ -245,6 +246,7 @@ def check_videos(
                 out.append(Finding("video.readable", ERROR, msg, rel, first_ep))
                 continue
             out += _stream_findings(index, decl, rel, first_ep)
+            out += stream_findings(index, feat, rel, first_ep)  # channels, audio, GOP
             if raw.version in V2:
                 start = np.zeros(len(rows))
                 stop = length[rows] / fps

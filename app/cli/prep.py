@@ -1,5 +1,5 @@
-"""CLI: `episodekit prep rowgroups` and `prep frames`, thin shells over episodekit.prep
-(rewrite_rowgroups, build_frame_store)."""
+"""CLI: `episodekit prep rowgroups`, `prep videos` and `prep frames`, thin shells over
+episodekit.prep (rewrite_rowgroups, rewrite_videos, build_frame_store)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from episodekit.core.paths import COMPRESSIONS, VIDEO_CODECS
 
 @click.group("prep", cls=EpisodekitGroup)
 def prep_group() -> None:
-    """Prepare data files for fast reading: parquet row groups (rowgroups), a decoded frame
-    store for random access (frames)."""
+    """Prepare data files for fast reading: parquet row groups (rowgroups), videos for random
+    access (videos), a decoded frame store for random access (frames)."""
 
 
 @prep_group.command("rowgroups")
@@ -120,16 +120,16 @@ def rowgroups_command(
 @click.option(
     "--codec",
     type=click.Choice(VIDEO_CODECS),
-    default="av1",
-    show_default=True,
-    help="Output codec: av1 (libsvtav1) or h264 (libx264).",
+    default=None,
+    help="Codec files must have and re-encoded files get: av1 (libsvtav1) or h264 (libx264). "
+    "Default: any codec the loader decodes is kept, re-encoded files get av1.",
 )
 @click.option(
     "--gop",
     type=click.IntRange(min=1),
     default=2,
     show_default=True,
-    help="Keyframe interval (random access decodes at most GOP-1 extra frames).",
+    help="Largest keyframe interval (random access decodes at most GOP-1 extra frames).",
 )
 @click.option("--crf", type=click.IntRange(min=0, max=63), default=30, show_default=True)
 @click.option("--no-faststart", is_flag=True, help="Keep the index at the end of the file.")
@@ -143,27 +143,43 @@ def rowgroups_command(
     "--timing-frames",
     default=16,
     show_default=True,
-    help="Random frames timed per file before/after (0: no timing).",
+    help="Random frames timed per re-encoded file before/after (0: no timing).",
 )
-@force_option
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write a prepared copy of the dataset (meta, data, videos) here instead of working in "
+    "place.",
+)
+@click.option(
+    "--force", is_flag=True, help="Re-encode every file, also those that meet the target."
+)
+@no_wait_option
 @json_option
 @quiet_option
 def prep_videos_command(
     root: str,
-    codec: str,
+    codec: str | None,
     gop: int,
     crf: int,
     no_faststart: bool,
     min_psnr: float,
     timing_frames: int,
+    out: str | None,
     force: bool,
+    no_wait: bool,
     as_json: bool,
 ) -> None:
-    """Re-encode ROOT's mp4s for random access (GOP, codec, CRF, faststart), in place.
+    """Bring ROOT's mp4s to the random-access target, in place or into --out.
 
-    Each file is verified (same frames at the same timestamps, PSNR >= --min-psnr) before it
-    atomically replaces the source; a rerun skips files already done. Needs PyAV
-    (pip install 'episodekit[video]'). Exit 1 when a file fails verification.
+    A file already meets it when its codec is one the loader decodes (the --codec asked, when
+    given), its keyframes are at most --gop frames apart and every episode starts on a keyframe
+    (LeRobot's default AV1 does): it is left as it is (--force re-encodes it). The others are
+    re-encoded (codec, GOP, CRF, faststart), each verified (same frames at the same timestamps,
+    PSNR >= --min-psnr) before it atomically replaces anything; a rerun skips files already
+    done. Needs PyAV (pip install 'episodekit[video]'). Exit 1 when a file fails verification.
     """
     from episodekit.core.progress import current
     from episodekit.prep.videos import format_result, rewrite_videos
@@ -179,6 +195,8 @@ def prep_videos_command(
         force=force,
         timing_frames=timing_frames,
         progress=current().step,
+        out=out,
+        wait=not no_wait,
     )
     click.echo(jsonout.dumps(result.to_dict(), indent=2) if as_json else format_result(result))
     if result.failed:

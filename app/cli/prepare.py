@@ -82,8 +82,9 @@ if TYPE_CHECKING:
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="Also re-encode the videos for random access with keyframes every N frames "
-    "(`prep videos`; needs PyAV; with --out also pass --videos).",
+    help="Also bring the videos to the random-access target, keyframes at most N frames apart "
+    "(`prep videos`: video that meets it is left alone; needs PyAV; with --out also pass "
+    "--videos).",
 )
 @click.option(
     "--frames",

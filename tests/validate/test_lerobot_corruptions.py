@@ -149,6 +149,32 @@ def _missing_video(root):
     (root / "videos/observation.images.top/chunk-000/file-001.mp4").unlink()
 
 
+def _top(root):
+    return root / "meta/info.json", "observation.images.top"
+
+
+def _video_shape(root):  # the shape says 128 rows, video.height (and the stream) 96
+    path, key = _top(root)
+    edit_json(path, lambda d: d["features"][key].update(shape=[128, 96, 3]))
+
+
+def _video_channels(root):  # declared grayscale: video.channels and shape agree, the stream not
+    path, key = _top(root)
+
+    def fn(d):
+        d["features"][key]["shape"][2] = 1
+        d["features"][key]["info"]["video.channels"] = 1
+
+    edit_json(path, fn)
+
+
+def _state_names(root):  # two joints' names where fourteen are declared
+    edit_json(
+        root / "meta/info.json",
+        lambda d: d["features"]["observation.state"].update(names=["left", "right"]),
+    )
+
+
 # name: (dataset, damage, a check that must be among the errors)
 CASES = {
     "truncated_parquet": ("rec40", _truncate, "data."),
@@ -163,6 +189,9 @@ CASES = {
     "episode_length": ("edited35", _length_wrong, ""),
     "unknown_task": ("rec40", _unknown_task, ""),
     "missing_video": ("vid24", _missing_video, "info.videos"),
+    "video_shape": ("vid24", _video_shape, "info.video"),
+    "video_channels": ("vid24", _video_channels, "video.channels"),
+    "state_names": ("edited35", _state_names, "info.names"),
 }
 
 
