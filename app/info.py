@@ -7,13 +7,45 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from episodekit.core.dataset import open_dataset
+from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.footer import file_layout
 from episodekit.core.paths import MIB
+from episodekit.core.words import plural
+
+
+def videos(ds: Dataset) -> dict[str, dict[str, Any]]:
+    """Per camera: the mp4 files the episodes table names (how many, how many are missing, their
+    total bytes) and the codec, resolution and fps info.json declares for them (``validate``
+    checks those against the streams)."""
+    out = {}
+    for key in ds.video_keys:
+        cols = [f"videos/{key}/chunk_index", f"videos/{key}/file_index"]
+        pairs: list[tuple[int, int]] = []
+        if ds.num_episodes and all(c in ds.episodes.column_names for c in cols):
+            df = pl.from_arrow(ds.episodes.select(cols)).unique().sort(cols)
+            pairs = [(int(c), int(f)) for c, f in df.iter_rows()]
+        sizes = []
+        for chunk, file in pairs:
+            try:
+                sizes.append(int(ds.fs.info(ds.safe_join(ds.video_path(key, chunk, file)))["size"]))
+            except FileNotFoundError:
+                pass
+        declared = ds.features[key].get("info") or {}
+        out[key] = {
+            "files": len(pairs),
+            "missing_files": len(pairs) - len(sizes),
+            "bytes": sum(sizes),
+            "codec": declared.get("video.codec"),
+            "width": declared.get("video.width"),
+            "height": declared.get("video.height"),
+            "fps": declared.get("video.fps"),
+        }
+    return out
 
 
 def describe(root: str) -> dict[str, Any]:
-    """A JSON-ready description: counts, features, data-file row groups, lengths per task."""
+    """A JSON-ready description: counts, features, data-file row groups, video files per camera,
+    lengths per task."""
     ds = open_dataset(root)
     files = []
     for file_id, rel in enumerate(ds.data_files):
@@ -65,6 +97,7 @@ def describe(root: str) -> dict[str, Any]:
         "row_groups_total": int(sum(f["row_groups"] for f in files)),
         "row_group_bytes_median": int(np.median(rg_bytes)) if len(rg_bytes) else 0,
         "page_index_all": bool(files) and all(f["page_index"] for f in files),
+        "videos": videos(ds),
         "lengths_per_task": tasks,
     }
 
@@ -87,7 +120,7 @@ def format_description(d: dict[str, Any], max_files: int = 20) -> str:
     for k, f in d["features"].items():
         lines.append(f"  {k:<32} {f['dtype']:<8} {f['shape']}")
     lines.append(
-        f"data files      {len(d['data_files'])}  ({d['row_groups_total']:,} row groups; "
+        f"data files      {len(d['data_files'])}  ({plural(d['row_groups_total'], 'row group')}; "
         f"page index on all: {'yes' if d['page_index_all'] else 'no'})"
     )
     lines.append(
@@ -104,6 +137,7 @@ def format_description(d: dict[str, Any], max_files: int = 20) -> str:
         )
     if len(d["data_files"]) > max_files:
         lines.append(f"  ... {len(d['data_files']) - max_files} more files")
+    lines += _video_lines(d.get("videos") or {})
     lines.append("episode lengths per task (frames)")
     lines.append(
         f"  {'task':>5} {'episodes':>9} {'distinct':>9} {'min':>7} {'median':>8} {'max':>7}  text"
@@ -115,3 +149,24 @@ def format_description(d: dict[str, Any], max_files: int = 20) -> str:
             f"{t['min']:>7,} {t['median']:>8,.0f} {t['max']:>7,}  {text}"
         )
     return "\n".join(lines)
+
+
+def _video_lines(cams: dict[str, dict[str, Any]]) -> list[str]:
+    """The video files per camera (none: one line saying so)."""
+    if not cams:
+        return ["video files     none (no video feature)"]
+    files = sum(c["files"] for c in cams.values())
+    total = sum(c["bytes"] for c in cams.values())
+    lines = [
+        f"video files     {plural(files, 'mp4 file')} of {plural(len(cams), 'camera')}, "
+        f"{_mb(total)} MiB",
+        f"  {'camera':<32} {'files':>6} {'MiB':>10} {'codec':>6} {'resolution':>11} {'fps':>5}",
+    ]
+    for key, c in cams.items():
+        size = f"{c['width']}x{c['height']}" if c["width"] and c["height"] else "?"
+        missing = f"  ({c['missing_files']} missing)" if c["missing_files"] else ""
+        lines.append(
+            f"  {key:<32} {c['files']:>6,} {_mb(c['bytes']):>10} {c['codec'] or '?':>6} "
+            f"{size:>11} {c['fps'] if c['fps'] is not None else '?':>5}{missing}"
+        )
+    return lines

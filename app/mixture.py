@@ -5,7 +5,6 @@ the writer locks of DIR (and of the sources it writes into), as ROOT commands ho
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -13,11 +12,11 @@ from typing import Any
 
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.core.outdir import MARKER, check_output_dir
+from episodekit.core.words import plural
 from episodekit.metadata.mixture.spec import (
     MIXTURE_FILE,
-    MIXTURE_FORMAT,
     MixtureError,
-    MixtureFileError,
     MixtureSpec,
     ResolvedSource,
     epoch_size,
@@ -46,8 +45,12 @@ def mixture_writing(
     nothing into it) and, with ``sources``, every local source root (a mixture plan writes
     their cost tables). Taken in one sorted order, so two mixture commands never deadlock.
     ``wait=False`` (``--no-wait``): an :class:`EnvironmentProblem` (exit 2) at once when
-    another episodekit process holds one of them."""
+    another episodekit process holds one of them. ``out`` follows the one rule of output
+    folders (:func:`~episodekit.core.outdir.check_output_dir`: missing, empty or episodekit's,
+    never in or around a source), checked before anything is written (the plan and stats
+    writers mark it as episodekit's)."""
     out = os.fspath(out)
+    check_output_dir(out, sources=[s.root for s in spec.sources])
     created = not os.path.exists(out)
     try:
         os.makedirs(out, exist_ok=True)
@@ -68,7 +71,7 @@ def mixture_writing(
             failed = False
     finally:
         if created:  # a folder made for nothing (or for a failed plan's spec): not left behind
-            _remove_if_only(out, {LOCK_NAME, MIXTURE_FILE} if failed else {LOCK_NAME})
+            _remove_if_only(out, {LOCK_NAME, MARKER} | ({MIXTURE_FILE} if failed else set()))
 
 
 def _remove_if_only(folder: str, names: set[str]) -> None:
@@ -79,35 +82,6 @@ def _remove_if_only(folder: str, names: set[str]) -> None:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(folder, name))
             os.rmdir(folder)
-
-
-def check_spec_kept(mixture: Any, spec: MixtureSpec, out: str | os.PathLike) -> None:
-    """Refuse an ``out`` whose ``mixture.json`` a plan would overwrite but did not write: the
-    --mixture file itself, or a hand-written file (no ``"format": "episodekit.mixture"``).
-    A plan folder's own normalized spec is rewritten as designed (rerunning ``DIR/mixture.json``
-    in place, or planning another mixture into DIR). Raises :class:`MixtureFileError` (a usage
-    problem, exit 2)."""
-    target = os.path.join(os.fspath(out), MIXTURE_FILE)
-    if not os.path.isfile(target):
-        return
-    try:
-        with open(target, "rb") as fh:
-            doc = json.loads(fh.read())
-    except (OSError, ValueError):
-        doc = None
-    if doc == spec.to_dict():
-        return  # the plan's own copy of this very spec
-    inline = isinstance(mixture, dict) or str(mixture).lstrip().startswith(("{", "["))
-    if not inline and os.path.samefile(os.fspath(mixture), target):
-        raise MixtureFileError(
-            f"{mixture}: --out {out} would overwrite this mixture file with the plan's normalized "
-            "copy of it: give the plan its own folder"
-        )
-    if not (isinstance(doc, dict) and doc.get("format") == MIXTURE_FORMAT):
-        raise MixtureFileError(
-            f'{target}: not a mixture plan\'s spec (no "format": "{MIXTURE_FORMAT}"): '
-            f"--out {out} would overwrite it; give the plan its own folder"
-        )
 
 
 def plan_mixture(
@@ -121,9 +95,8 @@ def plan_mixture(
 ) -> list[tuple[str, dict, bool]]:
     """``metadata plan --mixture M --out DIR``: :func:`ensure_mixture_plans` under the writer
     locks of DIR and of every local source (their cost tables are written), never over a
-    hand-written DIR/mixture.json."""
+    hand-written DIR/mixture.json (see :func:`mixture_writing`)."""
     spec = parse_mixture(mixture)
-    check_spec_kept(mixture, spec, out)
     with mixture_writing(spec, out, wait=wait, say=say):
         return mixture_plans(spec, out, list(world_sizes), num_workers, **plan_kwargs)
 
@@ -185,7 +158,6 @@ def prepare_mixture(
     spec = parse_mixture(mixture)
     if os.path.exists(os.path.join(os.fspath(out), "meta", "info.json")):  # before any source
         raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
-    check_spec_kept(mixture, spec, out)
     result = MixturePrepareResult()
     # before anything is written: every source root and filter, and which world sizes can be
     # planned (a size whose bins cannot all draw is skipped with a warning, as prepare ROOT)
@@ -208,11 +180,11 @@ def plan_skip_reason(
     must give every bin a sample, and every source needs a frame for every bin (each bin draws
     from every source)."""
     bins = world_size * num_workers
-    what = f"{bins:,} bins ({world_size} ranks x {num_workers} workers)"
+    what = f"{plural(bins, 'bin')} ({plural(world_size, 'rank')} x {plural(num_workers, 'worker')})"
     small = [s for s in sources if s.frames < bins]
     if small:
         return (
-            f"source {small[0].name!r} has {small[0].frames:,} selected frames, fewer than "
+            f"source {small[0].name!r} has {plural(small[0].frames, 'selected frame')}, fewer than "
             f"{what}; use a smaller --world-size or --workers"
         )
     epoch = spec.epoch_frames or sum(s.frames for s in sources)
@@ -220,8 +192,8 @@ def plan_skip_reason(
         epoch_size(epoch, bins, "trim")
     except MixtureError:
         return (
-            f"an epoch of {epoch:,} frames cannot give each of {what} a sample; use a smaller "
-            "--world-size or --workers, or raise epoch_frames"
+            f"an epoch of {plural(epoch, 'frame')} cannot give each of {what} a sample; use a "
+            "smaller --world-size or --workers, or raise epoch_frames"
         )
     return ""
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from episodekit.core.errors import DatasetError
 from episodekit.core.paths import STAMP_FILE
 from episodekit.core.progress import current
+from episodekit.core.words import plural
 from episodekit.prepare_model import (
     ARTIFACT_GLOBS,
     SPLIT_LONG,
@@ -109,9 +110,9 @@ def plan_shapes(
     out = []
     for w in world_sizes:
         w, bins = int(w), int(w) * k
-        what = f"{bins} bins ({w} ranks x {k} workers)"
+        what = f"{plural(bins, 'bin')} ({plural(w, 'rank')} x {plural(k, 'worker')})"
         if frames < bins:
-            out.append(PlanShape(w, skip=f"{frames} frames cannot fill {what}"))
+            out.append(PlanShape(w, skip=f"{plural(frames, 'frame')} cannot fill {what}"))
             continue
         tries = {"no": [False], "yes": [True], "auto": [False, True]}[split_long]
         fresh = [t for t in tries if _fresh_plan_exists(plans_at, ds, w, k, t, cost)]
@@ -126,7 +127,7 @@ def plan_shapes(
             out.append(
                 PlanShape(
                     w,
-                    skip=f"{n} episodes cannot give each of {what} a frame; "
+                    skip=f"{plural(n, 'episode')} cannot give each of {what} a frame; "
                     f"{hint} a smaller --world-size or --workers",
                 )
             )
@@ -184,13 +185,8 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
     if opts.out is not None:  # refused before the lock file is written into it
         from episodekit.core.outdir import check_output_dir
 
-        final = check_output_dir(opts.out)
-        if "://" not in root and final == Path(root).resolve():
-            from episodekit.core.paths import UnsafePathError
-
-            raise UnsafePathError(
-                "--out is the dataset root itself; omit --out to prepare in place", str(opts.out)
-            )
+        # symlinks resolved; never a user's folder, the source, inside it or around it
+        final = check_output_dir(opts.out, sources=[root])
         return _run_staged(root, opts, final, say)
     with writer_lock(root, wait=opts.wait, say=say):
         return _run_locked(root, opts, say)
@@ -283,7 +279,7 @@ def _convert_first(
 
     say(f"converting {root} ({version}) to v3.0 in {opts.out}")
     done = convert(root, opts.out, ConvertOptions(target_mb=opts.target_mb))
-    say(f"convert: {done.status}; {done.episodes:,} episodes, stats {done.stats}")
+    say(f"convert: {done.status}; {plural(done.episodes, 'episode')}, stats {done.stats}")
     return str(opts.out), replace(opts, out=None, convert=False)
 
 
@@ -319,7 +315,9 @@ def _run_locked(
 
 
 def _push(ctx, say: Callable[[str], None]) -> None:
-    """Upload the changed files in one commit (``push_to_hub``), after a passing validation."""
+    """Upload the changed files in one commit (``push_to_hub``), after a passing validation;
+    with ``--out``, every file of the copy (a rerun after a failed push still uploads it all:
+    the hub keeps what it has already)."""
     result, opts = ctx.result, ctx.opts
     if not (opts.push_to_hub and result.ok):
         return
@@ -327,10 +325,18 @@ def _push(ctx, say: Callable[[str], None]) -> None:
 
     hub = parse_hub_root(opts.push_to_hub)
     repo = hub.repo_id if hub else opts.push_to_hub
+    files = result.changed
+    if opts.out is not None:
+        work = ctx.work
+        files = sorted(
+            str(p.relative_to(work))
+            for p in work.rglob("*")
+            if p.is_file() and not p.name.startswith(".") and str(p.relative_to(work)) != STAMP_FILE
+        )
     current().stage("push")
-    say(f"push: uploading {len(result.changed)} changed files to {repo}")
+    say(f"push: uploading {plural(len(files), 'file')} to {repo}")
     result.pushed = push_files(
-        ctx.work, result.changed, repo, api=opts.hub_api, revision=hub.revision if hub else None
+        ctx.work, files, repo, api=opts.hub_api, revision=hub.revision if hub else None
     )
 
 
@@ -367,7 +373,7 @@ def format_result(r: PrepareResult) -> str:
         if v and v.status == "skipped":
             what = "unchanged since the last passing validation"
         lines.append(f"validation {verdict}" + (f" ({what})" if what else ""))
-    lines.append(f"{len(r.changed)} files changed in {r.seconds:.1f}s")
+    lines.append(f"{plural(len(r.changed), 'file')} changed in {r.seconds:.1f}s")
     if r.pushed is not None:
         lines.append(f"pushed: {r.pushed}")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from episodekit.core.memory import release_memory
 from episodekit.core.paths import COST_FILE, INFO_FILE, SPEED_FILE, STAMP_FILE, inside_root
 from episodekit.core.progress import Progress, current, reporting
+from episodekit.core.words import plural
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -132,21 +133,14 @@ class RowGroups(PrepareStep):
                 stage=False,  # prepare --out stages the whole run (app/prepare.py)
             )  # fmt: skip
         summary = rep.summary()
-        changed = [r.path for r in rep.files if r.status == "rewritten"]
-        if o.out is not None:
-            out = Path(o.out)
-            changed = sorted(
-                str(p.relative_to(out))
-                for p in out.rglob("*")
-                if p.is_file()
-                and not p.name.startswith(".")
-                and str(p.relative_to(out)) != STAMP_FILE
-            )
+        # what this run wrote: rewritten data files, and with --out the files copied there
+        # (a rerun into the same --out copies only what changed at the source)
+        written = ("rewritten", "copied")
+        copied = [p for p in rep.copied if p != STAMP_FILE]  # the source's: validated again
+        changed = sorted([r.path for r in rep.files if r.status in written] + copied)
         if not rep.ok:
             return "failed", summary, changed
-        counts = summary["counts"]
-        busy = counts.get("rewritten", 0) or counts.get("copied", 0)
-        return ("done" if busy else "skipped"), summary, changed
+        return _done(changed), summary, changed
 
     def summary(self, step: Step) -> str:
         d, c = step.detail, step.detail.get("counts", {})
@@ -217,7 +211,8 @@ class Speed(PrepareStep):
         return ("done" if changed else "skipped"), detail, ([SPEED_FILE] if changed else [])
 
     def summary(self, step: Step) -> str:
-        return f"{step.detail.get('tasks')} tasks ({step.detail.get('sparse_tasks')} sparse)"
+        d = step.detail
+        return f"{plural(d.get('tasks') or 0, 'task')} ({d.get('sparse_tasks')} sparse)"
 
 
 class Costs(PrepareStep):
@@ -323,7 +318,7 @@ class Plans(PrepareStep):
 
     def summary(self, step: Step) -> str:
         d = step.detail
-        txt = f"{len(d.get('plans', []))} plans, {len(step.changed)} written"
+        txt = f"{plural(len(d.get('plans', [])), 'plan')}, {len(step.changed)} written"
         if d.get("cut_episodes"):
             sizes = ", ".join(str(w) for w in d["cut_episodes"])
             txt += f"; world size {sizes}: episodes cut into frame ranges (whole ones cannot fill"
@@ -331,7 +326,8 @@ class Plans(PrepareStep):
         ex = next((p["excluded"] for p in d.get("plans", []) if p.get("excluded")), None)
         if ex:
             why = ", ".join(f"{k} {v}" for k, v in ex["reasons"].items())
-            txt += f"; {ex['frames']} frames excluded ({ex['episodes']} whole episodes; {why})"
+            whole = plural(ex["episodes"], "whole episode")
+            txt += f"; {plural(ex['frames'], 'frame')} excluded ({whole}; {why})"
         if d.get("reason"):
             txt += f"; {d['reason']}"
         return txt
@@ -461,7 +457,8 @@ class Stats(PrepareStep):
             status = d.get("status", "")
             return ("fresh" if status == "fresh" else str(status)) + why
         modes = sorted(set((d.get("quantiles") or {}).values()))
-        return f"{d['features']} features, quantiles {'/'.join(modes)}, {d.get('status')}{why}"
+        feats = plural(d["features"], "feature")
+        return f"{feats}, quantiles {'/'.join(modes)}, {d.get('status')}{why}"
 
 
 class Validate(PrepareStep):
@@ -538,7 +535,7 @@ class Validate(PrepareStep):
 
     def summary(self, step: Step) -> str:
         d = step.detail
-        txt = f"{d.get('errors', 0)} errors, {d.get('warnings', 0)} warnings"
+        txt = f"{plural(d.get('errors', 0), 'error')}, {plural(d.get('warnings', 0), 'warning')}"
         if d.get("fresh_stamp"):
             txt += "; unchanged since last passing validation"
         for f in d.get("first_errors", [])[:5]:
@@ -573,7 +570,7 @@ class Frames(PrepareStep):
         if "error" in d or "reason" in d:
             return str(d.get("error") or d.get("reason"))
         mib = d.get("bytes", 0) / 2**20
-        return f"{d.get('frames', 0):,} frames, {mib:,.0f} MiB in {d.get('store')}"
+        return f"{plural(d.get('frames', 0), 'frame')}, {mib:,.0f} MiB in {d.get('store')}"
 
 
 STEPS: tuple[PrepareStep, ...] = (

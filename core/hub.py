@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from episodekit.core.words import plural
+
 HF_URL = re.compile(r"^hf://(?:datasets/)?(?P<repo>[^/@]+/[^/@]+)(?:@(?P<rev>[^/]+))?/?$")
 
 
@@ -64,7 +66,7 @@ def push_files(
     return api.create_commit(
         repo_id=repo_id,
         operations=ops,
-        commit_message=f"{message}: {len(ops)} files",
+        commit_message=f"{message}: {plural(len(ops), 'file')}",
         repo_type="dataset",
         revision=revision,
     )

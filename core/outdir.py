@@ -1,13 +1,16 @@
-"""The one rule for a folder a command may fill, replace or delete (``sample ROOT``, ``--out``,
-a frame store): it must be missing, empty, or one episodekit wrote itself (it leaves
-:data:`MARKER` there), unless the caller forces it; and never ``/``, ``$HOME``, the current
-folder or a parent of it, forced or not. A refusal is an :class:`UnsafeOutputError` (exit 2,
-one line) raised before anything is written, so a user's files stay intact.
+"""The one rule for a folder a command may fill, replace or delete (``sample ROOT``, every
+``--out``, mixture plan folders included, a frame store): it must be missing, empty, or one
+episodekit wrote itself (it leaves :data:`MARKER` there), unless the caller forces it; never
+``/``, ``$HOME``, the current folder or a parent of it, forced or not; and never a dataset the
+command reads (``sources``), a folder inside one or a folder holding one. A refusal is an
+:class:`UnsafeOutputError` (exit 2, one line) raised before anything is written, so a user's
+files stay intact.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from episodekit.core.atomic import atomic_write_text
@@ -35,17 +38,51 @@ def _protected(real: Path) -> str | None:
     return None
 
 
+def _local(source: str | os.PathLike) -> Path | None:
+    """A source root as a resolved local path; None for a remote one (hf://, s3://...)."""
+    text = os.fspath(source)
+    text = text[len("file://") :] if text.startswith("file://") else text
+    return None if "://" in text else Path(text).expanduser().resolve()
+
+
+def _around_source(real: Path, sources: Iterable[str | os.PathLike]) -> str | None:
+    """Why ``real`` (resolved) may not be the output of a command reading ``sources``, or None
+    (the output's path is named once, in front of the message: not repeated here)."""
+    for source in sources:
+        src = _local(source)
+        if src is None:
+            continue
+        if real == src:
+            return "it is the source dataset"
+        if src in real.parents:
+            return "it is inside the source dataset"
+        if real in src.parents:
+            return f"it holds the source dataset {src.relative_to(real)}"
+    return None
+
+
 def check_output_dir(
-    path: str | os.PathLike, force: bool = False, own: tuple[str, ...] = (), option: str = ""
+    path: str | os.PathLike,
+    force: bool = False,
+    own: tuple[str, ...] = (),
+    option: str = "",
+    sources: Iterable[str | os.PathLike] = (),
 ) -> Path:
     """Refuse (:class:`UnsafeOutputError`) to write into ``path`` unless it is missing, empty,
     holds :data:`MARKER` or one of ``own`` (names only episodekit writes there, e.g. a frame
-    store's manifest), or ``force``. Protected folders are refused even with ``force``.
-    ``option`` (e.g. "--force") is named in the refusal when the caller offers one."""
+    store's manifest), or ``force``. Protected folders, and a folder that is, lies inside or
+    holds one of ``sources`` (the local dataset roots the command reads; remote ones are
+    skipped), are refused even with ``force``. ``option`` (e.g. "--force") is named in the
+    refusal when the caller offers one."""
     p = resolve_output(path)
     why = _protected(p)
     if why:
         raise UnsafeOutputError(f"refusing to write here: {why}; give a new folder", str(path))
+    why = _around_source(p, sources)
+    if why:
+        raise UnsafeOutputError(
+            f"refusing to write here: {why}; give a folder outside it", str(path)
+        )
     if not p.exists():
         return p
     if not p.is_dir():

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
+from episodekit.core.words import plural
 from episodekit.loaders.reader import (
     DEFAULT_CACHE_MB,
     DEFAULT_FOOTER_MB,
@@ -254,7 +255,7 @@ class FrameDataset:
         if bad.any():
             raise IndexError(
                 f"frame index {int(np.asarray(indices).ravel()[np.flatnonzero(bad.ravel())[0]])} "
-                f"out of range for {self._n} frames"
+                f"out of range for {plural(self._n, 'frame')}"
             )
         k = np.searchsorted(self._cum, idx, side="right") - 1
         return k, self._from[k] + (idx - self._cum[k])
@@ -267,7 +268,7 @@ class FrameDataset:
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"frame index {i} out of range for {n} frames")
+            raise IndexError(f"frame index {i} out of range for {plural(n, 'frame')}")
         k = bisect_right(self._cum_l, i) - 1
         s = self._from_l[k]
         g = s + i - self._cum_l[k]

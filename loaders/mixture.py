@@ -32,6 +32,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.paths import MIB
+from episodekit.core.words import plural
 from episodekit.core.world import fill_rank
 from episodekit.loaders.arena import PoolArena
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset, int_indices
@@ -345,7 +346,7 @@ class MixtureFrameDataset:
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"frame index {i} out of range for {n} frames")
+            raise IndexError(f"frame index {i} out of range for {plural(n, 'frame')}")
         s = int(self.source_of(np.array([i]))[0])
         item = self.datasets[s][i - int(self.source_offsets[s])]
         return self.features.convert(s, item, None)
@@ -355,7 +356,7 @@ class MixtureFrameDataset:
         n = len(self)
         idx = np.where(idx < 0, idx + n, idx)
         if len(idx) and (idx.min() < 0 or idx.max() >= n):
-            raise IndexError(f"frame index out of range for {n} frames")
+            raise IndexError(f"frame index out of range for {plural(n, 'frame')}")
         src = self.source_of(idx)
         parts = []
         for s in np.unique(src).tolist():

@@ -30,6 +30,7 @@ import numpy as np
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.footer import read_footer
 from episodekit.core.paths import MIB
+from episodekit.core.words import plural
 from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
@@ -227,7 +228,9 @@ def check_run(
     if int(plan.world_size) != int(world_size):
         raise ValueError(f"plan is for world_size={plan.world_size}, this job has {world_size}")
     if num_workers is not None and int(num_workers) != int(plan.num_workers):
-        raise ValueError(f"plan is for {plan.num_workers} workers, got num_workers={num_workers}")
+        raise ValueError(
+            f"plan is for {plural(plan.num_workers, 'worker')}, got num_workers={num_workers}"
+        )
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if worker is not None and not 0 <= worker < plan.num_workers:
@@ -330,7 +333,8 @@ class ShardedLoader:
         wid, n = tw
         if n != self.num_workers:
             raise ValueError(
-                f"DataLoader has num_workers={n} but the plan is for {self.num_workers} workers; "
+                f"DataLoader has num_workers={n} but the plan is for "
+                f"{plural(self.num_workers, 'worker')}; "
                 "use the plan for this worker count"
             )
         return [wid]

@@ -312,20 +312,31 @@ def read_costs(root_or_ds: str | Dataset) -> pa.Table | None:
         ) from exc
 
 
-def ensure_costs(
+def costs_for(
     root: str | Dataset, model: str = "frames", force: bool = False
 ) -> tuple[pa.Table, bool]:
     """The cost table for ``model``: the stored one when it is fresh (same fingerprint, model and
-    version), else computed and written. Returns ``(table, changed)``."""
+    version), else computed, not written (``metadata plan`` writes it with the plans, so a plan
+    that fails leaves no file). Returns ``(table, computed)``."""
     check_model(model)
     ds = as_dataset(root)
     if not force:
         table = read_costs(ds)
         if table is not None and not verify_costs(table, ds, model):
             return table, False
-    table = compute_costs(ds, model)
-    write_costs(ds, model, table)
-    return table, True
+    return compute_costs(ds, model), True
+
+
+def ensure_costs(
+    root: str | Dataset, model: str = "frames", force: bool = False
+) -> tuple[pa.Table, bool]:
+    """The cost table for ``model``: the stored one when it is fresh (same fingerprint, model and
+    version), else computed and written. Returns ``(table, changed)``."""
+    ds = as_dataset(root)
+    table, computed = costs_for(ds, model, force)
+    if computed:
+        write_costs(ds, model, table)
+    return table, computed
 
 
 def verify_costs(table: pa.Table, ds: Dataset, model: str | None = None) -> list[Problem]:

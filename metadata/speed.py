@@ -32,6 +32,7 @@ from episodekit.core.dataset import Dataset, DatasetError, as_dataset, is_local
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.logs import log_once
 from episodekit.core.paths import SPEED_FILE
+from episodekit.core.words import plural
 from episodekit.core.world import RankInfo, barrier, rank_info
 from episodekit.metadata.artifact import (
     MAX_ARTIFACT_BYTES,
@@ -86,10 +87,10 @@ def _task_groups(ds: Dataset, warn: bool = True) -> dict[str, np.ndarray]:
     if unresolved.any() and warn:
         eps = ds.column("episode_index")[unresolved]
         log.warning(
-            "%s: %d episode(s) have no resolvable task (e.g. episode %s); they are skipped by the "
+            "%s: %s no resolvable task (e.g. episode %s); they are skipped by the "
             "speed percentiles and get bucket %d",
             ds.root,
-            len(eps),
+            plural(len(eps), "episode") + (" has" if len(eps) == 1 else " have"),
             eps[:5].tolist(),
             SPARSE_BUCKET,
         )

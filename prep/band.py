@@ -15,6 +15,7 @@ import numpy as np
 from episodekit.core.footer import FileLayout
 from episodekit.core.paths import MIB
 from episodekit.core.version import __version__
+from episodekit.core.words import plural
 
 MARKER_KEY = "episodekit.prep"  # file key-value metadata written by the rewrite
 
@@ -74,7 +75,7 @@ def band_violations(layout: FileLayout, target_bytes: int) -> list[str]:
     if len(too_small):
         i = int(too_small[0])
         out.append(
-            f"{len(too_small)} row groups below {lo / MIB:.1f} MiB "
+            f"{plural(len(too_small), 'row group')} below {lo / MIB:.1f} MiB "
             f"(row group {i} has {b[i] / MIB:.2f} MiB)"
         )
     return out

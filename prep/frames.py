@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem
-from episodekit.core.outdir import check_output_dir
+from episodekit.core.outdir import check_output_dir, resolve_output
 from episodekit.core.staging import discard, new_staging, publish, remove_stale
 from episodekit.core.store import (
     BOUNDS_FILE,
@@ -66,6 +66,7 @@ from episodekit.core.store import (
     stale_reasons,
 )
 from episodekit.core.version import __version__
+from episodekit.core.words import plural
 
 BATCH_ROWS = 65_536  # rows per decoded record batch (bounded memory, whatever the row groups)
 
@@ -99,7 +100,8 @@ def format_report(r: FramesReport) -> str:
     head = "frame store fresh" if r.status == "fresh" else "frame store built"
     lines = [
         f"{head}: {r.store}",
-        f"  {r.frames:,} frames, {len(r.columns)} columns ({', '.join(r.columns)}), "
+        f"  {plural(r.frames, 'frame')}, {plural(len(r.columns), 'column')} "
+        f"({', '.join(r.columns)}), "
         f"{r.bytes / 2**20:,.1f} MiB, {r.seconds:.1f} s",
     ]
     if r.status != "fresh" and r.reasons:
@@ -397,6 +399,8 @@ def build_frame_store(
     t0 = time.perf_counter()
     ds = as_dataset(root)
     final = Path(store).expanduser() if store is not None else default_store_dir(ds)
+    # publishing replaces it: never a user's folder, never inside (or around) the dataset
+    check_output_dir(final, own=(MANIFEST,), sources=[ds.path] if ds.is_local else [])
     columns = expected_columns(ds)
     names = list(columns)
     if force:
@@ -415,7 +419,7 @@ def build_frame_store(
             return FramesReport(
                 str(final), "fresh", ds.num_frames, names, nbytes, time.perf_counter() - t0
             )
-    final = check_output_dir(final, own=(MANIFEST,))  # replaced whole: never a user's folder
+    final = resolve_output(final)  # (checked above) a link: the store is built in its target
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(final)  # builds of dead writers (only folders marked as ours)

@@ -53,7 +53,9 @@ class VerificationError(Exception):
 
 @dataclass(frozen=True)
 class FileJob:
-    """One data file to process. ``src`` is a path in ``fs`` (None: local); ``dst`` is local."""
+    """One data file to process. ``src`` is a path in ``fs`` (None: local); ``dst`` is local.
+    ``same_source`` (``--out``): whether ``dst`` was made from ``src`` as it is now (True), from
+    an older ``src`` (False), or unknown (None; :mod:`episodekit.prep.outcopy`)."""
 
     relpath: str
     src: str
@@ -63,6 +65,7 @@ class FileJob:
     force: bool = False
     dry_run: bool = False
     fs: fsspec.AbstractFileSystem | None = None
+    same_source: bool | None = None
 
     @property
     def in_place(self) -> bool:
@@ -293,7 +296,7 @@ def copy_file(src: str, dst: str, fs: fsspec.AbstractFileSystem | None = None) -
 def _already_in_out(job: FileJob, before: FileLayout) -> bool:
     """For ``--out``: the destination already holds a rewrite of this source for this target."""
     dst = Path(job.dst)
-    if job.in_place or job.force or not dst.exists():
+    if job.in_place or job.force or job.same_source is False or not dst.exists():
         return False
     try:
         layout = file_layout(str(dst))
@@ -306,6 +309,12 @@ def _already_in_out(job: FileJob, before: FileLayout) -> bool:
         and marker.get("target_mb") == job.target_bytes / MIB
         and (job.compression == "keep" or codec_name(layout.compression) == job.compression)
     )
+
+
+def _copied_already(job: FileJob) -> bool:
+    """For ``--out``: the destination is the copy of this very source file (which needs no
+    rewrite), made by an earlier run."""
+    return bool(job.same_source) and not job.force and Path(job.dst).exists()
 
 
 def done_already(job: FileJob) -> FileResult | None:
@@ -321,10 +330,11 @@ def done_already(job: FileJob) -> FileResult | None:
         before = file_layout(job.src)
     except (OSError, pa.ArrowInvalid, DatasetError, EnvironmentProblem):
         return None  # the worker reports it, with the rest of the file's story
-    if file_needs_rewrite(before, job.target_bytes, job.compression) is None and (
-        job.in_place or job.dry_run
-    ):
+    done = file_needs_rewrite(before, job.target_bytes, job.compression) is None
+    if done and (job.in_place or job.dry_run):
         reason = "already done"
+    elif done and _copied_already(job):
+        reason = "already copied to the output"
     elif _already_in_out(job, before):
         reason = "already rewritten in the output"
     else:
@@ -359,6 +369,8 @@ def _rewrite(job: FileJob, result: FileResult) -> None:
         if reason is None or _already_in_out(job, before):
             if job.in_place or job.dry_run:
                 result.status, result.reason = "skipped", "already done"
+            elif reason is None and _copied_already(job):
+                result.status, result.reason = "skipped", "already copied to the output"
             elif _already_in_out(job, before):
                 result.status, result.reason = "skipped", "already rewritten in the output"
             else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,19 +24,12 @@ from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import imap_files
 from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir, resolve_output
-from episodekit.core.paths import (
-    COMPRESSIONS,
-    DEFAULT_TARGET_MB,
-    MAX_TARGET_MB,
-    MIB,
-    UnsafePathError,
-    inside_root,
-)
+from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB, inside_root
+from episodekit.prep.outcopy import CopyRecord, copy_tree, source_keys
 from episodekit.prep.rewrite import (
     FileJob,
     FileResult,
     LayoutStats,
-    copy_file,
     done_already,
     rewrite_file,
 )
@@ -54,6 +46,7 @@ class PrepReport:
     files: list[FileResult] = field(default_factory=list)
     seconds: float = 0.0
     removed_temporaries: int = 0
+    copied: list[str] = field(default_factory=list)  # --out: meta/ and videos/ files copied
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.files)
@@ -137,19 +130,6 @@ def _protocols(fs) -> tuple[str, ...]:
     return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
 
 
-def _copy_tree(fs, src_root: str, dst_root: Path, sub: str) -> int:
-    """Copy every file under ``src_root/sub`` to ``dst_root/sub`` (each write atomic)."""
-    folder = posixpath.join(src_root, sub)
-    if not fs.exists(folder):
-        return 0
-    n = 0
-    for src in sorted(fs.find(folder)):
-        rel = posixpath.relpath(src, src_root)
-        copy_file(src, inside_root(dst_root, rel), fs)
-        n += 1
-    return n
-
-
 def rewrite_rowgroups(
     root: str,
     target_mb: float = DEFAULT_TARGET_MB,
@@ -172,7 +152,9 @@ def rewrite_rowgroups(
     it: a failure (a full disk, a file that fails) leaves ``out`` as it was. ``stage=False``:
     write into ``out`` directly (a caller that stages ``out`` itself: ``prepare --out``). Files
     already done (marked for this target, or already within the band with a page index) are
-    skipped, or copied unchanged to ``out``.
+    skipped, or copied unchanged to ``out``. A rerun into the same ``out`` copies or rewrites
+    only what changed at the source since (:mod:`episodekit.prep.outcopy`): what later steps
+    made of the copies there stays (the staging folder is seeded with it).
     ``progress(result, done, total)`` is called in the parent as each file finishes. Leftover
     temporaries of a crashed run are removed first, under the output's writer lock (another
     writer: wait, or with ``wait=False`` raise EnvironmentProblem). Per-file failures are in the
@@ -189,35 +171,43 @@ def rewrite_rowgroups(
         if not ds.is_local:
             raise ValueError(f"{root} is not a local path: pass out=DIR (read remote, write local)")
         out_root = Path(ds.path)
+    elif not stage:  # a caller that stages --out itself (prepare --out) checked it already
+        out_root = resolve_output(out)
     else:
-        out_root = resolve_output(out)  # a dangling symlink is refused before anything exists
-        if ds.is_local and out_root == Path(ds.path).resolve():
-            raise UnsafePathError(
-                "--out is the dataset root itself; omit --out to rewrite in place", str(out)
-            )
-        if not dry_run and stage:  # before anything is written: never a user's folder
-            out_root = final = check_output_dir(out)  # (stage=False: the caller checked it)
+        # before anything is written (a dry run says what the run would): symlinks resolved, a
+        # user's folder is never overwritten, and the copy never lands in (or around) the source
+        out_root = check_output_dir(out, sources=[ds.path] if ds.is_local else [])
+        final = None if dry_run else out_root
     report = PrepReport(str(root), str(out_root), float(target_mb), dry_run)
+    source = str(Path(ds.path).resolve()) if ds.is_local else ds.root
     if dry_run:
+        record = CopyRecord(out_root, source) if out is not None else None
+        keys = source_keys(ds.fs, ds.path, "data") if record is not None else {}
         results = _run_jobs(ds, out_root, target_mb, compression, force, True, executor, workers,
-                            progress)  # fmt: skip
+                            progress, record, keys)  # fmt: skip
     else:
         created = not out_root.exists()
         try:
             with writer_lock(out_root, wait=wait) as removed:
                 report.removed_temporaries = len(removed)
-                work = _start(ds, out_root, final)
+                work = _start(ds, out_root, final, source)
                 try:
-                    if out is not None:
+                    record = CopyRecord(work, source) if out is not None else None
+                    keys = source_keys(ds.fs, ds.path, "data") if record is not None else {}
+                    if record is not None:
                         mark_output_dir(work, "a prepared copy")
-                        _copy_tree(ds.fs, ds.path, work, "meta")
-                        if copy_videos:
-                            _copy_tree(ds.fs, ds.path, work, "videos")
+                        for sub in ("meta", "videos") if copy_videos else ("meta",):
+                            report.copied += copy_tree(ds.fs, ds.path, work, sub, record)
                     results = _run_jobs(ds, work, target_mb, compression, force, False, executor,
-                                        workers, progress)  # fmt: skip
+                                        workers, progress, record, keys)  # fmt: skip
                     # a job killed with its node (Ray retries it elsewhere) left its temporary
                     report.removed_temporaries += len(remove_temporaries(work / "data"))
                     files = [r for r in results if r is not None]
+                    if record is not None:
+                        for res in files:
+                            if res.status != "failed":
+                                record.note(res.path, keys.get(res.path))
+                        record.save()
                     if final is not None:
                         _finish(work, final, files)
                     env = [r for r in files if r.environment]
@@ -236,15 +226,20 @@ def rewrite_rowgroups(
     return report
 
 
-def _start(ds, out_root: Path, final: Path | None) -> Path:
+def _start(ds, out_root: Path, final: Path | None, source: str) -> Path:
     """Where the files are written: the root itself (in place), ``--out`` as given (a caller
-    that stages it), or a fresh staging folder next to ``--out`` seeded with the data files an
-    earlier run left there (already rewritten files are then skipped, not redone)."""
+    that stages it), or a fresh staging folder next to ``--out`` seeded with hard links of what
+    an earlier run left there: with its copy record of this source, everything (unchanged
+    copies and later steps' work stay; the record tells a rerun they are done), else its data
+    files (already rewritten files are skipped, not redone)."""
     if final is None:
         return out_root
     staging.remove_stale(final)
     work = staging.new_staging(final)
-    staging.seed_from(final, work, only=set(ds.data_files))
+    if CopyRecord(final, source).files:
+        staging.seed_from(final, work)
+    else:
+        staging.seed_from(final, work, only=set(ds.data_files))
     return work
 
 
@@ -278,8 +273,12 @@ def _run_jobs(
     executor: str,
     workers: int | None,
     progress: Callable[[FileResult, int, int], None] | None,
+    record: CopyRecord | None,
+    keys: dict[str, str | None],
 ) -> list[FileResult | None]:
-    """Rewrite (or plan) every data file of ``ds`` into ``work``; results in file order."""
+    """Rewrite (or plan) every data file of ``ds`` into ``work``; results in file order.
+    ``record`` (``--out``): what the copies already in ``work`` were made from; ``keys``: the
+    source data files' keys (:func:`episodekit.prep.outcopy.source_keys`)."""
     src_fs = None if ds.is_local else ds.fs
     if src_fs is not None and "memory" in _protocols(src_fs):
         workers = 1  # an in-memory filesystem is not shared with worker processes
@@ -294,6 +293,7 @@ def _run_jobs(
             force=force,
             dry_run=dry_run,
             fs=src_fs,
+            same_source=record.same(rel, keys.get(rel)) if record is not None else None,
         )
         for rel in ds.data_files
     ]

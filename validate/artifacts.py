@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from episodekit.core.dataset import Dataset, DatasetError, list_files, parquet_from_bytes
 from episodekit.core.paths import COST_FILE, PLAN_DIR, SPEED_FILE
+from episodekit.core.words import plural
 from episodekit.metadata.artifact import Problem, read_bytes
 from episodekit.metadata.costs import COST_SCHEMA, recompute_costs, verify_costs
 from episodekit.metadata.plans.build import verify_plan
@@ -198,7 +199,7 @@ def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
                 Finding(
                     "costs.content",
                     ERROR,
-                    f"{len(eps)} episodes {name}: {eps[:10].tolist()}",
+                    f"{plural(len(eps), 'episode')} {name}: {eps[:10].tolist()}",
                     COST_FILE,
                     int(eps[0]),
                 )
@@ -219,7 +220,7 @@ def check_costs(raw: RawRoot, ds: Dataset | None) -> list[Finding]:
                 Finding(
                     "costs.content",
                     ERROR,
-                    f"{col} differs from a recomputation for {len(bad)} episodes "
+                    f"{col} differs from a recomputation for {plural(len(bad), 'episode')} "
                     f"(episode {ep}: stored {a[bad[0]]}, recomputed {b[bad[0]]})",
                     COST_FILE,
                     ep,

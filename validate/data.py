@@ -382,20 +382,21 @@ def _task_findings(raw: RawRoot, df: pl.DataFrame) -> list[Finding]:
 def _value_findings(df: pl.DataFrame) -> list[Finding]:
     """Per-column counters of the scan: nulls, NaN/inf, shapes, image bytes."""
     out: list[Finding] = []
-    for prefix, check, what in (
-        ("nulls:", "data.nulls", "null values"),
-        ("elem_nulls:", "data.nulls", "rows with null elements"),
-        ("nonfinite:", "data.nan", "rows with NaN/inf"),
-        ("shape:", "data.shape", "rows whose list length differs from the declared shape"),
-        ("image:", "data.image", "images whose bytes are not PNG/JPEG/WebP/GIF/BMP/TIFF"),
+    for prefix, check, noun, what in (
+        ("nulls:", "data.nulls", "null value", ""),
+        ("elem_nulls:", "data.nulls", "row", " with null elements"),
+        ("nonfinite:", "data.nan", "row", " with NaN/inf"),
+        ("shape:", "data.shape", "row", " whose list length differs from the declared shape"),
+        ("image:", "data.image", "image", " whose bytes are not PNG/JPEG/WebP/GIF/BMP/TIFF"),
     ):
         for c in [c for c in df.columns if c.startswith(prefix)]:
             name = c[len(prefix) :]
+            nouns = pl.when(pl.col(c) == 1).then(pl.lit(noun)).otherwise(pl.lit(noun + "s"))
             out += _finding_rows(
                 df,
                 check,
                 pl.col(c).fill_null(0) > 0,
-                pl.format("{} {} in {}", pl.col(c), pl.lit(what), pl.lit(name)),
+                pl.format("{} {}{} in {}", pl.col(c), nouns, pl.lit(what), pl.lit(name)),
             )
     return out
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from episodekit.core.footer import FileLayout, file_layout
 from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
+from episodekit.core.words import plural
 from episodekit.prep.band import read_marker, row_group_band
 from episodekit.validate.raw import WARNING, Finding, RawRoot
 
@@ -59,7 +60,8 @@ def check_layout(
                 Finding(
                     "layout.row_groups",
                     WARNING,
-                    f"{len(bad)} of {n} row groups outside [{lo / MIB:.0f}, {hi / MIB:.0f}] MiB "
+                    f"{len(bad)} of {plural(n, 'row group')} outside "
+                    f"[{lo / MIB:.0f}, {hi / MIB:.0f}] MiB "
                     f"(min {b.min():.2f}, median {np.median(b):.2f}, max {b.max():.2f} MiB); "
                     f"run `episodekit prep rowgroups {raw.root}`",
                     rel,
@@ -83,7 +85,8 @@ def check_layout(
                     Finding(
                         "layout.split_episode",
                         WARNING,
-                        f"{len(split)} episodes split across row groups: {eps[:10].tolist()}",
+                        f"{plural(len(split), 'episode')} split across row groups: "
+                        f"{eps[:10].tolist()}",
                         rel,
                         int(eps[0]),
                     )

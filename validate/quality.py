@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from episodekit.core.memory import release_memory
+from episodekit.core.words import noun_for, plural
 from episodekit.validate import drift
 from episodekit.validate.raw import WARNING, Finding, RawRoot
 
@@ -832,7 +833,7 @@ def _frozen(raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict) -> l
         out.append(
             Candidate(
                 "quality.frozen",
-                f"{name} holds one vector for {int(longest[i])} of {int(L[i])} frames "
+                f"{name} holds one vector for {int(longest[i])} of {plural(int(L[i]), 'frame')} "
                 f"({longest[i] / L[i]:.0%}; threshold {th['frozen_share']:.0%})",
                 feature=name,
                 value=float(longest[i] / L[i]),
@@ -845,7 +846,7 @@ def _frozen(raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict) -> l
         out.append(
             Candidate(
                 "quality.frozen_run",
-                f"{name} holds one vector for {int(midrun[i])} frames "
+                f"{name} holds one vector for {plural(int(midrun[i]), 'frame')} "
                 f"({midrun[i] / fps:.1f} s) mid-episode "
                 f"(threshold {th['frozen_run_seconds']} s)",
                 feature=name,
@@ -928,7 +929,7 @@ def _clipping(raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict) ->
             Candidate(
                 "quality.clipping",
                 f"{_dim_label(raw, name, j)} sits exactly at its min/max for {k} of "
-                f"{int(L[i])} frames mid-episode (saturation?)",
+                f"{plural(int(L[i]), 'frame')} mid-episode (saturation?)",
                 feature=name,
                 dimension=int(j),
                 value=k / float(L[i]),
@@ -1034,7 +1035,8 @@ def _timing_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
         out.append(
             Candidate(
                 "quality.dropped_frames",
-                f"{int(m.ts_drops[i])} timestamp gaps, {int(m.ts_missing[i])} frames missing; "
+                f"{plural(int(m.ts_drops[i]), 'timestamp gap')}, "
+                f"{plural(int(m.ts_missing[i]), 'frame')} missing; "
                 f"largest step {m.ts_maxstep[i]:.2f} frames ({m.ts_maxstep[i] / fps:.3f} s at "
                 f"{fps:g} fps)",
                 feature="timestamp",
@@ -1119,7 +1121,7 @@ def _episode_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
     add(
         "quality.empty_episode",
         empty,
-        lambda k: f"no frames (length {int(length[k])}, {int(rows[k])} rows in the data)",
+        lambda k: f"no frames (length {int(length[k])}, {plural(int(rows[k]), 'row')} in the data)",
         rows,
     )
     add("quality.single_frame", (length == 1) & ~empty, lambda k: "one frame only", length)
@@ -1128,7 +1130,10 @@ def _episode_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
         add(
             "quality.short_episode",
             short,
-            lambda k: f"{int(length[k])} frames, fewer than --min-length {int(th['min_length'])}",
+            lambda k: (
+                f"{plural(int(length[k]), 'frame')}, fewer than "
+                f"--min-length {int(th['min_length'])}"
+            ),
             length,
             th["min_length"] / np.maximum(length, 1),
         )
@@ -1148,7 +1153,7 @@ def _episode_checks(raw: RawRoot, m: Merged, th: dict) -> list[Candidate]:
         "quality.length_outlier",
         z > th["length_sigmas"],
         lambda k: (
-            f"{int(length[k])} frames; task {int(task[k])}'s median is {med[k]:.0f} "
+            f"{plural(int(length[k]), 'frame')}; task {int(task[k])}'s median is {med[k]:.0f} "
             f"({z[k]:.1f} robust deviations of log length, threshold {th['length_sigmas']:g})"
         ),
         length,
@@ -1191,7 +1196,8 @@ def _task_checks(raw: RawRoot, th: dict) -> list[Candidate]:
                     out.append(
                         Candidate(
                             "quality.task_rare",
-                            f"task {t} has {c} episodes (the median task has {median:.0f})",
+                            f"task {t} has {plural(c, 'episode')} (the median task has "
+                            f"{median:.0f})",
                             value=float(c),
                             score=need / max(c, 0.5),
                             details={"task_index": t},
@@ -1429,7 +1435,7 @@ def _confirm_duplicates(
                 Candidate(
                     "quality.duplicate",
                     f"{', '.join(m.features)} {kind} episode {int(m.episodes[i])} at every frame "
-                    f"({int(m.rows[k])} frames)",
+                    f"({plural(int(m.rows[k]), 'frame')})",
                     feature=next(iter(m.features)),
                     value=worst,
                     score=1.0,
@@ -1623,7 +1629,7 @@ def _to_findings(raw: RawRoot, cands: list[Candidate]) -> list[Finding]:
             Finding(
                 check,
                 WARNING,
-                f"... and {len(items)} more findings of this check"
+                f"... and {len(items)} more {noun_for(len(items), 'finding')} of this check"
                 + (
                     f" (episodes {', '.join(map(str, eps[:20]))}{', ...' if len(eps) > 20 else ''})"
                     if eps

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from episodekit.core.atomic import atomic_write_text
+from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.words import plural
 from episodekit.validate.raw import ERROR, Finding
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -68,7 +70,8 @@ def format_markdown(report, checks: dict[str, str], plots: dict[int, str] | None
     lines = [
         f"# Validation report: `{report.root}`",
         "",
-        f"**{verdict}**: {n_err} errors, {n_warn} warnings; {len(report.checks_run)} checks "
+        f"**{verdict}**: {plural(n_err, 'error')}, {plural(n_warn, 'warning')}; "
+        f"{plural(len(report.checks_run), 'check')} "
         f"in {report.seconds:.1f} s" + (" (warnings fail)" if report.strict else "") + ".",
         "",
     ]
@@ -118,7 +121,8 @@ def write_plots(report, folder: str | Path, per_check: int = 3) -> dict[int, str
     import matplotlib.pyplot as plt
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    check_output_dir(folder)  # the caller checked it against the root, before validating
+    mark_output_dir(folder, "validate --plots")
     out: dict[int, str] = {}
     counts: dict[str, int] = {}
     for f in report.findings:

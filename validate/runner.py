@@ -20,6 +20,7 @@ from typing import Any
 
 from episodekit.core import jsonout
 from episodekit.core.memory import release_memory
+from episodekit.core.words import plural
 from episodekit.validate.declared import CHECKS as DECLARED_CHECKS
 from episodekit.validate.declared import DEEP_ONLY as DECLARED_DEEP_ONLY
 from episodekit.validate.quality import CHECKS as QUALITY_CHECKS
@@ -256,7 +257,7 @@ def validate(
         found += problems
         found += checks_meta.check_features(raw, schemas)
         if wants("data", "info.fps"):
-            say(f"scanning {len(schemas)} data files")
+            say(f"scanning {plural(len(schemas), 'data file')}")
             agg, problems = _scan_data(raw, schemas, deep, executor)
             found += problems
             if agg is not None:
@@ -268,12 +269,12 @@ def validate(
     if wants("quality"):
         from episodekit.validate import quality as checks_quality
 
-        say(f"data-quality checks over {len(schemas)} data files")
+        say(f"data-quality checks over {plural(len(schemas), 'data file')}")
         found += checks_quality.check_quality(
             raw, list(schemas), want, quality_thresholds, executor=executor
         )
     if wants("layout"):
-        say(f"reading {len(rels)} footers")
+        say(f"reading {plural(len(rels), 'footer')}")
         found += checks_layout.check_layout(raw, [r for r in rels if raw.fs.exists(raw.join(r))])
     if wants("video"):
         say("checking videos")
@@ -323,7 +324,8 @@ def _scan_data(raw: RawRoot, schemas: dict, deep: bool, executor: str):
 
 def format_report(report: Report, examples: int = 5) -> str:
     """Human table grouped by check: counts, then the first ``examples`` findings of each."""
-    lines = [f"validate {report.root}  ({report.seconds:.1f}s, {len(report.checks_run)} checks)"]
+    n = plural(len(report.checks_run), "check")
+    lines = [f"validate {report.root}  ({report.seconds:.1f}s, {n})"]
     by_check: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_check.setdefault(f.check, []).append(f)
@@ -343,7 +345,7 @@ def format_report(report: Report, examples: int = 5) -> str:
     n_err, n_warn = len(report.errors), len(report.warnings)
     verdict = "FAILED" if report.exit_code() else "OK"
     strict = " (strict: warnings fail)" if report.strict and n_warn else ""
-    lines.append(f"{verdict}: {n_err} errors, {n_warn} warnings{strict}")
+    lines.append(f"{verdict}: {plural(n_err, 'error')}, {plural(n_warn, 'warning')}{strict}")
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from episodekit.core.dataset import V3, DatasetError, is_local, read_parquet, read_schema
+from episodekit.core.words import noun_for, plural
 from episodekit.metadata import lerobot_stats
 from episodekit.metadata.image_stats import estimate_num_samples, image_features
 from episodekit.metadata.stats import (
@@ -61,18 +62,23 @@ def _values(v, dims: int, key: str) -> tuple[np.ndarray | None, str]:
     return arr.reshape(want), ""
 
 
-def _missing(what: str, missing: list[str], file: str, root: str) -> Finding:
+def _missing(what: str, missing: list[str], file: str, root: str, images: bool = False) -> Finding:
     """``stats.present`` for missing stats keys (or ``stats/<f>/<k>`` columns): an error, but
     only a warning when just the quantiles are absent. LeRobot's v2.1 -> v3.0 converter carries
     v2.1's stats over as they are (min, max, mean, std, count: v2.1 had no quantiles), so every
-    converted dataset lacks them; LeRobot needs them only for QUANTILES normalization."""
+    converted dataset lacks them; LeRobot needs them only for QUANTILES normalization.
+    ``images``: an image/video feature's, which only ``metadata stats --images`` computes."""
     if all(m.rsplit("/", 1)[-1] in QUANTILE_KEYS for m in missing):
+        fix = (
+            f"compute them with `episodekit metadata stats {root} --images`"
+            if images
+            else f"compute it with `episodekit metadata stats {root}`"
+        )
         return Finding(
             "stats.present",
             WARNING,
             f"{what}: no quantiles ({', '.join(QUANTILE_KEYS)}; LeRobot's v2.1 converter writes "
-            "none), which QUANTILES normalization needs: compute it with "
-            f"`episodekit metadata stats {root}`",
+            f"none), which QUANTILES normalization needs: {fix}",
             file,
         )
     return Finding("stats.present", ERROR, f"{what}: keys {missing} missing", file)
@@ -180,7 +186,7 @@ def _order(name: str, got: dict[str, np.ndarray], file: str, episode=None) -> li
     for what, bad in _order_bad(got):
         if np.any(bad):
             dims = np.flatnonzero(bad).tolist()[:6]
-            msg = f"{name}: {what} in dimension(s) {dims} ({ORDER_TOLERANCE})"
+            msg = f"{name}: {what} in {noun_for(len(dims), 'dimension')} {dims} ({ORDER_TOLERANCE})"
             out.append(Finding("stats.order", ERROR, msg, file, episode))
     return out
 
@@ -238,7 +244,7 @@ def _column_values(t: pa.Table, c: str, want: int, dims: int, rel: str, ep: np.n
     bad = np.flatnonzero(lengths != want)
     if len(bad):
         msg = (
-            f"{c}: {len(bad)} episode(s) with {lengths[bad[0]]} values, expected {want} "
+            f"{c}: {plural(len(bad), 'episode')} with {lengths[bad[0]]} values, expected {want} "
             f"(feature shape [{dims}])"
         )
         out.append(Finding("stats.shape", ERROR, msg, rel, int(ep[bad[0]])))
@@ -338,7 +344,7 @@ def _scan_file(raw, rel, feats, lengths: _Lengths, keep: bool):
             if missing and all(c.rsplit("/", 1)[-1] in QUANTILE_KEYS for c in missing):
                 out.append(_missing("per-episode stats", missing, rel, raw.root))
             elif missing:
-                msg = f"{len(missing)} stats columns missing, e.g. {missing[:3]}"
+                msg = f"{plural(len(missing), 'stats column')} missing, e.g. {missing[:3]}"
                 out.append(Finding("stats.present", ERROR, msg, rel))
             ln = lengths.of(ep)
             parts = {}
@@ -373,7 +379,7 @@ def _feature_findings(raw, n: str, dims: int, files: list, lengths_ok: bool):
     for k in (k for k in STAT_KEYS if all(k in p.valid for p in parts)):
         bad = [p.nonfinite[k] for p in parts if k in p.nonfinite]
         if bad:
-            msg = f"stats/{n}/{k}: {sum(b[0] for b in bad)} episode(s) with NaN/inf"
+            msg = f"stats/{n}/{k}: {plural(sum(b[0] for b in bad), 'episode')} with NaN/inf"
             out.append(Finding("stats.finite", ERROR, msg, None, min(b[1] for b in bad)))
         else:
             keys.append(k)
@@ -389,7 +395,8 @@ def _feature_findings(raw, n: str, dims: int, files: list, lengths_ok: bool):
             for what, h in o[2]:
                 hit[what] = hit.get(what, False) or h
         msg = (
-            f"stats/{n}: {rows} episode(s) with {', '.join(w for w, h in hit.items() if h)} "
+            f"stats/{n}: {plural(rows, 'episode')} with "
+            f"{', '.join(w for w, h in hit.items() if h)} "
             f"(min <= q01 <= ... <= q99 <= max, min <= mean <= max; {ORDER_TOLERANCE})"
         )
         first = min(o[1] for o in orders if o[0])
@@ -398,8 +405,8 @@ def _feature_findings(raw, n: str, dims: int, files: list, lengths_ok: bool):
     if "count" in keys and lengths_ok and counts:
         first = min(counts, key=lambda c: c[1])
         msg = (
-            f"stats/{n}/count: {sum(c[0] for c in counts)} episode(s) whose count is not their "
-            f"length (e.g. {first[2]} vs {first[3]})"
+            f"stats/{n}/count: {plural(sum(c[0] for c in counts), 'episode')} whose count is "
+            f"not their length (e.g. {first[2]} vs {first[3]})"
         )
         out.append(Finding("stats.count", ERROR, msg, None, first[1]))
     return out, keys
@@ -457,7 +464,7 @@ def _order_rows(name: str, got: dict[str, np.ndarray], ep: np.ndarray) -> list[F
     if not len(rows):
         return []
     msg = (
-        f"stats/{name}: {len(rows)} episode(s) with {', '.join(whats)} "
+        f"stats/{name}: {plural(len(rows), 'episode')} with {', '.join(whats)} "
         f"(min <= q01 <= ... <= q99 <= max, min <= mean <= max; {ORDER_TOLERANCE})"
     )
     return [Finding("stats.order", ERROR, msg, None, int(ep[rows[0]]))]
@@ -526,7 +533,8 @@ def _renumbered(n: str, found: list[Finding]) -> list[Finding]:
     if n not in RENUMBERED or not found:
         return found
     msg = (
-        f"{n}: {len(found)} stats differ from the data, e.g. {found[0].message}; LeRobot's "
+        f"{n}: {plural(len(found), 'stat')} {'differs' if len(found) == 1 else 'differ'} from "
+        f"the data, e.g. {found[0].message}; LeRobot's "
         "editors renumber this column and keep the recorded stats (never normalized)"
     )
     return [Finding("stats.recompute", WARNING, msg, found[0].file, found[0].episode)]
@@ -551,7 +559,8 @@ def _recompute_lerobot(raw, ds, feats, dataset, ep, episodes) -> list[Finding]:
         for k, v in episodes.get(n, {}).items():
             bad = np.flatnonzero(~np.all(_lerobot_close(k, v, want[k], want), axis=1))
             if len(bad):
-                msg = f"stats/{n}/{k}: {len(bad)} episode(s) differ from the data ({how})"
+                verb = "differs" if len(bad) == 1 else "differ"
+                msg = f"stats/{n}/{k}: {plural(len(bad), 'episode')} {verb} from the data ({how})"
                 found.append(Finding("stats.recompute", ERROR, msg, None, int(ep[bad[0]])))
         agg = lerobot_stats.aggregate(rows)
         env = lerobot_stats.envelope(rows)
@@ -613,8 +622,9 @@ def _recompute(raw: RawRoot, feats, dataset, ep, episodes, executor: str) -> lis
                     Finding(
                         "stats.recompute",
                         ERROR,
-                        f"stats/{n}/{k}: {len(bad)} "
-                        f"episode(s) differ from the data (tolerance {TOLERANCE})",
+                        f"stats/{n}/{k}: {plural(len(bad), 'episode')} "
+                        f"{'differs' if len(bad) == 1 else 'differ'} from the data "
+                        f"(tolerance {TOLERANCE})",
                         None,
                         int(ep[bad[0]]),
                     )
@@ -681,7 +691,7 @@ def _image_dataset_part(
             continue  # image stats are optional (computed with --images)
         missing = [k for k in STAT_KEYS if k not in entry]
         if missing:
-            out.append(_missing(name, missing, STATS_FILE, raw.root))
+            out.append(_missing(name, missing, STATS_FILE, raw.root, images=True))
         got = {}
         for key in STAT_KEYS:
             if key not in entry:
@@ -768,7 +778,7 @@ def _image_episode_part(
                         Finding(
                             "stats.shape",
                             ERROR,
-                            f"{c}: {per[i]} value(s) per episode, expected "
+                            f"{c}: {plural(int(per[i]), 'value')} per episode, expected "
                             f"{'[1]' if k == 'count' else '[3, 1, 1] (or [3])'}",
                             rel,
                             int(ep_all[rows][i]),
@@ -778,7 +788,7 @@ def _image_episode_part(
                 v = vals.reshape(len(rows), -1)
                 fin = np.flatnonzero(~np.all(np.isfinite(v), axis=1))
                 if len(fin):
-                    msg = f"{c}: {len(fin)} episode(s) with NaN/inf"
+                    msg = f"{c}: {plural(len(fin), 'episode')} with NaN/inf"
                     out.append(Finding("stats.finite", ERROR, msg, rel, int(ep_all[rows][fin[0]])))
                     continue
                 got[k] = v
@@ -794,7 +804,7 @@ def _image_episode_part(
                 )
             )
             if len(bad):
-                msg = f"stats/{n}: {len(bad)} episode(s) with values outside [0, 1]"
+                msg = f"stats/{n}: {plural(len(bad), 'episode')} with values outside [0, 1]"
                 out.append(Finding("stats.order", ERROR, msg, rel, int(ep[bad[0]])))
             if "count" in got:
                 cnt = got["count"][:, 0]
@@ -803,7 +813,7 @@ def _image_episode_part(
                     (cnt != want) if want is not None else (cnt < 1) | (cnt > length[rows])
                 )
                 if len(bad):
-                    msg = f"stats/{n}/count: {len(bad)} episode(s) whose count is not " + (
+                    msg = f"stats/{n}/count: {plural(len(bad), 'episode')} whose count is not " + (
                         "LeRobot's sampled frames" if want is not None else "in 1..length"
                     )
                     out.append(Finding("stats.count", ERROR, msg, rel, int(ep[bad[0]])))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from episodekit.core.dataset import Dataset
+from episodekit.core.words import plural
 from episodekit.metadata.plans.exclude import parse_episode_list as _parse
 
 
@@ -42,7 +43,7 @@ def choose(
         if unknown:
             raise ValueError(
                 f"{option}: episodes {unknown[:10]} are not in {ds.root} "
-                f"(it has {len(have)} episodes, {int(eps.min())}..{int(eps.max())})"
+                f"(it has {plural(len(have), 'episode')}, {int(eps.min())}..{int(eps.max())})"
             )
     reasons: dict[int, str] = {}
     if keep is not None:

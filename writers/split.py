@@ -13,6 +13,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.paths import DEFAULT_TARGET_MB
+from episodekit.core.words import plural
 from episodekit.writers.sources import source_episodes
 from episodekit.writers.writer import Part, WriteOptions, WriteResult, write_parts
 
@@ -79,8 +80,12 @@ def assign(
     empty = [n for n, e in out.items() if len(e) == 0]
     if empty:
         raise ValueError(
-            f"split {empty[0]!r} gets no episodes ({len(eps)} episodes"
-            + (f", {len(np.unique(ds.column('task_index')))} tasks" if by == "task" else "")
+            f"split {empty[0]!r} gets no episodes ({plural(len(eps), 'episode')}"
+            + (
+                f", {plural(len(np.unique(ds.column('task_index'))), 'task')}"
+                if by == "task"
+                else ""
+            )
             + "): give it a larger fraction"
         )
     return out

@@ -35,6 +35,7 @@ from episodekit.core.memory import release_memory
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB
 from episodekit.core.progress import current
+from episodekit.core.words import plural
 from episodekit.writers import meta as meta_mod
 from episodekit.writers.data import output_schema, write_data
 from episodekit.writers.plan import OutputPlan, plan_output
@@ -116,20 +117,6 @@ def recipe_key(sources: list[SourceEpisode], options: WriteOptions) -> str:
     return _key(datasets, sel, json.loads(json.dumps(opts, default=str)))
 
 
-def check_not_in_source(out: Path, datasets: list[Dataset]) -> None:
-    """Refuse an ``out`` that is a source, inside one or holds one (before anything is written)."""
-    real = Path(os.path.realpath(out))
-    for ds in datasets:
-        if not ds.is_local:
-            continue
-        src = Path(os.path.realpath(ds.path))
-        if real == src or src in real.parents or real in src.parents:
-            raise EnvironmentProblem(
-                f"--out must be a new folder outside the source {ds.root} (never in place)",
-                str(out),
-            )
-
-
 def _up_to_date(out: Path, key: str, parts: list[Part]) -> bool:
     try:
         recorded = json.loads((out / RECIPE_FILE).read_text())
@@ -153,8 +140,8 @@ def write_parts(parts: list[Part], out: str | os.PathLike, what: str) -> dict[st
     """Write every part (``--out`` itself for name "", else ``--out/<name>``) and publish them
     together (see the module docstring); ``what`` names the command in the markers."""
     t0 = time.perf_counter()
-    out_path = check_output_dir(out)
     datasets = _datasets([s for p in parts for s in p.sources])
+    out_path = check_output_dir(out, sources=[ds.path for ds in datasets if ds.is_local])
     for p in parts:
         if not p.sources:
             raise ValueError("no episodes left to write (the selection is empty)")
@@ -162,7 +149,6 @@ def write_parts(parts: list[Part], out: str | os.PathLike, what: str) -> dict[st
             raise ValueError(
                 f"--target-mb {p.options.target_mb:g}: expected 0 < MiB <= {MAX_TARGET_MB}"
             )
-    check_not_in_source(out_path, datasets)
     features = {
         p.name: _features(_datasets(p.sources), set(p.options.remove_features)) for p in parts
     }
@@ -308,7 +294,7 @@ def _build(
     release_memory()  # thousands of footers read (v2.x): their freed memory back to the OS
     tasks, maps, ep_tasks = meta_mod.unify_tasks(plan, dict(options.rename_tasks))
     schema = output_schema(plan, removed)
-    say(f"writing {plan.num_episodes:,} episodes, {plan.num_frames:,} frames")
+    say(f"writing {plural(plan.num_episodes, 'episode')}, {plural(plan.num_frames, 'frame')}")
     data = write_data(plan, staging, schema, maps, target, chunks, options.executor)
     video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
     metas = [episode_meta(ds) for ds in datasets]
@@ -362,7 +348,7 @@ def _videos(
         return {}, {}
     from episodekit.writers.video import write_videos
 
-    current().step(f"copying the video packets of {len(keys)} cameras")
+    current().step(f"copying the video packets of {plural(len(keys), 'camera')}")
     limit = float(info.get("video_files_size_in_mb") or 200)
     cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
     return cols, frames

@@ -503,6 +503,23 @@ def exclude_options(func):
     return wrapper
 
 
+def split_long_option(no: str):
+    """``--split-long no|yes|auto`` (prepare, metadata plan; default auto, a bare
+    ``--split-long`` means yes): cut episodes into contiguous frame ranges. ``no`` says what
+    happens to a world size whose bins whole episodes cannot fill."""
+    return click.option(
+        "--split-long",
+        type=click.Choice(["no", "yes", "auto"]),
+        default="auto",
+        show_default=True,
+        is_flag=False,
+        flag_value="yes",
+        help="Cut episodes into contiguous frame ranges: auto only for world sizes whose bins "
+        f"cannot all get whole episodes (the summary says which), yes for every plan, no: {no}",
+    )
+
+
+PLAN_SPLIT = {"no": False, "yes": True, "auto": "auto"}  # --split-long -> PlanOptions.split_long
 PLAN_LOCALITIES = ("none", "rowgroup")  # episodekit.metadata.plans.partition.LOCALITIES
 
 

@@ -9,6 +9,7 @@ from episodekit.core import jsonout
 from episodekit.core.paths import SAMPLE_STYLES as STYLES
 from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
 from episodekit.core.paths import VIDEO_CODECS
+from episodekit.core.words import plural
 
 
 def _parse_size(text: str) -> tuple[int, int]:
@@ -39,11 +40,14 @@ def _parse_size(text: str) -> tuple[int, int]:
     "effective weights, per-epoch quotas, repeats.",
 )
 def info_command(root: str | None, as_json: bool, max_files: int, mixture: str | None) -> None:
-    """Describe ROOT: counts, features, data-file row groups, page index, lengths per task.
+    """Describe ROOT: counts, features, data-file row groups, page index, video files per camera
+    (mp4 files, size, codec, resolution), lengths per task.
 
     ROOT is a local path or an fsspec URL (hf://datasets/owner/name, memory://...).
-    Reads metadata and parquet footers only. With --mixture M (no ROOT): the mixture's sources,
-    frames, effective weights after balance, per-epoch quotas and repeats.
+    Reads metadata, parquet footers and video file sizes only (the codec and resolution shown
+    are what info.json declares; validate checks them against the streams). With --mixture M
+    (no ROOT): the mixture's sources, frames, effective weights after balance, per-epoch quotas
+    and repeats.
     """
     from episodekit.info import describe, format_description
 
@@ -192,7 +196,8 @@ def sample_command(
 
     info = read_info(root)
     click.echo(
-        f"wrote {root}: {info['total_episodes']:,} episodes, {info['total_frames']:,} frames, "
-        f"{info['total_tasks']} tasks, style {style}, {codebase_version} "
+        f"wrote {root}: {plural(info['total_episodes'], 'episode')}, "
+        f"{plural(info['total_frames'], 'frame')}, {plural(info['total_tasks'], 'task')}, "
+        f"style {style}, {codebase_version} "
         f"in {time.perf_counter() - t0:.1f}s"
     )

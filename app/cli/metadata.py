@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from episodekit.cli.common import (
+    PLAN_SPLIT,
     EpisodekitGroup,
     IntList,
     canonical_bins_option,
@@ -25,9 +26,11 @@ from episodekit.cli.common import (
     parse_canonical_bins,
     pick,
     root_argument,
+    split_long_option,
     writing,
 )
 from episodekit.core import jsonout
+from episodekit.core.words import plural
 
 if TYPE_CHECKING:
     from episodekit.exclusions import ExcludeOptions
@@ -56,7 +59,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     lo, mid, hi = np.percentile(cost, [0, 50, 100]) if len(cost) else (0.0, 0.0, 0.0)
     status = "written" if changed else "fresh, kept"
     click.echo(
-        f"{root}/{COST_FILE}: {status}; {table.num_rows:,} episodes, model {model}, "
+        f"{root}/{COST_FILE}: {status}; {plural(table.num_rows, 'episode')}, model {model}, "
         f"cost min {lo:,.4g} median {mid:,.4g} max {hi:,.4g} (max/min {hi / max(lo, 1e-12):.1f}x)"
     )
 
@@ -71,7 +74,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     help="Comma-separated world sizes (ranks), one plan each, e.g. 8,16,64.",
 )
 @canonical_bins_option()
-@dataloader_workers_option()
+@dataloader_workers_option(default=4)
 @cost_option()
 @click.option(
     "--algo",
@@ -81,12 +84,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     help="lpt: largest first to least-loaded bin; kk: Karmarkar-Karp largest differencing; "
     "auto: both (KK up to 50k items), keep the better.",
 )
-@click.option(
-    "--split-long",
-    is_flag=True,
-    help="Cut episodes into contiguous frame ranges where whole episodes cannot balance "
-    "(an episode above the mean bin cost, or few episodes per bin).",
-)
+@split_long_option("refuse those sizes (exit 2, no plan written).")
 @click.option(
     "--seed", default=0, show_default=True, help="Which rank/worker gets which bin (labels only)."
 )
@@ -97,7 +95,7 @@ def costs_command(root: str, model: str, force: bool, no_wait: bool) -> None:
     show_default=True,
     help="Equal samples per bin: trim heavier bins to the lightest, or wrap lighter ones.",
 )
-@locality_option(default="none")
+@locality_option(default="rowgroup")
 @exclude_options
 @click.option(
     "--mixture",
@@ -121,7 +119,7 @@ def plan_command(
     workers: int,
     cost: str,
     algo: str,
-    split_long: bool,
+    split_long: str,
     seed: int,
     policy: str,
     locality: str,
@@ -173,25 +171,26 @@ def plan_command(
         raise click.UsageError("give --world-size, --canonical-bins, or both")
     if out is not None:
         raise click.UsageError("--out is for mixture plans (--mixture); ROOT's plans go to ROOT")
+    split = PLAN_SPLIT[split_long]
     with writing(root, no_wait):
         if canonical is not False:  # before any plan is written
             from episodekit.metadata.plans.canonical import check_canonical_bins
 
-            check_canonical_bins(root, canonical, split_long)
+            check_canonical_bins(root, canonical, split)
         from episodekit.core.dataset import open_dataset
         from episodekit.exclusions import build_exclusion
         from episodekit.metadata.plans.options import PlanOptions
 
         ds = open_dataset(root)
         exclusion = build_exclusion(ds, exclude)
-        options = PlanOptions(cost, algo, split_long, seed, force, policy, locality, exclusion)
+        options = PlanOptions(cost, algo, split, seed, force, policy, locality, exclusion)
         results = ensure_plans(ds, world_sizes or [], workers, options)
         if canonical is not False:
             from episodekit.metadata.plans.canonical import ensure_canonical_plan
 
             results.append(ensure_canonical_plan(ds, canonical, options))
     skip = ("items", "bin_offsets", "bin_cost", "bin_frames")
-    _echo_plans(results, skip, format_balance, "plan(s)", t0, as_json)
+    _echo_plans(results, skip, format_balance, "plan", t0, as_json)
 
 
 def _echo_plans(results, skip, describe, label: str, t0: float, as_json: bool) -> None:
@@ -207,7 +206,7 @@ def _echo_plans(results, skip, describe, label: str, t0: float, as_json: bool) -
     for path, plan, changed in results:
         click.echo(f"{path}: {'written' if changed else 'fresh, kept'}")
         click.echo(describe(plan))
-    click.echo(f"{len(results)} {label} in {time.perf_counter() - t0:.1f}s")
+    click.echo(f"{plural(len(results), label)} in {time.perf_counter() - t0:.1f}s")
 
 
 def _mixture_plan(
@@ -221,10 +220,10 @@ def _mixture_plan(
     t0 = time.perf_counter()
     results = plan_mixture(
         mixture, out, world_sizes, workers, wait=not no_wait, say=_say, cost=cost, algo=algo,
-        split_long=split_long, seed=seed, force=force, policy=policy, locality=locality,
+        split_long=PLAN_SPLIT[split_long], seed=seed, force=force, policy=policy, locality=locality,
     )  # fmt: skip
     skip = ("items", "item_source", "bin_offsets", "bin_cost", "bin_frames", "bin_draws")
-    _echo_plans(results, skip, format_mixture_plan, "mixture plan(s)", t0, as_json)
+    _echo_plans(results, skip, format_mixture_plan, "mixture plan", t0, as_json)
 
 
 def _say(message: str) -> None:
@@ -284,8 +283,8 @@ def format_stats_report(report: dict, stats: dict | None = None) -> str:
     import numpy as np
 
     lines = [
-        f"{report['file']}: {report['status']} ({report['episodes']:,} episodes, "
-        f"{report['frames']:,} frames, fingerprint {report['fingerprint']})",
+        f"{report['file']}: {report['status']} ({plural(report['episodes'], 'episode')}, "
+        f"{plural(report['frames'], 'frame')}, fingerprint {report['fingerprint']})",
         f"{'feature':<28} {'dims':>5} {'quantiles':>9} {'rank error':>11}",
     ]
     for name, f in report["features"].items():

@@ -23,6 +23,7 @@ from episodekit.cli.common import (
     parse_canonical_bins,
     quiet_option,
     root_argument,
+    split_long_option,
     target_mb_option,
 )
 from episodekit.core import jsonout
@@ -51,15 +52,7 @@ if TYPE_CHECKING:
     "ranks x workers bins cannot all get a frame is skipped with a warning.",
 )
 @dataloader_workers_option(default=4)
-@click.option(
-    "--split-long",
-    type=click.Choice(["no", "yes", "auto"]),
-    default="auto",
-    show_default=True,
-    help="Cut episodes into contiguous frame ranges: auto only for world sizes whose bins "
-    "cannot all get whole episodes (the summary says which), yes for every plan, no: skip "
-    "those sizes. A run where every world size is skipped exits 1.",
-)
+@split_long_option("skip those sizes. A run where every world size is skipped exits 1.")
 @cost_option()
 @executor_option
 @jobs_option

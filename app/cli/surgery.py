@@ -7,6 +7,7 @@ import click
 
 from episodekit.cli.common import executor_option, json_option, root_argument, target_mb_option
 from episodekit.core import jsonout
+from episodekit.core.words import plural
 
 out_option = click.option(
     "--out",
@@ -22,8 +23,9 @@ def say_written(d: dict) -> None:
         click.echo(f"{d['out']}: already written from the same inputs; nothing to do")
         return
     click.echo(
-        f"wrote {d['out']}: {d['episodes']:,} episodes, {d['frames']:,} frames, {d['tasks']} "
-        f"tasks, {d['data_files']} data files, {d['video_files']} video files "
+        f"wrote {d['out']}: {plural(d['episodes'], 'episode')}, {plural(d['frames'], 'frame')}, "
+        f"{plural(d['tasks'], 'task')}, {plural(d['data_files'], 'data file')}, "
+        f"{plural(d['video_files'], 'video file')} "
         f"in {d['seconds']:.1f}s (verified)"
     )
 
@@ -111,7 +113,7 @@ def edit_command(
         click.echo(jsonout.dumps(d, indent=2))
         return
     if d["dropped"]:
-        click.echo(f"dropped {len(d['dropped'])} episodes: {_listing(d['dropped'])}")
+        click.echo(f"dropped {plural(len(d['dropped']), 'episode')}: {_listing(d['dropped'])}")
     say_written(d)
 
 

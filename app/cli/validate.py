@@ -128,9 +128,7 @@ def validate_command(
     except ValueError as exc:
         _json_usage(root, f"--checks: {exc}", as_json)
         raise click.BadParameter(str(exc), param_hint="--checks") from exc
-    if plots_dir and not report_path:
-        _json_usage(root, "--plots needs --report", as_json)
-        raise click.UsageError("--plots needs --report (the plots are linked from the report)")
+    _check_plots(root, report_path, plots_dir, as_json)
     from episodekit.validate.quality import ThresholdsError, load_thresholds
 
     try:
@@ -172,6 +170,21 @@ def validate_command(
         # stdout normally; stderr with --json so the JSON stays parseable (the runner reads both).
         click.echo(format_annotations(report), err=as_json)
     sys.exit(report.exit_code())
+
+
+def _check_plots(root: str, report_path: str | None, plots_dir: str | None, as_json: bool) -> None:
+    """``--plots DIR``: only with ``--report``, and DIR follows the rule of every output folder
+    (missing, empty or episodekit's, never in or around ROOT), checked before validating."""
+    if plots_dir and not report_path:
+        _json_usage(root, "--plots needs --report", as_json)
+        raise click.UsageError("--plots needs --report (the plots are linked from the report)")
+    if plots_dir:
+        from episodekit.core.outdir import UnsafeOutputError, check_output_dir
+
+        try:
+            check_output_dir(plots_dir, sources=[root])
+        except UnsafeOutputError as exc:
+            _cannot_validate(root, str(exc), as_json, EXIT_ENV)
 
 
 def _json_usage(root: str, message: str, as_json: bool, code: int = EXIT_ENV) -> None:

@@ -52,6 +52,8 @@ import pyarrow as pa
 from episodekit.core.atomic import atomic_write_bytes
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import EnvironmentProblem
+from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.words import plural
 from episodekit.metadata.costs import (
     check_model,
     compute_costs,
@@ -198,8 +200,9 @@ def _source_plan(
     B = W * K
     if src.frames < B:
         raise MixtureError(
-            f"source {src.name!r} has {src.frames:,} frames, fewer than the plan's {B:,} "
-            f"bins ({W} ranks x {K} workers): every bin draws from every source"
+            f"source {src.name!r} has {plural(src.frames, 'frame')}, fewer than the plan's "
+            f"{plural(B, 'bin')} ({plural(W, 'rank')} x {plural(K, 'worker')}): every bin draws "
+            "from every source"
         )
     # "auto": LPT. With episodes cut where needed, LPT + pouring lands within a frame of the
     # mean; KK's refinement (O(items x bins) per rank) would cost 2-3x the planning time here.
@@ -484,9 +487,11 @@ def ensure_mixture_plans(
 ) -> list[tuple[str, dict, bool]]:
     """Write ``out/mixture.json`` and one mixture plan per world size into ``out``; a plan with
     the same mixture fingerprint (spec + every source's episodes), parameters and costs is kept.
-    Returns ``[(path, plan, changed), ...]``."""
+    Every plan is built before any file is written. Returns ``[(path, plan, changed), ...]``."""
     o = PlanOptions.of(options, overrides)
-    cost, algo, split_long, seed = o.cost, o.algo, o.split_long, o.seed
+    # each source's bins cut episodes where needed whatever the option ("auto" is recorded as
+    # False, as prepare --mixture records it)
+    cost, algo, split_long, seed = o.cost, o.algo, o.split_long is True, o.seed
     force, policy, locality = o.force, o.policy, o.locality
     check_model(cost)
     spec = mixture if isinstance(mixture, MixtureSpec) else parse_mixture(mixture)
@@ -495,20 +500,11 @@ def ensure_mixture_plans(
     out = os.fspath(out)
     if os.path.exists(os.path.join(out, "meta", "info.json")):
         raise MixtureError(f"{out}: --out is a dataset root; give the mixture plan its own folder")
+    check_output_dir(out, sources=[s.root for s in spec.sources])  # never a user's folder
     resolved = resolve_sources(spec)
     fps = [s.ds.fingerprint for s in resolved]
     inputs = [plan_inputs(s, cost, locality) for s in resolved]
     digests = [costs_digest(s.cost) for s in inputs]
-    os.makedirs(out, exist_ok=True)
-    spec_bytes = (json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n").encode()
-    spec_path = os.path.join(out, MIXTURE_FILE)
-    try:
-        with open(spec_path, "rb") as fh:
-            same_spec = fh.read() == spec_bytes
-    except FileNotFoundError:
-        same_spec = False
-    if not same_spec:
-        atomic_write_bytes(spec_path, spec_bytes)
     wanted = {
         "num_workers": int(num_workers),
         "algo": algo,
@@ -537,17 +533,33 @@ def ensure_mixture_plans(
         plan = build_mixture_plan(
             spec, inputs, w, num_workers, algo, split_long, seed, policy, locality, cost, fps
         )
-        atomic_write_bytes(path, encode_plan(plan))
         results.append((path, plan, True))
+    # every plan was built: only now is anything written (a shape that fails leaves no file)
+    os.makedirs(out, exist_ok=True)
+    spec_bytes = (json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n").encode()
+    spec_path = os.path.join(out, MIXTURE_FILE)
+    try:
+        with open(spec_path, "rb") as fh:
+            same_spec = fh.read() == spec_bytes
+    except FileNotFoundError:
+        same_spec = False
+    if not same_spec:
+        atomic_write_bytes(spec_path, spec_bytes)
+    for path, plan, changed in results:
+        if changed:
+            atomic_write_bytes(path, encode_plan(plan))
+    mark_output_dir(out, "a mixture plan folder")
     return results
 
 
 def format_mixture_plan(plan: dict) -> str:
     """Lines for the CLI: sources with quotas and repeats, balance, share deviation."""
     lines = [
-        f"ws={plan['world_size']} x nw={plan['num_workers']}: {len(plan['sources'])} sources, "
-        f"{plan['num_items']:,} items, cost {plan['cost_model']}, locality {plan['locality']}; "
-        f"epoch {plan['epoch_frames']:,} frames (requested {plan['epoch_frames_requested']:,})",
+        f"ws={plan['world_size']} x nw={plan['num_workers']}: "
+        f"{plural(len(plan['sources']), 'source')}, {plural(plan['num_items'], 'item')}, "
+        f"cost {plan['cost_model']}, locality {plan['locality']}; "
+        f"epoch {plural(plan['epoch_frames'], 'frame')} "
+        f"(requested {plan['epoch_frames_requested']:,})",
         f"  {'source':<16}{'episodes':>10}{'frames':>13}{'eff. weight':>12}{'quota':>13}"
         f"{'repeats':>9}{'max/LB':>9}  split",
     ]

@@ -20,6 +20,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset, resolve_root
 from episodekit.core.errors import EnvironmentProblem
+from episodekit.core.words import plural
 from episodekit.metadata.mixture.spec import MIXTURE_FILE, MixtureSpec, parse_mixture
 from episodekit.metadata.plans.plan_file import (
     Plan,
@@ -138,7 +139,8 @@ def load_mixture_plan(
     path = posixpath.join(base.rstrip("/") or "/", mixture_plan_name(world_size, num_workers))
     if not fs.exists(path):
         raise PlanNotFoundError(
-            f"{path}: no mixture plan for world size {world_size} x {num_workers} workers; "
+            f"{path}: no mixture plan for world size {world_size} x "
+            f"{plural(num_workers, 'worker')}; "
             f"create it with: {mixture_fix_hint(str(folder), world_size, num_workers)}"
         )
     plan = read_plan_file(fs, path)

@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset
 from episodekit.core.errors import EXIT_ENV, EnvironmentProblem
+from episodekit.core.words import plural
 
 BALANCES = ("none", "frames", "episodes")
 OVERFLOWS = ("repeat", "cap")
@@ -434,7 +435,7 @@ def epoch_size(requested: int, num_bins: int, policy: str) -> int:
     per = requested // num_bins if policy == "trim" else -(-requested // num_bins)
     if per < 1:
         raise MixtureError(
-            f"epoch_frames {requested:,} is fewer than the plan's {num_bins:,} bins "
+            f"epoch_frames {requested:,} is fewer than the plan's {plural(num_bins, 'bin')} "
             "(every bin needs a sample): raise epoch_frames or use --policy wrap"
         )
     return per * num_bins
@@ -501,7 +502,7 @@ def select_episodes(ds: Dataset, spec: SourceSpec, where: str = "mixture") -> np
     ep = ds.column("episode_index").astype(np.int64)
     keep = np.ones(len(ep), dtype=bool)
     label = f"source {spec.name!r}"
-    holds = f"{spec.root} has {len(ep):,} episodes, indices {_index_span(ep)}"
+    holds = f"{spec.root} has {plural(len(ep), 'episode')}, indices {_index_span(ep)}"
     if spec.episodes is not None:
         what = spec.field_name("episodes")
         if isinstance(spec.episodes, tuple):
@@ -521,7 +522,8 @@ def select_episodes(ds: Dataset, spec: SourceSpec, where: str = "mixture") -> np
         what = spec.field_name("tasks")
         task_ids = ds.tasks.column("task_index").to_numpy().astype(np.int64)
         task_names = ds.task_strings()
-        known = f"({spec.root} has {len(task_names):,} tasks, indices {_index_span(task_ids)})"
+        n_tasks = plural(len(task_names), "task")
+        known = f"({spec.root} has {n_tasks}, indices {_index_span(task_ids)})"
         names = {t for t in spec.tasks if isinstance(t, str)}
         ids = {t for t in spec.tasks if isinstance(t, int)}
         unknown = [t for t in spec.tasks if isinstance(t, str) and t not in set(task_names)]

@@ -46,6 +46,8 @@ import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_bytes
 from episodekit.core.dataset import Dataset, DatasetError
+from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.words import plural
 from episodekit.core.world import rank_info
 from episodekit.metadata.mixture.spec import (
     MIXTURE_FILE,
@@ -452,12 +454,15 @@ def write_mixture_stats(res: MixtureStats, out: str | os.PathLike) -> bool:
         raise MixtureError(
             f"{out}: --out is a dataset root; give the mixture stats their own folder"
         )
+    roots = [s["root"] for s in (res.meta.get("mixture") or {}).get("sources") or []]
+    check_output_dir(out, sources=roots)  # never a user's folder, nor in or around a source
     os.makedirs(out, exist_ok=True)
     stats_path, meta_path = _paths(out)
     text = json.dumps(res.stats, indent=4).encode()
     atomic_write_bytes(stats_path, text)
     meta = {**res.meta, "stats_sha256": hashlib.sha256(text).hexdigest()}
     atomic_write_bytes(meta_path, (json.dumps(meta, indent=2) + "\n").encode())
+    mark_output_dir(out, "a mixture plan folder")
     res.meta = meta
     return True
 
@@ -479,6 +484,7 @@ def ensure_mixture_stats(
         raise MixtureError(
             f"{out}: --out is a dataset root; give the mixture stats their own folder"
         )
+    check_output_dir(out, sources=[s.root for s in spec.sources])  # before the computation
     reason = "--force" if force else mixture_stats_stale_reason(out, spec, features, quantiles)
     if not reason:
         meta = read_mixture_stats_meta(out) or {}
@@ -541,7 +547,7 @@ def format_mixture_stats(report: dict[str, Any]) -> str:
         head += " (--force)" if reason == "--force" else f" (were stale: {reason})"
     lines = [
         head,
-        f"  epoch {report['epoch_frames']:,} frames, fingerprint {report['fingerprint']}",
+        f"  epoch {plural(report['epoch_frames'], 'frame')}, fingerprint {report['fingerprint']}",
         f"  {'source':<16}{'frames':>12}{'quota':>12}{'repeats':>9}",
     ]
     for s in report["sources"] or []:

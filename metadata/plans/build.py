@@ -31,6 +31,7 @@ import pyarrow as pa
 from episodekit.core.dataset import Dataset, DatasetError, as_dataset
 from episodekit.core.footer import file_layout
 from episodekit.core.hashing import splitmix64
+from episodekit.core.words import plural
 from episodekit.metadata.artifact import (
     FORMAT,
     FRESH,
@@ -39,9 +40,9 @@ from episodekit.metadata.artifact import (
     read_bytes,
     write_bytes,
 )
-from episodekit.metadata.costs import check_model, ensure_costs
+from episodekit.metadata.costs import check_model, costs_for, write_costs
 from episodekit.metadata.plans.exclude import Exclusion, keep_pieces
-from episodekit.metadata.plans.options import PlanOptions
+from episodekit.metadata.plans.options import PlanOptions, split_tries
 from episodekit.metadata.plans.partition import (
     ALGOS,
     KK_AUTO_MAX_ITEMS,
@@ -153,7 +154,8 @@ def _check_args(
     frames = int(lengths.sum())
     if bins > frames:
         raise ValueError(
-            f"{bins} bins ({world_size} ranks x {num_workers} workers) but only {frames} frames: "
+            f"{plural(bins, 'bin')} ({plural(world_size, 'rank')} x "
+            f"{plural(num_workers, 'worker')}) but only {plural(frames, 'frame')}: "
             "every bin needs at least one frame"
         )
 
@@ -263,12 +265,7 @@ def build_plan(
     bin_frames = np.bincount(bin_of, items.end - items.start, minlength=B)
     empty = np.flatnonzero(bin_frames == 0)
     if len(empty):
-        hint = "" if split_long else " (use --split-long to cut long episodes)"
-        left = f"{len(items)} pieces left after the exclusion" if exclusion else f"{n} episodes"
-        raise ValueError(
-            f"{len(empty)} of {B} bins got no frames: {left} are too few for "
-            f"{W} ranks x {K} workers{hint}"
-        )
+        raise _empty_bins(len(empty), W, K, len(items) if exclusion else n, exclusion, split_long)
     plan = plan_document(
         np.stack([items.episode, items.start, items.end], axis=1),
         bin_of,
@@ -294,6 +291,20 @@ def build_plan(
         unit_sorted = unit_of_episode[np.argsort(ep, kind="stable")]
         plan["row_groups"] = row_group_figures(unit_sorted[pos_of], bin_of, B)
     return plan
+
+
+def _empty_bins(
+    empty: int, W: int, K: int, have: int, exclusion: Exclusion | None, split_long: bool
+) -> ValueError:
+    """The error for a partition that left ``empty`` bins without a frame (``have``: episodes,
+    or the pieces left after the exclusion)."""
+    hint = "" if split_long else " (use --split-long auto to cut long episodes)"
+    left = plural(have, "piece") + " left after the exclusion" if exclusion else ""
+    return ValueError(
+        f"{empty} of {plural(W * K, 'bin')} got no frames: {left or plural(have, 'episode')} "
+        f"{'is' if have == 1 else 'are'} too few for {plural(W, 'rank')} x "
+        f"{plural(K, 'worker')}{hint}"
+    )
 
 
 def _pieces(
@@ -519,35 +530,39 @@ def ensure_plans(
     options: PlanOptions | None = None,
     **overrides: Any,
 ) -> list[tuple[str, dict, bool]]:
-    """Build and write one plan per world size (computing the cost table first if needed).
+    """Build one plan per world size, then write the cost table (when it was computed) and the
+    plans: a shape that cannot be planned raises (ValueError) before any file is written.
 
     A plan that exists with the same fingerprint, parameters and costs is kept (``changed`` is
     False). ``locality`` is ``none`` (LPT/KK over all episodes) or ``rowgroup`` (consecutive
-    runs of row groups, see :func:`build_plan`). Returns ``[(path, plan, changed), ...]`` in the
-    order of ``world_sizes``.
+    runs of row groups, see :func:`build_plan`). ``split_long="auto"``: whole episodes where
+    they fill every bin, else cut (:func:`~episodekit.metadata.plans.options.split_tries`; a
+    fresh plan of either kind is kept). Returns ``[(path, plan, changed), ...]`` in the order
+    of ``world_sizes``.
     """
     o = PlanOptions.of(options, overrides)
-    cost, algo, split_long, seed = o.cost, o.algo, o.split_long, o.seed
+    cost, algo, seed = o.cost, o.algo, o.seed
     force, policy, locality = o.force, o.policy, o.locality
     check_model(cost)
     ds = as_dataset(root)
     for w in world_sizes:  # fail on a bad shape before computing anything
         _check_args(None, None, w, num_workers, algo, policy, locality)
-    costs, _ = ensure_costs(ds, cost)
+    costs, computed = costs_for(ds, cost)
     digest = costs_digest(costs["cost"].to_numpy())
     wanted = {
         "num_workers": int(num_workers),
         "algo": algo,
-        "split_long": bool(split_long),
         "seed": int(seed),
         "policy": policy,
         "cost_model": cost,
         "locality": locality,
     }
     excluded_digest = o.exclusion.digest if o.exclusion else None
+    episodes = int((costs["length"].to_numpy() > 0).sum())
     out = []
     for w in world_sizes:
         path = ds.join(plan_path(w, num_workers))
+        tries = split_tries(o.split_long, episodes, int(w) * int(num_workers))
         if not force:
             try:
                 old = read_plan(ds, w, num_workers)
@@ -561,15 +576,32 @@ def ensure_plans(
                     old.get(k, "none" if k == "locality" else None) == v
                     for k, v in {**wanted, "world_size": int(w)}.items()
                 )
+                and bool(old.get("split_long")) in tries
                 and (old.get("excluded") or {}).get("digest") == excluded_digest
             ):
                 out.append((path, old, False))
                 continue
-        plan = plan_for_dataset(
-            ds, costs, w, num_workers, algo, split_long, seed, policy, locality, o.exclusion
-        )
-        out.append((write_plan(ds, plan), plan, True))
-    return out
+        plan = _first_plan(tries, ds, costs, w, num_workers, o)
+        out.append((path, plan, True))
+    if computed:  # every plan was built: only now is anything written
+        write_costs(ds, cost, costs)
+    return [(write_plan(ds, p) if changed else path, p, changed) for path, p, changed in out]
+
+
+def _first_plan(
+    tries: list[bool], ds: Dataset, costs: pa.Table, w: int, k: int, o: PlanOptions
+) -> dict:
+    """The plan of the first ``split_long`` value in ``tries`` that gives every bin a frame
+    (the last one's ValueError when none does)."""
+    for i, split in enumerate(tries):
+        try:
+            return plan_for_dataset(
+                ds, costs, w, k, o.algo, split, o.seed, o.policy, o.locality, o.exclusion
+            )
+        except ValueError:
+            if i == len(tries) - 1:
+                raise
+    raise ValueError("no split_long value to try")  # pragma: no cover - tries is never empty
 
 
 def _close(a: float, b: float) -> bool:
@@ -648,7 +680,7 @@ def _coverage_problems(e: np.ndarray, s: np.ndarray, t: np.ndarray, ds: Dataset)
         missing = np.setdiff1d(ds_ep, uniq)
         extra = np.setdiff1d(uniq, ds_ep)
         problems.append(
-            f"plan covers {len(uniq)} episodes, dataset has {len(ds_ep)} "
+            f"plan covers {plural(len(uniq), 'episode')}, dataset has {len(ds_ep)} "
             f"(missing {missing[:5].tolist()}, unknown {extra[:5].tolist()})"
         )
         return problems
@@ -714,8 +746,8 @@ def format_balance(plan: dict) -> str:
     """A few lines comparing the plan's balance with the naive splits (for the CLI)."""
     b = plan["balance"]
     lines = [
-        f"ws={plan['world_size']} x nw={plan['num_workers']}: {plan['num_items']:,} items "
-        f"({plan['split_episodes']} episodes split), algo {plan['algo']} -> "
+        f"ws={plan['world_size']} x nw={plan['num_workers']}: {plural(plan['num_items'], 'item')} "
+        f"({plural(plan['split_episodes'], 'episode')} split), algo {plan['algo']} -> "
         f"{plan['algo_used']['ranks']}/{','.join(plan['algo_used']['workers'])}, "
         f"cost {plan['cost_model']}, locality {plan.get('locality', 'none')}",
         f"  {'split':<12}{'min':>14}{'mean':>14}{'max':>14}{'max/lower_bound':>17}",
@@ -731,12 +763,12 @@ def format_balance(plan: dict) -> str:
     if rg:
         lines.append(
             f"  row groups read per bin: min {rg['per_bin_min']}, mean {rg['per_bin_mean']:g}, "
-            f"max {rg['per_bin_max']} (of {rg['total']}); at most {rg['bins_per_row_group_max']} "
-            "bins share one"
+            f"max {rg['per_bin_max']} (of {rg['total']}); at most "
+            f"{plural(rg['bins_per_row_group_max'], 'bin')} share one"
         )
     lines.append(
         f"  samples_per_rank {plan['samples_per_rank']:,} (= {plan['samples_per_worker']:,} per "
         f"worker, policy {plan['policy']}): drops {plan['dropped_frames']:,} and repeats "
-        f"{plan['repeated_frames']:,} of {plan['total_frames']:,} frames per epoch"
+        f"{plan['repeated_frames']:,} of {plural(plan['total_frames'], 'frame')} per epoch"
     )
     return "\n".join(lines)

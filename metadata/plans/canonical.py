@@ -29,7 +29,8 @@ from typing import Any
 
 from episodekit.core.dataset import Dataset, list_files, open_dataset
 from episodekit.core.paths import PLAN_DIR
-from episodekit.metadata.plans.options import PlanOptions
+from episodekit.core.words import plural
+from episodekit.metadata.plans.options import PlanOptions, split_tries
 from episodekit.metadata.plans.plan_file import (
     Plan,
     PlanError,
@@ -98,18 +99,20 @@ def check_canonical_bins(
     root: str | Dataset, canonical_bins: int | None, split_long: bool = False
 ) -> None:
     """Refuse (ValueError: a bad option, exit 2) a C that cannot give every bin an episode (with
-    ``split_long``: a frame), before any plan is written; None (auto) always fits."""
+    ``split_long`` True or "auto": a frame), before any plan is written; None (auto) always
+    fits."""
     from episodekit.core.dataset import as_dataset
 
     if canonical_bins is None:
         return
     ds = as_dataset(root)
-    have, what = (ds.num_frames, "frames") if split_long else (ds.num_episodes, "episodes")
+    have, what = (ds.num_frames, "frame") if split_long else (ds.num_episodes, "episode")
     if int(canonical_bins) > have:
-        fix = "auto" if split_long else "auto, or --split-long"
+        fix = "auto" if split_long else "auto, or --split-long auto"
         raise ValueError(
-            f"--canonical-bins {canonical_bins}: {have} {what} are too few for "
-            f"{canonical_bins} bins (use at most {have}, {fix})"
+            f"--canonical-bins {canonical_bins}: {plural(have, what)} "
+            f"{'is' if have == 1 else 'are'} too few for "
+            f"{plural(int(canonical_bins), 'bin')} (use at most {have}, {fix})"
         )
 
 
@@ -134,6 +137,7 @@ def ensure_canonical_plan(
     ds = as_dataset(root)
     check_canonical_bins(ds, canonical_bins, split_long)
     c = default_canonical_bins(ds.num_episodes) if canonical_bins is None else int(canonical_bins)
+    split_long = split_tries(split_long, ds.num_episodes, c)[0]  # "auto": cut when C > episodes
     _check_args(None, None, c, 1, algo, policy, locality)
     costs, _ = ensure_costs(ds, cost)
     rel = canonical_plan_path(c)
@@ -208,7 +212,9 @@ def load_canonical_plan(
     else:
         path = posixpath.join(base.rstrip("/") or "/", canonical_plan_path(canonical_bins))
         if not fs.exists(path):
-            raise PlanNotFoundError(f"{path}: no canonical plan with {canonical_bins} bins; {hint}")
+            raise PlanNotFoundError(
+                f"{path}: no canonical plan with {plural(canonical_bins, 'bin')}; {hint}"
+            )
     if check_fresh and ds is None:
         ds = open_dataset(str(root), check_files=False, check_totals=False)
     plan = read_plan_file(fs, path, max_items=ds.num_frames if ds is not None else None)

@@ -9,20 +9,22 @@ override the object's fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from episodekit.metadata.plans.exclude import Exclusion
 
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """How plans are made: cost model, partition algorithm, episode cutting, label seed, equal
-    counts policy, locality; ``force`` recomputes a plan that is fresh; ``exclusion``: frames
-    the plans never draw (:mod:`episodekit.metadata.plans.exclude`)."""
+    """How plans are made: cost model, partition algorithm, episode cutting (``split_long``:
+    True, False, or "auto": whole episodes where they can fill every bin, else cut; see
+    :func:`split_tries`), label seed, equal counts policy, locality; ``force`` recomputes a
+    plan that is fresh; ``exclusion``: frames the plans never draw
+    (:mod:`episodekit.metadata.plans.exclude`)."""
 
     cost: str = "frames"
     algo: str = "auto"
-    split_long: bool = False
+    split_long: bool | Literal["auto"] = False
     seed: int = 0
     force: bool = False
     policy: str = "trim"
@@ -38,3 +40,13 @@ class PlanOptions:
         if unknown:
             raise TypeError(f"unexpected plan option(s): {', '.join(unknown)}")
         return replace(options or cls(), **overrides)
+
+
+def split_tries(split_long: bool | str, episodes: int, bins: int) -> list[bool]:
+    """The ``split_long`` values to try, in order, for a plan over ``bins`` bins of a dataset
+    with ``episodes`` non-empty episodes: "auto" tries whole episodes first when there are
+    enough of them to give every bin one (a partition that still leaves a bin empty, e.g. a
+    ``rowgroup`` one, is retried with cut episodes), else cuts at once; True/False: only that."""
+    if split_long != "auto":
+        return [bool(split_long)]
+    return [False, True] if episodes >= bins else [True]

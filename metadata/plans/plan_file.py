@@ -26,6 +26,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset, resolve_root
 from episodekit.core.paths import PLAN_DIR
+from episodekit.core.words import plural
 
 PLAN_FORMAT = "episodekit.shard_plan"
 PLAN_VERSION = 1
@@ -52,32 +53,24 @@ def plan_path(world_size: int, num_workers: int) -> str:
     return f"{PLAN_DIR}/ws{int(world_size)}_nw{int(num_workers)}.json"
 
 
-def fix_hint(root: str, world_size: int, num_workers: int, episodes: int | None = None) -> str:
-    """The command that writes the plan for this shape; with ``episodes`` (the dataset's count)
-    below the bins, ``--split-long`` too: whole episodes cannot give every bin a frame."""
-    cut = " --split-long" if episodes is not None and episodes < world_size * num_workers else ""
-    return f"episodekit metadata plan {root} --world-size {world_size} --workers {num_workers}{cut}"
-
-
-def _episodes_of(ds: Dataset | None, root: Any) -> int | None:
-    """The root's episode count for a hint, None when its metadata cannot be read."""
-    try:
-        ds = ds or open_dataset(str(root), check_files=False, check_totals=False)
-    except Exception:  # noqa: BLE001 - a hint never hides the error it belongs to
-        return None
-    return ds.num_episodes
+def fix_hint(root: str, world_size: int, num_workers: int) -> str:
+    """The command that writes the plan for this shape (its default ``--split-long auto`` cuts
+    episodes where whole ones cannot give every bin a frame)."""
+    return f"episodekit metadata plan {root} --world-size {world_size} --workers {num_workers}"
 
 
 def plan_flags(doc: dict) -> str:
     """The plan's non-default `metadata plan` options, so the rerun hint rebuilds the same kind
-    of plan (not, say, a `--locality none` plan where `prepare` wrote a `rowgroup` one)."""
+    of plan (not, say, a `rowgroup` plan where the user asked for `--locality none`)."""
     flags = ""
     for flag, key, default in (("--cost", "cost_model", "frames"), ("--algo", "algo", "auto"),
-                               ("--policy", "policy", "trim"), ("--locality", "locality", "none"),
+                               ("--policy", "policy", "trim"),
+                               ("--locality", "locality", "rowgroup"),
                                ("--seed", "seed", 0)):  # fmt: skip
-        if doc.get(key, default) != default:
-            flags += f" {flag} {doc[key]}"
-    return flags + (" --split-long" if doc.get("split_long") else "")
+        value = doc.get(key, "none" if key == "locality" else default)  # older plans: none
+        if value != default:
+            flags += f" {flag} {value}"
+    return flags + (" --split-long yes" if doc.get("split_long") else "")
 
 
 def _encode_column(values: np.ndarray, compressed: bool) -> Any:
@@ -322,7 +315,7 @@ class Plan:
         if not (0 <= rank < self.world_size and 0 <= worker < self.num_workers):
             raise IndexError(
                 f"(rank {rank}, worker {worker}) outside a plan for world size "
-                f"{self.world_size} x {self.num_workers} workers"
+                f"{self.world_size} x {plural(self.num_workers, 'worker')}"
             )
         b = rank * self.num_workers + worker
         return self.items[self.bin_offsets[b] : self.bin_offsets[b + 1]]
@@ -373,9 +366,10 @@ def load_root_plan(
     path = posixpath.join(base.rstrip("/") or "/", plan_path(world_size, num_workers))
     if not fs.exists(path):
         raise PlanNotFoundError(
-            f"{path}: no shard plan for world size {world_size} x {num_workers} workers; "
+            f"{path}: no shard plan for world size {world_size} x "
+            f"{plural(num_workers, 'worker')}; "
             f"create it with: "
-            f"{fix_hint(label, world_size, num_workers, _episodes_of(ds, root))}"
+            f"{fix_hint(label, world_size, num_workers)}"
         )
     if check_fresh and ds is None:
         ds = open_dataset(str(root), check_files=False, check_totals=False)

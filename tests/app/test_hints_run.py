@@ -1,9 +1,14 @@
-"""Every message that tells the user to run an ``episodekit ...`` command names one that works:
-each hint is produced in the situation that prints it, then run as a subprocess there (exit 0).
+"""Every message that tells the user to run an ``episodekit ...`` command names one that works,
+and fixes what it names: each hint is produced in the situation that prints it, run as a
+subprocess there (exit 0), and then the situation is checked again: the finding, error or
+warning is gone (a hint that loops, like `metadata stats ROOT` for image stats that only
+`--images` computes, fails here).
 
 ``HINTS`` maps each hint in the package's source (file, a piece of its text) to a situation that
-returns the message; ``test_every_hint_in_the_source_is_covered`` scans the source's string
-literals for ``episodekit <command>`` so a new hint without a situation fails here.
+returns ``(message, root, gone)``: the message, the root that ``ROOT`` in it stands for (or
+None), and ``gone(proc)``, which asserts that what the message reported is gone once the hint ran
+(``proc``: the hint's completed process). ``test_every_hint_in_the_source_is_covered`` scans the
+source's string literals for ``episodekit <command>`` so a new hint without a situation fails.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import pytest
 from episodekit.sample import write_sample
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate")
+PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate", "writers")
 COMMAND = re.compile(r"episodekit ((?:info|sample|validate|prepare|prep|metadata)\b[^`'();]*)")
 # String literals that name a command without telling the user to run it.
 NOT_HINTS = {
@@ -58,12 +63,26 @@ def sample(path: Path, **spec) -> Path:
     return write_sample(path, **{"episodes": 20, "tasks": 2, "seed": 4, **spec})
 
 
-def finding(root: Path, check: str) -> str:
+def findings(root: Path, check: str) -> list[str]:
     proc = cli("validate", root, "--json")
     doc = json.loads(proc.stdout)
-    messages = [f["message"] for f in doc["findings"] if f["check"] == check]
-    assert messages, (check, doc["findings"])
+    return [f["message"] for f in doc["findings"] if f["check"] == check]
+
+
+def finding(root: Path, check: str, has: str = "") -> str:
+    messages = [m for m in findings(root, check) if has in m]
+    assert messages, (check, has, findings(root, check))
     return messages[0]
+
+
+def finding_gone(root: Path, check: str, message: str | None = None) -> Callable:
+    """``gone``: validate reports no ``check`` finding any more (``message``: not that one)."""
+
+    def gone(proc) -> None:
+        left = findings(root, check)
+        assert (message not in left) if message else not left, left
+
+    return gone
 
 
 def raised(fn: Callable, *args, **kwargs) -> str:
@@ -72,25 +91,68 @@ def raised(fn: Callable, *args, **kwargs) -> str:
     return str(info.value)
 
 
-# -- situations: each returns (message, root the hint runs on or None) ---------------------------
+def works(fn: Callable, *args, **kwargs) -> Callable:
+    """``gone``: ``fn(*args, **kwargs)`` no longer raises."""
+    return lambda proc: fn(*args, **kwargs)
+
+
+def no_warning(piece: str, fn: Callable, *args, **kwargs) -> Callable:
+    """``gone``: ``fn(*args, **kwargs)`` warns nothing containing ``piece`` (the per-process
+    warn-once memory cleared first, so a second call could warn again)."""
+
+    def gone(proc) -> None:
+        from episodekit.loaders import store
+
+        store._warned.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn(*args, **kwargs)
+        assert not [str(w.message) for w in caught if piece in str(w.message)]
+
+    return gone
+
+
+# -- situations: each returns (message, root the hint runs on or None, gone) ---------------------
 
 
 def validate_layout(tmp: Path):
     root = sample(tmp / "r")
-    return finding(root, "layout.row_groups"), None
+    return finding(root, "layout.row_groups"), None, finding_gone(root, "layout.row_groups")
 
 
 def validate_stats_missing(tmp: Path):
     root = sample(tmp / "r")
     (root / "meta/stats.json").unlink()
-    return finding(root, "stats.present"), None
+    return finding(root, "stats.present"), None, finding_gone(root, "stats.present")
+
+
+def _converted_with_images(tmp: Path) -> Path:
+    """A v2.1 root with an image feature, converted (its stats: v2.1's, without quantiles)."""
+    src = write_sample(tmp / "v21", episodes=6, tasks=2, seed=4, images=True, version="v2.1")
+    assert cli("convert", src, "--out", tmp / "r").returncode == 0
+    return tmp / "r"
+
+
+def validate_quantiles_missing(tmp: Path):
+    root = _converted_with_images(tmp)
+    msg = finding(root, "stats.present", "compute it with")
+    return msg, None, finding_gone(root, "stats.present", msg)
+
+
+def validate_image_quantiles_missing(tmp: Path):
+    """The loop of issue 39: after `metadata stats ROOT` the image features still had no
+    quantiles and the same hint repeated; only `--images` computes them."""
+    root = _converted_with_images(tmp)
+    assert cli("metadata", "stats", root).returncode == 0
+    msg = finding(root, "stats.present", "--images")
+    return msg, None, finding_gone(root, "stats.present")
 
 
 def validate_stats_stale(tmp: Path):
     root = sample(tmp / "r")
     assert cli("metadata", "stats", root).returncode == 0
     assert cli("prep", "rowgroups", root, "--target-mb", "0.05").returncode == 0
-    return finding(root, "stats.fresh"), None
+    return finding(root, "stats.fresh"), None, finding_gone(root, "stats.fresh")
 
 
 def validate_speed_stale(tmp: Path):
@@ -99,14 +161,14 @@ def validate_speed_stale(tmp: Path):
     f = root / "meta/speed_percentiles.jsonl"
     rows = [json.loads(line) for line in f.read_text().splitlines()]
     f.write_text("".join(json.dumps({**r, "fingerprint": "0" * 32}) + "\n" for r in rows))
-    return finding(root, "speed.fresh"), None
+    return finding(root, "speed.fresh"), None, finding_gone(root, "speed.fresh")
 
 
 def plan_missing_small(tmp: Path):
     from episodekit.loaders import load_plan
 
-    root = sample(tmp / "r")  # 20 episodes: too few for 8 x 4 bins without --split-long
-    return raised(load_plan, root, 8, 4), None
+    root = sample(tmp / "r")  # 20 episodes for 8 x 4 bins: the plan cuts episodes (auto)
+    return raised(load_plan, root, 8, 4), None, works(load_plan, root, 8, 4)
 
 
 def plan_stale(tmp: Path):
@@ -117,13 +179,14 @@ def plan_stale(tmp: Path):
     plans = (root / "meta/shard_plans").rename(tmp / "plans")
     sample(root, seed=5)
     plans.rename(root / "meta/shard_plans")
-    return raised(load_plan, root, 2, 2), None
+    return raised(load_plan, root, 2, 2), None, works(load_plan, root, 2, 2)
 
 
 def canonical_missing(tmp: Path):
     from episodekit.metadata.plans.canonical import load_canonical_plan
 
-    return raised(load_canonical_plan, sample(tmp / "r")), None
+    root = sample(tmp / "r")
+    return raised(load_canonical_plan, root), None, works(load_canonical_plan, root)
 
 
 def canonical_stale(tmp: Path):
@@ -134,7 +197,7 @@ def canonical_stale(tmp: Path):
     plans = (root / "meta/shard_plans").rename(tmp / "plans")
     sample(root, seed=5)
     plans.rename(root / "meta/shard_plans")
-    return raised(load_canonical_plan, root), None
+    return raised(load_canonical_plan, root), None, works(load_canonical_plan, root)
 
 
 def _mixture(tmp: Path) -> tuple[Path, Path, Path]:
@@ -153,7 +216,7 @@ def mixture_plan_missing(tmp: Path):
     from episodekit.loaders import load_plan
 
     _, _, out = _mixture(tmp)
-    return raised(load_plan, out, 2, 1), None
+    return raised(load_plan, out, 2, 1), None, works(load_plan, out, 2, 1)
 
 
 def mixture_plan_stale(tmp: Path):
@@ -161,31 +224,46 @@ def mixture_plan_stale(tmp: Path):
 
     a, _, out = _mixture(tmp)
     sample(a, seed=9)
-    return raised(load_plan, out, 1, 1), None
+    return raised(load_plan, out, 1, 4), None, works(load_plan, out, 1, 4)
 
 
 def mixture_stats_missing(tmp: Path):
     from episodekit.metadata.mixture.stats import load_mixture_stats
 
     _, _, out = _mixture(tmp)
-    return raised(load_mixture_stats, out), None
+    return raised(load_mixture_stats, out), None, works(load_mixture_stats, out)
 
 
 def mixture_folder_as_root(tmp: Path):
-    _, _, out = _mixture(tmp)
+    """`validate DIR` on a mixture plan folder: the hint lists the sources to validate."""
+    a, _, out = _mixture(tmp)
     proc = cli("validate", out)
     assert proc.returncode == 2
-    return proc.stderr, None
+
+    def gone(hint) -> None:
+        assert str(a) in hint.stdout  # the sources it names validate
+        assert cli("validate", a).returncode == 0
+
+    return proc.stderr, None, gone
 
 
 def prepare_option_for_root(tmp: Path):
+    """An option of `prepare ROOT` given with --mixture: the hint prepares a source as ROOT,
+    where the option works."""
+    from episodekit.metadata.plans.canonical import load_canonical_plan
+
     a, m, out = _mixture(tmp)
     proc = cli("prepare", "--mixture", m, "--out", out, "--canonical-bins", "auto")
     assert proc.returncode == 2
-    return proc.stderr, a
+
+    def gone(hint) -> None:
+        assert cli("prepare", a, "--canonical-bins", "auto").returncode == 0
+        load_canonical_plan(a)
+
+    return proc.stderr, a, gone
 
 
-def speed_before_episodes_added(tmp: Path, caplog=None):
+def speed_before_episodes_added(tmp: Path):
     from episodekit.core.dataset import open_dataset
     from episodekit.metadata.speed import load_or_compute
 
@@ -194,17 +272,25 @@ def speed_before_episodes_added(tmp: Path, caplog=None):
     kept = (root / "meta/speed_percentiles.jsonl").read_bytes()
     sample(root, episodes=30, tasks=1)
     (root / "meta/speed_percentiles.jsonl").write_bytes(kept)
-    logger = logging.getLogger("episodekit.metadata.speed")
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda r: records.append(r.getMessage())  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    try:
-        load_or_compute(open_dataset(str(root)))
-    finally:
-        logger.removeHandler(handler)
-    (message,) = [r for r in records if "episodekit metadata speed" in r]
-    return message, None
+
+    def logged() -> list[str]:
+        logger = logging.getLogger("episodekit.metadata.speed")
+        records: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda r: records.append(r.getMessage())  # type: ignore[method-assign]
+        logger.addHandler(handler)
+        try:
+            load_or_compute(open_dataset(str(root)))
+        finally:
+            logger.removeHandler(handler)
+        return [r for r in records if "episodekit metadata speed" in r]
+
+    (message,) = logged()
+
+    def gone(proc) -> None:
+        assert logged() == []
+
+    return message, None, gone
 
 
 def stale_store(tmp: Path):
@@ -215,7 +301,8 @@ def stale_store(tmp: Path):
     store = tmp / "store"
     assert cli("prep", "frames", root, "--store", store).returncode == 0
     sample(root, seed=7)
-    return raised(find_store, open_dataset(str(root)), str(store)), None
+    message = raised(find_store, open_dataset(str(root)), str(store))
+    return message, None, lambda proc: find_store(open_dataset(str(root)), str(store))
 
 
 def frames_cache_warning(tmp: Path):
@@ -226,7 +313,7 @@ def frames_cache_warning(tmp: Path):
         warnings.simplefilter("always")
         FrameDataset(root, cache_mb=0.001)  # no store in the (test's) cache
     (message,) = [str(w.message) for w in caught if "prep frames" in str(w.message)]
-    return message, None
+    return message, None, no_warning("prep frames", FrameDataset, root, cache_mb=0.001)
 
 
 def elastic_needs_canonical(tmp: Path):
@@ -235,7 +322,8 @@ def elastic_needs_canonical(tmp: Path):
 
     root = sample(tmp / "r")
     assert cli("metadata", "plan", root, "--world-size", "1", "--workers", "1").returncode == 0
-    return raised(ElasticLoader, root, plan=load_plan(root, 1, 1), rank=0, world_size=1), None
+    message = raised(ElasticLoader, root, plan=load_plan(root, 1, 1), rank=0, world_size=1)
+    return message, None, works(ElasticLoader, root, rank=0, world_size=1)
 
 
 def elastic_cache_warning(tmp: Path):
@@ -247,42 +335,69 @@ def elastic_cache_warning(tmp: Path):
         warnings.simplefilter("always")
         ElasticLoader(root, rank=0, world_size=1, cache_mb=0.001, store=None)
     (message,) = [str(w.message) for w in caught if "prep frames" in str(w.message)]
-    return message, None
+    gone = no_warning("prep frames", ElasticLoader, root, rank=0, world_size=1, cache_mb=0.001)
+    return message, None, gone
 
 
-# (file, a piece of the hint's literal text) -> the situation that prints it.
 def flags_report_missing_check(tmp: Path):
+    """A report that did not run the checks: the hint writes one that did (its stdout, saved as
+    the user would), which then gives the flagged episodes."""
     from episodekit.validate.flagged import flagged_episodes
 
     root = sample(tmp / "r")
     report = tmp / "report.json"
     report.write_text(json.dumps({"findings": [], "checks_run": ["data.rows"]}))
-    return raised(flagged_episodes, str(root), "quality.frozen", report), root
+    message = raised(flagged_episodes, str(root), "quality.frozen", report)
+
+    def gone(proc) -> None:
+        report.write_text(proc.stdout)
+        flagged_episodes(str(root), "quality.frozen", report)
+
+    return message, root, gone
 
 
 def flags_report_of_other_episodes(tmp: Path):
+    """A report of another dataset's episodes: the hint writes one of ROOT's (saved as the user
+    would), which then gives the flagged episodes."""
     from episodekit.validate.flagged import flagged_episodes
 
     root = sample(tmp / "r")
     other = sample(tmp / "o", seed=5)
     report = tmp / "report.json"
     report.write_text(cli("validate", other, "--json", "--checks", "quality.frozen").stdout)
-    return raised(flagged_episodes, str(root), "quality.frozen", report), root
+    message = raised(flagged_episodes, str(root), "quality.frozen", report)
+
+    def gone(proc) -> None:
+        report.write_text(proc.stdout)
+        flagged_episodes(str(root), "quality.frozen", report)
+
+    return message, root, gone
 
 
 def convert_v3_root(tmp: Path):
+    """`convert` on a v3.0 root: nothing to convert; the hint prepares it (its row groups fixed)."""
     from episodekit.writers.convert import convert
 
     root = sample(tmp / "r")
-    return raised(convert, str(root), tmp / "out"), None
+    assert findings(root, "layout.row_groups")
+    return raised(convert, str(root), tmp / "out"), None, finding_gone(root, "layout.row_groups")
 
 
+# (file, a piece of the hint's literal text) -> the situation that prints it.
 HINTS: dict[tuple[str, str], Callable] = {
     ("writers/convert.py", "prepare it with `episodekit prepare"): convert_v3_root,
     ("validate/flagged.py", "episodekit validate ROOT --json --checks"): flags_report_missing_check,
     ("validate/flagged.py", "for a report"): flags_report_of_other_episodes,
     ("validate/layout.py", "episodekit prep rowgroups"): validate_layout,
-    ("validate/stats.py", "compute it with `episodekit metadata stats"): validate_stats_missing,
+    ("validate/stats.py", "missing; compute it with `episodekit metadata stats"): (
+        validate_stats_missing
+    ),
+    ("validate/stats.py", "compute it with `episodekit metadata stats"): (
+        validate_quantiles_missing
+    ),
+    ("validate/stats.py", "compute them with `episodekit metadata stats"): (
+        validate_image_quantiles_missing
+    ),
     ("validate/stats.py", "recompute with `episodekit metadata stats"): validate_stats_stale,
     ("validate/artifacts.py", "episodekit metadata speed"): validate_speed_stale,
     ("metadata/plans/plan_file.py", "episodekit metadata plan"): plan_missing_small,
@@ -333,25 +448,27 @@ def test_every_hint_in_the_source_is_covered():
 
 
 @pytest.mark.parametrize("key", sorted(HINTS), ids=lambda k: f"{k[0]}:{k[1][:30]}")
-def test_hint_runs(key, tmp_path, monkeypatch):
+def test_hint_runs_and_fixes_what_it_names(key, tmp_path, monkeypatch):
     monkeypatch.setenv("EPISODEKIT_CACHE", str(tmp_path / "cache"))  # frame stores stay here
-    message, root = HINTS[key](tmp_path)
+    message, root, gone = HINTS[key](tmp_path)
     proc = run_hint(message, root)
     assert proc.returncode == 0, f"{message}\n-> {proc.args}\n{proc.stderr}"
+    gone(proc)
 
 
 def test_option_hints_run(tmp_path):
     """Hints that name an option: the failing command, with the option added as the hint says,
-    works. `metadata plan` on 20 episodes for 8 x 4 bins: "use --split-long" (a flag there);
-    `prepare`'s warning: "use --split-long auto" (prepare's option takes a value)."""
+    works. 20 episodes for 8 x 4 bins with `--split-long no`: `metadata plan` fails (exit 2,
+    nothing written) and `prepare` skips the size, both saying "use --split-long auto"; with it,
+    the plan is written (auto is also the default of both)."""
     root = sample(tmp_path / "r")
-    plan = ["metadata", "plan", root, "--world-size", "8", "--workers", "4"]
-    proc = cli(*plan)
-    assert proc.returncode == 2 and "use --split-long" in proc.stderr, proc.stderr
-    assert cli(*plan, "--split-long").returncode == 0
-    prep = ["prepare", root, "--world-size", "8", "--workers", "4"]
-    said = cli(*prep).stderr
-    if "--split-long auto" in said:  # (the pipeline may plan 20 episodes without being told)
-        proc = cli(*prep, "--split-long", "auto")
+    for cmd in (["metadata", "plan"], ["prepare"]):
+        args = [*cmd, root, "--world-size", "8", "--workers", "4"]
+        proc = cli(*args, "--split-long", "no")
+        assert "use --split-long auto" in proc.stderr, proc.stderr
+        assert proc.returncode == (2 if cmd[0] == "metadata" else 1), proc.stderr
+        assert not (root / "meta/shard_plans/ws8_nw4.json").exists()
+        proc = cli(*args, "--split-long", "auto")
         assert proc.returncode == 0, proc.stderr
         assert (root / "meta/shard_plans/ws8_nw4.json").is_file()
+        (root / "meta/shard_plans/ws8_nw4.json").unlink()

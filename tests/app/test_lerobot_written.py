@@ -233,7 +233,9 @@ def test_mixture_of_two_lerobot_datasets(untouched, tmp_path):
     doc = run_json("info", "--mixture", spec)
     assert len(doc["sources"]) == 2
     out = tmp_path / "plans"
-    run_json("metadata", "plan", "--mixture", spec, "--world-size", "2", "--out", out)
+    run_json(
+        "metadata", "plan", "--mixture", spec, "--world-size", "2", "--workers", "1", "--out", out
+    )
     assert (out / "mixture.json").exists()
     run_json("metadata", "stats", "--mixture", spec, "--out", tmp_path / "st")
     from episodekit.loaders import ShardedLoader

@@ -504,7 +504,9 @@ def test_mixture_file_not_utf8_or_huge_or_with_bom(roots, tmp_path):
 @pytest.mark.parametrize("command", [["metadata", "plan"], ["prepare", "-j", "1"]])
 def test_plan_never_overwrites_the_users_mixture_file(roots, tmp_path, command):
     """`--mixture mixture.json --out .` replaced the user's file by the normalized spec (roots
-    made absolute); the plan folder's own DIR/mixture.json may still be rerun in place."""
+    made absolute); the plan folder's own DIR/mixture.json may still be rerun in place. A
+    folder holding the user's files is refused (the one rule of output folders), `.` always."""
+    import os
     import shutil
 
     _, a, b = roots
@@ -515,7 +517,20 @@ def test_plan_never_overwrites_the_users_mixture_file(roots, tmp_path, command):
     r = run_cli(*command, "--mixture", "mixture.json", "--out", ".", "--world-size", "1",
                 "--workers", "1", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 2
-    assert "would overwrite this mixture file" in one_line_error(r)
+    assert "refusing to write here: it is the current folder" in one_line_error(r)
+    assert mine.read_text() == text and not (tmp_path / "ws1_nw1.json").exists()
+    r = run_cli(*command, "--mixture", str(mine), "--out", str(tmp_path), "--world-size", "1",
+                "--workers", "1")  # fmt: skip
+    assert r.returncode == 2
+    assert "refusing to write here: it holds the source dataset" in one_line_error(r)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "mixture.json").write_text('{"sources": [{"root": "../a", "weight": 1}]}\n')
+    r = run_cli(*command, "--mixture", "user/mixture.json", "--out", "user", "--world-size", "1",
+                "--workers", "1", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2
+    assert "not written by episodekit (it holds 'mixture.json')" in one_line_error(r)
+    assert sorted(os.listdir(user)) == ["mixture.json"]
     assert mine.read_text() == text and not (tmp_path / "ws1_nw1.json").exists()
     r = run_cli(*command, "--mixture", "mixture.json", "--out", "p", "--world-size", "1",
                 "--workers", "1", cwd=tmp_path)  # fmt: skip
@@ -527,7 +542,7 @@ def test_plan_never_overwrites_the_users_mixture_file(roots, tmp_path, command):
     r = run_cli(*command, "--mixture", other, "--out", ".", "--world-size", "1", "--workers",
                 "1", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 2  # ./mixture.json is the user's, though not the --mixture given
-    assert "./mixture.json: not a mixture plan's spec" in one_line_error(r)
+    assert "refusing to write here" in one_line_error(r)
     assert mine.read_text() == text
     r = run_cli(*command, "--mixture", other, "--out", "p", "--world-size", "1", "--workers",
                 "1", cwd=tmp_path)  # fmt: skip

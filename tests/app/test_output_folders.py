@@ -6,6 +6,7 @@ exactly as they were. Run as a user runs them: subprocesses."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -131,3 +132,99 @@ def test_check_output_dir_rules(tmp_path, monkeypatch):
     for protected in (tmp_path, tmp_path.parent, Path("/")):
         with pytest.raises(UnsafeOutputError, match="refusing"):
             check_output_dir(protected, force=True)
+
+
+# -- one rule for every command that writes a folder (core/outdir.check_output_dir) ------------
+
+
+def _mixture(src: Path) -> str:
+    return json.dumps({"sources": [{"root": str(src), "weight": 1}]})
+
+
+PLANS = ["--world-size", "1", "--workers", "1"]
+# command -> its arguments for (source root, second source root, output folder)
+WRITERS = {
+    "prepare": lambda s, s2, o: ["prepare", s, "--out", o, *PLANS],
+    "prep rowgroups": lambda s, s2, o: ["prep", "rowgroups", s, "--out", o],
+    "prep frames": lambda s, s2, o: ["prep", "frames", s, "--store", o],
+    "edit": lambda s, s2, o: ["edit", s, "--out", o, "--drop-episodes", "0"],
+    "split": lambda s, s2, o: ["split", s, "--out", o, "--fractions", "a=0.5,b=0.5"],
+    "merge": lambda s, s2, o: ["merge", s, s2, "--out", o],
+    "convert": lambda s, s2, o: ["convert", s, "--out", o],
+    "metadata plan --mixture": lambda s, s2, o: [
+        "metadata", "plan", "--mixture", _mixture(s), "--out", o, *PLANS
+    ],
+    "metadata stats --mixture": lambda s, s2, o: [
+        "metadata", "stats", "--mixture", _mixture(s), "--out", o
+    ],
+    "prepare --mixture": lambda s, s2, o: ["prepare", "--mixture", _mixture(s), "--out", o, *PLANS],
+    "validate --plots": lambda s, s2, o: [
+        "validate", s, "--report", Path(s2).parent / "report.md", "--plots", o
+    ],
+}  # fmt: skip
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder``: (size, mtime) by relative path."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_every_output_folder_follows_the_one_rule(command, make_sample, tmp_path, monkeypatch):
+    """Each command that writes a folder refuses (exit 2, one line, nothing written): a folder
+    holding a user's file; the source dataset itself; a folder inside it; a folder holding it
+    (here an episodekit-marked one, so only the source rule can refuse it)."""
+    monkeypatch.setenv("EPISODEKIT_CACHE", str(tmp_path / "cache"))
+    version = "v2.1" if command == "convert" else "v3.0"
+    spec = {"episodes": 6, "tasks": 2, "seed": 2, "version": version}
+    parent = tmp_path / "p"
+    parent.mkdir()
+    (parent / MARKER).write_text("")
+    src = make_sample(**spec).rename(parent / "src")
+    src2 = make_sample(**{**spec, "seed": 3})
+    args = WRITERS[command]
+    user = tmp_path / "user"
+    f = precious(user)
+    proc = run(*args(src, src2, user))
+    assert proc.returncode == 2, proc.stderr
+    assert "not written by episodekit (it holds 'important.txt')" in one_error(proc)
+    assert sorted(os.listdir(user)) == ["important.txt"] and f.read_text() == "precious"
+    before = snapshot(parent)
+    for out, why in ((src, None), (src / "copy", "is inside"), (parent, "holds")):
+        proc = run(*args(src, src2, out))
+        assert proc.returncode == 2, (out, proc.stdout, proc.stderr)
+        line = one_error(proc)
+        if why is not None:
+            assert f"refusing to write here: it {why} the source dataset" in line, line
+        assert snapshot(parent) == before, out
+        assert not (src / "copy").exists()
+    proc = run(*args(src2, src, tmp_path / "new"))  # the same command, a new folder: fine
+    assert proc.returncode == 0, proc.stderr
+    mark = "manifest.json" if command == "prep frames" else MARKER  # a store's own mark
+    if command != "validate --plots":  # plots (and their folder) only where findings have some
+        assert (tmp_path / "new" / mark).is_file()
+
+
+def test_mixture_stats_never_replace_a_users_stats_json(make_sample, tmp_path):
+    """`metadata stats --mixture M --out DIR` replaced the user's own DIR/stats.json (exit 0);
+    into the folder `metadata plan --mixture` wrote, it goes (and reruns)."""
+    src = make_sample(episodes=6, tasks=2, seed=2)
+    mine = tmp_path / "mine"
+    f = mine / "stats.json"
+    mine.mkdir()
+    f.write_text('{"mine": 1}')
+    stats = ["metadata", "stats", "--mixture", _mixture(src), "--out"]
+    proc = run(*stats, mine)
+    assert proc.returncode == 2 and "it holds 'stats.json'" in one_error(proc)
+    assert f.read_text() == '{"mine": 1}' and sorted(os.listdir(mine)) == ["stats.json"]
+    plans = tmp_path / "plans"
+    proc = run("metadata", "plan", "--mixture", _mixture(src), "--out", plans, *PLANS)
+    assert proc.returncode == 0, proc.stderr
+    for _ in range(2):
+        proc = run(*stats, plans)
+        assert proc.returncode == 0, proc.stderr
+    assert {"stats.json", "mixture.json", "ws1_nw1.json", MARKER} <= set(os.listdir(plans))

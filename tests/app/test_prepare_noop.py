@@ -118,3 +118,42 @@ def test_noop_prepare_on_a_terminal_draws_no_bar(make_sample, record, on_tty):
     text = on_tty(*args)
     assert "rowgroups: skipped" in text
     assert "%|" not in text and "MiB/s" not in text and "files/s" not in text, text
+
+
+def test_out_copy_settles_videos_included(make_sample, tmp_path):
+    """`prepare ROOT --out DIR` redid costs and validate on every rerun ("9 files changed") and,
+    with --videos, copied every mp4 again: the second run is all skipped, nothing changed, the
+    mp4s untouched; a source file that changes is picked up by the next run, then it settles."""
+    import os
+
+    root = make_sample(episodes=6, tasks=2, seed=3, videos=1)
+    (root / "meta/stats.json").unlink()  # computed in DIR: a rerun must keep it
+    out = tmp_path / "out"
+    cmd = [EPISODEKIT, "prepare", root, "--out", out, "--videos", "-j", "1", "--json"]
+    cmd += ["--world-size", "1,2", "--workers", "2"]
+
+    def run() -> dict:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    first = run()
+    assert "meta/stats.json" in first["changed"]
+    mp4s = sorted(out.glob("videos/**/*.mp4"))
+    assert mp4s and all(s["status"] in ("done", "skipped") for s in first["steps"])
+
+    def files() -> dict:  # every file of DIR but the writer's lock (staging never carries it)
+        found = (p for p in out.rglob("*") if p.is_file() and p.name != ".episodekit.lock")
+        return {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in found}
+
+    state = files()
+    second = run()
+    assert second["changed"] == [], second["changed"]
+    assert [s["status"] for s in second["steps"]] == ["skipped"] * len(second["steps"])
+    assert files() == state  # the very same files (the staged rerun carried them over)
+    data = sorted(root.glob("data/*/*.parquet"))[0]
+    os.utime(data, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns + 10**9))
+    third = run()  # the source's data file changed (its key): written again, the rest kept
+    assert str(data.relative_to(root)) in third["changed"], third["changed"]
+    assert not any(c.endswith(".mp4") for c in third["changed"])
+    assert run()["changed"] == []

@@ -119,7 +119,7 @@ def test_missing_root_foreign_out_and_out_inside_the_source(tmp_path):
     assert r.returncode == 2 and "not written by episodekit" in error_line(r)
     assert sorted(os.listdir(foreign)) == ["mine.txt"]
     r = run("edit", src, "--out", src / "edited", "--drop-episodes", "1")
-    assert r.returncode == 2 and "never in place" in error_line(r)
+    assert r.returncode == 2 and "it is inside the source dataset" in error_line(r)
     assert not (src / "edited").exists()
 
 

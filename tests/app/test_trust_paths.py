@@ -174,7 +174,7 @@ def test_out_is_never_left_and_never_the_source(world, tmp_path):
     for cmd in (["prepare", root, "--out", root], ["prep", "rowgroups", root, "--out", root]):
         proc = run_cli(*cmd, "--world-size", "2") if cmd[0] == "prepare" else run_cli(*cmd)
         assert proc.returncode == 2, proc.stderr
-        assert "--out" in one_line_error(proc)
+        assert "refusing to write here: it is the source dataset" in one_line_error(proc)
     # An --out whose data/ is a symlink to elsewhere (here: the source's own data) cannot
     # redirect a write: the copy is built in a fresh staging folder (the link is not carried
     # over) and swapped in whole; the link itself is deleted with the replaced folder, never

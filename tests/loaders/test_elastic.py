@@ -168,14 +168,18 @@ def test_cli_too_many_canonical_bins_is_refused_before_any_plan(tmp_path):
     --world-size plans of the same command are not written either."""
     r = write_sample(tmp_path / "r", episodes=40, tasks=2, seed=5, mean_length=30)
     cli = [sys.executable, "-m", "episodekit.cli", "metadata", "plan", str(r)]
-    bad = subprocess.run(
-        [*cli, "--world-size", "2", "--canonical-bins", "1000"], capture_output=True, text=True
-    )
+    args = [*cli, "--world-size", "2", "--canonical-bins", "1000", "--split-long", "no"]
+    bad = subprocess.run(args, capture_output=True, text=True)
     assert bad.returncode == 2, bad.stderr
     assert bad.stderr.strip() == (
-        "Error: --canonical-bins 1000: 40 episodes are too few for 1000 bins "
-        "(use at most 40, auto, or --split-long)"
+        "Error: --canonical-bins 1000: 40 episodes are too few for 1,000 bins "
+        "(use at most 40, auto, or --split-long auto)"
     )
+    assert not (r / "meta" / "shard_plans").exists()
+    bad = subprocess.run(  # cut episodes (the default, auto): the frames are still too few
+        [*cli, "--world-size", "2", "--canonical-bins", "100000"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "frames are too few for 100,000 bins" in bad.stderr
     assert not (r / "meta" / "shard_plans").exists()
 
 

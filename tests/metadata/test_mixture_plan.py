@@ -272,7 +272,7 @@ def test_inline_relative_roots_are_kept_absolute(roots, tmp_path):
     inline = json.dumps({"sources": [{"root": "a", "weight": 1}, {"root": "./a", "weight": 1,
                                                                   "name": "a2"}]})  # fmt: skip
     r = run_cli("metadata", "plan", "--mixture", inline, "--world-size", "1", "--out", "p",
-                cwd=tmp_path)  # fmt: skip
+                "--workers", "1", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
     plan = load_plan(tmp_path / "p", 1, 1)  # this process's cwd is not tmp_path
     assert [s["root"] for s in plan.sources] == [str(tmp_path / "a")] * 2

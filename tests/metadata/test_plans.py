@@ -304,3 +304,59 @@ def test_plan_options_object_equals_keyword_arguments(make_sample, tmp_path):
     assert over["seed"] == 4
     with pytest.raises(TypeError, match="colour"):
         ensure_plans(root, [2], 2, opts, colour="red")
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "episodekit.cli", *map(str, args)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def test_plan_uses_prepares_defaults_and_the_readme_example_works(tmp_path):
+    """The README's `metadata plan ROOT --world-size 8,64 --workers 4` on LeRobot's recordings
+    exited 2 ("196 of 256 bins got no frames ... use --split-long") and left ws8_nw4.json:
+    `metadata plan` now has prepare's defaults (split-long auto, locality rowgroup, 4 workers),
+    so what `prepare` wrote is fresh for it, and `plan --mixture` has them too."""
+    import shutil
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
+    for name in ("rec40", "edited35"):
+        root = shutil.copytree(fixtures / name, tmp_path / name)
+        proc = _cli("metadata", "plan", root, "--world-size", "8,64", "--workers", "4", "--json")
+        assert proc.returncode == 0, proc.stderr
+        heads = {h["world_size"]: h for h in json.loads(proc.stdout)}
+        assert sorted(heads) == [8, 64] and all(h["changed"] for h in heads.values())
+        assert {h["locality"] for h in heads.values()} == {"rowgroup"}
+        assert heads[64]["split_long"]  # 40 episodes for 256 bins: cut, as prepare would
+    root = tmp_path / "rec40"
+    assert _cli("prepare", root, "-j", "1").returncode == 0
+    proc = _cli("metadata", "plan", root, "--world-size", "8,64", "--json")  # the defaults
+    assert proc.returncode == 0, proc.stderr
+    assert [h["changed"] for h in json.loads(proc.stdout)] == [False, False]
+    mix = json.dumps({"sources": [{"root": str(root), "weight": 1}]})
+    proc = _cli("metadata", "plan", "--mixture", mix, "--out", tmp_path / "m", "--world-size", 2)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "m" / "ws2_nw4.json").read_text())
+    assert doc["num_workers"] == 4 and doc["locality"] == "rowgroup"
+
+
+def test_a_failed_plan_run_leaves_no_file(make_sample, tmp_path):
+    """Every requested plan is built before any is written: a world size that cannot be planned
+    (more bins than frames) fails the run (exit 2) with no plan, no cost table, no folder."""
+    root = make_sample(episodes=20, tasks=2, seed=4)
+    proc = _cli("metadata", "plan", root, "--world-size", "2,100000", "--workers", "1")
+    assert proc.returncode == 2 and "100,000 bins" in proc.stderr
+    assert not (root / "meta/shard_plans").exists()
+    assert not (root / "meta/episode_costs.parquet").exists()
+    proc = _cli("metadata", "plan", root, "--world-size", "2,8", "--split-long", "no")
+    assert proc.returncode == 2 and "--split-long auto" in proc.stderr  # 20 episodes, 32 bins
+    assert not (root / "meta/shard_plans").exists()
+    mix = json.dumps({"sources": [{"root": str(root), "weight": 1}]})
+    out = tmp_path / "m"
+    proc = _cli("metadata", "plan", "--mixture", mix, "--out", out, "--world-size", "1,100000")
+    assert proc.returncode != 0 and not out.exists(), proc.stderr

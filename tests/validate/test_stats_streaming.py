@@ -72,7 +72,7 @@ def test_corruption_in_the_second_file_names_its_episode(multi):
     ep = _edit(multi, 1, "stats/action/mean", 2, _nan_first)
     found = _findings(multi)
     assert [(f["check"], f["episode"]) for f in found] == [("stats.finite", ep)]
-    assert found[0]["message"] == "stats/action/mean: 1 episode(s) with NaN/inf"
+    assert found[0]["message"] == "stats/action/mean: 1 episode with NaN/inf"
 
 
 def test_first_offending_episode_across_files(multi):
@@ -83,12 +83,12 @@ def test_first_offending_episode_across_files(multi):
     assert earlier < later
     assert found["stats.order"]["episode"] == earlier
     assert found["stats.order"]["message"].startswith(
-        "stats/action: 2 episode(s) with min > q01, q99 > max, mean outside [min, max]"
+        "stats/action: 2 episodes with min > q01, q99 > max, mean outside [min, max]"
     )
     length = pq.read_table(_files(multi)[2])["length"].to_pylist()[1]
     assert found["stats.count"]["episode"] == count_ep
     assert found["stats.count"]["message"] == (
-        f"stats/action/count: 1 episode(s) whose count is not their length "
+        f"stats/action/count: 1 episode whose count is not their length "
         f"(e.g. {length + 2} vs {length})"
     )
 

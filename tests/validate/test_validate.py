@@ -188,7 +188,7 @@ def test_human_report_groups_by_check(clean):
     CORRUPTIONS["nan_in_action"](clean)
     text = format_report(validate(clean, checks=NO_LAYOUT))
     assert "data.nan" in text and "episode 10" in text and text.rstrip().endswith("0 warnings")
-    assert "FAILED: 1 errors" in text
+    assert "FAILED: 1 error," in text
 
 
 def test_github_annotations(clean, monkeypatch):

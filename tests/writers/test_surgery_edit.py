@@ -195,7 +195,7 @@ def test_out_is_never_a_source_or_inside_one(tmp_path):
     ds = open_dataset(str(FIXTURES / "rec40"))
     from episodekit.core.errors import EnvironmentProblem
 
-    with pytest.raises(EnvironmentProblem, match="never in place"):
+    with pytest.raises(EnvironmentProblem, match="it is inside the source dataset"):
         write_dataset(source_episodes(ds, [0, 1]), FIXTURES / "rec40" / "sub")
     assert not (FIXTURES / "rec40" / "sub").exists()
 
