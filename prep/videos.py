@@ -261,13 +261,9 @@ def rewrite_videos(
         if not os.access(ds.join("meta"), os.W_OK):
             raise EnvironmentProblem("root is read-only; prep videos rewrites it in place", root)
     else:
-        out_root = Path(out).expanduser().resolve()
-        if out_root == src_root or src_root in out_root.parents or out_root in src_root.parents:
-            raise EnvironmentProblem(
-                f"--out must be a folder outside the source {root} (omit --out to work in place)",
-                str(out),
-            )
-        check_output_dir(out)
+        # the one output-folder rule: symlinks resolved, never a user's folder, never the
+        # source, a folder inside it or one around it
+        out_root = check_output_dir(out, sources=[src_root])
     target = Target(gop, codec)
     settings = {"codec": codec, "gop": gop, "crf": crf, "faststart": faststart}
     result = VideoPrepResult(str(root), {**settings, "min_psnr": min_psnr}, out)

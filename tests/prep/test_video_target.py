@@ -174,9 +174,9 @@ def test_out_refuses_a_foreign_folder_and_one_overlapping_the_source(make_sample
     (foreign / "notes.txt").write_text("keep me")
     for out, why in (
         (foreign, "not written by episodekit"),
-        (src / "copy", "outside the source"),
-        (src, "outside the source"),
-        (src.parent, "outside the source"),
+        (src / "copy", "refusing to write here: it is inside the source dataset"),
+        (src, "refusing to write here: it is the source dataset"),
+        (src.parent, "refusing to write here: it holds the source dataset"),
     ):
         proc = cli("prep", "videos", src, "--out", out, ok=2)
         errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error")]
