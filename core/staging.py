@@ -232,12 +232,16 @@ SKIP_SEED = {STAGING_MARKER, ".episodekit.lock"}  # the writer's own files are n
 
 
 def seed_from(
-    out: str | os.PathLike, staging: str | os.PathLike, only: set[str] | None = None
+    out: str | os.PathLike,
+    staging: str | os.PathLike,
+    only: set[str] | None = None,
+    skip: set[str] | frozenset[str] = frozenset(),
 ) -> int:
     """Hard-link the files of an earlier output at ``out`` into ``staging`` (same tree), so a
     rerun that updates an output rewrites only what changed and still publishes all at once.
     Safe because every episodekit write replaces a file (new inode), never edits one in place.
-    ``only``: the relative paths to carry (None: all). Returns the number linked; nothing
+    ``only``: the relative paths to carry (None: all); ``skip``: relative paths never carried
+    (an earlier copy of a file the source no longer has). Returns the number linked; nothing
     where the filesystem has no hard links (the run then writes everything)."""
     out, staging = Path(out), Path(staging)
     if not out.is_dir() or out.is_symlink():
@@ -249,7 +253,9 @@ def seed_from(
         for name in files:
             rel = (rel_dir / name).as_posix()
             src = Path(dirpath) / name
-            if name in SKIP_SEED or src.is_symlink() or (only is not None and rel not in only):
+            if name in SKIP_SEED or src.is_symlink() or rel in skip:
+                continue
+            if only is not None and rel not in only:
                 continue
             dst = staging / rel
             dst.parent.mkdir(parents=True, exist_ok=True)

@@ -91,3 +91,12 @@ def copy_tree(fs, root: str, out: Path, sub: str, record: CopyRecord) -> list[st
         record.note(rel, key)
         copied.append(rel)
     return copied
+
+
+def gone_from_source(fs, root: str, record: CopyRecord) -> set[str]:
+    """The files ``record`` says were copied from the source that the source no longer has: a
+    rerun leaves their copies behind, so the output stays a copy of the source as it is now."""
+    there: set[str] = set()
+    for sub in sorted({rel.split("/", 1)[0] for rel in record.files}):
+        there |= set(source_keys(fs, root, sub))
+    return set(record.files) - there

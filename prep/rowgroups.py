@@ -25,7 +25,7 @@ from episodekit.core.executor import imap_files
 from episodekit.core.lock import LOCK_NAME, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir, resolve_output
 from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB, inside_root
-from episodekit.prep.outcopy import CopyRecord, copy_tree, source_keys
+from episodekit.prep.outcopy import CopyRecord, copy_tree, gone_from_source, source_keys
 from episodekit.prep.rewrite import (
     FileJob,
     FileResult,
@@ -190,11 +190,13 @@ def rewrite_rowgroups(
         try:
             with writer_lock(out_root, wait=wait) as removed:
                 report.removed_temporaries = len(removed)
-                work = _start(ds, out_root, final, source)
+                work, gone = _start(ds, out_root, final, source)
                 try:
                     record = CopyRecord(work, source) if out is not None else None
                     keys = source_keys(ds.fs, ds.path, "data") if record is not None else {}
                     if record is not None:
+                        for rel in gone:  # their copies were not carried over
+                            record.note(rel, None)
                         mark_output_dir(work, "a prepared copy")
                         for sub in ("meta", "videos") if copy_videos else ("meta",):
                             report.copied += copy_tree(ds.fs, ds.path, work, sub, record)
@@ -226,21 +228,24 @@ def rewrite_rowgroups(
     return report
 
 
-def _start(ds, out_root: Path, final: Path | None, source: str) -> Path:
+def _start(ds, out_root: Path, final: Path | None, source: str) -> tuple[Path, set[str]]:
     """Where the files are written: the root itself (in place), ``--out`` as given (a caller
     that stages it), or a fresh staging folder next to ``--out`` seeded with hard links of what
-    an earlier run left there: with its copy record of this source, everything (unchanged
-    copies and later steps' work stay; the record tells a rerun they are done), else its data
-    files (already rewritten files are skipped, not redone)."""
+    an earlier run left there: with its copy record of this source, everything but the copies
+    of source files gone since (unchanged copies and later steps' work stay; the record tells
+    a rerun they are done), else its data files (already rewritten files are skipped, not
+    redone). Also returns the recorded copies left behind (their source files are gone)."""
     if final is None:
-        return out_root
+        return out_root, set()
     staging.remove_stale(final)
     work = staging.new_staging(final)
-    if CopyRecord(final, source).files:
-        staging.seed_from(final, work)
+    record = CopyRecord(final, source)
+    gone = gone_from_source(ds.fs, ds.path, record)
+    if record.files:
+        staging.seed_from(final, work, skip=gone)
     else:
         staging.seed_from(final, work, only=set(ds.data_files))
-    return work
+    return work, gone
 
 
 def _finish(work: Path, final: Path, results: list[FileResult]) -> None:

@@ -119,3 +119,13 @@ def test_a_mount_point_output_is_refused_before_any_work(tmp_path):
     got = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True)
     assert got.stdout.startswith(EnvironmentProblem.__name__) and "mount point" in got.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_seed_never_links_what_it_is_told_to_skip(tmp_path):
+    out = tmp_path / "out"
+    (out / "meta").mkdir(parents=True)
+    (out / "meta/info.json").write_text("{}")
+    (out / "meta/gone.json").write_text("{}")  # a copy of a source file the source lost
+    work = staging.new_staging(out)
+    assert staging.seed_from(out, work, skip={"meta/gone.json"}) == 1
+    assert (work / "meta/info.json").is_file() and not (work / "meta/gone.json").exists()
