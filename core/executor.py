@@ -186,7 +186,8 @@ def _run_pool(
         initargs=(os.getpid(),),
     )
     try:
-        futures = {pool.submit(_call_job, fn, item, *_extra(shared)): i for i, item in jobs}
+        with interrupt.deferred():  # submit starts the workers: not cut half-way
+            futures = {pool.submit(_call_job, fn, item, *_extra(shared)): i for i, item in jobs}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
         pool.shutdown(wait=True)

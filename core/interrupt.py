@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -38,7 +38,8 @@ RESEND_S = 0.05  # a signal that arrived during an import is raised this long af
 _received: int | None = None  # the first signal of the current run (None: none yet)
 _running = False  # a run is under way: the first signal raises, it does not exit at once
 _program = False  # this process is the episodekit program: the handlers stay until it exits
-_deferred = False  # the signal arrived during an import: raised once the import is done
+_deferred = False  # the signal arrived during an import or a deferred() section: raised later
+_held = 0  # deferred() sections under way
 
 
 class Interrupted(KeyboardInterrupt):
@@ -74,13 +75,28 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if not _running or (_received is not None and not _deferred):  # none of a run's, or a 2nd
         _exit_now(_received or signum)
     _received = signum
-    if in_import(frame):  # an exception raised into a native module's init aborts the process
-        if not _deferred:
-            _deferred = True
+    if _held or in_import(frame):  # an exception raised into a native module's init aborts
+        if not _deferred and not _held:
             threading.Thread(target=_resend, args=(signum,), daemon=True).start()
+        _deferred = True
         return
     _deferred = False
     raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """A section a signal must not cut: one that arrives inside is raised when it ends.
+    (Starting pool workers: a worker whose parent stops while it sends the worker its start-up
+    data dies with a traceback on the caller's stderr.)"""
+    global _held
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+    if not _held and _deferred:
+        check()
 
 
 def in_import(frame: FrameType | None) -> bool:
