@@ -40,6 +40,7 @@ R = TypeVar("R")
 EXECUTORS = ("local", "ray")
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 RAY_MAX_RETRIES = 3  # a task on a node that died runs again elsewhere (jobs are idempotent)
+RAYLET_PID_ENV = "RAY_RAYLET_PID"  # set by Ray in its workers (the raylet is their parent)
 STOP_S = 3.0  # how long stopped pool workers get to unwind before they are killed
 
 
@@ -99,7 +100,10 @@ def _call(fn: Callable, item: Any, *shared: Any) -> Any:
 def _call_task(fn: Callable, item: Any, *shared: Any) -> Any:
     """:func:`_call` in a Ray worker, which runs task after task: what the task freed goes back
     to the system afterwards (arrow's pool, the C heap), so a worker's RSS stays at one task's
-    rather than the high-water mark of every task it ran."""
+    rather than the high-water mark of every task it ran. The worker dies with its raylet
+    (its parent), which dies with a driver that started a local instance (``kill -9``
+    included): no task of a dead command goes on writing."""
+    lifeline.die_with_parent(int(os.environ.get(RAYLET_PID_ENV) or os.getppid()))
     try:
         return fn(item, *shared)
     finally:

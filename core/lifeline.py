@@ -58,15 +58,23 @@ def kill_with_parent(sig: int = signal.SIGKILL) -> bool:
 
 
 def follow(parent_pid: int) -> None:
-    """Tie this worker process to ``parent_pid`` (see the module docstring)."""
+    """Tie this pool worker to ``parent_pid`` (see the module docstring)."""
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_term)
+    _quiet_stdio()
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this process when ``parent_pid`` (its parent) dies, and let :func:`check_parent` see
+    it gone; nothing else (a Ray worker keeps Ray's own signal handling)."""
     global _parent
+    if _parent is not None:
+        return
     _parent = parent_pid
     tied = kill_with_parent()
     if os.getppid() != parent_pid:  # the parent died before we were tied to it
         os._exit(ORPHAN_EXIT)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _on_term)
-    _quiet_stdio()
     if not tied:
         threading.Thread(target=_watch, name="episodekit-lifeline", daemon=True).start()
 
