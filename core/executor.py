@@ -103,7 +103,9 @@ def _call_task(fn: Callable, item: Any, *shared: Any) -> Any:
     rather than the high-water mark of every task it ran. The worker dies with its raylet
     (its parent), which dies with a driver that started a local instance (``kill -9``
     included): no task of a dead command goes on writing."""
-    lifeline.die_with_parent(int(os.environ.get(RAYLET_PID_ENV) or os.getppid()))
+    raylet = int(os.environ.get(RAYLET_PID_ENV) or 0)
+    if raylet and os.getppid() in (raylet, 1):  # (1: orphaned already; as Ray's own watcher)
+        lifeline.die_with_parent(raylet)
     try:
         return fn(item, *shared)
     finally:
