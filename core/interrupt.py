@@ -8,9 +8,9 @@ libraries replace it on the way: duckdb turns it into ``RuntimeError("Query inte
 ``Exception`` that code reporting "one unreadable file" and going on would swallow. So the
 handler also remembers the signal: :func:`check` raises it again wherever a broad ``except``
 may have caught a converted interrupt, and :func:`run_command` returns 128 + signal for any run
-that received one, whatever exception (or none) ended it. A signal that arrives while an
-``import`` runs is raised when it is done (an exception raised into a native module's
-initialisation, duckdb's for one, aborts the process: exit -6).
+that received one, whatever exception (or none) ended it. A signal that arrives while a
+native extension module initialises is raised when that import is done (an exception raised
+into it, duckdb's for one, aborts the process: exit -6).
 
 Outside a run, in the ``episodekit`` program (:func:`take_over`: from the first import of the
 CLI, before the seconds its imports can take, and after the exit code is decided, while the
@@ -30,15 +30,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from importlib.machinery import ExtensionFileLoader
 from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-RESEND_S = 0.05  # a signal that arrived during an import is raised this long after, at the latest
+RESEND_S = 0.05  # a signal deferred by a native import is raised this long after it, at most
 
 _received: int | None = None  # the first signal of the current run (None: none yet)
 _running = False  # a run is under way: the first signal raises, it does not exit at once
 _program = False  # this process is the episodekit program: the handlers stay until it exits
-_deferred = False  # the signal arrived during an import or a deferred() section: raised later
+_deferred = False  # the signal arrived in a native import or a deferred() section: raised later
 _held = 0  # deferred() sections under way
 
 
@@ -75,7 +76,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if not _running or (_received is not None and not _deferred):  # none of a run's, or a 2nd
         _exit_now(_received or signum)
     _received = signum
-    if _held or in_import(frame):  # an exception raised into a native module's init aborts
+    if _held or in_native_import(frame):  # raised into a native module's init, it aborts
         if not _deferred and not _held:
             threading.Thread(target=_resend, args=(signum,), daemon=True).start()
         _deferred = True
@@ -89,28 +90,37 @@ def deferred() -> Iterator[None]:
     """A section a signal must not cut: one that arrives inside is raised when it ends.
     (Starting pool workers: a worker whose parent stops while it sends the worker its start-up
     data dies with a traceback on the caller's stderr.)"""
-    global _held
+    global _held, _deferred
     _held += 1
     try:
         yield
     finally:
         _held -= 1
-    if not _held and _deferred:
-        check()
+        pending = not _held and _deferred and _received is not None
+        if pending:
+            _deferred = False
+    if pending:  # (the section raised: its exception goes on, and the run maps to 128 + signal)
+        raise Interrupted(_received)
 
 
-def in_import(frame: FrameType | None) -> bool:
-    """True when ``frame`` runs inside an ``import`` (importlib's frames are on the stack)."""
+def in_native_import(frame: FrameType | None) -> bool:
+    """True when ``frame`` runs inside the initialisation of a native extension module (duckdb,
+    pyarrow, numpy: an ``ExtensionFileLoader`` is on the stack), where an exception raised from
+    a signal handler aborts the process. A pure-Python import fails cleanly and may be cut."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
+        code = frame.f_code
+        if code.co_name in ("create_module", "exec_module") and code.co_filename.startswith(
+            "<frozen importlib"
+        ):
+            if isinstance(frame.f_locals.get("self"), ExtensionFileLoader):
+                return True
         frame = frame.f_back
     return False
 
 
 def _resend(signum: int) -> None:
-    """Send ``signum`` again every ``RESEND_S`` until the handler could raise it (the import
-    under way when it first arrived is done)."""
+    """Send ``signum`` again every ``RESEND_S`` until the handler could raise it (the native
+    import under way when it first arrived is done)."""
     while _deferred:
         time.sleep(RESEND_S)
         if _deferred:

@@ -1,7 +1,8 @@
 """A worker process's tie to the process that started it: it dies with it, and never publishes a
 file once it is gone.
 
-The executor's pool workers call :func:`follow` first thing. Then:
+The executor's pool workers call :func:`follow` first thing (Ray's task workers only
+:func:`die_with_parent`, tied to their raylet: they keep Ray's own signal handling). Then:
 
 - on Linux the kernel kills the worker (SIGKILL, ``PR_SET_PDEATHSIG``) the moment its parent
   dies, ``kill -9`` included; elsewhere a daemon thread notices within ``POLL_S`` and exits. A
@@ -30,7 +31,7 @@ import time
 from collections.abc import Iterator
 from types import FrameType
 
-from episodekit.core.interrupt import Interrupted, in_import
+from episodekit.core.interrupt import Interrupted, in_native_import
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 POLL_S = 0.2  # where the kernel cannot tie the worker to its parent: how often it checks
@@ -96,7 +97,7 @@ def _watch() -> None:
 def _on_term(signum: int, frame: FrameType | None) -> None:
     global _stopping
     _stopping = True
-    if _busy and not in_import(frame):  # (raised into a native module's init, it aborts)
+    if _busy and not in_native_import(frame):  # (raised into a native module's init: abort)
         raise Interrupted(signum)  # the job unwinds: its atomic writes remove their temporaries
     os._exit(128 + signum)
 
