@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from episodekit.core import interrupt
 from episodekit.core.dataset import Dataset, is_local, read_schema
 from episodekit.core.errors import DatasetError
 
@@ -371,8 +372,14 @@ def publish_dir(tmp: Path, final: Path, attempts: int = 20) -> None:
 
     The previous store is first renamed aside (readers holding its files keep their mappings),
     then ``tmp`` takes its name; a concurrent publisher makes us retry. In between, ``final``
-    does not exist: readers see no store (and read parquet), never a half store.
+    does not exist: readers see no store (and read parquet), never a half store. A Ctrl-C in
+    between is raised once the new store is in place (the old one is not lost to it).
     """
+    with interrupt.deferred():
+        _publish_dir(tmp, final, attempts)
+
+
+def _publish_dir(tmp: Path, final: Path, attempts: int) -> None:
     for _ in range(attempts):
         if final.exists():
             aside = final.with_name(f".{final.name}{OLD_TAG}{uuid.uuid4().hex[:12]}")
