@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from episodekit.core import interrupt
 from episodekit.core.errors import DatasetError
 from episodekit.core.paths import STAMP_FILE
 from episodekit.core.progress import current
@@ -255,6 +256,7 @@ def _version_of(root: str) -> str | None:
             return str(read_info(root).get("codebase_version"))
         return str(json.loads((Path(root) / "meta/info.json").read_text()).get("codebase_version"))
     except Exception:  # an unreadable root fails later, with the usual message and exit code
+        interrupt.check()  # Ctrl-C that a library turned into an error
         return None
 
 

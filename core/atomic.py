@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from episodekit.core.errors import os_problem
+from episodekit.core.lifeline import check_parent
 
 TMP_MARKER = ".tmp-"
 
@@ -86,6 +87,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         except OSError as exc:
             raise os_problem(exc, final, "write") from exc
         _maybe_die_before_replace(final)
+        check_parent()  # a pool worker whose command is gone publishes nothing
         try:
             os.replace(tmp, final)
         except OSError as exc:

@@ -6,7 +6,8 @@ cannot be read as what it claims to be (:class:`DatasetError` and subclasses); 2
 cannot run as asked: usage, a path that does not exist or is the wrong kind, an output folder it
 may not write, the environment (:class:`EnvironmentProblem`: disk full, read-only root,
 permission, unreachable hub, missing optional dependency, another writer holding the lock);
-130 interrupted (Ctrl-C, as shells expect: 128 + SIGINT).
+130 interrupted (Ctrl-C, as shells expect: 128 + SIGINT); 143 terminated (SIGTERM: 128 + 15),
+which unwinds exactly like Ctrl-C (:mod:`episodekit.core.interrupt`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 
-EXIT_OK, EXIT_DATA, EXIT_ENV, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_DATA, EXIT_ENV, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
 
 class DatasetError(Exception):

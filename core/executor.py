@@ -23,10 +23,13 @@ finished items to the current progress reporter (:mod:`episodekit.core.progress`
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from episodekit.core import interrupt, lifeline
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.memory import release_memory
 from episodekit.core.progress import current
@@ -37,6 +40,8 @@ R = TypeVar("R")
 EXECUTORS = ("local", "ray")
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 RAY_MAX_RETRIES = 3  # a task on a node that died runs again elsewhere (jobs are idempotent)
+RAYLET_PID_ENV = "RAY_RAYLET_PID"  # set by Ray in its workers (the raylet is their parent)
+STOP_S = 3.0  # how long stopped pool workers get to unwind before they are killed
 
 
 def default_workers() -> int:
@@ -56,26 +61,35 @@ def _init_ray(num_cpus: int | None):
         ) from exc
     if ray.is_initialized():
         return ray
+    try:
+        _connect_ray(ray, num_cpus)
+    finally:
+        interrupt.reinstall()  # ray.init makes SIGTERM a plain sys.exit: ours again (exit 143)
+    return ray
+
+
+def _connect_ray(ray: Any, num_cpus: int | None) -> None:
     address = os.environ.get(RAY_ADDRESS_ENV)
     if address:
         try:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            interrupt.check()
             raise EnvironmentProblem(
                 f"cannot connect to the Ray cluster at {address} ({exc}); check --ray-address "
                 f"(or ${RAY_ADDRESS_ENV})"
             ) from exc
-        return ray
+        return
     try:
         ray.init(address="auto", ignore_reinit_error=True, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError):
+        interrupt.check()
         ray.init(
             num_cpus=num_cpus,
             ignore_reinit_error=True,
             log_to_driver=False,
             include_dashboard=False,
         )
-    return ray
 
 
 def _call(fn: Callable, item: Any, *shared: Any) -> Any:
@@ -86,7 +100,12 @@ def _call(fn: Callable, item: Any, *shared: Any) -> Any:
 def _call_task(fn: Callable, item: Any, *shared: Any) -> Any:
     """:func:`_call` in a Ray worker, which runs task after task: what the task freed goes back
     to the system afterwards (arrow's pool, the C heap), so a worker's RSS stays at one task's
-    rather than the high-water mark of every task it ran."""
+    rather than the high-water mark of every task it ran. The worker dies with its raylet
+    (its parent), which dies with a driver that started a local instance (``kill -9``
+    included): no task of a dead command goes on writing."""
+    raylet = int(os.environ.get(RAYLET_PID_ENV) or 0)
+    if raylet and os.getppid() in (raylet, 1):  # (1: orphaned already; as Ray's own watcher)
+        lifeline.die_with_parent(raylet)
     try:
         return fn(item, *shared)
     finally:
@@ -153,34 +172,120 @@ def _run(
         for i, item in jobs:
             yield i, _call(fn, item, *_extra(shared))
         return
+    yield from _run_pool(fn, jobs, workers, shared)
+
+
+def _run_pool(
+    fn: Callable[[T], R], jobs: list[tuple[int, T]], workers: int, shared: Any
+) -> Iterator[tuple[int, R]]:
+    """The jobs in a 'spawn' process pool whose workers die with this process; stopped (not
+    drained) when the caller stops early, an interrupt arrives, or a job raises."""
     # Imported here: the CLI imports this module for EXECUTORS and must start fast.
     import multiprocessing  # noqa: PLC0415
     from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: PLC0415
 
     # "spawn": forking a process that already runs duckdb's or pyarrow's threads can deadlock.
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        futures = {pool.submit(_call, fn, item, *_extra(shared)): i for i, item in jobs}
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(jobs)),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=lifeline.follow,
+        initargs=(os.getpid(),),
+    )
+    try:
+        with interrupt.deferred():  # submit starts the workers: not cut half-way
+            futures = {pool.submit(_call_job, fn, item, *_extra(shared)): i for i, item in jobs}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
+        pool.shutdown(wait=True)
+    except BaseException:  # an interrupt, a job's error, or the caller closed the generator
+        _stop(pool)
+        raise
+
+
+def _call_job(fn: Callable, item: Any, *shared: Any) -> Any:
+    """:func:`_call` in a pool worker (SIGTERM interrupts the job, then ends the worker)."""
+    with lifeline.job():
+        return fn(item, *shared)
+
+
+def _stop(pool: Any) -> None:
+    """Stop ``pool`` now: pending jobs cancelled, running ones interrupted (SIGTERM: each job
+    unwinds and removes its temporaries), any worker still alive after ``STOP_S`` killed. Every
+    write is atomic, so a stopped job leaves its target as it was."""
+    # The executor has no public handle on its processes; ``_processes`` (pid -> Process) has
+    # been there since Python 3.2. Taken before shutdown, which forgets it.
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    from multiprocessing.connection import wait  # noqa: PLC0415
+
+    alive = {}
+    for p in procs:
+        with contextlib.suppress(OSError, ValueError):
+            p.terminate()
+            alive[p.sentinel] = p  # ready once the process is gone (whoever reaps it)
+    deadline = time.monotonic() + STOP_S
+    while alive and time.monotonic() < deadline:
+        for ready in wait(list(alive), timeout=max(0.0, deadline - time.monotonic())):
+            alive.pop(ready)
+    for p in alive.values():
+        with contextlib.suppress(OSError, ValueError):
+            p.kill()
 
 
 def _run_ray(
     fn: Callable[[T], R], jobs: list[tuple[int, T]], workers: int, shared: Any
 ) -> Iterator[tuple[int, R]]:
-    """One Ray task per job (retried on another node when its node dies); results as they come."""
+    """One Ray task per job (retried on another node when its node dies); results as they come.
+    Stopped early (an interrupt, a task's error, the caller closing the generator), the tasks
+    not finished are cancelled: each running one is interrupted where it is (its atomic writes
+    remove their temporaries), one still running after ``STOP_S`` has its worker killed."""
     ray = _init_ray(workers)
     remote = ray.remote(max_retries=RAY_MAX_RETRIES, retry_exceptions=False)(_call_task)
     extra = tuple(ray.put(x) for x in _extra(shared))  # once, not pickled into every task
     refs = {remote.remote(fn, item, *extra): i for i, item in jobs}
     pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        for r in done:
-            # Forget the ref once fetched: the object store may then reuse its memory (the
-            # driver maps that memory; a result kept alive by a ref keeps its pages resident).
-            yield refs.pop(r), ray.get(r)
-        del done
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for r in done:
+                # Forget the ref once fetched: the object store may then reuse its memory (the
+                # driver maps that memory; a result kept alive by a ref keeps its pages
+                # resident).
+                yield refs.pop(r), ray.get(r)
+            del done
+    except BaseException:
+        _cancel_ray(ray, list(refs))
+        raise
+
+
+def _cancel_ray(ray: Any, refs: list) -> None:
+    """Cancel ``refs``: interrupt first (KeyboardInterrupt in the task), then kill the workers
+    of those still running after ``STOP_S``."""
+    for ref in refs:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=False)
+    with contextlib.suppress(Exception):
+        _, refs = ray.wait(refs, num_returns=len(refs), timeout=STOP_S)
+    for ref in refs:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+
+
+def imap_threads(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[tuple[int, R]]:
+    """Yield ``(position, fn(item))`` as ``threads`` threads finish them (any order). Stopped
+    early (an interrupt, an error, the caller closing the generator), the items not started are
+    cancelled and only the running ones are waited for (a thread cannot be stopped; a long ``fn``
+    calls :func:`episodekit.core.interrupt.check` between steps to end sooner)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed  # noqa: PLC0415
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        try:
+            for fut in as_completed(list(futures)):  # a consumed future is dropped, with its result
+                yield futures.pop(fut), fut.result()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def map_files(

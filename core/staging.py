@@ -27,6 +27,7 @@ import socket
 import uuid
 from pathlib import Path
 
+from episodekit.core import interrupt
 from episodekit.core.errors import EnvironmentProblem
 
 STAGING_MARKER = ".episodekit-staging"  # inside every staging/backup folder: whose it is
@@ -190,11 +191,30 @@ def publish(staging: str | os.PathLike, out: str | os.PathLike, attempts: int = 
     """Put the complete ``staging`` folder at ``out``, replacing what is there (a folder the
     caller checked is ours), and delete the replaced one. ``out`` holds the old content or the
     new, never a mix; a run killed in between leaves only marked folders :func:`remove_stale`
-    removes. Concurrent publishers of one ``out`` (frame stores) retry; the last one wins."""
+    removes. Concurrent publishers of one ``out`` (frame stores) retry; the last one wins.
+    SIGINT/SIGTERM cannot cut the swap (:func:`episodekit.core.interrupt.deferred`): one that
+    arrives during it is raised once the new output is in place."""
     staging, out = Path(staging), Path(out)
     token = _token_of(staging.name, out)
     if token is None:
         raise ValueError(f"{staging} is not a staging folder of {out}")
+    swapped = False
+    try:
+        with interrupt.deferred():  # a signal in the swap is raised once the new output is in
+            _swap(staging, out, token, attempts)
+            swapped = True
+    finally:
+        if swapped:  # (also when that signal is being raised: the replaced output goes)
+            _maybe_die_after_swap(out)
+            for p in (staging, staging_path(out, "old", token)):
+                if p.is_dir() and not p.is_symlink():  # the replaced output, ours by its marker
+                    shutil.rmtree(p, ignore_errors=True)
+
+
+def _swap(staging: Path, out: Path, token: str, attempts: int) -> None:
+    """Put ``staging`` at ``out``; what ``out`` held moves to a marked name of ``token``. Runs
+    as one deferred section: between two renames ``out`` does not exist, and a signal must not
+    leave it so."""
     try:
         for _ in range(attempts):
             if out.is_dir() and not out.is_symlink():
@@ -220,12 +240,8 @@ def publish(staging: str | os.PathLike, out: str | os.PathLike, attempts: int = 
     except OSError as exc:
         raise _problem(exc, out, "publish") from exc
     _fsync_dir(out.parent)
-    _maybe_die_after_swap(out)
-    for p in (staging, staging_path(out, "old", token)):
-        if p.is_dir() and not p.is_symlink():  # the replaced output, now ours by its marker
-            shutil.rmtree(p, ignore_errors=True)
     with contextlib.suppress(OSError):
-        (out / STAGING_MARKER).unlink()
+        (out / STAGING_MARKER).unlink()  # the new output's staging marker: it is published
 
 
 SKIP_SEED = {STAGING_MARKER, ".episodekit.lock"}  # the writer's own files are never carried

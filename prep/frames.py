@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from episodekit.core import interrupt
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem
@@ -221,6 +222,7 @@ def _build_file(
             dtype, shape = np.dtype(c["dtype"]), tuple(c["shape"])
             pos = first - base
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[name]):
+                interrupt.check()  # (in a decode thread: Ctrl-C ends the file within a batch)
                 try:
                     values = rows_of(batch.column(0), dtype, shape)
                 except ValueError as exc:

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from episodekit.core import interrupt
 from episodekit.core.atomic import atomic_path
 from episodekit.core.dataset import DatasetError, is_local
 from episodekit.core.errors import EnvironmentProblem
@@ -350,6 +351,7 @@ def rewrite_file(job: FileJob) -> FileResult:
     try:
         _rewrite(job, result)
     except Exception as exc:  # any failure of one file is reported, the others go on
+        interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
         result.status = "failed"
         result.environment = getattr(exc, "errno", None) in STOPS_THE_RUN
         text = " ".join(str(exc).split()) or type(exc).__name__

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from episodekit.core import interrupt
 from episodekit.core.dataset import read_schema
 from episodekit.validate.meta import MAX_PER_KIND, local_or_fs_path
 from episodekit.validate.raw import ERROR, Finding, RawRoot
@@ -171,6 +172,7 @@ def read_schemas(raw: RawRoot, rels: Sequence[str]) -> tuple[dict[str, pa.Schema
         try:
             schemas[rel] = read_schema(raw.fs, full)
         except Exception as exc:  # noqa: BLE001 - any reader failure is the file's fault
+            interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
             out.append(Finding("data.read", ERROR, f"unreadable parquet: {exc}", rel))
     return schemas, out
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from episodekit.core import interrupt
 from episodekit.core.paths import INFO_FILE
 from episodekit.core.video import VideoIndex, require_av
 from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
@@ -236,6 +237,7 @@ def check_images(raw: RawRoot, rels: list[str]) -> list[Finding]:
             try:
                 data = _first_image(raw, rel, name)
             except Exception:  # noqa: BLE001 - an unreadable file is data.read's finding
+                interrupt.check()  # Ctrl-C that a library turned into an error: not the file's
                 continue
             got = image_size(data) if data else None
             if got is None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from episodekit.core import interrupt
 from episodekit.core.footer import FileLayout, file_layout
 from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
 from episodekit.core.words import plural
@@ -50,6 +51,7 @@ def check_layout(
         try:
             lay = file_layout(raw.join(rel), raw.fs)
         except Exception:  # noqa: BLE001 - unreadable files are reported by data.read
+            interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
             continue
         lo, hi = row_group_band(file_target(lay, target_bytes))
         n = lay.num_row_groups

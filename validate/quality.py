@@ -23,7 +23,6 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from episodekit.core import interrupt
+from episodekit.core.executor import imap_files, imap_threads
 from episodekit.core.memory import release_memory
 from episodekit.core.words import noun_for, plural
 from episodekit.validate import drift
@@ -411,6 +412,7 @@ def scan_path(
         try:
             table = _read_path(fs, path, features)
         except Exception as exc:  # noqa: BLE001 - an unreadable file is reported, never raised
+            interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
             return FileStats(rel, empty, empty, error=str(exc))
         return _scan_table(table, rel, fps, features, stride, th)
     except _NoEpisodes:
@@ -466,10 +468,12 @@ def _batches(fs: Any, path: str, features: dict[str, int]):
                 raise _NoEpisodes
             cols = [c for c in ("episode_index", "index", "timestamp", *features) if c in names]
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols, use_threads=False):
+                interrupt.check()  # (in a scan thread: Ctrl-C ends the scan within a batch)
                 yield pa.Table.from_batches([batch])
     except (_NoEpisodes, _Unordered, GeneratorExit):
         raise
     except Exception as exc:  # noqa: BLE001 - an unreadable file is reported, never raised
+        interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
         raise _ReadError(str(exc)) from exc
 
 
@@ -1378,6 +1382,7 @@ def _wanted_rows(raw: RawRoot, rel: str, eps: set[int], columns: list[str]) -> p
                     parts.append(pa.Table.from_batches([batch.filter(mask)]))
             schema = pf.schema_arrow
     except Exception:  # noqa: BLE001 - reported by the first pass
+        interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
         return None
     if not parts:
         return pa.table({c: pa.array([], schema.field(c).type) for c in cols})
@@ -1554,8 +1559,6 @@ def _scan(
     episodes = raw.episodes.num_rows if raw.episodes is not None else 0
     merger = _Merger(rels, features, episodes, total // stride + len(rels) + 1)
     if executor != "local":
-        from episodekit.core.executor import imap_files
-
         jobs = [(raw.fs, raw.join(r), r, raw.fps, features, stride, th) for r in rels]
         results: Iterator[tuple[int, FileStats]] = imap_files(_scan_job, jobs, executor=executor)
     else:
@@ -1577,12 +1580,7 @@ def _scan_threads(
         for i, r in enumerate(rels):
             yield i, scan_file(raw, r, features, stride, th)
         return
-    with ThreadPoolExecutor(workers) as pool:
-        futures = {
-            pool.submit(scan_file, raw, r, features, stride, th): i for i, r in enumerate(rels)
-        }
-        for f in as_completed(list(futures)):  # a consumed future is dropped, with its result
-            yield futures.pop(f), f.result()
+    yield from imap_threads(lambda r: scan_file(raw, r, features, stride, th), rels, workers)
 
 
 def _scan_job(job: tuple) -> FileStats:

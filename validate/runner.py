@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from episodekit.core import jsonout
+from episodekit.core import interrupt, jsonout
 from episodekit.core.memory import release_memory
 from episodekit.core.words import plural
 from episodekit.validate.declared import CHECKS as DECLARED_CHECKS
@@ -304,6 +304,7 @@ def _scan_data(raw: RawRoot, schemas: dict, deep: bool, executor: str):
     try:
         return checks_data.scan_root(raw, schemas, deep=deep, executor=executor), []
     except Exception:  # noqa: BLE001 - narrowed below, file by file
+        interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
         if len(schemas) < 1:
             raise
     parts, problems = [], []
@@ -311,6 +312,7 @@ def _scan_data(raw: RawRoot, schemas: dict, deep: bool, executor: str):
         try:
             agg = checks_data.scan_root(raw, {rel: schema}, deep=deep, executor="local")
         except Exception as exc:  # noqa: BLE001 - any reader failure is the file's fault
+            interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
             problems.append(Finding("data.read", ERROR, f"unreadable data: {exc}", rel))
             continue
         if agg is not None:

@@ -1,6 +1,12 @@
 """The ``episodekit`` command line: a thin shell, each command calls one library function."""
 
+# ruff: noqa: E402 - signals are taken over before the imports, which can take a second
+
 from __future__ import annotations
+
+from episodekit.core import interrupt
+
+interrupt.take_over()  # first: a Ctrl-C during the imports below exits 130, not a traceback
 
 import click
 
@@ -27,7 +33,9 @@ def main() -> None:
     Exit codes: 0 success; 1 the data is at fault (a failed check, an unreadable info.json or
     data file); 2 the command cannot run as asked (bad option, missing root or mixture source,
     an output folder holding other files, read-only or full disk, unreachable hub, missing
-    optional dependency); 130 interrupted (Ctrl-C).
+    optional dependency); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM). Interrupted
+    or terminated, a command removes its temporaries and stops its worker processes; nothing
+    half-written is left under a final name.
     """
 
 

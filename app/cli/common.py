@@ -4,8 +4,9 @@ progress, and the options several commands share (one definition, one meaning ev
 Exit codes, one meaning each (core/errors.py, docs/exit-codes.md): 0 success; 1 the data or a
 check failed; 2 usage or environment (bad option value, missing root or not a dataset, an output
 folder holding other files, unreachable hub, missing optional dependency, disk full, permission);
-130 interrupted. An expected failure prints one line on stderr, never a
-traceback; ``--debug`` (or ``EPISODEKIT_DEBUG=1``) lets the traceback through.
+130 interrupted (SIGINT), 143 terminated (SIGTERM; both unwind the same way). An expected
+failure prints one line on stderr, never a traceback; ``--debug`` (or ``EPISODEKIT_DEBUG=1``)
+lets the traceback through.
 
 Commands get all of this by being added to an :class:`EpisodekitGroup` (the root command and the
 ``prep``/``metadata`` groups are ones): it adds a hidden ``--debug`` to every command, installs
@@ -27,10 +28,10 @@ import click
 
 from episodekit.cli.meta import DEBUG_ENV, META_DEBUG, META_JSON, META_QUIET, META_ROOT
 from episodekit.cli.progress import CliProgress
+from episodekit.core import interrupt
 from episodekit.core.errors import (
     EXIT_DATA,
     EXIT_ENV,
-    EXIT_INTERRUPTED,
     DatasetError,
     EnvironmentProblem,
 )
@@ -184,6 +185,7 @@ class EpisodekitGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
+            interrupt.check()  # an interrupt a library turned into an exception: still 130/143
             if isinstance(exc, BrokenPipeError) and _stdout_closed():
                 raise SystemExit(EXIT_ENV) from None  # `| head` stopped reading: no hub problem
             if debug_enabled(ctx):
@@ -205,25 +207,34 @@ class EpisodekitGroup(click.Group):
             raise err from exc
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
-        """Usage errors in one line: ``Error: ... (see 'episodekit CMD --help')``."""
+        """Usage errors in one line: ``Error: ... (see 'episodekit CMD --help')``; SIGINT and
+        SIGTERM end any run with 128 + signal (:mod:`episodekit.core.interrupt`)."""
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        code = interrupt.run_command(lambda: self._exit_code(*args, **kwargs))
+        if code > 128:  # also where a library swallowed the KeyboardInterrupt and the run went on
+            click.echo(interrupt.message(code - 128), err=True)
+        raise SystemExit(code)
+
+    def _exit_code(self, *args: Any, **kwargs: Any) -> int | None:
+        """Run the command; its exit code, None when it was interrupted."""
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
         except NO_ARGS_IS_HELP as exc:  # a bare group: its help, as click prints it
             exc.show()
-            raise SystemExit(exc.exit_code) from None
+            return exc.exit_code
         except click.UsageError as exc:
             path = " ".join(["episodekit", *_sub_path(exc.ctx)])
             click.echo(f"Error: {_one_line(exc.format_message())} (see '{path} --help')", err=True)
-            raise SystemExit(exc.exit_code) from None
+            return exc.exit_code
         except click.ClickException as exc:
             exc.show()
-            raise SystemExit(exc.exit_code) from None
-        except click.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
-            click.echo("Error: interrupted", err=True)
-            raise SystemExit(EXIT_INTERRUPTED) from None
-        raise SystemExit(rv if isinstance(rv, int) else 0)
+            return exc.exit_code
+        except click.Abort:  # Ctrl-C or SIGTERM (click turns KeyboardInterrupt into Abort)
+            return None
+        except SystemExit as exc:  # a command's own code: sys.exit(report.exit_code())
+            rv = exc.code
+        return rv if isinstance(rv, int) else 0
 
 
 def _sub_path(ctx: click.Context | None) -> list[str]:

@@ -149,7 +149,8 @@ def prepare_command(
     Each step is skipped when its output is already fresh, so a rerun (after a crash, or after
     adding episodes) only does what is needed. Arguments and plan feasibility are checked before
     anything is written. Exit codes: 0 prepared and valid; 1 validation or a rewrite failed;
-    2 usage or environment (bad option, not a dataset, unreachable hub, missing extra).
+    2 usage or environment (bad option, not a dataset, unreachable hub, missing extra); 130
+    interrupted (Ctrl-C), 143 terminated (SIGTERM): nothing half-written is left.
 
     ROOT is a local path or a URL such as hf://datasets/owner/name[@revision] (then --out is
     required: only meta/ and data/ are downloaded).

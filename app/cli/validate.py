@@ -103,7 +103,7 @@ def validate_command(
 
     Exit codes: 0 clean (warnings allowed unless --strict / --fail-on warning), 1 findings
     that fail (an unreadable info.json too), 2 could not run (bad usage, no such root, the
-    environment).
+    environment), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
     from episodekit.validate.runner import (
         CHECKS,

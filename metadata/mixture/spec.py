@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from episodekit.core import interrupt
 from episodekit.core.dataset import Dataset, DatasetError, open_dataset
 from episodekit.core.errors import EXIT_ENV, EnvironmentProblem
 from episodekit.core.words import plural
@@ -577,6 +578,7 @@ def resolve_sources(spec: MixtureSpec, check_files: bool = False) -> list[Resolv
                 f"{spec.where}: {s.field_name('root')} ({s.name!r}): {exc}"
             ) from exc
         except Exception as exc:
+            interrupt.check()  # Ctrl-C that a library turned into an error
             if "://" not in s.root or s.root.startswith("file://"):
                 raise
             # a remote source that cannot be opened (server unreachable, no such repository,

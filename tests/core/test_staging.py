@@ -129,3 +129,52 @@ def test_seed_never_links_what_it_is_told_to_skip(tmp_path):
     work = staging.new_staging(out)
     assert staging.seed_from(out, work, skip={"meta/gone.json"}) == 1
     assert (work / "meta/info.json").is_file() and not (work / "meta/gone.json").exists()
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_a_signal_in_the_swap_is_raised_once_the_new_output_is_in(tmp_path, monkeypatch, exchange):
+    """Ctrl-C right after the replaced output is moved aside (two renames: ``out`` is missing
+    until the second) is raised only when the swap is done: ``out`` holds the new output, the
+    replaced one is gone, the run is still 130."""
+    import signal
+    import time
+
+    from episodekit.core import interrupt
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "n.txt").write_text("old")
+    real_exchange, real_rename = staging._exchange, os.rename
+
+    def signal_self() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handler runs here: deferred, or raised where a swap is cut
+
+    def exchange_then_signal(a, b):
+        done = real_exchange(a, b)
+        signal_self()
+        return done
+
+    def rename_then_signal(a, b):
+        real_rename(a, b)
+        if Path(a) == out:  # the first of the two renames: out is missing now
+            signal_self()
+
+    if exchange:
+        monkeypatch.setattr(staging, "_exchange", exchange_then_signal)
+    else:
+        monkeypatch.setattr(staging, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(staging.os, "rename", rename_then_signal)
+    work = staging.new_staging(out)
+    (work / "n.txt").write_text("new")
+    reached = []
+
+    def body() -> int:
+        staging.publish(work, out)
+        reached.append("after publish")
+        return 0
+
+    assert interrupt.run_command(body) == 130
+    assert not reached  # the signal was raised, at the end of the swap
+    assert (out / "n.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the replaced output is gone
