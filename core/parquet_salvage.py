@@ -1,0 +1,453 @@
+"""Recover a parquet file whose writer never closed it (no footer), or whose end was cut off:
+every row group written whole comes back, bit for bit, under a new footer.
+
+How: walk the page headers from the start (:mod:`episodekit.core.parquet_pages`), group the
+pages into column chunks in schema order and the chunks into row groups (every chunk of a row
+group holds the same number of rows: a flat column's data pages count them in ``num_values``,
+a repeated column's in its repetition levels, a v2 page in ``num_rows``), then encode a
+``FileMetaData`` (:mod:`episodekit.core.thrift_compact`) with those row groups and the schema,
+key-value metadata (``ARROW:schema``, ``huggingface``) and writer name of a *template*: the
+footer of a readable file of the same schema, or of an empty file pyarrow writes for an Arrow
+schema (:func:`schema_template`). The repaired file is the original's bytes up to the end of
+the last whole row group, then that footer: no value is decoded or re-encoded.
+
+A row group cut off mid-write (inside a page header, inside a page, before its last column) is
+dropped and its bytes counted. Column statistics are carried over from the page headers (merged
+when a chunk has several pages), so readers keep pruning row groups on them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodekit.core import thrift_compact as tc
+from episodekit.core.parquet_pages import (
+    DICTIONARY_PAGE,
+    END,
+    MAGIC,
+    RLE,
+    Leaf,
+    NotAPage,
+    Page,
+    PageReader,
+    detect_codec,
+    fits,
+    leaves,
+)
+
+# physical types whose statistics merge as numbers (numpy dtype of their plain encoding)
+NUMERIC = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
+BOOLEAN, BYTE_ARRAY = 0, 6
+MISFIT = "pages do not fit the schema's column types"
+FOOTER_FIELDS = (1, 2, 5, 6, 7)  # version, schema, key-value metadata, created_by, column orders
+
+
+@dataclass
+class Chunk:
+    """One column chunk: its leaf, its pages (an optional dictionary page first), its rows."""
+
+    leaf: Leaf
+    pages: list[Page] = field(default_factory=list)
+    rows: int = 0
+
+    @property
+    def start(self) -> int:
+        return self.pages[0].start
+
+    @property
+    def end(self) -> int:
+        return self.pages[-1].end
+
+
+@dataclass
+class RowGroup:
+    chunks: list[Chunk]
+    num_rows: int
+
+    @property
+    def start(self) -> int:
+        return self.chunks[0].start
+
+    @property
+    def end(self) -> int:
+        return self.chunks[-1].end
+
+
+class Group(NamedTuple):
+    """A whole row group found: where it starts and ends, its rows, its encoded ``RowGroup``
+    struct (what the footer lists; kept encoded, not as thousands of objects)."""
+
+    start: int
+    end: int
+    num_rows: int
+    meta: bytes
+
+
+@dataclass
+class Salvage:
+    """What a walk found: the whole row groups, where they end, and why the walk stopped."""
+
+    size: int
+    row_groups: list[Group]
+    codec: int
+    stop: str  # why no further row group was recovered (``END``: the file ended right there)
+
+    @property
+    def end(self) -> int:
+        return self.row_groups[-1].end if self.row_groups else len(MAGIC)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(g.num_rows for g in self.row_groups)
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Bytes after the last whole row group (a group cut off, a broken footer)."""
+        return self.size - self.end
+
+
+class SalvageError(ValueError):
+    """The file is not parquet at all, or its template does not fit it."""
+
+
+def read_template(path: str | os.PathLike) -> tc.Struct:
+    """The decoded footer of a readable parquet file (:class:`SalvageError` if it has none)."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        if size < 12:
+            raise SalvageError(f"{path}: too short for a parquet footer")
+        fh.seek(size - 8)
+        tail = fh.read(8)
+        n = int.from_bytes(tail[:4], "little")
+        if tail[4:] != MAGIC or n > size - 12:
+            raise SalvageError(f"{path}: no parquet footer")
+        fh.seek(size - 8 - n)
+        try:
+            meta, used = tc.decode(fh.read(n))
+        except tc.ThriftError as exc:
+            raise SalvageError(f"{path}: unreadable parquet footer ({exc})") from exc
+    if used != n:
+        raise SalvageError(f"{path}: unreadable parquet footer")
+    return meta
+
+
+def schema_template(schema: pa.Schema) -> tc.Struct:
+    """The footer pyarrow writes for ``schema`` (schema elements, ``ARROW:schema`` and the
+    schema's own metadata), from an empty file written in memory."""
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, schema):
+        pass
+    data = sink.getvalue()
+    n = int.from_bytes(data[-8:-4], "little")
+    return tc.decode(data, len(data) - 8 - n)[0]
+
+
+def template_codec(template: tc.Struct) -> int | None:
+    """The codec of a template's first column chunk, when it has row groups."""
+    groups = tc.get(template, 4, (tc.STRUCT, []))[1]
+    for g in groups:
+        for cc in tc.get(g, 1, (tc.STRUCT, []))[1]:
+            meta = tc.get(cc, 3)
+            if meta is not None:
+                return tc.get(meta, 4)
+    return None
+
+
+def scan(path: str | os.PathLike, template: tc.Struct, codec: int | None = None) -> Salvage:
+    """Walk ``path``'s pages and group them into whole row groups of ``template``'s schema
+    (``codec``: the compression, when known; else found from the first page)."""
+    cols = leaves(template)
+    if not cols:
+        raise SalvageError("the template schema has no columns")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        reader = PageReader(fd, size)
+        if size < len(MAGIC) or bytes(reader.read(0, len(MAGIC))) != MAGIC:
+            raise SalvageError(f"{path}: does not start with {MAGIC!r}: not a parquet file")
+        groups: list[Group] = []
+        pos, stop = len(MAGIC), END
+        if codec is None:
+            try:
+                codec = detect_codec(reader, reader.page(pos))
+            except NotAPage as exc:
+                return Salvage(size, [], 0, exc.reason)
+        while True:
+            try:  # the first row group's pages are checked against the template's types
+                group = _row_group(reader, pos, cols, codec, check=not groups)
+            except NotAPage as exc:
+                stop = exc.reason
+                break
+            groups.append(Group(group.start, group.end, group.num_rows, _group_meta(group, codec)))
+            pos = group.end
+        return Salvage(size, groups, codec, stop)
+    finally:
+        os.close(fd)
+
+
+def _row_group(
+    reader: PageReader, pos: int, cols: list[Leaf], codec: int, check: bool = False
+) -> RowGroup:
+    """The row group at ``pos`` (:class:`NotAPage` when there is no whole one); ``check``:
+    every page must :func:`~episodekit.core.parquet_pages.fits` its column."""
+    chunks, rows = _chunks(reader, pos, cols, None, codec, check)
+    if rows is None:  # every chunk ended at the next one's dictionary page: count the first
+        rows = sum(reader.rows(p, cols[0], codec) for p in chunks[0].pages if p.is_data)
+    for c in chunks:
+        c.rows = rows
+    return RowGroup(chunks, rows)
+
+
+def _next_page(reader: PageReader, pos: int) -> Page | None:
+    try:
+        return reader.page(pos)
+    except NotAPage:
+        return None
+
+
+def _chunks(
+    reader: PageReader, pos: int, cols: list[Leaf], rows: int | None, codec: int, check: bool
+) -> tuple[list[Chunk], int | None]:
+    """The chunks of ``cols`` from ``pos`` and their rows (``rows``: when known already).
+
+    A chunk is an optional dictionary page and data pages. It surely ends where a dictionary
+    page follows (the next chunk's); elsewhere (a data page, the end, the old footer) its
+    rows decide: equal to ``rows``, or, while unknown, tried after each data page against the
+    remaining chunks. Repetition levels are decoded only there, so most files are grouped
+    from their headers alone. :class:`NotAPage` when no whole set of chunks starts at ``pos``.
+    """
+    if not cols:
+        return [], rows
+    leaf, chunk = cols[0], Chunk(cols[0])
+    page = reader.page(pos)
+    if page.kind == DICTIONARY_PAGE:
+        if check and not fits(page, leaf):
+            raise NotAPage(MISFIT)
+        chunk.pages.append(page)
+        page = reader.page(page.end)
+    counted = 0
+    reason = "column chunks do not line up"
+    while True:
+        if not page.is_data:
+            raise NotAPage(reason)
+        if check and not fits(page, leaf):
+            raise NotAPage(MISFIT)
+        chunk.pages.append(page)
+        nxt = _next_page(reader, page.end)
+        if nxt is not None and nxt.kind == DICTIONARY_PAGE:  # the chunk ends here
+            if leaf.max_rep == 0 or rows is None and len(cols) == 1:
+                counted += reader.rows(page, leaf, codec)
+                if rows is not None and counted != rows:
+                    raise NotAPage(reason)
+                rows = counted
+            rest, rows = _chunks(reader, page.end, cols[1:], rows, codec, check)
+            return [chunk, *rest], rows
+        counted += reader.rows(page, leaf, codec)
+        if rows is not None:
+            if counted > rows:
+                raise NotAPage(reason)
+            if counted == rows:
+                rest, _ = _chunks(reader, page.end, cols[1:], rows, codec, check)
+                return [chunk, *rest], rows
+        else:
+            try:
+                rest, _ = _chunks(reader, page.end, cols[1:], counted, codec, check)
+                return [chunk, *rest], counted
+            except NotAPage as exc:
+                reason = exc.reason
+        if nxt is None:
+            page = reader.page(page.end)  # raises why there is no further page
+        page = nxt
+
+
+# --------------------------------------------------------------------------------------------
+# The footer
+
+
+def _decode_stat(raw: bytes, leaf: Leaf):
+    dtype = NUMERIC.get(leaf.physical_type)
+    if dtype is not None:
+        if not leaf.signed:
+            dtype = dtype.replace("i", "u")
+        return np.frombuffer(raw, dtype=dtype)[0] if len(raw) == np.dtype(dtype).itemsize else None
+    if leaf.physical_type in (BOOLEAN, BYTE_ARRAY):
+        return raw
+    return None  # INT96, FIXED_LEN_BYTE_ARRAY (decimals, float16): orders not merged
+
+
+def _merged_stats(chunk: Chunk) -> bytes | None:
+    """The chunk's encoded statistics: its one data page's as they are, else merged from every
+    page's (min of mins, max of maxes, null counts summed); None when a page has none or the
+    type's order is not merged here."""
+    raws = [p.stats for p in chunk.pages if p.is_data]
+    if any(r is None for r in raws):
+        return None
+    if len(raws) == 1:
+        return raws[0]
+    stats = [tc.decode(r)[0] for r in raws]
+    out: tc.Struct = {}
+    for lo_id, hi_id in ((2, 1), (6, 5)):  # deprecated min/max, then min_value/max_value
+        if all(lo_id in s and hi_id in s for s in stats):
+            lows = [(_decode_stat(s[lo_id][1], chunk.leaf), s[lo_id][1]) for s in stats]
+            highs = [(_decode_stat(s[hi_id][1], chunk.leaf), s[hi_id][1]) for s in stats]
+            if any(v is None for v, _ in lows + highs):
+                return None
+            out[lo_id] = tc.binary(min(lows, key=lambda t: t[0])[1])
+            out[hi_id] = tc.binary(max(highs, key=lambda t: t[0])[1])
+    if all(3 in s for s in stats):
+        out[3] = tc.i64(sum(s[3][1] for s in stats))
+    for flag in (7, 8):  # is_max_value_exact, is_min_value_exact
+        if all(flag in s for s in stats):
+            out[flag] = (tc.BOOL, all(s[flag][1] for s in stats))
+    return tc.encode(out)
+
+
+def _column_meta(chunk: Chunk, codec: int) -> tuple[bytes, int, int]:
+    """The encoded ``ColumnMetaData`` of a chunk, its uncompressed and compressed bytes.
+
+    Written field by field (thousands of chunks per file: the generic encoder is the slow
+    part of a salvage otherwise): type, encodings, path, codec, num_values, sizes, data page
+    offset, dictionary page offset, statistics, encoding stats."""
+    put_field, put_int = tc.put_field, tc.put_int
+    counts: dict[tuple[int, int], int] = {}
+    for p in chunk.pages:
+        key = (p.kind, p.encoding)
+        counts[key] = counts.get(key, 0) + 1
+    # as Arrow lists them: the dictionary page's, RLE (levels), the data pages'
+    encodings = sorted({e for k, e in counts if k == DICTIONARY_PAGE}) + [RLE]
+    encodings += sorted({e for k, e in counts if k != DICTIONARY_PAGE})
+    dict_page = chunk.pages[0] if chunk.pages[0].kind == DICTIONARY_PAGE else None
+    data_pages = [p for p in chunk.pages if p.is_data]
+    stats = _merged_stats(chunk)
+    uncompressed = sum(p.uncompressed + p.data_start - p.start for p in chunk.pages)
+    compressed = chunk.end - chunk.start
+    out = bytearray()
+    put_field(out, 1, tc.I32)
+    put_int(out, chunk.leaf.physical_type)
+    put_field(out, 1, tc.LIST)
+    tc.put_list(out, len(encodings), tc.I32)
+    for e in encodings:
+        put_int(out, e)
+    put_field(out, 1, tc.LIST)
+    tc.put_list(out, len(chunk.leaf.path), tc.BINARY)
+    for name in chunk.leaf.path:
+        tc.put_binary(out, name)
+    put_field(out, 1, tc.I32)
+    put_int(out, codec)
+    for value in (sum(p.num_values for p in data_pages), uncompressed, compressed):
+        put_field(out, 1, tc.I64)  # fields 5, 6, 7
+        put_int(out, value)
+    put_field(out, 2, tc.I64)  # field 9
+    put_int(out, data_pages[0].start)
+    last = 9
+    if dict_page is not None:
+        put_field(out, 2, tc.I64)  # field 11
+        put_int(out, dict_page.start)
+        last = 11
+    if stats is not None:
+        put_field(out, 12 - last, tc.STRUCT)
+        out += stats
+        last = 12
+    put_field(out, 13 - last, tc.LIST)
+    tc.put_list(out, len(counts), tc.STRUCT)
+    for (kind, enc), n in counts.items():  # PageEncodingStats{page_type, encoding, count}
+        for value in (kind, enc, n):
+            put_field(out, 1, tc.I32)
+            put_int(out, value)
+        out.append(0)
+    out.append(0)
+    return bytes(out), uncompressed, compressed
+
+
+def _group_meta(g: RowGroup, codec: int) -> bytes:
+    """The encoded ``RowGroup`` struct of a whole row group: its ``ColumnChunk``s (file_offset
+    0 as pyarrow writes it, then the metadata), total bytes, rows, file offset, compressed
+    bytes."""
+    out = bytearray()
+    tc.put_field(out, 1, tc.LIST)
+    tc.put_list(out, len(g.chunks), tc.STRUCT)
+    total = total_compressed = 0
+    for c in g.chunks:
+        meta, u, comp = _column_meta(c, codec)
+        out += bytes([2 << 4 | tc.I64, 0, 1 << 4 | tc.STRUCT])  # file_offset 0, meta_data
+        out += meta
+        out.append(0)
+        total += u
+        total_compressed += comp
+    for delta, value in ((1, total), (1, g.num_rows), (2, g.start), (1, total_compressed)):
+        tc.put_field(out, delta, tc.I64)  # fields 2, 3, 5, 6
+        tc.put_int(out, value)
+    out.append(0)
+    return bytes(out)
+
+
+def footer(template: tc.Struct, salvage: Salvage) -> bytes:
+    """The encoded ``FileMetaData`` for ``salvage``'s row groups under ``template``'s schema."""
+    meta = {k: v for k, v in template.items() if k in FOOTER_FIELDS}
+    meta[3] = tc.i64(salvage.num_rows)
+    meta[4] = tc.list_of(tc.STRUCT, [tc.Raw(g.meta) for g in salvage.row_groups])
+    return tc.encode(meta)
+
+
+def _copy_prefix(src: int, dst: int, n: int) -> None:
+    """The first ``n`` bytes of ``src`` into ``dst`` (in the kernel where it can)."""
+    done = 0
+    while done < n:
+        try:
+            got = os.copy_file_range(src, dst, n - done, done)  # type: ignore[attr-defined]
+        except (AttributeError, OSError):
+            got = 0
+        if got <= 0:  # no copy_file_range (or not across these filesystems): plain reads
+            while done < n:
+                buf = os.pread(src, min(n - done, 8 << 20), done)
+                if not buf:
+                    raise OSError(f"file shorter than {n} bytes")
+                _write_all(dst, buf)
+                done += len(buf)
+            return
+        done += got
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_salvaged(
+    src: str | os.PathLike, dst: str | os.PathLike, salvage: Salvage, template: tc.Struct
+) -> int:
+    """Write ``dst``: ``src``'s whole row groups and a new footer; return the rows written."""
+    meta = footer(template, salvage)
+    fi = os.open(src, os.O_RDONLY)
+    try:
+        fo = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _copy_prefix(fi, fo, salvage.end)
+            os.lseek(fo, salvage.end, os.SEEK_SET)
+            _write_all(fo, meta + len(meta).to_bytes(4, "little") + MAGIC)
+            os.fsync(fo)
+        finally:
+            os.close(fo)
+    finally:
+        os.close(fi)
+    return salvage.num_rows
+
+
+__all__ = [
+    "Salvage",
+    "SalvageError",
+    "footer",
+    "read_template",
+    "scan",
+    "schema_template",
+    "template_codec",
+    "write_salvaged",
+]
