@@ -18,8 +18,10 @@ when a chunk has several pages), so readers keep pruning row groups on them.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -396,6 +398,67 @@ def footer(template: tc.Struct, salvage: Salvage) -> bytes:
     return tc.encode(meta)
 
 
+class _Joined(io.RawIOBase):
+    """A read-only file: the first ``end`` bytes of ``path`` followed by ``tail`` bytes."""
+
+    def __init__(self, path: str | os.PathLike, end: int, tail: bytes):
+        super().__init__()
+        self._fd = os.open(path, os.O_RDONLY)
+        self._end = end
+        self._tail = tail
+        self._size = end + len(tail)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b) -> int:
+        view = memoryview(b).cast("B")
+        n = min(len(view), max(0, self._size - self._pos))
+        done = 0
+        while done < n:
+            at = self._pos + done
+            if at < self._end:
+                got = os.preadv(self._fd, [view[done : done + min(n - done, self._end - at)]], at)
+                if got <= 0:
+                    raise OSError(f"file shorter than {self._end} bytes")
+            else:
+                piece = self._tail[at - self._end : at - self._end + n - done]
+                view[done : done + len(piece)] = piece
+                got = len(piece)
+            done += got
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
+
+
+@contextlib.contextmanager
+def open_salvaged(
+    path: str | os.PathLike, salvage: Salvage, template: tc.Struct
+) -> Iterator[pq.ParquetFile]:
+    """``path``'s whole row groups under their new footer, read in place: what
+    :func:`write_salvaged` would write, without writing it."""
+    meta = footer(template, salvage)
+    tail = meta + len(meta).to_bytes(4, "little") + MAGIC
+    with _Joined(path, salvage.end, tail) as fh:
+        yield pq.ParquetFile(fh, pre_buffer=False)
+
+
 def _copy_prefix(src: int, dst: int, n: int) -> None:
     """The first ``n`` bytes of ``src`` into ``dst`` (in the kernel where it can)."""
     done = 0
@@ -445,6 +508,7 @@ __all__ = [
     "Salvage",
     "SalvageError",
     "footer",
+    "open_salvaged",
     "read_template",
     "scan",
     "schema_template",

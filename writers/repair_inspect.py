@@ -1,0 +1,362 @@
+"""What a damaged LeRobot v3.0 root holds, file by file, read without writing anything: the
+first half of ``episodekit repair`` (:mod:`episodekit.writers.repair_plan` decides from it).
+
+- data and ``meta/episodes`` parquet files: read through their footer, or, without one (a
+  writer never closed), salvaged in place (:func:`episodekit.core.parquet_salvage.scan` under
+  the footer of a readable sibling file, else under the schema LeRobot builds from info.json:
+  :mod:`episodekit.writers.repair_schema`); of the data, the ``episode_index`` and ``index``
+  columns only (the episodes they hold, where in the file);
+- videos: each mp4's frames from its sample tables, counting only frames whose bytes are in
+  the file (a copy cut short keeps its index but not its tail);
+- what the recorder staged: PNGs under ``images/`` and episode mp4s in ``tmp*/`` folders;
+- info.json, tasks.parquet and stats.json as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodekit.core import parquet_salvage as ps
+from episodekit.core import thrift_compact as tc
+from episodekit.core.dataset import read_tasks_table, resolve_root
+from episodekit.core.errors import DatasetError, EnvironmentProblem
+from episodekit.writers import repair_schema
+
+CHUNK_FILE = re.compile(r"chunk-(\d+)/file-(\d+)\.(?:parquet|mp4)$")
+STAGED_PNG = re.compile(r"images/(.+)/episode-(\d+)/[^/]+\.png$")
+TEMP_VIDEO = re.compile(r"tmp[^/]*/(.+)_(\d+)\.mp4$")
+
+
+@dataclass
+class ParquetState:
+    """One parquet file: readable (``intact``), salvaged (``salvage`` under ``template``), or
+    neither (``problem``)."""
+
+    rel: str
+    chunk: int
+    file: int
+    size: int
+    intact: bool
+    salvage: ps.Salvage | None = None
+    template: tc.Struct | None = None
+    problem: str = ""
+
+    @property
+    def num_rows(self) -> int:
+        if self.intact:
+            return int(self.total_rows)
+        return self.salvage.num_rows if self.salvage else 0
+
+    total_rows: int = 0
+
+    @contextlib.contextmanager
+    def open(self, root: Path) -> Iterator[pq.ParquetFile]:
+        """The file's whole row groups (in place, under the rebuilt footer when salvaged)."""
+        path = root / self.rel
+        if self.intact:
+            yield pq.ParquetFile(path)
+        else:
+            with ps.open_salvaged(path, self.salvage, self.template) as pf:
+                yield pf
+
+    def damage(self) -> str | None:
+        """What is wrong with the file, in words (None when intact)."""
+        if self.intact:
+            return None
+        if self.salvage is None:
+            return f"unreadable ({self.problem})"
+        s = self.salvage
+        cut = f"; {s.dropped_bytes:,} bytes after them dropped ({s.stop})"
+        cut = cut if s.dropped_bytes else ""
+        return (
+            f"no parquet footer (its writer was never closed): {len(s.row_groups)} whole row "
+            f"groups, {s.num_rows:,} rows recovered{cut}"
+        )
+
+
+@dataclass
+class DataFile(ParquetState):
+    """A data file and the episodes in it: one entry per run of one ``episode_index``."""
+
+    episode: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    first_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    first_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    group_end: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # run ends a group
+    index_gaps: int = 0  # places where ``index`` does not go up by one inside a run
+
+
+@dataclass
+class MetaFile(ParquetState):
+    """A ``meta/episodes`` file and the rows recovered from it."""
+
+    table: pa.Table | None = None
+
+
+@dataclass
+class VideoState:
+    """One mp4 of one camera: its frames' pts (ticks, ascending) whose bytes are all in the
+    file, the time base, and the frames its index lists that are not there."""
+
+    rel: str
+    chunk: int
+    file: int
+    pts: np.ndarray
+    time_base: float
+    frame_ticks: int
+    missing: int = 0  # frames the index lists whose bytes were cut off
+    problem: str = ""
+
+    @property
+    def frames(self) -> int:
+        return len(self.pts)
+
+
+@dataclass
+class Inventory:
+    """Everything :func:`inspect_root` found."""
+
+    root: Path
+    info: dict
+    tasks: pa.Table | None  # task_index, task (sorted)
+    tasks_raw: pa.Table | None  # the file's table as written (schema and metadata)
+    tasks_problem: str
+    stats: dict | None
+    stats_problem: str
+    data: list[DataFile]
+    episodes: list[MetaFile]
+    videos: dict[str, list[VideoState]]
+    staged_png: dict[int, dict[str, int]]  # episode -> camera -> PNG files
+    temp_videos: dict[int, dict[str, str]]  # episode -> camera -> relative path
+    other: list[str]  # files repair leaves as they are (README, ...)
+
+
+def _chunk_file(rel: str) -> tuple[int, int]:
+    m = CHUNK_FILE.search(rel)
+    return (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+
+
+def _files(root: Path, pattern: str) -> list[str]:
+    found = [p.relative_to(root).as_posix() for p in root.glob(pattern) if p.is_file()]
+    return sorted(found, key=lambda r: (_chunk_file(r), r))
+
+
+def _parquet_state(root: Path, rel: str, cls: type) -> ParquetState:
+    path = root / rel
+    chunk, file = _chunk_file(rel)
+    size = path.stat().st_size
+    try:
+        meta = pq.read_metadata(path)
+        return cls(rel, chunk, file, size, True, total_rows=meta.num_rows)
+    except (pa.ArrowInvalid, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise EnvironmentProblem(f"cannot read: {exc.strerror}", str(path)) from exc
+        return cls(rel, chunk, file, size, False, problem=str(exc).split("\n")[0])
+
+
+def _salvage(root: Path, state: ParquetState, template: tc.Struct, codec: int | None) -> None:
+    try:
+        state.salvage = ps.scan(root / state.rel, template, codec)
+        state.template = template
+    except ps.SalvageError as exc:
+        state.problem = str(exc)
+
+
+def _template(root: Path, states: list[ParquetState], schema) -> tuple[tc.Struct, int | None]:
+    """The footer of the first readable file (and its codec), else one for ``schema()``."""
+    for s in states:
+        if s.intact:
+            try:
+                t = ps.read_template(root / s.rel)
+                return t, ps.template_codec(t)
+            except ps.SalvageError:
+                continue
+    return ps.schema_template(schema()), None
+
+
+def _runs(df: DataFile, pf: pq.ParquetFile) -> None:
+    """The episodes of an open data file (``episode_index`` runs) and where they lie."""
+    cols = pf.read(columns=["episode_index", "index"])
+    ep = cols["episode_index"].to_numpy()
+    idx = cols["index"].to_numpy()
+    n = len(ep)
+    starts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]]) if n else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], n]
+    df.episode = ep[starts].astype(np.int64)
+    df.first_index = idx[starts].astype(np.int64)
+    df.rows = (ends - starts).astype(np.int64)
+    df.first_row = starts.astype(np.int64)
+    meta = pf.metadata
+    bounds = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+    df.group_end = np.isin(ends, bounds)
+    step = np.diff(idx) != 1
+    step[ends[:-1] - 1] = False  # a new episode may start anywhere
+    df.index_gaps = int(step.sum())
+
+
+def inspect_data(root: Path, info: dict) -> list[DataFile]:
+    """Every data file (``data/*/*.parquet``), salvaged where it has no footer."""
+    states = [_parquet_state(root, rel, DataFile) for rel in _files(root, "data/*/*.parquet")]
+    damaged = [s for s in states if not s.intact]
+    if damaged:
+        template, codec = _template(root, states, lambda: repair_schema.data_schema(info))
+        for s in damaged:
+            _salvage(root, s, template, codec)
+    for s in states:
+        if s.intact or s.salvage is not None:
+            try:
+                with s.open(root) as pf:
+                    _runs(s, pf)
+            except (pa.ArrowException, OSError, KeyError) as exc:
+                s.intact, s.salvage = False, None
+                s.problem = f"its rows cannot be read ({str(exc).splitlines()[0]})"
+    return states
+
+
+def inspect_episodes(root: Path, info: dict) -> list[MetaFile]:
+    """Every ``meta/episodes`` file, salvaged where it has no footer, with its rows."""
+    rels = _files(root, "meta/episodes/*/*.parquet")
+    states = [_parquet_state(root, rel, MetaFile) for rel in rels]
+    damaged = [s for s in states if not s.intact]
+    if damaged:
+        template, codec = _template(root, states, lambda: repair_schema.episodes_schema(info))
+        for s in damaged:
+            _salvage(root, s, template, codec)
+    for s in states:
+        if s.intact or s.salvage is not None:
+            try:
+                with s.open(root) as pf:
+                    s.table = pf.read()
+            except (pa.ArrowException, OSError) as exc:
+                s.intact, s.salvage = False, None
+                s.problem = f"its rows cannot be read ({str(exc).splitlines()[0]})"
+    return states
+
+
+def _video_state(root: Path, rel: str) -> VideoState:
+    from episodekit.core.video import VideoError, mp4_sample_table, probe
+
+    chunk, file = _chunk_file(rel)
+    path = root / rel
+    empty = np.zeros(0, np.int64)
+    try:
+        index = probe(path)
+    except (VideoError, OSError) as exc:
+        return VideoState(rel, chunk, file, empty, 0.0, 0, problem=str(exc).split("\n")[0])
+    pts = index.pts
+    missing = 0
+    with contextlib.suppress(Exception), open(path, "rb") as fh:  # frames cut off the end
+        table = mp4_sample_table(fh, str(path))
+        if table is not None and len(table.pts) == len(pts):
+            inside = table.offset + table.size <= path.stat().st_size
+            keep = int(np.argmin(inside)) if not inside.all() else len(inside)
+            missing = len(pts) - keep
+            pts = np.sort(table.pts[:keep])
+    ticks = int(np.median(np.diff(index.pts))) if len(index.pts) > 1 else 0
+    if not ticks and index.fps:
+        ticks = round(1 / (index.fps * float(index.time_base)))
+    return VideoState(rel, chunk, file, pts, float(index.time_base), ticks, missing)
+
+
+def inspect_videos(root: Path, info: dict) -> dict[str, list[VideoState]]:
+    out = {}
+    for key in repair_schema.video_keys(info):
+        rels = _files(root, f"videos/{key}/*/*.mp4")
+        out[key] = [_video_state(root, rel) for rel in rels]
+    return out
+
+
+def _staged(root: Path) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, str]]]:
+    png: dict[int, dict[str, int]] = {}
+    temp: dict[int, dict[str, str]] = {}
+    images = root / "images"
+    if images.is_dir():
+        for p in images.rglob("*.png"):
+            m = STAGED_PNG.search(p.relative_to(root).as_posix())
+            if m:
+                cams = png.setdefault(int(m.group(2)), {})
+                cams[m.group(1)] = cams.get(m.group(1), 0) + 1
+    for p in root.glob("tmp*/*.mp4"):
+        m = TEMP_VIDEO.search(p.relative_to(root).as_posix())
+        if m:
+            temp.setdefault(int(m.group(2)), {})[m.group(1)] = p.relative_to(root).as_posix()
+    return png, temp
+
+
+def _json(root: Path, rel: str) -> tuple[dict | None, str]:
+    try:
+        value = json.loads((root / rel).read_text())
+    except FileNotFoundError:
+        return None, "missing"
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"not valid JSON ({exc})"
+    return (value, "") if isinstance(value, dict) else (None, "not a JSON object")
+
+
+def inspect_root(root: str | os.PathLike) -> Inventory:
+    """Read everything repair needs from a local v3.0 root (see the module docstring)."""
+    fs, _ = resolve_root(str(root))
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol not in ("file", "local"):
+        raise EnvironmentProblem("repair works on a local root; download it first", str(root))
+    base = Path(root)
+    if not base.is_dir():
+        raise EnvironmentProblem("root does not exist or is not a folder", str(root))
+    info, problem = _json(base, "meta/info.json")
+    if info is None:
+        raise DatasetError(f"meta/info.json is {problem}: repair needs its features", str(root))
+    if info.get("codebase_version") != "v3.0":
+        raise DatasetError(
+            f"codebase_version {info.get('codebase_version')!r}: repair reads LeRobot v3.0 "
+            "roots (what LeRobot's recorder writes)",
+            str(root),
+        )
+    tasks = tasks_raw = None
+    tasks_problem = ""
+    try:
+        tasks_raw = pq.read_table(base / "meta/tasks.parquet")
+        tasks = read_tasks_table(fs, str(base), "v3.0")
+    except (DatasetError, pa.ArrowException, OSError) as exc:
+        tasks_problem = str(exc).split("\n")[0]
+    stats, stats_problem = _json(base, "meta/stats.json")
+    png, temp = _staged(base)
+    data = inspect_data(base, info)
+    episodes = inspect_episodes(base, info)
+    videos = inspect_videos(base, info)
+    handled = {"meta/info.json", "meta/stats.json", "meta/tasks.parquet"}
+    handled |= {s.rel for s in data} | {m.rel for m in episodes}
+    handled |= {v.rel for files in videos.values() for v in files}
+    other = [
+        rel
+        for p in sorted(base.rglob("*"))
+        if p.is_file()
+        and (rel := p.relative_to(base).as_posix()) not in handled
+        and p.relative_to(base).parts[0] != "images"
+        and not TEMP_VIDEO.search(rel)
+        and not p.name.startswith(".episodekit")
+    ]
+    return Inventory(
+        root=base,
+        info=info,
+        tasks=tasks,
+        tasks_raw=tasks_raw,
+        tasks_problem=tasks_problem,
+        stats=stats,
+        stats_problem=stats_problem,
+        data=data,
+        episodes=episodes,
+        videos=videos,
+        staged_png=png,
+        temp_videos=temp,
+        other=other,
+    )
