@@ -268,16 +268,18 @@ def _move(src: Path, dst: Path) -> None:
         raise os_problem(exc, src, "move") from exc
 
 
-def restore(backup: str | os.PathLike) -> str:
+def restore(backup: str | os.PathLike, expect_root: str | os.PathLike | None = None) -> str:
     """Put an ``--in-place`` repair's backup back: the root is again what it was before it
     (files it created removed, files it replaced or removed moved back); the backup folder is
-    removed. Returns the root."""
+    removed. ``expect_root``: refuse a backup of another root. Returns the root."""
     backup = Path(backup)
     try:
         manifest = json.loads((backup / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
+        root = Path(manifest["root"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EnvironmentProblem(f"not a repair backup ({exc})", str(backup)) from exc
-    root = Path(manifest["root"])
+    if expect_root is not None and Path(expect_root).resolve() != root.resolve():
+        raise EnvironmentProblem(f"a backup of {root}, not of {expect_root}", str(backup))
     for rel in manifest["created"]:
         if rel != LOCK_NAME:
             (root / rel).unlink(missing_ok=True)
