@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import warnings
@@ -25,7 +26,9 @@ from episodekit.sample import write_sample
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate")
-COMMAND = re.compile(r"episodekit ((?:info|sample|validate|prepare|prep|metadata)\b[^`'();]*)")
+COMMAND = re.compile(
+    r"episodekit ((?:info|sample|validate|prepare|prep|metadata|repair)\b[^`'();]*)"
+)
 # String literals that name a command without telling the user to run it.
 NOT_HINTS = {
     ("core/hub.py", "episodekit prepare"),  # the hub commit message
@@ -267,7 +270,27 @@ def convert_v3_root(tmp: Path):
     return raised(convert, str(root), tmp / "out"), None
 
 
+LEROBOT = REPO / "tests" / "fixtures" / "lerobot"
+
+
+def validate_crashed_recording(tmp: Path):
+    """A recording LeRobot 0.6.1 wrote and that was killed: validate suggests repair."""
+    root = tmp / "crash_vid5"
+    shutil.copytree(LEROBOT / "crash_vid5", root)
+    return finding(root, "episodes.read"), None
+
+
+def repair_in_place_undo(tmp: Path):
+    root = tmp / "crash_rec7"
+    shutil.copytree(LEROBOT / "crash_rec7", root)
+    proc = cli("repair", root, "--in-place")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, None
+
+
 HINTS: dict[tuple[str, str], Callable] = {
+    ("validate/raw.py", "episodekit repair"): validate_crashed_recording,
+    ("app/cli/repair.py", "undo: episodekit repair"): repair_in_place_undo,
     ("writers/convert.py", "prepare it with `episodekit prepare"): convert_v3_root,
     ("validate/flagged.py", "episodekit validate ROOT --json --checks"): flags_report_missing_check,
     ("validate/layout.py", "episodekit prep rowgroups"): validate_layout,

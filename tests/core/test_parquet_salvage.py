@@ -115,6 +115,10 @@ def test_unclosed_writer_comes_back_bit_exact(tmp_path):
     # are the closed file's
     assert without_size_stats(ps.read_template(out)) == without_size_stats(ps.read_template(full))
     assert out.read_bytes()[: s.end] == full.read_bytes()[: s.end]
+    # read in place (nothing written) gives the same rows
+    with ps.open_salvaged(crashed, s, ps.schema_template(SCHEMA)) as pf:
+        assert pf.read().equals(got)
+        assert [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)] == lengths
 
 
 @pytest.mark.parametrize(
