@@ -164,12 +164,15 @@ class PageReader:
             raise NotAPage(END)
         want = 4096
         while True:
-            buf = self.read(pos, want)
+            if self._at <= pos and pos + want <= self._at + len(self._buf):
+                buf, off = self._buf, pos - self._at  # the window: parsed without a copy
+            else:
+                buf, off = bytes(self.read(pos, want)), 0
             try:
-                page = parse_header(buf, pos)
+                page = _fast_header(buf, off, pos) or parse_header(memoryview(buf)[off:], pos)
                 break
             except tc.CutShort:
-                if pos + len(buf) >= self.size:
+                if pos + len(buf) - off >= self.size:
                     raise NotAPage(CUT_HEADER) from None
                 if want >= MAX_HEADER:
                     raise NotAPage(NOT_A_PAGE) from None
@@ -207,6 +210,96 @@ class PageReader:
             raise NotAPage("repetition levels longer than the page")
         width = max(int(leaf.max_rep).bit_length(), 1)
         return zero_levels(raw[4 : 4 + n], width, page.num_values)
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it) of the varint at ``buf[pos]``."""
+    out = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        out |= (b & 0x7F) << shift
+        if b < 0x80:
+            return out, pos
+        shift += 7
+        if shift > 63:
+            raise tc.ThriftError("varint longer than 10 bytes")
+
+
+def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
+    """:func:`parse_header` for the layout writers use (short field headers; numbers, flags and
+    a statistics struct of binaries and numbers), in one loop: most of a salvage's time is
+    here. None for any other layout (the generic parser decides); :class:`CutShort` when the
+    bytes end inside it."""
+    try:
+        pos, fid, top, sub, sub_id = off, 0, {}, None, 0
+        while True:
+            head = buf[pos]
+            pos += 1
+            if head == 0:
+                break
+            fid += head >> 4
+            ttype = head & 0x0F
+            if not head >> 4:
+                return None
+            if fid <= 4 and ttype == tc.I32:
+                v, pos = _varint(buf, pos)
+                top[fid] = (v >> 1) ^ -(v & 1)
+            elif fid in (5, 7, 8) and ttype == tc.STRUCT and sub is None:
+                sub, sub_id, sfid = {}, fid, 0
+                while True:
+                    head = buf[pos]
+                    pos += 1
+                    if head == 0:
+                        break
+                    if not head >> 4:
+                        return None
+                    sfid += head >> 4
+                    ttype = head & 0x0F
+                    if ttype in (tc.I16, tc.I32, tc.I64):
+                        v, pos = _varint(buf, pos)
+                        sub[sfid] = (v >> 1) ^ -(v & 1)
+                    elif ttype in (tc.BOOL_TRUE, tc.BOOL_FALSE):
+                        sub[sfid] = ttype == tc.BOOL_TRUE
+                    elif ttype == tc.STRUCT:  # statistics: stepped over, kept as bytes
+                        a = pos
+                        while True:
+                            head = buf[pos]
+                            pos += 1
+                            if head == 0:
+                                break
+                            if not head >> 4:
+                                return None
+                            ttype = head & 0x0F
+                            if ttype == tc.BINARY:
+                                v, pos = _varint(buf, pos)
+                                pos += v
+                            elif ttype in (tc.I16, tc.I32, tc.I64):
+                                _, pos = _varint(buf, pos)
+                            elif ttype not in (tc.BOOL_TRUE, tc.BOOL_FALSE):
+                                return None
+                        if pos > len(buf):
+                            raise tc.CutShort("cut short")
+                        sub[sfid] = buf[a:pos]
+                    else:
+                        return None
+            else:
+                return None
+    except IndexError:
+        raise tc.CutShort("cut short") from None
+    except tc.ThriftError:
+        return None
+    kind = top.get(1)
+    compressed, uncompressed = top.get(3, -1), top.get(2, -1)
+    if sub is None or SUB_FIELD.get(kind) != sub_id or compressed < 0 or uncompressed < 0:
+        raise NotAPage(NOT_A_PAGE)
+    num_values = sub.get(1)
+    encoding = sub.get(4 if kind == DATA_PAGE_V2 else 2)
+    if not isinstance(num_values, int) or num_values < 0 or encoding not in ENCODINGS:
+        raise NotAPage(NOT_A_PAGE)
+    data_start = start + pos - off
+    return Page(start, data_start, data_start + compressed, kind, compressed, uncompressed,
+                top.get(4), sub)  # fmt: skip
 
 
 def parse_header(buf: memoryview, start: int) -> Page:

@@ -19,6 +19,7 @@ when a chunk has several pages), so readers keep pruning row groups on them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 from collections.abc import Iterator
@@ -175,6 +176,7 @@ def scan(path: str | os.PathLike, template: tc.Struct, codec: int | None = None)
         if size < len(MAGIC) or bytes(reader.read(0, len(MAGIC))) != MAGIC:
             raise SalvageError(f"{path}: does not start with {MAGIC!r}: not a parquet file")
         groups: list[Group] = []
+        heads: dict = {}  # encoded column metadata heads, per column and page kinds
         pos, stop = len(MAGIC), END
         if codec is None:
             try:
@@ -187,7 +189,8 @@ def scan(path: str | os.PathLike, template: tc.Struct, codec: int | None = None)
             except NotAPage as exc:
                 stop = exc.reason
                 break
-            groups.append(Group(group.start, group.end, group.num_rows, _group_meta(group, codec)))
+            meta = _group_meta(group, codec, heads)
+            groups.append(Group(group.start, group.end, group.num_rows, meta))
             pos = group.end
         return Salvage(size, groups, codec, stop)
     finally:
@@ -311,64 +314,95 @@ def _merged_stats(chunk: Chunk) -> bytes | None:
     return tc.encode(out)
 
 
-def _column_meta(chunk: Chunk, codec: int) -> tuple[bytes, int, int]:
-    """The encoded ``ColumnMetaData`` of a chunk, its uncompressed and compressed bytes.
+def _meta_head(leaf: Leaf, codec: int, kinds: tuple[tuple[int, int], ...]) -> bytes:
+    """``ColumnMetaData`` fields 1-4 (type, encodings, path, codec): the same for every chunk of
+    a column whose pages have the same (kind, encoding)s. Encodings as Arrow lists them: the
+    dictionary page's, RLE (levels), the data pages'."""
+    encodings = sorted({e for k, e in kinds if k == DICTIONARY_PAGE}) + [RLE]
+    encodings += sorted({e for k, e in kinds if k != DICTIONARY_PAGE})
+    out = bytearray()
+    tc.put_field(out, 1, tc.I32)
+    tc.put_int(out, leaf.physical_type)
+    tc.put_field(out, 1, tc.LIST)
+    tc.put_list(out, len(encodings), tc.I32)
+    for e in encodings:
+        tc.put_int(out, e)
+    tc.put_field(out, 1, tc.LIST)
+    tc.put_list(out, len(leaf.path), tc.BINARY)
+    for name in leaf.path:
+        tc.put_binary(out, name)
+    tc.put_field(out, 1, tc.I32)
+    tc.put_int(out, codec)
+    return bytes(out)
 
-    Written field by field (thousands of chunks per file: the generic encoder is the slow
-    part of a salvage otherwise): type, encodings, path, codec, num_values, sizes, data page
-    offset, dictionary page offset, statistics, encoding stats."""
-    put_field, put_int = tc.put_field, tc.put_int
+
+@functools.lru_cache(maxsize=4096)
+def _meta_tail(counts: tuple[tuple[tuple[int, int], int], ...], last: int) -> bytes:
+    """``ColumnMetaData`` field 13 (encoding stats: page type, encoding, count) and the stop."""
+    out = bytearray()
+    tc.put_field(out, 13 - last, tc.LIST)
+    tc.put_list(out, len(counts), tc.STRUCT)
+    for (kind, enc), n in counts:
+        for value in (kind, enc, n):
+            tc.put_field(out, 1, tc.I32)
+            tc.put_int(out, value)
+        out.append(0)
+    out.append(0)
+    return bytes(out)
+
+
+def _zz(n: int) -> bytes:
+    """A non-negative i64 as the compact protocol writes it (zigzag varint)."""
+    n <<= 1
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+I64_NEXT, I64_SKIP1 = bytes([1 << 4 | tc.I64]), bytes([2 << 4 | tc.I64])
+
+
+def _column_meta(chunk: Chunk, codec: int, heads: dict) -> tuple[bytes, int, int]:
+    """The encoded ``ColumnMetaData`` of a chunk, its uncompressed and compressed bytes:
+    :func:`_meta_head`, num_values, sizes, data page offset, dictionary page offset,
+    statistics, :func:`_meta_tail`. Pieces are cached (``heads``: per column and page kinds)
+    or joined (thousands of chunks a file: this is a large part of a salvage's time)."""
     counts: dict[tuple[int, int], int] = {}
+    num_values = uncompressed = 0
+    first_data = None
     for p in chunk.pages:
         key = (p.kind, p.encoding)
         counts[key] = counts.get(key, 0) + 1
-    # as Arrow lists them: the dictionary page's, RLE (levels), the data pages'
-    encodings = sorted({e for k, e in counts if k == DICTIONARY_PAGE}) + [RLE]
-    encodings += sorted({e for k, e in counts if k != DICTIONARY_PAGE})
-    dict_page = chunk.pages[0] if chunk.pages[0].kind == DICTIONARY_PAGE else None
-    data_pages = [p for p in chunk.pages if p.is_data]
-    stats = _merged_stats(chunk)
-    uncompressed = sum(p.uncompressed + p.data_start - p.start for p in chunk.pages)
+        uncompressed += p.uncompressed + p.data_start - p.start
+        if p.kind != DICTIONARY_PAGE:
+            num_values += p.num_values
+            first_data = first_data or p
     compressed = chunk.end - chunk.start
-    out = bytearray()
-    put_field(out, 1, tc.I32)
-    put_int(out, chunk.leaf.physical_type)
-    put_field(out, 1, tc.LIST)
-    tc.put_list(out, len(encodings), tc.I32)
-    for e in encodings:
-        put_int(out, e)
-    put_field(out, 1, tc.LIST)
-    tc.put_list(out, len(chunk.leaf.path), tc.BINARY)
-    for name in chunk.leaf.path:
-        tc.put_binary(out, name)
-    put_field(out, 1, tc.I32)
-    put_int(out, codec)
-    for value in (sum(p.num_values for p in data_pages), uncompressed, compressed):
-        put_field(out, 1, tc.I64)  # fields 5, 6, 7
-        put_int(out, value)
-    put_field(out, 2, tc.I64)  # field 9
-    put_int(out, data_pages[0].start)
+    key = (id(chunk.leaf), tuple(counts))
+    head = heads.get(key)
+    if head is None:
+        head = heads[key] = _meta_head(chunk.leaf, codec, key[1])
+    parts = [head, I64_NEXT, _zz(num_values)]
+    parts += [I64_NEXT, _zz(uncompressed), I64_NEXT, _zz(compressed)]
+    parts += [I64_SKIP1, _zz(first_data.start)]  # field 9
     last = 9
-    if dict_page is not None:
-        put_field(out, 2, tc.I64)  # field 11
-        put_int(out, dict_page.start)
+    if chunk.pages[0].kind == DICTIONARY_PAGE:
+        parts += [I64_SKIP1, _zz(chunk.pages[0].start)]  # field 11
         last = 11
+    stats = _merged_stats(chunk)
     if stats is not None:
-        put_field(out, 12 - last, tc.STRUCT)
-        out += stats
+        parts += [bytes([(12 - last) << 4 | tc.STRUCT]), stats]
         last = 12
-    put_field(out, 13 - last, tc.LIST)
-    tc.put_list(out, len(counts), tc.STRUCT)
-    for (kind, enc), n in counts.items():  # PageEncodingStats{page_type, encoding, count}
-        for value in (kind, enc, n):
-            put_field(out, 1, tc.I32)
-            put_int(out, value)
-        out.append(0)
-    out.append(0)
-    return bytes(out), uncompressed, compressed
+    parts.append(_meta_tail(tuple(counts.items()), last))
+    return b"".join(parts), uncompressed, compressed
 
 
-def _group_meta(g: RowGroup, codec: int) -> bytes:
+def _group_meta(g: RowGroup, codec: int, heads: dict) -> bytes:
     """The encoded ``RowGroup`` struct of a whole row group: its ``ColumnChunk``s (file_offset
     0 as pyarrow writes it, then the metadata), total bytes, rows, file offset, compressed
     bytes."""
@@ -377,7 +411,7 @@ def _group_meta(g: RowGroup, codec: int) -> bytes:
     tc.put_list(out, len(g.chunks), tc.STRUCT)
     total = total_compressed = 0
     for c in g.chunks:
-        meta, u, comp = _column_meta(c, codec)
+        meta, u, comp = _column_meta(c, codec, heads)
         out += bytes([2 << 4 | tc.I64, 0, 1 << 4 | tc.STRUCT])  # file_offset 0, meta_data
         out += meta
         out.append(0)
@@ -447,14 +481,28 @@ class _Joined(io.RawIOBase):
         super().close()
 
 
+IN_MEMORY = 64 << 20  # a salvaged file up to this size is read from memory
+
+
 @contextlib.contextmanager
 def open_salvaged(
-    path: str | os.PathLike, salvage: Salvage, template: tc.Struct
+    path: str | os.PathLike, salvage: Salvage, template: tc.Struct, meta: bytes | None = None
 ) -> Iterator[pq.ParquetFile]:
-    """``path``'s whole row groups under their new footer, read in place: what
-    :func:`write_salvaged` would write, without writing it."""
-    meta = footer(template, salvage)
+    """``path``'s whole row groups under their new footer (``meta``: :func:`footer`'s bytes,
+    when already made), read in place: what :func:`write_salvaged` would write, without
+    writing it. A small file is read into memory (one read, native parsing), a larger one
+    through a file object that reads only what is asked."""
+    meta = footer(template, salvage) if meta is None else meta
     tail = meta + len(meta).to_bytes(4, "little") + MAGIC
+    if salvage.end <= IN_MEMORY:
+        buf = pa.allocate_buffer(salvage.end + len(tail))
+        view = memoryview(buf).cast("B")
+        with open(path, "rb") as fh:
+            if fh.readinto(view[: salvage.end]) != salvage.end:
+                raise OSError(f"{path}: shorter than {salvage.end} bytes")
+        view[salvage.end :] = tail
+        yield pq.ParquetFile(pa.BufferReader(buf))
+        return
     with _Joined(path, salvage.end, tail) as fh:
         yield pq.ParquetFile(fh, pre_buffer=False)
 

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_text
@@ -121,7 +122,7 @@ def repair(root: str | os.PathLike, options: RepairOptions | None = None) -> Rep
         _check_outside(out, Path(root))
     say = current().step
     say(f"inspecting {root}")
-    inv = inspect_root(root)
+    inv = inspect_root(root, options.executor)
     plan = plan_repair(inv, options.keep_partial)
     result = describe(plan, str(root))
     if plan.healthy:
@@ -129,14 +130,18 @@ def repair(root: str | os.PathLike, options: RepairOptions | None = None) -> Rep
     elif not plan.kept:
         why = "; ".join(f"{d['file']}: {d['damage']}" for d in result.damages[:3])
         raise NothingRecoverable(f"no episode can be recovered ({why})", str(root))
-    elif plan.needs_renumbering:
-        raise DatasetError(
-            f"episodes {[d.episode for d in plan.dropped][:5]} must be dropped from the middle "
-            "of the recording; repair keeps episodes 0..N-1 in place and cannot renumber yet",
-            str(root),
-        )
     elif options.dry_run:
         pass
+    elif plan.needs_renumbering:
+        if out is None:
+            gone = [d.episode for d in plan.dropped][:5]
+            raise EnvironmentProblem(
+                f"episodes {gone} are dropped from the middle of the recording, so the output "
+                "is renumbered: write it to a new folder with --out DIR",
+                str(root),
+            )
+        result.out = str(out)
+        _renumbered(plan, out, result, options)
     elif out is not None:
         result.out = str(out)
         _to_out(plan, out, result, options)
@@ -206,11 +211,7 @@ def _to_out(plan: RepairPlan, out: Path, result: RepairResult, options: RepairOp
     created = not out.exists()
     try:
         with writer_lock(out):
-            try:
-                recorded = json.loads((out / RECIPE).read_text()).get("key")
-            except (OSError, ValueError):
-                recorded = None
-            if recorded == key and (out / "meta/info.json").exists():
+            if _recorded_key(out) == key and (out / "meta/info.json").exists():
                 result.status = "unchanged"
                 return
             staging = _staging(out)
@@ -228,6 +229,47 @@ def _to_out(plan: RepairPlan, out: Path, result: RepairResult, options: RepairOp
             remove_if_only_lock(out)
         raise
     result.status, result.files, result.removed = "repaired", staged.written, staged.removed
+
+
+def _renumbered(plan: RepairPlan, out: Path, result: RepairResult, options: RepairOptions) -> None:
+    """Episodes dropped from the middle: the kept ones are staged as they are (rows, rebuilt
+    metadata), then written to ``out`` by the dataset writer, renumbered and verified against
+    the staged rows (as ``edit --drop-episodes`` writes)."""
+    from episodekit.writers.sources import source_episodes
+    from episodekit.writers.writer import WriteOptions, write_dataset
+
+    key = source_key(plan, options)
+    if _recorded_key(out) == key:
+        result.status = "unchanged"
+        return
+    staging = _staging(out)
+    try:
+        staged, _ = repair_build.build(plan, staging)
+        for rel in staged.unchanged:
+            if rel != repair_build.STATS:
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(plan.inventory.root / rel, staging / rel)
+        repair_build.contiguous_ranges(staging)
+        ds = open_dataset(str(staging))
+        what = WriteOptions(what="episodekit repair", executor=options.executor)
+        written = write_dataset(source_episodes(ds), out, what)
+        source = str(plan.inventory.root)
+        recipe = {"key": key, "what": "episodekit repair", "source": source}
+        atomic_write_text(out / RECIPE, json.dumps(recipe, indent=2))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    result.status = "repaired"
+    result.files = {
+        "(every file)": f"renumbered: {written.episodes} episodes, {written.data_files} data "
+        f"files, {written.video_files} video files, written and verified by the dataset writer"
+    }
+
+
+def _recorded_key(out: Path) -> str | None:
+    try:
+        return json.loads((out / RECIPE).read_text()).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _in_place(plan: RepairPlan, result: RepairResult, options: RepairOptions) -> None:
@@ -304,7 +346,11 @@ def _verify_file(job: tuple[str, int, list[int], list[int]], staging: str) -> No
     expect = np.repeat(np.asarray(episodes, np.int64), lengths)
     at = 0
     with pq.ParquetFile(os.path.join(staging, rel)) as pf:
-        for batch in pf.iter_batches(batch_size=READ_BATCH):
+        meta = pf.metadata
+        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        if meta.num_rows != sum(rows):
+            raise RepairVerificationError(f"{rel}: its footer counts rows differently")
+        for batch in _row_group_batches(pf, rows):
             n = batch.num_rows
             idx = batch.column("index").to_numpy()
             ep = batch.column("episode_index").to_numpy()
@@ -315,6 +361,20 @@ def _verify_file(job: tuple[str, int, list[int], list[int]], staging: str) -> No
             at += n
     if at != len(expect):
         raise RepairVerificationError(f"{rel}: {at} rows, the plan has {len(expect)}")
+
+
+def _row_group_batches(pf: pq.ParquetFile, rows: list[int]):
+    """Every column of every row group, whole groups of about ``READ_BATCH`` rows at a time
+    (memory: one such read; freed decode buffers handed back to the system between reads)."""
+    group: list[int] = []
+    total = 0
+    for i, n in enumerate(rows):
+        group.append(i)
+        total += n
+        if total >= READ_BATCH or i == len(rows) - 1:
+            yield pf.read_row_groups(group)
+            pa.default_memory_pool().release_unused()
+            group, total = [], 0
 
 
 def verify(plan: RepairPlan, staging: Path, executor: str = "local") -> None:

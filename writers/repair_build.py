@@ -101,23 +101,28 @@ def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
     recovered = plan.recovered.drop_columns(["__file"]) if plan.recovered is not None else None
     like = recovered.schema if recovered is not None else repair_schema.episodes_schema(inv.info)
     tables = []
-    for e, (chunk, file) in zip(plan.kept, places):
-        if e.rebuilt:
-            row = repair_meta.rebuilt_row(plan, e, (chunk, file))
-            tables.append(repair_schema.episodes_table([row], like))
-            staged.rebuilt.append(e.index)
-        else:
-            t = recovered.slice(e.meta_row, 1)
-            for col, v in (("chunk_index", chunk), ("file_index", file)):
-                name = f"meta/episodes/{col}"
-                t = t.set_column(t.schema.get_field_index(name), name, pa.array([v], pa.int64()))
-            tables.append(t)
+    kept_rows = [e.meta_row for e in plan.kept if not e.rebuilt]
+    if kept_rows:
+        tables.append(recovered.take(pa.array(kept_rows, pa.int64())))
+    rows = [
+        repair_meta.rebuilt_row(plan, e, place) for e, place in zip(plan.kept, places) if e.rebuilt
+    ]
+    staged.rebuilt += [e.index for e in plan.kept if e.rebuilt]
+    if rows:
+        tables.append(repair_schema.episodes_table(rows, like))
     everything = pa.concat_tables(tables, promote_options="permissive")
+    everything = everything.sort_by("episode_index")  # the kept episodes' order
+    where = np.array(places, dtype=np.int64).reshape(-1, 2)
+    for i, col in enumerate(("chunk_index", "file_index")):  # where each row now lives
+        name = f"meta/episodes/{col}"
+        pos = everything.schema.get_field_index(name)
+        everything = everything.set_column(pos, name, pa.array(where[:, i]))
     by_rel = {m.rel: m for m in inv.episodes}
     written = set()
+    key = where[:, 0] * (1 << 32) + where[:, 1]
     for chunk, file in dict.fromkeys(places):
         rel = f"meta/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
-        pos = [i for i, p in enumerate(places) if p == (chunk, file)]
+        pos = np.flatnonzero(key == chunk * (1 << 32) + file).tolist()
         eps = [plan.kept[i] for i in pos]
         src = by_rel.get(rel)
         same = (
@@ -222,6 +227,22 @@ def _left_behind(plan: RepairPlan) -> list[str]:
     ]
     out += [rel for cams in inv.temp_videos.values() for rel in cams.values()]
     return out
+
+
+def contiguous_ranges(staging: Path) -> None:
+    """Make ``dataset_from_index``/``to_index`` of the staged episodes files run on without
+    gaps (dropped episodes leave some): what a root must hold to be read as one before the
+    dataset writer renumbers it (the rows are found by ``episode_index``)."""
+    files = sorted(staging.glob("meta/episodes/*/*.parquet"))
+    start = 0
+    for f in files:
+        t = pq.read_table(f)
+        n = t["length"].to_numpy()
+        frm = start + np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+        for name, values in (("dataset_from_index", frm), ("dataset_to_index", frm + n)):
+            t = t.set_column(t.schema.get_field_index(name), name, pa.array(values))
+        pq.write_table(t, f)
+        start += int(n.sum())
 
 
 def link_or_copy(src: Path, dst: Path) -> None:

@@ -30,6 +30,7 @@ from episodekit.core import parquet_salvage as ps
 from episodekit.core import thrift_compact as tc
 from episodekit.core.dataset import read_tasks_table, resolve_root
 from episodekit.core.errors import DatasetError, EnvironmentProblem
+from episodekit.core.executor import imap_files
 from episodekit.writers import repair_schema
 
 CHUNK_FILE = re.compile(r"chunk-(\d+)/file-(\d+)\.(?:parquet|mp4)$")
@@ -50,6 +51,7 @@ class ParquetState:
     salvage: ps.Salvage | None = None
     template: tc.Struct | None = None
     problem: str = ""
+    footer: bytes | None = None  # the salvaged file's new footer, made once
 
     @property
     def num_rows(self) -> int:
@@ -66,7 +68,9 @@ class ParquetState:
         if self.intact:
             yield pq.ParquetFile(path)
         else:
-            with ps.open_salvaged(path, self.salvage, self.template) as pf:
+            if self.footer is None:
+                self.footer = ps.footer(self.template, self.salvage)
+            with ps.open_salvaged(path, self.salvage, self.template, self.footer) as pf:
                 yield pf
 
     def damage(self) -> str | None:
@@ -164,12 +168,32 @@ def _parquet_state(root: Path, rel: str, cls: type) -> ParquetState:
         return cls(rel, chunk, file, size, False, problem=str(exc).split("\n")[0])
 
 
-def _salvage(root: Path, state: ParquetState, template: tc.Struct, codec: int | None) -> None:
+IN_PROCESS_BYTES = 16 << 20  # footer-less files up to this size are walked in this process
+
+
+def _scan_job(job: tuple[str, tc.Struct, int | None]) -> ps.Salvage | str:
+    """One footer-less file walked (an executor job): its salvage, or why there is none."""
+    path, template, codec = job
     try:
-        state.salvage = ps.scan(root / state.rel, template, codec)
-        state.template = template
+        return ps.scan(path, template, codec)
     except ps.SalvageError as exc:
-        state.problem = str(exc)
+        return str(exc)
+
+
+def _salvage_all(root: Path, jobs: list[tuple[ParquetState, tc.Struct, int | None]], executor):
+    """Walk every footer-less file, the large ones in parallel (one job per file; the walk is
+    Python, one core each), the small ones here (a worker costs more than they do)."""
+    items = [(str(root / s.rel), t, c) for s, t, c in jobs]
+
+    def quick(item: tuple) -> ps.Salvage | str | None:
+        return _scan_job(item) if os.path.getsize(item[0]) <= IN_PROCESS_BYTES else None
+
+    for i, got in imap_files(_scan_job, items, executor, quick=quick):
+        state, template = jobs[i][0], jobs[i][1]
+        if isinstance(got, str):
+            state.problem = got
+        else:
+            state.salvage, state.template = got, template
 
 
 def _template(root: Path, states: list[ParquetState], schema) -> tuple[tc.Struct, int | None]:
@@ -184,35 +208,86 @@ def _template(root: Path, states: list[ParquetState], schema) -> tuple[tc.Struct
     return ps.schema_template(schema()), None
 
 
+RUN_BATCH = 1 << 16  # rows of episode_index/index read at a time (memory: O(episodes))
+
+
+def _runs_from_statistics(df: DataFile, meta: pq.FileMetaData) -> bool:
+    """:func:`_runs` from the footer alone when every row group holds one episode whose
+    ``index`` goes up by one (the recorder writes one group per episode; its statistics tell
+    min and max): no data page is read. False when the statistics do not tell."""
+    names = [meta.schema.column(j).path for j in range(meta.num_columns)]
+    if "episode_index" not in names or "index" not in names:
+        return False
+    e, x = names.index("episode_index"), names.index("index")
+    n = meta.num_row_groups
+    ep, lo, hi, rows = (np.zeros(n, np.int64) for _ in range(4))
+    for g in range(n):
+        rg = meta.row_group(g)
+        se, si = rg.column(e).statistics, rg.column(x).statistics
+        if se is None or si is None or not (se.has_min_max and si.has_min_max):
+            return False
+        if se.null_count or si.null_count or se.min != se.max:
+            return False
+        ep[g], lo[g], hi[g], rows[g] = se.min, si.min, si.max, rg.num_rows
+    if np.any(hi - lo + 1 != rows):
+        return False  # index skips or repeats inside a group: read the values
+    new = np.r_[True, ep[1:] != ep[:-1]] if n else np.zeros(0, bool)
+    starts = np.flatnonzero(new)
+    offsets = np.r_[0, np.cumsum(rows)]
+    df.episode, df.first_index = ep[starts], lo[starts]
+    df.first_row = offsets[starts]
+    df.rows = np.diff(np.r_[df.first_row, offsets[-1]])
+    df.group_end = np.ones(len(starts), bool)
+    df.index_gaps = int(np.sum(~new[1:] & (lo[1:] != hi[:-1] + 1)))
+    return True
+
+
 def _runs(df: DataFile, pf: pq.ParquetFile) -> None:
-    """The episodes of an open data file (``episode_index`` runs) and where they lie."""
-    cols = pf.read(columns=["episode_index", "index"])
-    ep = cols["episode_index"].to_numpy()
-    idx = cols["index"].to_numpy()
-    n = len(ep)
-    starts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]]) if n else np.zeros(0, np.int64)
-    ends = np.r_[starts[1:], n]
-    df.episode = ep[starts].astype(np.int64)
-    df.first_index = idx[starts].astype(np.int64)
-    df.rows = (ends - starts).astype(np.int64)
-    df.first_row = starts.astype(np.int64)
+    """The episodes of an open data file (``episode_index`` runs), where they lie, and where
+    ``index`` skips a value inside one; from the row groups' statistics when they tell
+    (:func:`_runs_from_statistics`), else streamed a batch at a time."""
+    if _runs_from_statistics(df, pf.metadata):
+        return
+    ep_parts, first_parts, start_parts = [], [], []
+    gaps = at = 0
+    last_ep = last_idx = None
+    for batch in pf.iter_batches(batch_size=RUN_BATCH, columns=["episode_index", "index"]):
+        ep = batch.column(0).to_numpy()
+        idx = batch.column(1).to_numpy()
+        new = np.r_[last_ep is None or ep[0] != last_ep, ep[1:] != ep[:-1]]
+        step = np.r_[last_idx is None or idx[0] != last_idx + 1, np.diff(idx) != 1]
+        gaps += int((step & ~new).sum())  # a new episode may start anywhere
+        starts = np.flatnonzero(new)
+        ep_parts.append(ep[starts])
+        first_parts.append(idx[starts])
+        start_parts.append(starts + at)
+        at += len(ep)
+        last_ep, last_idx = ep[-1], idx[-1]
+    cat = (lambda parts: np.concatenate(parts).astype(np.int64)) if ep_parts else None
+    starts = cat(start_parts) if cat else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], at].astype(np.int64)
+    df.episode = cat(ep_parts) if cat else starts
+    df.first_index = cat(first_parts) if cat else starts
+    df.rows = ends - starts
+    df.first_row = starts
     meta = pf.metadata
     bounds = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
     df.group_end = np.isin(ends, bounds)
-    step = np.diff(idx) != 1
-    step[ends[:-1] - 1] = False  # a new episode may start anywhere
-    df.index_gaps = int(step.sum())
+    df.index_gaps = gaps
 
 
-def inspect_data(root: Path, info: dict) -> list[DataFile]:
-    """Every data file (``data/*/*.parquet``), salvaged where it has no footer."""
-    states = [_parquet_state(root, rel, DataFile) for rel in _files(root, "data/*/*.parquet")]
+def _damaged(root: Path, states: list, schema) -> list[tuple[ParquetState, tc.Struct, int | None]]:
+    """(state, template, codec) of each footer-less file of one kind."""
     damaged = [s for s in states if not s.intact]
-    if damaged:
-        template, codec = _template(root, states, lambda: repair_schema.data_schema(info))
-        for s in damaged:
-            _salvage(root, s, template, codec)
-    for s in states:
+    if not damaged:
+        return []
+    template, codec = _template(root, states, schema)
+    return [(s, template, codec) for s in damaged]
+
+
+def inspect_data(root: Path, data: list[DataFile]) -> None:
+    """The episodes in every readable or salvaged data file (:func:`_runs`)."""
+    for s in data:
         if s.intact or s.salvage is not None:
             try:
                 with s.open(root) as pf:
@@ -220,19 +295,11 @@ def inspect_data(root: Path, info: dict) -> list[DataFile]:
             except (pa.ArrowException, OSError, KeyError) as exc:
                 s.intact, s.salvage = False, None
                 s.problem = f"its rows cannot be read ({str(exc).splitlines()[0]})"
-    return states
 
 
-def inspect_episodes(root: Path, info: dict) -> list[MetaFile]:
-    """Every ``meta/episodes`` file, salvaged where it has no footer, with its rows."""
-    rels = _files(root, "meta/episodes/*/*.parquet")
-    states = [_parquet_state(root, rel, MetaFile) for rel in rels]
-    damaged = [s for s in states if not s.intact]
-    if damaged:
-        template, codec = _template(root, states, lambda: repair_schema.episodes_schema(info))
-        for s in damaged:
-            _salvage(root, s, template, codec)
-    for s in states:
+def inspect_episodes(root: Path, episodes: list[MetaFile]) -> None:
+    """The rows of every readable or salvaged ``meta/episodes`` file."""
+    for s in episodes:
         if s.intact or s.salvage is not None:
             try:
                 with s.open(root) as pf:
@@ -240,7 +307,6 @@ def inspect_episodes(root: Path, info: dict) -> list[MetaFile]:
             except (pa.ArrowException, OSError) as exc:
                 s.intact, s.salvage = False, None
                 s.problem = f"its rows cannot be read ({str(exc).splitlines()[0]})"
-    return states
 
 
 def _video_state(root: Path, rel: str) -> VideoState:
@@ -303,8 +369,9 @@ def _json(root: Path, rel: str) -> tuple[dict | None, str]:
     return (value, "") if isinstance(value, dict) else (None, "not a JSON object")
 
 
-def inspect_root(root: str | os.PathLike) -> Inventory:
-    """Read everything repair needs from a local v3.0 root (see the module docstring)."""
+def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
+    """Read everything repair needs from a local v3.0 root (see the module docstring);
+    ``executor``: where the footer-less files are walked (:mod:`episodekit.core.executor`)."""
     fs, _ = resolve_root(str(root))
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol not in ("file", "local"):
@@ -330,8 +397,14 @@ def inspect_root(root: str | os.PathLike) -> Inventory:
         tasks_problem = str(exc).split("\n")[0]
     stats, stats_problem = _json(base, "meta/stats.json")
     png, temp = _staged(base)
-    data = inspect_data(base, info)
-    episodes = inspect_episodes(base, info)
+    data = [_parquet_state(base, rel, DataFile) for rel in _files(base, "data/*/*.parquet")]
+    rels = _files(base, "meta/episodes/*/*.parquet")
+    episodes = [_parquet_state(base, rel, MetaFile) for rel in rels]
+    jobs = _damaged(base, data, lambda: repair_schema.data_schema(info))
+    jobs += _damaged(base, episodes, lambda: repair_schema.episodes_schema(info))
+    _salvage_all(base, jobs, executor)
+    inspect_data(base, data)
+    inspect_episodes(base, episodes)
     videos = inspect_videos(base, info)
     handled = {"meta/info.json", "meta/stats.json", "meta/tasks.parquet"}
     handled |= {s.rel for s in data} | {m.rel for m in episodes}

@@ -33,7 +33,7 @@ from episodekit.metadata.image_stats import (
 )
 from episodekit.metadata.stats import feature_values
 from episodekit.writers import repair_schema
-from episodekit.writers.repair_plan import Episode, RepairPlan
+from episodekit.writers.repair_plan import Episode, RepairPlan, episode_rows
 
 
 def next_file(chunk: int, file: int, chunks_size: int) -> tuple[int, int]:
@@ -62,20 +62,6 @@ def meta_files(plan: RepairPlan) -> list[tuple[int, int]]:
             prev, prev_closed = next_file(*prev, chunks_size), False
         out.append(prev)
     return out
-
-
-def _episode_table(plan: RepairPlan, e: Episode, columns: list[str]) -> pa.Table:
-    """The rows of ``e`` (only ``columns``), from the row groups that hold them."""
-    df = e.data
-    with df.open(plan.inventory.root) as pf:
-        meta = pf.metadata
-        ends = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        a, n = int(df.first_row[e.run]), int(df.rows[e.run])
-        first = int(np.searchsorted(ends, a, side="right"))
-        last = int(np.searchsorted(ends, a + n - 1, side="right"))
-        table = pf.read_row_groups(list(range(first, last + 1)), columns=columns)
-    start = a - (int(ends[first - 1]) if first else 0)
-    return table.slice(start, n)
 
 
 def _video_frames(plan: RepairPlan, e: Episode, key: str, timestamps: np.ndarray) -> np.ndarray:
@@ -111,7 +97,8 @@ def episode_stats(plan: RepairPlan, e: Episode) -> dict[str, dict[str, np.ndarra
     feats = info["features"]
     names = repair_schema.stats_features(info)
     in_data = [n for n in names if feats[n].get("dtype") != "video"]
-    table = _episode_table(plan, e, sorted(set(in_data) | {"timestamp", "frame_index"}))
+    columns = sorted(set(in_data) | {"timestamp", "frame_index"})
+    table = episode_rows(plan.inventory, e.data, e.run, columns)
     out = {}
     for name in names:
         dtype = feats[name].get("dtype")

@@ -30,6 +30,8 @@ from episodekit.writers import repair_schema
 from episodekit.writers.repair_inspect import DataFile, Inventory, VideoState
 
 HALF = 0.5  # of a frame: where a frame belongs when its time sits near a boundary
+PLAN_COLUMNS = ("length", "dataset_from_index", "data/chunk_index", "data/file_index", "tasks")
+PLAN_COLUMNS += ("__file",)
 
 
 @dataclass
@@ -186,17 +188,19 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     runs = _data_runs(inv, damages)
     recovered = _recovered(inv)
     rows: dict[int, int] = {}
+    columns: dict[str, list] = {}  # the recovered columns the plan reads, as Python lists
     if recovered is not None:
         for i, ep in enumerate(recovered["episode_index"].to_pylist()):
             rows.setdefault(int(ep), i)
+        wanted = [*PLAN_COLUMNS, *(c for c in recovered.column_names if c.startswith("videos/"))]
+        columns = {c: recovered[c].to_pylist() for c in wanted if c in recovered.column_names}
     saved_count = int(inv.info.get("total_episodes") or 0)
     tasks = inv.tasks["task"].to_pylist() if inv.tasks is not None else []
-    task_index: dict[str, np.ndarray] = {}  # data file -> its task_index column (read once)
     kept: list[Episode] = []
     dropped: list[Dropped] = []
     cursors = {k: _Cursor(files) for k, files in inv.videos.items()}
     for ep in sorted(set(runs) | set(rows)):
-        row = recovered.slice(rows[ep], 1).to_pylist()[0] if ep in rows else None
+        row = {c: v[rows[ep]] for c, v in columns.items()} if ep in rows else None
         if ep not in runs:
             n = int(row["length"]) if row else 0
             why = "zero-length episode" if n == 0 else "its rows are not in the data files"
@@ -221,7 +225,7 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
         else:
             e.why_rebuilt = "its metadata row never reached the disk"
         if not e.tasks:
-            e.tasks = _episode_tasks(inv, df, r, tasks, task_index)
+            e.tasks = _episode_tasks(inv, df, r, tasks)
         why = _place_videos(e, row, cursors, inv)
         if why:
             dropped.append(Dropped(ep, n, why))
@@ -234,17 +238,24 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     return plan
 
 
-def _episode_tasks(
-    inv: Inventory, df: DataFile, r: int, tasks: list[str], cache: dict[str, np.ndarray]
-) -> list[str]:
+def episode_rows(inv: Inventory, df: DataFile, r: int, columns: list[str]) -> pa.Table:
+    """The rows of run ``r`` of ``df`` (only ``columns``), from the row groups holding them."""
+    with df.open(inv.root) as pf:
+        meta = pf.metadata
+        ends = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        a, n = int(df.first_row[r]), int(df.rows[r])
+        first = int(np.searchsorted(ends, a, side="right"))
+        last = int(np.searchsorted(ends, a + n - 1, side="right"))
+        table = pf.read_row_groups(list(range(first, last + 1)), columns=columns)
+    return table.slice(a - (int(ends[first - 1]) if first else 0), n)
+
+
+def _episode_tasks(inv: Inventory, df: DataFile, r: int, tasks: list[str]) -> list[str]:
     """The tasks of an episode without a metadata row: its rows' task_index, in the tasks
     table (LeRobot stores ``list(set(tasks))``; for one task that is ``[task]``)."""
-    if df.rel not in cache:
-        with df.open(inv.root) as pf:
-            cache[df.rel] = pf.read(columns=["task_index"])["task_index"].to_numpy()
-    a = int(df.first_row[r])
+    values = episode_rows(inv, df, r, ["task_index"])["task_index"].to_numpy()
     out = []
-    for t in dict.fromkeys(cache[df.rel][a : a + int(df.rows[r])].tolist()):
+    for t in dict.fromkeys(values.tolist()):
         if not 0 <= t < len(tasks):
             raise DatasetError(f"task_index {t} is not in meta/tasks.parquet", df.rel)
         out.append(tasks[t])

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.core.dataset import open_dataset
-from episodekit.core.errors import DatasetError, EnvironmentProblem
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.writers.repair import (
     NothingRecoverable,
     RepairOptions,
@@ -282,10 +282,26 @@ def test_metadata_row_disagreeing_with_rows_is_rebuilt(tmp_path):
     check_against_reference(out, "crash_rec7", 7, result.rebuilt)
 
 
-def test_middle_drop_is_refused_clearly(tmp_path):
-    """An episode lost in the middle (its mp4 removed) would need renumbering: refused with
-    one clear error naming it."""
+def test_episodes_lost_in_the_middle_are_renumbered(tmp_path):
+    """The first mp4 of a camera is gone: episodes 0-2 lose their frames and are dropped; 3 and
+    4 are kept, renumbered 0 and 1 by the dataset writer (rows and frames unchanged)."""
     src = copy("crash_vid5", tmp_path)
     (src / "videos/observation.images.top/chunk-000/file-000.mp4").unlink()
-    with pytest.raises(DatasetError, match="middle"):
-        repair(src, RepairOptions(out=str(tmp_path / "out")))
+    with pytest.raises(EnvironmentProblem, match="--out"):
+        repair(src, RepairOptions(in_place=True))
+    out = tmp_path / "out"
+    result = repair(src, RepairOptions(out=str(out)))
+    assert [d["episode"] for d in result.dropped] == [0, 1, 2]
+    assert result.episodes == 2
+    ds = open_dataset(str(out))
+    assert ds.column("episode_index").tolist() == [0, 1]
+    assert data_of(out)["index"].to_pylist() == list(range(ds.num_frames))
+    whole = tmp_path / "whole"  # the same recording repaired with every episode
+    repair(copy("crash_vid5", tmp_path / "w"), RepairOptions(out=str(whole)))
+    before = open_dataset(str(whole))
+    first = int(before.column("dataset_from_index")[3])
+    renumbered = ["index", "episode_index", "task_index"]
+    want = data_of(whole).slice(first).drop_columns(renumbered)
+    assert data_of(out).drop_columns(renumbered).equals(want)
+    assert ds.episodes["tasks"].to_pylist() == before.episodes["tasks"].to_pylist()[3:]
+    assert repair(src, RepairOptions(out=str(out))).status == "unchanged"
