@@ -383,10 +383,9 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
     if info is None:
         raise DatasetError(f"meta/info.json is {problem}: repair needs its features", str(root))
     if info.get("codebase_version") != "v3.0":
-        raise DatasetError(
-            f"codebase_version {info.get('codebase_version')!r}: repair reads LeRobot v3.0 "
-            "roots (what LeRobot's recorder writes)",
-            str(root),
+        raise ValueError(
+            f"{root}: codebase_version {info.get('codebase_version')!r}: repair reads LeRobot "
+            "v3.0 roots (what LeRobot's recorder writes); convert a v2.x root first"
         )
     tasks = tasks_raw = None
     tasks_problem = ""

@@ -262,6 +262,21 @@ def test_missing_stats_and_wrong_totals_are_rebuilt(tmp_path):
     assert stats == json.loads((FIXTURES / "crash_rec7/meta/stats.json").read_text())
 
 
+def test_zero_length_episode_is_dropped(tmp_path):
+    """A metadata row of an episode with no frames (another tool wrote it) is dropped with
+    its reason; the rest of the recording comes back as usual."""
+    src = copy("crash_rec7", tmp_path)
+    f = src / "meta/episodes/chunk-000/file-000.parquet"
+    t = pq.read_table(f)
+    empty = t.slice(3, 1).to_pylist()[0]
+    empty.update(episode_index=9, length=0, dataset_from_index=164, dataset_to_index=164)
+    pq.write_table(pa.concat_tables([t, pa.Table.from_pylist([empty], t.schema)]), f)
+    out = tmp_path / "out"
+    result = repair(src, RepairOptions(out=str(out)))
+    assert result.dropped == [{"episode": 9, "frames": 0, "reason": "zero-length episode"}]
+    check_against_reference(out, "crash_rec7", 7, result.rebuilt)
+
+
 def test_nothing_recoverable(tmp_path):
     src = copy("crash_vid5", tmp_path)
     (src / "data/chunk-000/file-000.parquet").write_bytes(b"PAR1")
