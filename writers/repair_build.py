@@ -155,7 +155,7 @@ def build_videos(plan: RepairPlan, staging: Path, staged: Staged) -> None:
             end = max(ends)
             half = 0.5 * v.frame_ticks * v.time_base
             used = int(np.searchsorted(v.pts * v.time_base, end - half))
-            if used == v.frames and not v.missing:
+            if used == v.frames:
                 staged.unchanged.append(v.rel)
                 continue
             remux([Segment(str(root / v.rel), 0.0, end)], _dest(staging, v.rel))

@@ -109,8 +109,8 @@ class MetaFile(ParquetState):
 
 @dataclass
 class VideoState:
-    """One mp4 of one camera: its frames' pts (ticks, ascending) whose bytes are all in the
-    file, the time base, and the frames its index lists that are not there."""
+    """One mp4 of one camera: the pts (ticks, ascending) of every frame its index lists, the
+    time base, and how many of the last of them have bytes cut off the file."""
 
     rel: str
     chunk: int
@@ -124,6 +124,11 @@ class VideoState:
     @property
     def frames(self) -> int:
         return len(self.pts)
+
+    @property
+    def whole(self) -> int:
+        """Frames (in pts order from the first) whose bytes are all in the file."""
+        return len(self.pts) - self.missing
 
 
 @dataclass
@@ -326,8 +331,7 @@ def _video_state(root: Path, rel: str) -> VideoState:
         if table is not None and len(table.pts) == len(pts):
             inside = table.offset + table.size <= path.stat().st_size
             keep = int(np.argmin(inside)) if not inside.all() else len(inside)
-            missing = len(pts) - keep
-            pts = np.sort(table.pts[:keep])
+            missing = len(pts) - keep  # decode order is pts order in the recorder's files
     ticks = int(np.median(np.diff(index.pts))) if len(index.pts) > 1 else 0
     if not ticks and index.fps:
         ticks = round(1 / (index.fps * float(index.time_base)))

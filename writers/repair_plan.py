@@ -152,7 +152,7 @@ class _Cursor:
                 f" ({f.problem})" if f.problem else ""
             )
         self.at, self.frame, self.time = pos, b, stop
-        return ""
+        return _cut_off(f, b)
 
     def place_next(self, n: int) -> tuple[tuple[int, int, float, float] | None, str]:
         """The next ``n`` frames: the rest of the current file, else the next file's start."""
@@ -161,19 +161,26 @@ class _Cursor:
             left = f.frames - self.frame
             if left > 0:
                 if left < n:
-                    why = f"{f.rel} holds {left} of its {n} frames"
-                    return None, why + (f" ({f.missing} cut off the end)" if f.missing else "")
+                    return None, f"{f.rel} holds {left} of its {n} frames"
                 a, b = self.frame, self.frame + n
                 end = f.pts[b] if b < f.frames else f.pts[-1] + f.frame_ticks
                 # LeRobot: previous to_timestamp + float(episode duration ticks * time_base)
                 stop = self.time + float((int(end) - int(f.pts[a])) * f.time_base)
                 place = (f.chunk, f.file, self.time, stop)
                 self.frame, self.time = b, stop
-                return place, ""
+                why = _cut_off(f, b)  # placed (the next episode starts after it) but not whole
+                return (None, why) if why else (place, "")
             if self.frame == 0 and f.problem:
                 return None, f"{f.rel} is unreadable ({f.problem})"
             self.at, self.frame, self.time = self.at + 1, 0, 0.0
         return None, "its frames are in no mp4"
+
+
+def _cut_off(f: VideoState, end: int) -> str:
+    """Why frames before ``end`` of ``f`` are not all there ("" when they are)."""
+    if end <= f.whole:
+        return ""
+    return f"{f.rel} lost the bytes of {end - f.whole} of its frames (cut off the end)"
 
 
 def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
@@ -226,7 +233,7 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
             e.why_rebuilt = "its metadata row never reached the disk"
         if not e.tasks:
             e.tasks = _episode_tasks(inv, df, r, tasks)
-        why = _place_videos(e, row, cursors, inv)
+        why = _place_videos(e, row, cursors)
         if why:
             dropped.append(Dropped(ep, n, why))
             continue
@@ -262,7 +269,7 @@ def _episode_tasks(inv: Inventory, df: DataFile, r: int, tasks: list[str]) -> li
     return out
 
 
-def _place_videos(e: Episode, row: dict | None, cursors: dict[str, _Cursor], inv) -> str:
+def _place_videos(e: Episode, row: dict | None, cursors: dict[str, _Cursor]) -> str:
     """Each camera's (chunk, file, from, to) of ``e``: the recovered row's when its mp4 holds
     the frames there, else the next frames of the camera's mp4s. Why not, when a camera lacks
     them ("" when every camera has them)."""
@@ -312,7 +319,7 @@ def _staged(plan: RepairPlan) -> None:
         plan.damages.append(("tmp*", f"{temp} episode mp4s never appended (episode(s) {eps})"))
         plan.staged["episode mp4s"] = temp
     for key, files in inv.videos.items():
-        used = {(c, f) for e in plan.kept for (c, f, _, _) in [e.videos[key]]}
+        used = {e.videos[key][:2] for e in plan.kept}
         for v in files:
             if (v.chunk, v.file) not in used:
                 plan.damages.append((v.rel, "holds no kept episode"))
