@@ -100,38 +100,41 @@ def leaves(meta: tc.Struct) -> list[Leaf]:
     return out
 
 
-@dataclass
 class Page:
-    """One page: where its header starts, its bytes begin and end, and what the header says
-    (the data/dictionary page header's numbers by field id in ``sub``, its statistics struct
-    as the bytes it was written as)."""
+    """One page: where its header starts, its bytes begin and end, and what the header says:
+    the data/dictionary page header's numbers by field id in ``sub``, and, read from it once
+    (a salvage touches each many times), ``num_values``, ``encoding`` and ``stats`` (its
+    statistics struct as the bytes it was written as, or None)."""
 
-    start: int
-    data_start: int
-    end: int
-    kind: int
-    compressed: int
-    uncompressed: int
-    crc: int | None
-    sub: dict[int, int | bool | bytes]
+    __slots__ = ("start", "data_start", "end", "kind", "compressed", "uncompressed", "crc",
+                 "sub", "is_data", "num_values", "encoding", "stats")  # fmt: skip
 
-    @property
-    def is_data(self) -> bool:
-        return self.kind in (DATA_PAGE, DATA_PAGE_V2)
-
-    @property
-    def num_values(self) -> int:
-        return int(self.sub[1])
-
-    @property
-    def encoding(self) -> int:
-        return int(self.sub[4 if self.kind == DATA_PAGE_V2 else 2])
-
-    @property
-    def stats(self) -> bytes | None:
-        """The page's encoded ``Statistics`` struct, if written."""
-        raw = self.sub.get(STATS_FIELD.get(self.kind, 0))
-        return raw if isinstance(raw, bytes) else None
+    def __init__(
+        self,
+        start: int,
+        data_start: int,
+        kind: int,
+        compressed: int,
+        uncompressed: int,
+        crc: int | None,
+        sub: dict[int, int | bool | bytes],
+    ):
+        self.start, self.data_start, self.end = start, data_start, data_start + compressed
+        self.kind, self.compressed, self.uncompressed, self.crc = (
+            kind,
+            compressed,
+            uncompressed,
+            crc,
+        )
+        self.sub = sub
+        self.is_data = kind in (DATA_PAGE, DATA_PAGE_V2)
+        num_values = sub.get(1)
+        encoding = sub.get(4 if kind == DATA_PAGE_V2 else 2)
+        if not isinstance(num_values, int) or num_values < 0 or encoding not in ENCODINGS:
+            raise NotAPage(NOT_A_PAGE)
+        self.num_values, self.encoding = num_values, encoding
+        raw = sub.get(STATS_FIELD.get(kind, 0))
+        self.stats = raw if isinstance(raw, bytes) else None
 
 
 class PageReader:
@@ -293,13 +296,7 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
     compressed, uncompressed = top.get(3, -1), top.get(2, -1)
     if sub is None or SUB_FIELD.get(kind) != sub_id or compressed < 0 or uncompressed < 0:
         raise NotAPage(NOT_A_PAGE)
-    num_values = sub.get(1)
-    encoding = sub.get(4 if kind == DATA_PAGE_V2 else 2)
-    if not isinstance(num_values, int) or num_values < 0 or encoding not in ENCODINGS:
-        raise NotAPage(NOT_A_PAGE)
-    data_start = start + pos - off
-    return Page(start, data_start, data_start + compressed, kind, compressed, uncompressed,
-                top.get(4), sub)  # fmt: skip
+    return Page(start, start + pos - off, kind, compressed, uncompressed, top.get(4), sub)
 
 
 def parse_header(buf: memoryview, start: int) -> Page:
@@ -334,14 +331,7 @@ def parse_header(buf: memoryview, start: int) -> Page:
     compressed, uncompressed = top.get(3, -1), top.get(2, -1)
     if sub is None or SUB_FIELD.get(kind) != sub_id or compressed < 0 or uncompressed < 0:
         raise NotAPage(NOT_A_PAGE)
-    data_start = start + r.pos
-    page = Page(start, data_start, data_start + compressed, kind, compressed, uncompressed,
-                top.get(4), sub)  # fmt: skip
-    num_values = sub.get(1)
-    encoding = sub.get(4 if kind == DATA_PAGE_V2 else 2)
-    if not isinstance(num_values, int) or num_values < 0 or encoding not in ENCODINGS:
-        raise NotAPage(NOT_A_PAGE)
-    return page
+    return Page(start, start + r.pos, kind, compressed, uncompressed, top.get(4), sub)
 
 
 def fits(page: Page, leaf: Leaf) -> bool:
