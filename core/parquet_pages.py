@@ -119,13 +119,13 @@ class Page:
         crc: int | None,
         sub: dict[int, int | bool | bytes],
     ):
-        self.start, self.data_start, self.end = start, data_start, data_start + compressed
-        self.kind, self.compressed, self.uncompressed, self.crc = (
-            kind,
-            compressed,
-            uncompressed,
-            crc,
-        )
+        self.start = start
+        self.data_start = data_start
+        self.end = data_start + compressed
+        self.kind = kind
+        self.compressed = compressed
+        self.uncompressed = uncompressed
+        self.crc = crc
         self.sub = sub
         self.is_data = kind in (DATA_PAGE, DATA_PAGE_V2)
         num_values = sub.get(1)
