@@ -486,12 +486,17 @@ IN_MEMORY = 64 << 20  # a salvaged file up to this size is read from memory
 
 @contextlib.contextmanager
 def open_salvaged(
-    path: str | os.PathLike, salvage: Salvage, template: tc.Struct, meta: bytes | None = None
+    path: str | os.PathLike,
+    salvage: Salvage,
+    template: tc.Struct,
+    meta: bytes | None = None,
+    parsed: pq.FileMetaData | None = None,
 ) -> Iterator[pq.ParquetFile]:
     """``path``'s whole row groups under their new footer (``meta``: :func:`footer`'s bytes,
-    when already made), read in place: what :func:`write_salvaged` would write, without
-    writing it. A small file is read into memory (one read, native parsing), a larger one
-    through a file object that reads only what is asked."""
+    ``parsed``: pyarrow's reading of them, when already made), read in place: what
+    :func:`write_salvaged` would write, without writing it. A small file is read into memory
+    (one read, native parsing), a larger one through a file object that reads only what is
+    asked."""
     meta = footer(template, salvage) if meta is None else meta
     tail = meta + len(meta).to_bytes(4, "little") + MAGIC
     if salvage.end <= IN_MEMORY:
@@ -501,10 +506,10 @@ def open_salvaged(
             if fh.readinto(view[: salvage.end]) != salvage.end:
                 raise OSError(f"{path}: shorter than {salvage.end} bytes")
         view[salvage.end :] = tail
-        yield pq.ParquetFile(pa.BufferReader(buf))
+        yield pq.ParquetFile(pa.BufferReader(buf), metadata=parsed)
         return
     with _Joined(path, salvage.end, tail) as fh:
-        yield pq.ParquetFile(fh, pre_buffer=False)
+        yield pq.ParquetFile(fh, pre_buffer=False, metadata=parsed)
 
 
 def _copy_prefix(src: int, dst: int, n: int) -> None:

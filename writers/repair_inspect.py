@@ -52,6 +52,7 @@ class ParquetState:
     template: tc.Struct | None = None
     problem: str = ""
     footer: bytes | None = None  # the salvaged file's new footer, made once
+    parsed: pq.FileMetaData | None = None  # pyarrow's reading of the footer, made once
 
     @property
     def num_rows(self) -> int:
@@ -66,12 +67,16 @@ class ParquetState:
         """The file's whole row groups (in place, under the rebuilt footer when salvaged)."""
         path = root / self.rel
         if self.intact:
-            yield pq.ParquetFile(path)
-        else:
-            if self.footer is None:
-                self.footer = ps.footer(self.template, self.salvage)
-            with ps.open_salvaged(path, self.salvage, self.template, self.footer) as pf:
+            with pq.ParquetFile(path, metadata=self.parsed) as pf:
+                self.parsed = pf.metadata
                 yield pf
+            return
+        if self.footer is None:
+            self.footer = ps.footer(self.template, self.salvage)
+        args = (path, self.salvage, self.template, self.footer, self.parsed)
+        with ps.open_salvaged(*args) as pf:
+            self.parsed = pf.metadata
+            yield pf
 
     def damage(self) -> str | None:
         """What is wrong with the file, in words (None when intact)."""
@@ -173,9 +178,6 @@ def _parquet_state(root: Path, rel: str, cls: type) -> ParquetState:
         return cls(rel, chunk, file, size, False, problem=str(exc).split("\n")[0])
 
 
-IN_PROCESS_BYTES = 16 << 20  # footer-less files up to this size are walked in this process
-
-
 def _scan_job(job: tuple[str, tc.Struct, int | None]) -> ps.Salvage | str:
     """One footer-less file walked (an executor job): its salvage, or why there is none."""
     path, template, codec = job
@@ -186,14 +188,12 @@ def _scan_job(job: tuple[str, tc.Struct, int | None]) -> ps.Salvage | str:
 
 
 def _salvage_all(root: Path, jobs: list[tuple[ParquetState, tc.Struct, int | None]], executor):
-    """Walk every footer-less file, the large ones in parallel (one job per file; the walk is
-    Python, one core each), the small ones here (a worker costs more than they do)."""
+    """Walk every footer-less file, one job per file: in this process with the local
+    executor (a recording has one or two such files, and a spawned worker costs more than it
+    saves: measured), as Ray tasks with ``ray``."""
     items = [(str(root / s.rel), t, c) for s, t, c in jobs]
-
-    def quick(item: tuple) -> ps.Salvage | str | None:
-        return _scan_job(item) if os.path.getsize(item[0]) <= IN_PROCESS_BYTES else None
-
-    for i, got in imap_files(_scan_job, items, executor, quick=quick):
+    workers = 1 if executor == "local" else None
+    for i, got in imap_files(_scan_job, items, executor, workers):
         state, template = jobs[i][0], jobs[i][1]
         if isinstance(got, str):
             state.problem = got

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from episodekit.writers import repair_inspect
 from episodekit.writers.repair import RepairOptions, repair
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")
@@ -35,8 +34,7 @@ def ray_up():
     ray.shutdown()
 
 
-def test_repair_on_ray_equals_local(ray_up, tmp_path, monkeypatch):
-    monkeypatch.setattr(repair_inspect, "IN_PROCESS_BYTES", 0)  # every walk a Ray task
+def test_repair_on_ray_equals_local(ray_up, tmp_path):
     src = tmp_path / "src"
     shutil.copytree(FIXTURES / "crash_rec7", src)
     for executor in ("local", "ray"):
