@@ -9,7 +9,9 @@ a handful of structs, so this is a small generic codec (no IDL, no code generati
 - a struct decodes to ``{field_id: (type, value)}`` (:data:`Struct`), in field order; a list to
   ``(element_type, [values])``; a map to ``(key_type, value_type, [(key, value), ...])``;
   binary stays ``bytes``; so any struct decodes and encodes back to the same bytes;
-- :func:`struct`, :func:`i32`, ... build values to encode.
+- :func:`i64`, :func:`binary`, :func:`list_of` build values to encode, :class:`Raw` wraps bytes
+  already encoded, and ``put_*`` append fields to a bytearray directly (the fast path for
+  thousands of column chunks).
 """
 
 from __future__ import annotations
@@ -311,25 +313,12 @@ def encode(s: Struct) -> bytes:
 # Building values
 
 
-def i16(v: int) -> tuple[int, int]:
-    return (I16, int(v))
-
-
-def i32(v: int) -> tuple[int, int]:
-    return (I32, int(v))
-
-
 def i64(v: int) -> tuple[int, int]:
     return (I64, int(v))
 
 
 def binary(v: bytes | str) -> tuple[int, bytes]:
     return (BINARY, v.encode() if isinstance(v, str) else bytes(v))
-
-
-def struct(fields: dict[int, tuple[int, Any]]) -> tuple[int, Struct]:
-    """A struct value; fields whose value is None are left out (optional fields)."""
-    return (STRUCT, {k: v for k, v in fields.items() if v is not None})
 
 
 def list_of(etype: int, items: list) -> tuple[int, tuple[int, list]]:
