@@ -10,9 +10,10 @@ frames in its mp4s), then publishes it:
 - ``--out DIR``: the staged root (unchanged files copied) is swapped into DIR under DIR's
   writer lock; ROOT is only read. A rerun on the same ROOT finds the key it recorded and does
   nothing.
-- ``--in-place``: each file it replaces or removes is first moved into a backup folder next to
-  ROOT (``ROOT.repair-backup-<time>``, with a manifest), then the new file is moved in;
-  :func:`restore` puts the backup back. Nothing else in ROOT changes.
+- ``--in-place``: each file it replaces is first kept in a backup folder next to ROOT
+  (``ROOT.repair-backup-<time>``, with a manifest; a hard link, else a copy), then replaced
+  atomically by the new one; files it removes (staged PNGs) are moved there; :func:`restore`
+  puts the backup back. Nothing else in ROOT changes.
 - ``--dry-run``: the plan only.
 
 A healthy root is "nothing to repair" (exit 0, nothing written); a root where no episode can
@@ -292,10 +293,12 @@ def _in_place(plan: RepairPlan, result: RepairResult, options: RepairOptions) ->
             }
             mark_output_dir(backup, "episodekit repair --in-place (the files it replaced)")
             atomic_write_text(backup / MANIFEST, json.dumps(manifest, indent=2))
-            for rel in [*replaced, *staged.removed]:
-                _move(root / rel, backup / "files" / rel)
+            for rel in replaced:  # kept in the backup first (a link), then replaced atomically
+                repair_build.link_or_copy(root / rel, backup / "files" / rel)
             for rel in staged.written:
                 _move(staging / rel, root / rel)
+            for rel in staged.removed:
+                _move(root / rel, backup / "files" / rel)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     result.status, result.files, result.removed = "repaired", staged.written, staged.removed

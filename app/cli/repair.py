@@ -57,7 +57,7 @@ def say_repair(d: dict) -> None:
 @click.option(
     "--in-place",
     is_flag=True,
-    help="Repair ROOT itself: every file replaced or removed is first moved into a backup "
+    help="Repair ROOT itself: every file replaced or removed is first kept in a backup "
     "folder next to ROOT (undo with --restore).",
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be done; write nothing.")
