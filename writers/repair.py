@@ -22,6 +22,7 @@ be recovered raises :class:`NothingRecoverable` (exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -35,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from episodekit.core.atomic import atomic_write_text
+from episodekit.core.atomic import atomic_write_text, fsync_dir
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.executor import imap_files
@@ -45,7 +46,6 @@ from episodekit.core.progress import current
 from episodekit.writers import repair_build
 from episodekit.writers.repair_inspect import inspect_root
 from episodekit.writers.repair_plan import RepairPlan, plan_repair
-from episodekit.writers.writer import publish_staging, remove_if_only_lock
 
 RECIPE = ".episodekit-repair.json"
 MANIFEST = "manifest.json"
@@ -175,15 +175,40 @@ def source_key(plan: RepairPlan, options: RepairOptions) -> str:
     return h.hexdigest()[:32]
 
 
+# Staging, publishing and clean-up of a failed first write: repair's own, small, as the dataset
+# writer does them (``writers/writer.py``), so that module stays as it is here.
+
+
 def _staging(next_to: Path) -> Path:
-    """A new staging folder next to ``next_to``, marked as episodekit's."""
-    path = next_to.with_name(f"{next_to.name}.repair-partial-{uuid.uuid4().hex[:12]}")
+    """A new staging folder next to ``next_to`` (a random name), marked as episodekit's."""
+    path = next_to.with_name(f"{next_to.name}.repair-partial-{uuid.uuid4().hex}")
     try:
         path.mkdir(parents=True)
     except OSError as exc:
         raise os_problem(exc, path, "create folder") from exc
     mark_output_dir(path, "episodekit repair (staging; removed when the run ends)")
     return path
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Swap the verified staging folder into ``out`` (two renames: ``out`` is never partial),
+    then remove the folder it replaced (``out`` is episodekit's: checked before)."""
+    old = out.with_name(f"{out.name}.repair-old-{uuid.uuid4().hex}")
+    try:
+        if out.exists():
+            os.rename(out, old)
+        os.rename(staging, out)
+    except OSError as exc:
+        raise os_problem(exc, out, "publish") from exc
+    fsync_dir(out.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_if_only_lock(out: Path) -> None:
+    """A failed first write leaves no folder behind (only its own lock file was in it)."""
+    with contextlib.suppress(OSError):
+        if out.is_dir() and set(os.listdir(out)) <= {LOCK_NAME}:
+            shutil.rmtree(out)
 
 
 def _stage(
@@ -221,13 +246,13 @@ def _to_out(plan: RepairPlan, out: Path, result: RepairResult, options: RepairOp
                 source = str(plan.inventory.root)
                 recipe = {"key": key, "what": "episodekit repair", "source": source}
                 atomic_write_text(staging / RECIPE, json.dumps(recipe, indent=2))
-                publish_staging(staging, out)
+                _publish(staging, out)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
     except BaseException:
         if created:
-            remove_if_only_lock(out)
+            _remove_if_only_lock(out)
         raise
     result.status, result.files, result.removed = "repaired", staged.written, staged.removed
 

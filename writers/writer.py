@@ -350,14 +350,3 @@ def _videos(
     limit = float(info.get("video_files_size_in_mb") or 200)
     cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
     return cols, frames
-
-
-def publish_staging(staging: Path, out: Path) -> None:
-    """Swap a verified staging folder into ``out`` (for writers that stage their own folder,
-    like ``repair``)."""
-    _publish(staging, out)
-
-
-def remove_if_only_lock(out: Path) -> None:
-    """Remove ``out`` when a failed first write left nothing but its lock file there."""
-    _remove_if_only_lock(out)
