@@ -246,7 +246,14 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
             if not head >> 4:
                 return None
             if fid <= 4 and ttype == tc.I32:
-                v, pos = _varint(buf, pos)
+                v = buf[pos]  # varints inline (up to 2 bytes; longer: the helper)
+                if v < 0x80:
+                    pos += 1
+                elif buf[pos + 1] < 0x80:
+                    v = (v & 0x7F) | (buf[pos + 1] << 7)
+                    pos += 2
+                else:
+                    v, pos = _varint(buf, pos)
                 top[fid] = (v >> 1) ^ -(v & 1)
             elif fid in (5, 7, 8) and ttype == tc.STRUCT and sub is None:
                 sub, sub_id, sfid = {}, fid, 0
@@ -260,7 +267,14 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
                     sfid += head >> 4
                     ttype = head & 0x0F
                     if ttype in (tc.I16, tc.I32, tc.I64):
-                        v, pos = _varint(buf, pos)
+                        v = buf[pos]
+                        if v < 0x80:
+                            pos += 1
+                        elif buf[pos + 1] < 0x80:
+                            v = (v & 0x7F) | (buf[pos + 1] << 7)
+                            pos += 2
+                        else:
+                            v, pos = _varint(buf, pos)
                         sub[sfid] = (v >> 1) ^ -(v & 1)
                     elif ttype in (tc.BOOL_TRUE, tc.BOOL_FALSE):
                         sub[sfid] = ttype == tc.BOOL_TRUE
@@ -275,10 +289,16 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
                                 return None
                             ttype = head & 0x0F
                             if ttype == tc.BINARY:
-                                v, pos = _varint(buf, pos)
-                                pos += v
+                                v = buf[pos]
+                                if v < 0x80:
+                                    pos += 1 + v
+                                else:
+                                    v, pos = _varint(buf, pos)
+                                    pos += v
                             elif ttype in (tc.I16, tc.I32, tc.I64):
-                                _, pos = _varint(buf, pos)
+                                while buf[pos] & 0x80:  # a number nobody reads: stepped over
+                                    pos += 1
+                                pos += 1
                             elif ttype not in (tc.BOOL_TRUE, tc.BOOL_FALSE):
                                 return None
                         if pos > len(buf):
