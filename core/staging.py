@@ -12,6 +12,10 @@ user's ``out.old-backup`` or ``.out.episodekit-partial-<hex>`` without our marke
 touched. :func:`publish` swaps the staging folder into place (one ``renameat2(RENAME_EXCHANGE)``
 where the filesystem has it, else two renames), so the final name holds the old output or the
 new one, never a partial one.
+
+An in-place repair keeps the files it replaced in a ``backup`` folder of the same form
+(:func:`new_backup`): the user's way back (``repair ROOT --restore``), so clean-up never
+removes one; only a restore does.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from episodekit.core import interrupt
 from episodekit.core.errors import EnvironmentProblem
 
 STAGING_MARKER = ".episodekit-staging"  # inside every staging/backup folder: whose it is
-KINDS = ("partial", "old")
-_NAME = re.compile(r"^episodekit-(partial|old)-([0-9a-f]{32})$")
+KINDS = ("partial", "old", "backup")
+STALE_KINDS = ("partial", "old")  # what a killed run leaves; a backup is kept for the user
+_NAME = re.compile(r"^episodekit-(partial|old|backup)-([0-9a-f]{32})$")
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -51,7 +56,8 @@ def _maybe_die_after_swap(out: Path) -> None:
 
 
 def staging_path(out: Path, kind: str, token: str) -> Path:
-    """The sibling of ``out`` a build (``partial``) or a replaced output (``old``) lives in."""
+    """The sibling of ``out`` a build (``partial``), a replaced output (``old``) or the files an
+    in-place repair replaced (``backup``) live in."""
     return out.with_name(f".{out.name}.episodekit-{kind}-{token}")
 
 
@@ -73,15 +79,25 @@ def new_staging(out: str | os.PathLike) -> Path:
             "cross filesystems; give a folder inside it",
             str(out),
         )
+    return _new(out, "partial", "create the staging folder")
+
+
+def new_backup(out: str | os.PathLike) -> Path:
+    """Create a fresh, marked backup folder next to ``out`` (kept until the user restores or
+    deletes it: :func:`remove_stale` leaves it alone)."""
+    return _new(Path(out), "backup", "create the backup folder")
+
+
+def _new(out: Path, kind: str, operation: str) -> Path:
     token = uuid.uuid4().hex
-    path = staging_path(out, "partial", token)
+    path = staging_path(out, kind, token)
     try:
         path.mkdir()
         _write_marker(path, out, token)
     except OSError as exc:
         with contextlib.suppress(OSError):
             shutil.rmtree(path)
-        raise _problem(exc, path, "create the staging folder") from exc
+        raise _problem(exc, path, operation) from exc
     return path
 
 
@@ -95,11 +111,17 @@ def _problem(exc: OSError, path: Path, operation: str) -> EnvironmentProblem:
 
 def _token_of(entry: str, out: Path) -> str | None:
     """The token of ``entry`` when it is named as one of ``out``'s staging folders, else None."""
+    named = _named(entry, out)
+    return named[1] if named else None
+
+
+def _named(entry: str, out: Path) -> tuple[str, str] | None:
+    """``(kind, token)`` of ``entry`` when it is named as one of ``out``'s folders, else None."""
     prefix = f".{out.name}."
     if not entry.startswith(prefix):
         return None
     m = _NAME.match(entry[len(prefix) :])
-    return m.group(2) if m else None
+    return (m.group(1), m.group(2)) if m else None
 
 
 def _marker(folder: Path) -> dict | None:
@@ -123,6 +145,12 @@ def owned(folder: str | os.PathLike, out: str | os.PathLike) -> bool:
     return bool(doc) and doc.get("token") == token and doc.get("out") == out.name
 
 
+def is_backup(folder: str | os.PathLike, out: str | os.PathLike) -> bool:
+    """Whether ``folder`` is a backup folder of ``out`` made by :func:`new_backup`."""
+    named = _named(Path(folder).name, Path(out))
+    return bool(named) and named[0] == "backup" and owned(folder, out)
+
+
 def _writer_gone(doc: dict) -> bool:
     if doc.get("host") != socket.gethostname():
         return False  # another machine's writer: we cannot tell; leave it
@@ -139,8 +167,9 @@ def _writer_gone(doc: dict) -> bool:
 
 
 def remove_stale(out: str | os.PathLike) -> list[Path]:
-    """Remove ``out``'s staging/backup folders whose writer is gone (a killed run's); return
-    them. Only :func:`owned` folders are candidates; anything else next to ``out`` stays."""
+    """Remove ``out``'s staging folders (and replaced outputs) whose writer is gone (a killed
+    run's); return them. Only :func:`owned` folders are candidates; anything else next to
+    ``out`` stays, and so do backups (the user's way back)."""
     out = Path(out)
     try:
         names = os.listdir(out.parent)
@@ -149,7 +178,8 @@ def remove_stale(out: str | os.PathLike) -> list[Path]:
     removed = []
     for name in sorted(names):
         p = out.parent / name
-        if _token_of(name, out) is None or not owned(p, out):
+        named = _named(name, out)
+        if named is None or named[0] not in STALE_KINDS or not owned(p, out):
             continue
         if _writer_gone(_marker(p) or {}):
             shutil.rmtree(p, ignore_errors=True)
@@ -195,9 +225,10 @@ def publish(staging: str | os.PathLike, out: str | os.PathLike, attempts: int = 
     SIGINT/SIGTERM cannot cut the swap (:func:`episodekit.core.interrupt.deferred`): one that
     arrives during it is raised once the new output is in place."""
     staging, out = Path(staging), Path(out)
-    token = _token_of(staging.name, out)
-    if token is None:
+    named = _named(staging.name, out)
+    if named is None or named[0] != "partial":
         raise ValueError(f"{staging} is not a staging folder of {out}")
+    token = named[1]
     swapped = False
     try:
         with interrupt.deferred():  # a signal in the swap is raised once the new output is in

@@ -19,7 +19,7 @@ import pyarrow as pa
 from episodekit.core import interrupt
 from episodekit.core.dataset import read_schema
 from episodekit.validate.meta import MAX_PER_KIND, local_or_fs_path
-from episodekit.validate.raw import ERROR, Finding, RawRoot
+from episodekit.validate.raw import ERROR, Finding, RawRoot, unreadable_parquet
 
 CORE = ("episode_index", "index", "frame_index", "timestamp", "task_index")
 FLOAT_TYPES = ("FLOAT", "DOUBLE")
@@ -173,7 +173,8 @@ def read_schemas(raw: RawRoot, rels: Sequence[str]) -> tuple[dict[str, pa.Schema
             schemas[rel] = read_schema(raw.fs, full)
         except Exception as exc:  # noqa: BLE001 - any reader failure is the file's fault
             interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
-            out.append(Finding("data.read", ERROR, f"unreadable parquet: {exc}", rel))
+            msg = f"unreadable parquet: {unreadable_parquet(exc, raw.root)}"
+            out.append(Finding("data.read", ERROR, msg, rel))
     return schemas, out
 
 

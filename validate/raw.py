@@ -38,6 +38,24 @@ ERROR = "error"
 WARNING = "warning"
 
 
+NO_FOOTER = "magic bytes not found"  # pyarrow's words for a parquet file without its footer
+
+
+def repair_hint(root: str) -> str:
+    """What to run on signs of a recording killed before it finished."""
+    return (
+        "a recording killed before it finished leaves this; see what "
+        f"`episodekit repair {root} --dry-run` recovers"
+    )
+
+
+def unreadable_parquet(exc: BaseException, root: str) -> str:
+    """The reason a parquet file is unreadable, with :func:`repair_hint` when it has no
+    footer (its writer was never closed)."""
+    text = str(exc)
+    return f"{text}; {repair_hint(root)}" if NO_FOOTER in text.lower() else text
+
+
 class CannotValidate(DatasetError):
     """The root cannot be validated at all (unreadable root, missing or unparseable info.json)."""
 
@@ -201,7 +219,8 @@ def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
         try:
             t = read_episodes_file(raw.fs, f)
         except (DatasetError, pa.ArrowException, OSError) as exc:
-            _add(raw, "episodes.read", f"unreadable episodes file: {exc}", rel)
+            msg = f"unreadable episodes file: {unreadable_parquet(exc, raw.root)}"
+            _add(raw, "episodes.read", msg, rel)
             continue
         tables.append(t.append_column("__file", pa.array([rel] * t.num_rows, pa.string())))
     if not tables:

@@ -17,6 +17,7 @@ from episodekit.cli.dataset import info_command, sample_command
 from episodekit.cli.metadata import metadata_group
 from episodekit.cli.prep import prep_group
 from episodekit.cli.prepare import prepare_command
+from episodekit.cli.repair import repair_command
 from episodekit.cli.surgery import edit_command, merge_command, split_command
 from episodekit.cli.validate import validate_command
 
@@ -49,6 +50,7 @@ main.add_command(edit_command)
 main.add_command(split_command)
 main.add_command(merge_command)
 main.add_command(convert_command)
+main.add_command(repair_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,6 +18,7 @@ import json
 import logging
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import warnings
@@ -30,12 +31,15 @@ from episodekit.sample import write_sample
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate", "writers")
-COMMAND = re.compile(r"episodekit ((?:info|sample|validate|prepare|prep|metadata)\b[^`'();]*)")
+COMMAND = re.compile(
+    r"episodekit ((?:info|sample|validate|prepare|prep|metadata|repair)\b[^`'();]*)"
+)
 # String literals that name a command without telling the user to run it.
 NOT_HINTS = {
     ("core/hub.py", "episodekit prepare"),  # the hub commit message
     ("prep/videos.py", "episodekit prep videos"),  # the tag written into re-encoded files
     ("app/sample.py", "episodekit sample"),  # what wrote the folder, in its marker file
+    ("writers/repair.py", "episodekit repair"),  # what wrote --out, in its marker and recipe
 }
 
 
@@ -383,8 +387,47 @@ def convert_v3_root(tmp: Path):
     return raised(convert, str(root), tmp / "out"), None, finding_gone(root, "layout.row_groups")
 
 
+LEROBOT = REPO / "tests" / "fixtures" / "lerobot"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def validate_crashed_recording(tmp: Path):
+    """A recording LeRobot 0.6.1 wrote and that was killed: validate suggests a repair dry
+    run, which says what it would recover (and writes nothing)."""
+    root = tmp / "crash_vid5"
+    shutil.copytree(LEROBOT / "crash_vid5", root)
+    before = tree(root)
+
+    def gone(proc) -> None:
+        assert "kept 5 episodes" in proc.stdout and "dry run: nothing written" in proc.stdout
+        assert tree(root) == before
+
+    return finding(root, "episodes.read"), None, gone
+
+
+def repair_in_place_undo(tmp: Path):
+    """An in-place repair names its backup and how to undo it; the undo puts ROOT back."""
+    root = tmp / "crash_rec7"
+    shutil.copytree(LEROBOT / "crash_rec7", root)
+    before = tree(root)
+    proc = cli("repair", root, "--in-place")
+    assert proc.returncode == 0, proc.stderr
+    assert tree(root) != before
+
+    def gone(proc) -> None:
+        assert tree(root) == before
+        assert [p.name for p in tmp.iterdir()] == ["crash_rec7"]  # the backup is gone too
+
+    return proc.stdout, None, gone
+
+
 # (file, a piece of the hint's literal text) -> the situation that prints it.
 HINTS: dict[tuple[str, str], Callable] = {
+    ("validate/raw.py", "episodekit repair"): validate_crashed_recording,
+    ("writers/repair.py", "undo: episodekit repair"): repair_in_place_undo,
     ("writers/convert.py", "prepare it with `episodekit prepare"): convert_v3_root,
     ("validate/flagged.py", "episodekit validate ROOT --json --checks"): flags_report_missing_check,
     ("validate/flagged.py", "for a report"): flags_report_of_other_episodes,

@@ -178,3 +178,19 @@ def test_a_signal_in_the_swap_is_raised_once_the_new_output_is_in(tmp_path, monk
     assert not reached  # the signal was raised, at the end of the swap
     assert (out / "n.txt").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the replaced output is gone
+
+
+def test_a_backup_is_never_stale(tmp_path):
+    """A backup (an in-place repair's way back) of a writer long gone stays: only a restore
+    removes it; it is ours by name and marker, and never a staging folder to publish."""
+    out = tmp_path / "out"
+    out.mkdir()
+    backup = _orphan(out, "backup")
+    dead = _orphan(out)
+    assert staging.remove_stale(out) == [dead]
+    assert backup.is_dir() and staging.is_backup(backup, out) and staging.owned(backup, out)
+    assert not staging.is_backup(dead, out)
+    with pytest.raises(ValueError, match="not a staging folder"):
+        staging.publish(backup, out)
+    made = staging.new_backup(out)
+    assert made.name.startswith(".out.episodekit-backup-") and staging.is_backup(made, out)

@@ -1,0 +1,570 @@
+"""Recover a parquet file whose writer never closed it (no footer), or whose end was cut off:
+every row group written whole comes back, bit for bit, under a new footer.
+
+How: walk the page headers from the start (:mod:`episodekit.core.parquet_pages`), group the
+pages into column chunks in schema order and the chunks into row groups (every chunk of a row
+group holds the same number of rows: a flat column's data pages count them in ``num_values``,
+a repeated column's in its repetition levels, a v2 page in ``num_rows``), then encode a
+``FileMetaData`` (:mod:`episodekit.core.thrift_compact`) with those row groups and the schema,
+key-value metadata (``ARROW:schema``, ``huggingface``) and writer name of a *template*: the
+footer of a readable file of the same schema, or of an empty file pyarrow writes for an Arrow
+schema (:func:`schema_template`). The repaired file is the original's bytes up to the end of
+the last whole row group, then that footer: no value is decoded or re-encoded.
+
+A row group cut off mid-write (inside a page header, inside a page, before its last column) is
+dropped and its bytes counted. Column statistics are carried over from the page headers (merged
+when a chunk has several pages), so readers keep pruning row groups on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodekit.core import thrift_compact as tc
+from episodekit.core.parquet_pages import (
+    DICTIONARY_PAGE,
+    END,
+    MAGIC,
+    RLE,
+    Leaf,
+    NotAPage,
+    Page,
+    PageReader,
+    detect_codec,
+    fits,
+    leaves,
+)
+
+# physical types whose statistics merge as numbers (numpy dtype of their plain encoding)
+NUMERIC = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
+BOOLEAN, BYTE_ARRAY = 0, 6
+MISFIT = "pages do not fit the schema's column types"
+FOOTER_FIELDS = (1, 2, 5, 6, 7)  # version, schema, key-value metadata, created_by, column orders
+
+
+@dataclass
+class Chunk:
+    """One column chunk: its leaf, its pages (an optional dictionary page first), its rows."""
+
+    leaf: Leaf
+    pages: list[Page] = field(default_factory=list)
+    rows: int = 0
+
+    @property
+    def start(self) -> int:
+        return self.pages[0].start
+
+    @property
+    def end(self) -> int:
+        return self.pages[-1].end
+
+
+@dataclass
+class RowGroup:
+    chunks: list[Chunk]
+    num_rows: int
+
+    @property
+    def start(self) -> int:
+        return self.chunks[0].start
+
+    @property
+    def end(self) -> int:
+        return self.chunks[-1].end
+
+
+class Group(NamedTuple):
+    """A whole row group found: where it starts and ends, its rows, its encoded ``RowGroup``
+    struct (what the footer lists; kept encoded, not as thousands of objects)."""
+
+    start: int
+    end: int
+    num_rows: int
+    meta: bytes
+
+
+@dataclass
+class Salvage:
+    """What a walk found: the whole row groups, where they end, and why the walk stopped."""
+
+    size: int
+    row_groups: list[Group]
+    codec: int
+    stop: str  # why no further row group was recovered (``END``: the file ended right there)
+
+    @property
+    def end(self) -> int:
+        return self.row_groups[-1].end if self.row_groups else len(MAGIC)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(g.num_rows for g in self.row_groups)
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Bytes after the last whole row group (a group cut off, a broken footer)."""
+        return self.size - self.end
+
+
+class SalvageError(ValueError):
+    """The file is not parquet at all, or its template does not fit it."""
+
+
+def read_template(path: str | os.PathLike) -> tc.Struct:
+    """The decoded footer of a readable parquet file (:class:`SalvageError` if it has none)."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        if size < 12:
+            raise SalvageError(f"{path}: too short for a parquet footer")
+        fh.seek(size - 8)
+        tail = fh.read(8)
+        n = int.from_bytes(tail[:4], "little")
+        if tail[4:] != MAGIC or n > size - 12:
+            raise SalvageError(f"{path}: no parquet footer")
+        fh.seek(size - 8 - n)
+        try:
+            meta, used = tc.decode(fh.read(n))
+        except tc.ThriftError as exc:
+            raise SalvageError(f"{path}: unreadable parquet footer ({exc})") from exc
+    if used != n:
+        raise SalvageError(f"{path}: unreadable parquet footer")
+    return meta
+
+
+def schema_template(schema: pa.Schema) -> tc.Struct:
+    """The footer pyarrow writes for ``schema`` (schema elements, ``ARROW:schema`` and the
+    schema's own metadata), from an empty file written in memory."""
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, schema):
+        pass
+    data = sink.getvalue()
+    n = int.from_bytes(data[-8:-4], "little")
+    return tc.decode(data, len(data) - 8 - n)[0]
+
+
+def template_codec(template: tc.Struct) -> int | None:
+    """The codec of a template's first column chunk, when it has row groups."""
+    groups = tc.get(template, 4, (tc.STRUCT, []))[1]
+    for g in groups:
+        for cc in tc.get(g, 1, (tc.STRUCT, []))[1]:
+            meta = tc.get(cc, 3)
+            if meta is not None:
+                return tc.get(meta, 4)
+    return None
+
+
+def scan(path: str | os.PathLike, template: tc.Struct, codec: int | None = None) -> Salvage:
+    """Walk ``path``'s pages and group them into whole row groups of ``template``'s schema
+    (``codec``: the compression, when known; else found from the first page)."""
+    cols = leaves(template)
+    if not cols:
+        raise SalvageError("the template schema has no columns")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        reader = PageReader(fd, size)
+        if size < len(MAGIC) or bytes(reader.read(0, len(MAGIC))) != MAGIC:
+            raise SalvageError(f"{path}: does not start with {MAGIC!r}: not a parquet file")
+        groups: list[Group] = []
+        heads: dict = {}  # encoded column metadata heads, per column and page kinds
+        pos, stop = len(MAGIC), END
+        if codec is None:
+            try:
+                codec = detect_codec(reader, reader.page(pos))
+            except NotAPage as exc:
+                return Salvage(size, [], 0, exc.reason)
+        while True:
+            try:  # the first row group's pages are checked against the template's types
+                group = _row_group(reader, pos, cols, codec, check=not groups)
+            except NotAPage as exc:
+                stop = exc.reason
+                break
+            meta = _group_meta(group, codec, heads)
+            groups.append(Group(group.start, group.end, group.num_rows, meta))
+            pos = group.end
+        return Salvage(size, groups, codec, stop)
+    finally:
+        os.close(fd)
+
+
+def _row_group(
+    reader: PageReader, pos: int, cols: list[Leaf], codec: int, check: bool = False
+) -> RowGroup:
+    """The row group at ``pos`` (:class:`NotAPage` when there is no whole one); ``check``:
+    every page must :func:`~episodekit.core.parquet_pages.fits` its column."""
+    chunks, rows = _chunks(reader, pos, cols, None, codec, check)
+    if rows is None:  # every chunk ended at the next one's dictionary page: count the first
+        rows = sum(reader.rows(p, cols[0], codec) for p in chunks[0].pages if p.is_data)
+    for c in chunks:
+        c.rows = rows
+    return RowGroup(chunks, rows)
+
+
+def _next_page(reader: PageReader, pos: int) -> Page | None:
+    try:
+        return reader.page(pos)
+    except NotAPage:
+        return None
+
+
+def _chunks(
+    reader: PageReader, pos: int, cols: list[Leaf], rows: int | None, codec: int, check: bool
+) -> tuple[list[Chunk], int | None]:
+    """The chunks of ``cols`` from ``pos`` and their rows (``rows``: when known already).
+
+    A chunk is an optional dictionary page and data pages. It surely ends where a dictionary
+    page follows (the next chunk's); elsewhere (a data page, the end, the old footer) its
+    rows decide: equal to ``rows``, or, while unknown, tried after each data page against the
+    remaining chunks. Repetition levels are decoded only there, so most files are grouped
+    from their headers alone. :class:`NotAPage` when no whole set of chunks starts at ``pos``.
+    """
+    if not cols:
+        return [], rows
+    leaf, chunk = cols[0], Chunk(cols[0])
+    page = reader.page(pos)
+    if page.kind == DICTIONARY_PAGE:
+        if check and not fits(page, leaf):
+            raise NotAPage(MISFIT)
+        chunk.pages.append(page)
+        page = reader.page(page.end)
+    counted = 0
+    reason = "column chunks do not line up"
+    while True:
+        if not page.is_data:
+            raise NotAPage(reason)
+        if check and not fits(page, leaf):
+            raise NotAPage(MISFIT)
+        chunk.pages.append(page)
+        nxt = _next_page(reader, page.end)
+        if nxt is not None and nxt.kind == DICTIONARY_PAGE:  # the chunk ends here
+            if leaf.max_rep == 0 or rows is None and len(cols) == 1:
+                counted += reader.rows(page, leaf, codec)
+                if rows is not None and counted != rows:
+                    raise NotAPage(reason)
+                rows = counted
+            rest, rows = _chunks(reader, page.end, cols[1:], rows, codec, check)
+            return [chunk, *rest], rows
+        counted += reader.rows(page, leaf, codec)
+        if rows is not None:
+            if counted > rows:
+                raise NotAPage(reason)
+            if counted == rows:
+                rest, _ = _chunks(reader, page.end, cols[1:], rows, codec, check)
+                return [chunk, *rest], rows
+        else:
+            try:
+                rest, _ = _chunks(reader, page.end, cols[1:], counted, codec, check)
+                return [chunk, *rest], counted
+            except NotAPage as exc:
+                reason = exc.reason
+        if nxt is None:
+            page = reader.page(page.end)  # raises why there is no further page
+        page = nxt
+
+
+# --------------------------------------------------------------------------------------------
+# The footer
+
+
+def _decode_stat(raw: bytes, leaf: Leaf):
+    dtype = NUMERIC.get(leaf.physical_type)
+    if dtype is not None:
+        if not leaf.signed:
+            dtype = dtype.replace("i", "u")
+        return np.frombuffer(raw, dtype=dtype)[0] if len(raw) == np.dtype(dtype).itemsize else None
+    if leaf.physical_type in (BOOLEAN, BYTE_ARRAY):
+        return raw
+    return None  # INT96, FIXED_LEN_BYTE_ARRAY (decimals, float16): orders not merged
+
+
+def _merged_stats(chunk: Chunk) -> bytes | None:
+    """The chunk's encoded statistics: its one data page's as they are, else merged from every
+    page's (min of mins, max of maxes, null counts summed); None when a page has none or the
+    type's order is not merged here."""
+    raws = [p.stats for p in chunk.pages if p.is_data]
+    if any(r is None for r in raws):
+        return None
+    if len(raws) == 1:
+        return raws[0]
+    stats = [tc.decode(r)[0] for r in raws]
+    out: tc.Struct = {}
+    for lo_id, hi_id in ((2, 1), (6, 5)):  # deprecated min/max, then min_value/max_value
+        if all(lo_id in s and hi_id in s for s in stats):
+            lows = [(_decode_stat(s[lo_id][1], chunk.leaf), s[lo_id][1]) for s in stats]
+            highs = [(_decode_stat(s[hi_id][1], chunk.leaf), s[hi_id][1]) for s in stats]
+            if any(v is None for v, _ in lows + highs):
+                return None
+            out[lo_id] = tc.binary(min(lows, key=lambda t: t[0])[1])
+            out[hi_id] = tc.binary(max(highs, key=lambda t: t[0])[1])
+    if all(3 in s for s in stats):
+        out[3] = tc.i64(sum(s[3][1] for s in stats))
+    for flag in (7, 8):  # is_max_value_exact, is_min_value_exact
+        if all(flag in s for s in stats):
+            out[flag] = (tc.BOOL, all(s[flag][1] for s in stats))
+    return tc.encode(out)
+
+
+def _meta_head(leaf: Leaf, codec: int, kinds: tuple[tuple[int, int], ...]) -> bytes:
+    """``ColumnMetaData`` fields 1-4 (type, encodings, path, codec): the same for every chunk of
+    a column whose pages have the same (kind, encoding)s. Encodings as Arrow lists them: the
+    dictionary page's, RLE (levels), the data pages'."""
+    encodings = sorted({e for k, e in kinds if k == DICTIONARY_PAGE}) + [RLE]
+    encodings += sorted({e for k, e in kinds if k != DICTIONARY_PAGE})
+    out = bytearray()
+    tc.put_field(out, 1, tc.I32)
+    tc.put_int(out, leaf.physical_type)
+    tc.put_field(out, 1, tc.LIST)
+    tc.put_list(out, len(encodings), tc.I32)
+    for e in encodings:
+        tc.put_int(out, e)
+    tc.put_field(out, 1, tc.LIST)
+    tc.put_list(out, len(leaf.path), tc.BINARY)
+    for name in leaf.path:
+        tc.put_binary(out, name)
+    tc.put_field(out, 1, tc.I32)
+    tc.put_int(out, codec)
+    return bytes(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta_tail(counts: tuple[tuple[tuple[int, int], int], ...], last: int) -> bytes:
+    """``ColumnMetaData`` field 13 (encoding stats: page type, encoding, count) and the stop."""
+    out = bytearray()
+    tc.put_field(out, 13 - last, tc.LIST)
+    tc.put_list(out, len(counts), tc.STRUCT)
+    for (kind, enc), n in counts:
+        for value in (kind, enc, n):
+            tc.put_field(out, 1, tc.I32)
+            tc.put_int(out, value)
+        out.append(0)
+    out.append(0)
+    return bytes(out)
+
+
+def _zz(n: int) -> bytes:
+    """A non-negative i64 as the compact protocol writes it (zigzag varint)."""
+    n <<= 1
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+I64_NEXT, I64_SKIP1 = bytes([1 << 4 | tc.I64]), bytes([2 << 4 | tc.I64])
+
+
+def _column_meta(chunk: Chunk, codec: int, heads: dict) -> tuple[bytes, int, int]:
+    """The encoded ``ColumnMetaData`` of a chunk, its uncompressed and compressed bytes:
+    :func:`_meta_head`, num_values, sizes, data page offset, dictionary page offset,
+    statistics, :func:`_meta_tail`. Pieces are cached (``heads``: per column and page kinds)
+    or joined (thousands of chunks a file: this is a large part of a salvage's time)."""
+    counts: dict[tuple[int, int], int] = {}
+    num_values = uncompressed = 0
+    first_data = None
+    for p in chunk.pages:
+        key = (p.kind, p.encoding)
+        counts[key] = counts.get(key, 0) + 1
+        uncompressed += p.uncompressed + p.data_start - p.start
+        if p.kind != DICTIONARY_PAGE:
+            num_values += p.num_values
+            first_data = first_data or p
+    compressed = chunk.end - chunk.start
+    key = (id(chunk.leaf), tuple(counts))
+    head = heads.get(key)
+    if head is None:
+        head = heads[key] = _meta_head(chunk.leaf, codec, key[1])
+    parts = [head, I64_NEXT, _zz(num_values)]
+    parts += [I64_NEXT, _zz(uncompressed), I64_NEXT, _zz(compressed)]
+    parts += [I64_SKIP1, _zz(first_data.start)]  # field 9
+    last = 9
+    if chunk.pages[0].kind == DICTIONARY_PAGE:
+        parts += [I64_SKIP1, _zz(chunk.pages[0].start)]  # field 11
+        last = 11
+    stats = _merged_stats(chunk)
+    if stats is not None:
+        parts += [bytes([(12 - last) << 4 | tc.STRUCT]), stats]
+        last = 12
+    parts.append(_meta_tail(tuple(counts.items()), last))
+    return b"".join(parts), uncompressed, compressed
+
+
+def _group_meta(g: RowGroup, codec: int, heads: dict) -> bytes:
+    """The encoded ``RowGroup`` struct of a whole row group: its ``ColumnChunk``s (file_offset
+    0 as pyarrow writes it, then the metadata), total bytes, rows, file offset, compressed
+    bytes."""
+    out = bytearray()
+    tc.put_field(out, 1, tc.LIST)
+    tc.put_list(out, len(g.chunks), tc.STRUCT)
+    total = total_compressed = 0
+    for c in g.chunks:
+        meta, u, comp = _column_meta(c, codec, heads)
+        out += bytes([2 << 4 | tc.I64, 0, 1 << 4 | tc.STRUCT])  # file_offset 0, meta_data
+        out += meta
+        out.append(0)
+        total += u
+        total_compressed += comp
+    for delta, value in ((1, total), (1, g.num_rows), (2, g.start), (1, total_compressed)):
+        tc.put_field(out, delta, tc.I64)  # fields 2, 3, 5, 6
+        tc.put_int(out, value)
+    out.append(0)
+    return bytes(out)
+
+
+def footer(template: tc.Struct, salvage: Salvage) -> bytes:
+    """The encoded ``FileMetaData`` for ``salvage``'s row groups under ``template``'s schema."""
+    meta = {k: v for k, v in template.items() if k in FOOTER_FIELDS}
+    meta[3] = tc.i64(salvage.num_rows)
+    meta[4] = tc.list_of(tc.STRUCT, [tc.Raw(g.meta) for g in salvage.row_groups])
+    return tc.encode(meta)
+
+
+class _Joined(io.RawIOBase):
+    """A read-only file: the first ``end`` bytes of ``path`` followed by ``tail`` bytes."""
+
+    def __init__(self, path: str | os.PathLike, end: int, tail: bytes):
+        super().__init__()
+        self._fd = os.open(path, os.O_RDONLY)
+        self._end = end
+        self._tail = tail
+        self._size = end + len(tail)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b) -> int:
+        view = memoryview(b).cast("B")
+        n = min(len(view), max(0, self._size - self._pos))
+        done = 0
+        while done < n:
+            at = self._pos + done
+            if at < self._end:
+                got = os.preadv(self._fd, [view[done : done + min(n - done, self._end - at)]], at)
+                if got <= 0:
+                    raise OSError(f"file shorter than {self._end} bytes")
+            else:
+                piece = self._tail[at - self._end : at - self._end + n - done]
+                view[done : done + len(piece)] = piece
+                got = len(piece)
+            done += got
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
+
+
+IN_MEMORY = 64 << 20  # a salvaged file up to this size is read from memory
+
+
+@contextlib.contextmanager
+def open_salvaged(
+    path: str | os.PathLike,
+    salvage: Salvage,
+    template: tc.Struct,
+    meta: bytes | None = None,
+    parsed: pq.FileMetaData | None = None,
+) -> Iterator[pq.ParquetFile]:
+    """``path``'s whole row groups under their new footer (``meta``: :func:`footer`'s bytes,
+    ``parsed``: pyarrow's reading of them, when already made), read in place: what
+    :func:`write_salvaged` would write, without writing it. A small file is read into memory
+    (one read, native parsing), a larger one through a file object that reads only what is
+    asked."""
+    meta = footer(template, salvage) if meta is None else meta
+    tail = meta + len(meta).to_bytes(4, "little") + MAGIC
+    if salvage.end <= IN_MEMORY:
+        buf = pa.allocate_buffer(salvage.end + len(tail))
+        view = memoryview(buf).cast("B")
+        with open(path, "rb") as fh:
+            if fh.readinto(view[: salvage.end]) != salvage.end:
+                raise OSError(f"{path}: shorter than {salvage.end} bytes")
+        view[salvage.end :] = tail
+        yield pq.ParquetFile(pa.BufferReader(buf), metadata=parsed)
+        return
+    with _Joined(path, salvage.end, tail) as fh:
+        yield pq.ParquetFile(fh, pre_buffer=False, metadata=parsed)
+
+
+def _copy_prefix(src: int, dst: int, n: int) -> None:
+    """The first ``n`` bytes of ``src`` into ``dst`` (in the kernel where it can)."""
+    done = 0
+    while done < n:
+        try:
+            got = os.copy_file_range(src, dst, n - done, done)  # type: ignore[attr-defined]
+        except (AttributeError, OSError):
+            got = 0
+        if got <= 0:  # no copy_file_range (or not across these filesystems): plain reads
+            while done < n:
+                buf = os.pread(src, min(n - done, 8 << 20), done)
+                if not buf:
+                    raise OSError(f"file shorter than {n} bytes")
+                _write_all(dst, buf)
+                done += len(buf)
+            return
+        done += got
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_salvaged(
+    src: str | os.PathLike, dst: str | os.PathLike, salvage: Salvage, template: tc.Struct
+) -> int:
+    """Write ``dst``: ``src``'s whole row groups and a new footer; return the rows written."""
+    meta = footer(template, salvage)
+    fi = os.open(src, os.O_RDONLY)
+    try:
+        fo = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _copy_prefix(fi, fo, salvage.end)
+            os.lseek(fo, salvage.end, os.SEEK_SET)
+            _write_all(fo, meta + len(meta).to_bytes(4, "little") + MAGIC)
+            os.fsync(fo)
+        finally:
+            os.close(fo)
+    finally:
+        os.close(fi)
+    return salvage.num_rows
+
+
+__all__ = [
+    "Salvage",
+    "SalvageError",
+    "footer",
+    "open_salvaged",
+    "read_template",
+    "scan",
+    "schema_template",
+    "template_codec",
+    "write_salvaged",
+]

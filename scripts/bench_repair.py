@@ -1,0 +1,191 @@
+"""`episodekit repair` of a crashed recording with a ~100 MB footer-less data file (~1M frames),
+against reading an intact copy of the same file with `pq.read_table`, in one run.
+
+    .venv/bin/python scripts/bench_repair.py [--frames 1000000] [--dims 7] [--rounds 3] [--dir DIR]
+
+The crash is made the way LeRobot's recorder (0.4.x-0.6.1) leaves one: a child process records
+with pyarrow ParquetWriters as the recorder does (snappy, dictionary; one `write_table` per
+episode of 150-450 frames into data/chunk-000/file-000.parquet, so one row group each; the
+episodes' metadata rows with LeRobot's per-episode stats 10 at a time into meta/episodes; info.json
+and stats.json as the recorder rewrites them after each episode, its tasks.parquet) and exits with
+`os._exit` without closing them: both parquet files without a footer, the last <= 9 metadata
+rows never written. The same child writes the same rows through a closed writer: the intact copy.
+
+Measured alternately, each in a fresh process (after its imports), --rounds times (the machine
+is shared and noisy: the ratio of the best times, the median of the per-round ratios):
+`pq.read_table(intact copy)` and `repair(ROOT, RepairOptions(out=OUT))` (inspection, salvage,
+rebuilt rows, copy, verification by decoding every row again, publish); and each process's
+peak RSS above its RSS after the imports, next to the largest row group (uncompressed) and the
+file size. Writes under --dir (default: $EPISODEKIT_BENCH/repair, else ./bench-data/repair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TASKS = ["pick up the cube", "open the drawer", "fold the towel", "wipe the table"]
+
+RECORD = r"""
+import json, os, sys
+from pathlib import Path
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+from episodekit.writers import repair_schema as rs
+from episodekit.metadata.stats import feature_values
+from episodekit.writers.meta import tasks_table
+
+root, frames, dims, tasks = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+names = [f"j{i}" for i in range(dims)]
+scalar = {"shape": [1], "names": None}
+features = {
+    "observation.state": {"dtype": "float32", "shape": [dims], "names": names},
+    "action": {"dtype": "float32", "shape": [dims], "names": names},
+    "timestamp": {"dtype": "float32", **scalar},
+    **{k: {"dtype": "int64", **scalar} for k in ("frame_index", "episode_index", "index",
+                                                 "task_index")},
+}
+info = {"codebase_version": "v3.0", "robot_type": "bench", "total_episodes": 0, "total_frames": 0,
+        "total_tasks": len(tasks), "chunks_size": 1000, "data_files_size_in_mb": 100,
+        "video_files_size_in_mb": 200, "fps": 30, "splits": {},
+        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+        "video_path": None, "features": features}
+schema = rs.data_schema(info)
+(root / "data/chunk-000").mkdir(parents=True)
+(root / "meta/episodes/chunk-000").mkdir(parents=True)
+pq.write_table(tasks_table(tasks), root / "meta/tasks.parquet")
+opts = dict(compression="snappy", use_dictionary=True)
+data = pq.ParquetWriter(root / "data/chunk-000/file-000.parquet", schema, **opts)
+intact = pq.ParquetWriter(root.parent / "intact.parquet", schema, **opts)
+meta = None
+rng = np.random.default_rng(0)
+buffer, rows, index, ep = [], [], 0, 0
+while index < frames:
+    n = int(rng.integers(150, 451))
+    state = np.cumsum(rng.normal(0, 0.01, (n, dims)).astype(np.float32), axis=0)
+    t = ep % len(tasks)
+    cols = {
+        "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), dims),
+        "action": pa.FixedSizeListArray.from_arrays(pa.array(np.roll(state, -1, 0).ravel()), dims),
+        "timestamp": pa.array((np.arange(n) / 30).astype(np.float32)),
+        "frame_index": pa.array(np.arange(n)), "episode_index": pa.array(np.full(n, ep)),
+        "index": pa.array(np.arange(index, index + n)), "task_index": pa.array(np.full(n, t)),
+    }
+    table = pa.table(cols, schema=schema)
+    data.write_table(table)
+    intact.write_table(table)
+    stats = {k: rs.lerobot_episode_stats(feature_values(table[k], int(features[k]["shape"][0]), k))
+             for k in features if k != "timestamp"}
+    stats["timestamp"] = rs.lerobot_episode_stats(np.arange(n) / 30)
+    row = rs.episode_row(info, ep, [tasks[t]], n, (0, 0), index, {}, stats, (0, 0))
+    rows.append(row)
+    buffer.append(row)
+    if len(buffer) == 10:
+        table = rs.episodes_table(buffer)
+        meta = meta or pq.ParquetWriter(root / "meta/episodes/chunk-000/file-000.parquet",
+                                        table.schema, **opts)
+        meta.write_table(table)
+        buffer = []
+    index += n
+    ep += 1
+info.update(total_episodes=ep, total_frames=index, splits={"train": f"0:{ep}"})
+(root / "meta/info.json").write_text(json.dumps(info, indent=4))
+(root / "meta/stats.json").write_text(json.dumps(rs.lerobot_dataset_stats(info, rows), indent=4))
+intact.close()
+print(json.dumps({"episodes": ep, "frames": index, "unflushed": len(buffer)}), flush=True)
+os._exit(0)  # killed: the recorder's two writers never close
+"""
+
+MEASURE = r"""
+import json, sys, time
+def rss(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+import pyarrow.parquet as pq
+from episodekit.writers.repair import RepairOptions, repair
+start = rss("VmRSS:")
+what, path, out = sys.argv[1], sys.argv[2], sys.argv[3]
+t0 = time.perf_counter()
+if what == "read":
+    rows = pq.read_table(path).num_rows
+else:
+    rows = repair(path, RepairOptions(out=out)).frames
+seconds = time.perf_counter() - t0
+print(json.dumps({"seconds": seconds, "rows": rows, "startup": start, "peak": rss("VmHWM:")}))
+"""
+
+
+def child(code: str, *args: str) -> dict:
+    p = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=3600
+    )
+    if p.returncode != 0:
+        raise SystemExit(f"child failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--frames", type=int, default=1_000_000)
+    ap.add_argument("--dims", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=3)
+    default = Path(os.environ.get("EPISODEKIT_BENCH", "bench-data")) / "repair"
+    ap.add_argument("--dir", type=Path, default=default)
+    args = ap.parse_args()
+    import pyarrow.parquet as pq
+
+    base = args.dir
+    root, intact = base / "crashed", base / "intact.parquet"
+    if not (root / "meta/info.json").exists():
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        t0 = time.perf_counter()
+        made = child(RECORD, str(root), str(args.frames), str(args.dims), *TASKS)
+        print(f"recorded and killed: {made} in {time.perf_counter() - t0:.0f}s")
+    crashed = root / "data/chunk-000/file-000.parquet"
+    meta = pq.read_metadata(intact)
+    largest = max(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    print(
+        f"footer-less data file: {crashed.stat().st_size / 2**20:.1f} MB, {meta.num_rows:,} "
+        f"frames, {meta.num_row_groups:,} row groups (largest {largest / 2**10:.0f} KiB "
+        "uncompressed)"
+    )
+    best = {"read": None, "repair": None}
+    ratios = []
+    for r in range(args.rounds):
+        times = {}
+        for what in ("read", "repair"):
+            out = base / f"out{r}"
+            shutil.rmtree(out, ignore_errors=True)
+            path = str(intact if what == "read" else root)
+            m = child(MEASURE, what, path, str(out))
+            shutil.rmtree(out, ignore_errors=True)
+            print(
+                f"  round {r + 1} {what:6s} {m['seconds']:6.2f}s  rows {m['rows']:,}  peak RSS "
+                f"+{(m['peak'] - m['startup']) / 2**20:.0f} MB over start-up "
+                f"{m['startup'] / 2**20:.0f} MB"
+            )
+            times[what] = m["seconds"]
+            if best[what] is None or m["seconds"] < best[what]["seconds"]:
+                best[what] = m
+        ratios.append(times["repair"] / times["read"])
+    ratio = best["repair"]["seconds"] / best["read"]["seconds"]
+    median = sorted(ratios)[len(ratios) // 2]
+    grow = {k: (v["peak"] - v["startup"]) / 2**20 for k, v in best.items()}
+    print(
+        f"repair {best['repair']['seconds']:.2f}s vs pq.read_table {best['read']['seconds']:.2f}s"
+        f": {ratio:.2f}x best to best, {median:.2f}x median per round (bar <= 2x); "
+        f"peak RSS above start-up: repair {grow['repair']:.0f} MB, "
+        f"read_table {grow['read']:.0f} MB; file {crashed.stat().st_size / 2**20:.0f} MB, "
+        f"largest row group {largest / 2**10:.0f} KiB"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Footer-less parquet files come back bit-exactly (core/parquet_salvage.py), on files pyarrow
+writes the way LeRobot's recorder does (an open ParquetWriter, one row group per episode) and on
+complete files cut at every kind of place."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from episodekit.core import parquet_pages as pp
+from episodekit.core import parquet_salvage as ps
+from episodekit.core import thrift_compact as tc
+
+SCHEMA = pa.schema(
+    [
+        ("observation.state", pa.list_(pa.float32(), 6)),
+        ("timestamp", pa.float32()),
+        ("frame_index", pa.int64()),
+        ("episode_index", pa.int64()),
+        ("index", pa.int64()),
+        ("task_index", pa.int64()),
+        ("done", pa.bool_()),
+        ("tags", pa.list_(pa.string())),
+        ("nested", pa.list_(pa.list_(pa.int32()))),
+        ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+    ],
+    metadata={"huggingface": '{"info": {"features": {}}}'},
+)
+
+
+def episode(ep: int, start: int, n: int, rng: np.random.Generator) -> pa.Table:
+    state = np.cumsum(rng.normal(0, 0.01, (n, 6)).astype(np.float32), axis=0)
+    nested = [[list(range(i % 3)), []] if i % 5 else None for i in range(n)]
+    return pa.table(
+        {
+            "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), 6),
+            "timestamp": pa.array((np.arange(n) / 30).astype(np.float32)),
+            "frame_index": pa.array(np.arange(n)),
+            "episode_index": pa.array(np.full(n, ep)),
+            "index": pa.array(np.arange(start, start + n)),
+            "task_index": pa.array(np.full(n, ep % 3)),
+            "done": pa.array(np.arange(n) == n - 1),
+            "tags": pa.array([["a", f"t{ep}"] if i % 7 else [] for i in range(n)]),
+            "nested": pa.array(nested, pa.list_(pa.list_(pa.int32()))),
+            "image": pa.array(
+                [{"bytes": rng.bytes(20 + i % 9), "path": None} for i in range(n)],
+                SCHEMA.field("image").type,
+            ),
+        },
+        schema=SCHEMA,
+    )
+
+
+def record(path, lengths, seed=0, keep_open_copy=None, **writer) -> list[pa.Table]:
+    """Write one row group per episode like LeRobot's recorder; ``keep_open_copy``: copy the
+    file there before ``close()`` (what a killed recorder leaves)."""
+    rng = np.random.default_rng(seed)
+    opts = {"compression": "snappy", "use_dictionary": True, **writer}
+    tables, start = [], 0
+    with pq.ParquetWriter(path, SCHEMA, **opts) as w:
+        for ep, n in enumerate(lengths):
+            t = episode(ep, start, n, rng)
+            w.write_table(t)
+            tables.append(t)
+            start += n
+        if keep_open_copy:
+            shutil.copyfile(path, keep_open_copy)
+    return tables
+
+
+def salvage_to(src, dst, template=None) -> ps.Salvage:
+    template = template or ps.schema_template(SCHEMA)
+    s = ps.scan(src, template)
+    ps.write_salvaged(src, dst, s, template)
+    return s
+
+
+def without_size_stats(meta: tc.Struct) -> tc.Struct:
+    """A decoded footer without the size statistics (level histograms are not rebuilt)."""
+    meta = dict(meta)
+    groups = []
+    for g in meta[4][1][1]:
+        g = dict(g)
+        chunks = []
+        for c in g[1][1][1]:
+            c = dict(c)
+            m = dict(c[3][1])
+            m.pop(16, None)
+            c[3] = (tc.STRUCT, m)
+            chunks.append(c)
+        g[1] = (tc.LIST, (tc.STRUCT, chunks))
+        groups.append(g)
+    meta[4] = (tc.LIST, (tc.STRUCT, groups))
+    return meta
+
+
+def test_unclosed_writer_comes_back_bit_exact(tmp_path):
+    lengths = [30, 1, 57, 200, 12]
+    full, crashed, out = tmp_path / "full.parquet", tmp_path / "crash.parquet", tmp_path / "o.pq"
+    tables = record(full, lengths, keep_open_copy=crashed)
+    with pytest.raises(pa.ArrowInvalid):  # what LeRobot and every reader meet
+        pq.read_metadata(crashed)
+    s = salvage_to(crashed, out)
+    assert [g.num_rows for g in s.row_groups] == lengths
+    assert s.stop == pp.END and s.dropped_bytes == 0
+    got = pq.read_table(out)
+    assert got.equals(pa.concat_tables(tables))
+    assert got.schema.equals(pq.read_schema(full), check_metadata=True)
+    # the footer is the one pyarrow wrote on close (level histograms aside), and the data bytes
+    # are the closed file's
+    assert without_size_stats(ps.read_template(out)) == without_size_stats(ps.read_template(full))
+    assert out.read_bytes()[: s.end] == full.read_bytes()[: s.end]
+    # read in place (nothing written) gives the same rows
+    with ps.open_salvaged(crashed, s, ps.schema_template(SCHEMA)) as pf:
+        assert pf.read().equals(got)
+        assert [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)] == lengths
+
+
+@pytest.mark.parametrize(
+    "writer",
+    [
+        {"compression": "zstd"},
+        {"compression": "gzip", "use_dictionary": False},
+        {"compression": "none", "data_page_version": "2.0"},
+        {"compression": "lz4", "data_page_size": 512, "use_dictionary": False},  # many pages
+        {"compression": "snappy", "data_page_size": 300, "write_page_checksum": True},
+    ],
+)
+def test_writer_options(tmp_path, writer):
+    full, out = tmp_path / "full.parquet", tmp_path / "out.parquet"
+    tables = record(full, [40, 3, 90], seed=1, **writer)
+    s = salvage_to(full, out)  # a complete file: its footer is no page; ignored and rebuilt
+    assert s.stop == pp.NOT_A_PAGE
+    assert pq.read_table(out).equals(pa.concat_tables(tables))
+    # statistics merged from several pages equal what the writer put in the footer
+    a, b = pq.read_metadata(out), pq.read_metadata(full)
+    for g in range(b.num_row_groups):
+        for c in range(b.num_columns):
+            x, y = a.row_group(g).column(c), b.row_group(g).column(c)
+            assert (x.num_values, x.data_page_offset, x.total_compressed_size) == (
+                y.num_values,
+                y.data_page_offset,
+                y.total_compressed_size,
+            )
+            if y.is_stats_set and y.statistics.has_min_max:
+                assert x.statistics.equals(y.statistics), (g, c)
+
+
+def chunk_range(meta: pq.FileMetaData, g: int, c: int) -> tuple[int, int]:
+    col = meta.row_group(g).column(c)
+    start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+    return start, start + col.total_compressed_size
+
+
+def row_group_ends(path) -> list[int]:
+    meta = pq.read_metadata(path)
+    return [chunk_range(meta, g, meta.num_columns - 1)[1] for g in range(meta.num_row_groups)]
+
+
+def cut_points(path) -> dict[str, list[int]]:
+    """Offsets that fall inside a page header, inside a page, between row groups and inside
+    the footer of a complete file (of three row groups or more)."""
+    meta = pq.read_metadata(path)
+    ends = row_group_ends(path)
+    second = meta.row_group(1).column(2)
+    size = os.path.getsize(path)
+    return {
+        "between row groups": [ends[0], ends[1]],
+        "inside a page header": [second.data_page_offset + 3],
+        "inside a page": [chunk_range(meta, 1, 2)[1] - 5],
+        "inside the footer": [size - 8 - meta.serialized_size // 2, size - 5],
+    }
+
+
+def test_cut_files(tmp_path):
+    full = tmp_path / "full.parquet"
+    tables = record(full, [25, 33, 41], seed=2)
+    data = full.read_bytes()
+    ends = row_group_ends(full)
+    for where, offsets in cut_points(full).items():
+        for cut in offsets:
+            src, out = tmp_path / "cut.parquet", tmp_path / "out.parquet"
+            src.write_bytes(data[:cut])
+            s = salvage_to(src, out)
+            whole = sum(e <= cut for e in ends)  # row groups written before the cut
+            assert len(s.row_groups) == whole, (where, cut, s.stop)
+            assert s.end == (ends[whole - 1] if whole else 4)
+            assert s.dropped_bytes == cut - s.end
+            assert pq.read_table(out).equals(pa.concat_tables(tables[:whole])), where
+
+
+def test_cut_reasons(tmp_path):
+    full = tmp_path / "full.parquet"
+    record(full, [25, 33], seed=3)
+    data = full.read_bytes()
+    points = cut_points(full)
+    src = tmp_path / "cut.parquet"
+    src.write_bytes(data[: points["inside a page header"][0]])
+    assert ps.scan(src, ps.schema_template(SCHEMA)).stop == pp.CUT_HEADER
+    src.write_bytes(data[: points["inside a page"][0]])
+    assert ps.scan(src, ps.schema_template(SCHEMA)).stop == pp.CUT_PAGE
+
+
+def test_empty_and_foreign_files(tmp_path):
+    template = ps.schema_template(SCHEMA)
+    just_magic = tmp_path / "magic.parquet"
+    just_magic.write_bytes(b"PAR1")  # a recorder killed before its first episode
+    s = ps.scan(just_magic, template)
+    assert s.row_groups == [] and s.num_rows == 0
+    out = tmp_path / "out.parquet"
+    ps.write_salvaged(just_magic, out, s, template)
+    assert pq.read_table(out).num_rows == 0
+    other = tmp_path / "x.parquet"
+    other.write_bytes(b"hello world, not parquet")
+    with pytest.raises(ps.SalvageError):
+        ps.scan(other, template)
+
+
+def test_wrong_schema_recovers_nothing(tmp_path):
+    """A template whose columns are not the file's finds no whole row group, never garbage."""
+    crashed = tmp_path / "c.parquet"
+    record(tmp_path / "f.parquet", [20, 20], keep_open_copy=crashed)
+    other = pa.schema([("a", pa.list_(pa.int64())), ("b", pa.int64())])
+    s = ps.scan(crashed, ps.schema_template(other))
+    assert s.num_rows == 0
+
+
+def test_thrift_roundtrip_and_garbage(tmp_path):
+    full = tmp_path / "full.parquet"
+    record(full, [10, 10])
+    data = full.read_bytes()
+    n = int.from_bytes(data[-8:-4], "little")
+    raw = data[-8 - n : -8]
+    meta, used = tc.decode(raw)
+    assert used == n and tc.encode(meta) == raw
+    with pytest.raises(tc.CutShort):
+        tc.decode(raw[: n // 2])
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # random bytes: an error or a struct, never a hang or a crash
+        try:
+            tc.decode(rng.bytes(64))
+        except tc.ThriftError:
+            pass
+
+
+def test_zero_levels():
+    # runs: RLE run of 5 zeros, bit-packed group of 8 values 0,1,1,1,0,1,1,1 (width 1)
+    buf = bytes([5 << 1, 0, (1 << 1) | 1, 0b11101110])
+    assert pp.zero_levels(memoryview(buf), 1, 13) == 7
+    assert pp.zero_levels(memoryview(buf), 1, 7) == 6
+    # width 2: bit-packed 8 values 0,1,2,0,3,0,1,2 -> 3 zeros
+    vals = [0, 1, 2, 0, 3, 0, 1, 2]
+    packed = sum(v << (2 * i) for i, v in enumerate(vals)).to_bytes(2, "little")
+    assert pp.zero_levels(memoryview(bytes([3]) + packed), 2, 8) == 3
+    with pytest.raises(pp.NotAPage):
+        pp.zero_levels(memoryview(bytes([5 << 1])), 1, 5)

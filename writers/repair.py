@@ -1,0 +1,496 @@
+"""``episodekit repair``: a recording killed before it finished comes back, every episode that
+reached the disk bit for bit, as a root LeRobot loads again.
+
+:func:`repair` inspects the root (:mod:`~episodekit.writers.repair_inspect`), decides
+(:mod:`~episodekit.writers.repair_plan`), writes the changed files into a staging folder
+(:mod:`~episodekit.writers.repair_build`), verifies the staged root (every data file decoded
+whole, index and episodes as planned, the root opened as a dataset, every kept episode's
+frames in its mp4s), then publishes it:
+
+- ``--out DIR``: DIR follows the one output-folder rule
+  (:func:`~episodekit.core.outdir.check_output_dir`, never ROOT, inside it or around it); the
+  staged root (unchanged files copied) is swapped into DIR under DIR's writer lock
+  (:mod:`episodekit.core.staging`: a killed run's staging folder is removed by the next run).
+  ROOT is only read. A rerun on the same ROOT finds the key it recorded and does nothing.
+- ``--in-place``: the new files are staged next to ROOT (as above) and verified; then, in one
+  step that SIGINT/SIGTERM cannot cut (:func:`episodekit.core.interrupt.deferred`), each file
+  it replaces is kept in a backup folder next to ROOT (``.ROOT.episodekit-backup-<token>``,
+  marked as episodekit's, with a manifest; a hard link, else a copy) and replaced atomically
+  by the new one, and the files it removes (staged PNGs) are moved there. An interrupt ends
+  the run with ROOT as it was (before that step) or fully repaired (during it: the backup is
+  named on stderr); an error during it puts ROOT back as it was. :func:`restore` puts a
+  backup back, also one a ``kill -9`` left half-made (its manifest says so).
+- ``--dry-run``: the plan only.
+
+A healthy root is "nothing to repair" (exit 0, nothing written); a root where no episode can
+be recovered raises :class:`NothingRecoverable` (exit 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodekit.core import interrupt, staging
+from episodekit.core.atomic import atomic_write_text
+from episodekit.core.dataset import open_dataset
+from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
+from episodekit.core.executor import imap_files
+from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.progress import current
+from episodekit.writers import repair_build
+from episodekit.writers.repair_inspect import inspect_root
+from episodekit.writers.repair_plan import RepairPlan, plan_repair
+
+RECIPE = ".episodekit-repair.json"
+MANIFEST = "manifest.json"
+FORMAT = 1
+READ_BATCH = 64 * 1024
+
+
+class NothingRecoverable(DatasetError):
+    """Not one episode of the root can be recovered."""
+
+
+class RepairVerificationError(DatasetError):
+    """The staged output disagrees with the plan: nothing was published."""
+
+
+@dataclass(frozen=True)
+class RepairOptions:
+    out: str | None = None
+    in_place: bool = False
+    dry_run: bool = False
+    keep_partial: bool = False
+    executor: str = "local"
+
+
+@dataclass
+class RepairResult:
+    """What a run found and did; ``status``: ``nothing to repair``, ``planned`` (dry run),
+    ``repaired``, or ``unchanged`` (``--out`` already holds this repair)."""
+
+    root: str
+    status: str
+    out: str | None = None
+    damages: list[dict] = field(default_factory=list)
+    episodes: int = 0
+    frames: int = 0
+    rebuilt: list[int] = field(default_factory=list)
+    dropped: list[dict] = field(default_factory=list)
+    left_behind: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+    backup: str | None = None
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def describe(plan: RepairPlan, root: str) -> RepairResult:
+    """The plan as a result (what ``--dry-run`` reports)."""
+    return RepairResult(
+        root=root,
+        status="planned",
+        damages=[{"file": f, "damage": d} for f, d in plan.damages],
+        episodes=len(plan.kept),
+        frames=plan.frames,
+        rebuilt=[e.index for e in plan.kept if e.rebuilt],
+        dropped=[
+            {"episode": d.episode, "frames": d.frames, "reason": d.reason} for d in plan.dropped
+        ],
+        left_behind=dict(plan.staged),
+    )
+
+
+def repair(root: str | os.PathLike, options: RepairOptions | None = None) -> RepairResult:
+    """Repair ``root`` as ``options`` say (see the module docstring)."""
+    options = options or RepairOptions()
+    t0 = time.perf_counter()
+    if options.out and options.in_place:
+        raise ValueError("give --out DIR or --in-place, not both")
+    if not (options.out or options.in_place or options.dry_run):
+        raise ValueError("give --out DIR (a new folder), --in-place or --dry-run")
+    out = None
+    if options.out and not options.dry_run:  # the one rule: never ROOT, inside it or around it
+        out = check_output_dir(options.out, sources=[root])
+    say = current().step
+    say(f"inspecting {root}")
+    inv = inspect_root(root, options.executor)
+    plan = plan_repair(inv, options.keep_partial)
+    result = describe(plan, str(root))
+    if plan.healthy:
+        result.status = "nothing to repair"
+    elif not plan.kept:
+        why = "; ".join(f"{d['file']}: {d['damage']}" for d in result.damages[:3])
+        raise NothingRecoverable(f"no episode can be recovered ({why})", str(root))
+    elif options.dry_run:
+        pass
+    elif plan.needs_renumbering:
+        if out is None:
+            gone = [d.episode for d in plan.dropped][:5]
+            raise EnvironmentProblem(
+                f"episodes {gone} are dropped from the middle of the recording, so the output "
+                "is renumbered: write it to a new folder with --out DIR",
+                str(root),
+            )
+        result.out = str(out)
+        _renumbered(plan, out, result, options)
+    elif out is not None:
+        result.out = str(out)
+        _to_out(plan, out, result, options)
+    else:
+        _in_place(plan, result, options)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def source_key(plan: RepairPlan, options: RepairOptions) -> str:
+    """What the output depends on: every file of ROOT (path, size, mtime) and the options."""
+    root = plan.inventory.root
+    h = hashlib.sha256(b"episodekit-repair\0")
+    files = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.name.startswith(".episodekit"):
+            st = p.stat()
+            files.append([p.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns])
+    body = {"format": FORMAT, "root": str(root.resolve()), "files": files}
+    body["keep_partial"] = options.keep_partial
+    h.update(json.dumps(body, sort_keys=True).encode())
+    return h.hexdigest()[:32]
+
+
+def _remove_if_only_lock(out: Path) -> None:
+    """A failed first write leaves no folder behind (only its own lock file was in it)."""
+    with contextlib.suppress(OSError):
+        if out.is_dir() and set(os.listdir(out)) <= {LOCK_NAME}:
+            os.remove(out / LOCK_NAME)
+            os.rmdir(out)
+
+
+def _stage(
+    plan: RepairPlan, staging: Path, options: RepairOptions, link: bool
+) -> repair_build.Staged:
+    """Build, bring in the unchanged files (hard links when ``link``), stats, verify."""
+    say = current().step
+    say(f"writing the repaired files of {len(plan.kept):,} episodes")
+    staged, episodes = repair_build.build(plan, staging)
+    root = plan.inventory.root
+    for rel in staged.unchanged:
+        src, dst = root / rel, staging / rel
+        if link:
+            repair_build.link_or_copy(src, dst)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+    repair_build.build_stats(plan, staging, staged, episodes)
+    say("verifying the repaired root")
+    verify(plan, staging, options.executor)
+    return staged
+
+
+def _to_out(plan: RepairPlan, out: Path, result: RepairResult, options: RepairOptions) -> None:
+    key = source_key(plan, options)
+    created = not out.exists()
+    try:
+        with writer_lock(out):
+            staging.remove_stale(out)  # a killed run's folders, even when up to date
+            if _recorded_key(out) == key and (out / "meta/info.json").exists():
+                result.status = "unchanged"
+                return
+            work = staging.new_staging(out)
+            try:
+                mark_output_dir(work, "episodekit repair")
+                staged = _stage(plan, work, options, link=False)
+                source = str(plan.inventory.root)
+                recipe = {"key": key, "what": "episodekit repair", "source": source}
+                atomic_write_text(work / RECIPE, json.dumps(recipe, indent=2))
+                staging.publish(work, out)
+            except BaseException:
+                staging.discard(work, out)
+                raise
+    except BaseException:
+        if created:
+            _remove_if_only_lock(out)
+        raise
+    result.status, result.files, result.removed = "repaired", staged.written, staged.removed
+
+
+def _renumbered(plan: RepairPlan, out: Path, result: RepairResult, options: RepairOptions) -> None:
+    """Episodes dropped from the middle: the kept ones are staged as they are (rows, rebuilt
+    metadata), then written to ``out`` by the dataset writer, renumbered and verified against
+    the staged rows (as ``edit --drop-episodes`` writes)."""
+    from episodekit.writers.sources import source_episodes
+    from episodekit.writers.writer import WriteOptions, write_dataset
+
+    key = source_key(plan, options)
+    if _recorded_key(out) == key:
+        result.status = "unchanged"
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging.remove_stale(out)
+    work = staging.new_staging(out)  # the kept episodes as they are: the writer's source
+    try:
+        staged, _ = repair_build.build(plan, work)
+        for rel in staged.unchanged:
+            if rel != repair_build.STATS:
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(plan.inventory.root / rel, work / rel)
+        repair_build.contiguous_ranges(work)
+        ds = open_dataset(str(work))
+        what = WriteOptions(what="episodekit repair", executor=options.executor)
+        written = write_dataset(source_episodes(ds), out, what)
+        source = str(plan.inventory.root)
+        recipe = {"key": key, "what": "episodekit repair", "source": source}
+        atomic_write_text(out / RECIPE, json.dumps(recipe, indent=2))
+    finally:
+        staging.discard(work, out)
+    result.status = "repaired"
+    result.files = {
+        "(every file)": f"renumbered: {written.episodes} episodes, {written.data_files} data "
+        f"files, {written.video_files} video files, written and verified by the dataset writer"
+    }
+
+
+def _recorded_key(out: Path) -> str | None:
+    try:
+        return json.loads((out / RECIPE).read_text()).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _in_place(plan: RepairPlan, result: RepairResult, options: RepairOptions) -> None:
+    root = plan.inventory.root
+    lock_existed = (root / LOCK_NAME).exists()
+    with writer_lock(root):
+        staging.remove_stale(root)  # a killed run's staging folder (never a backup)
+        work = staging.new_staging(root)
+        try:
+            staged = _stage(plan, work, options, link=True)
+            replaced = [rel for rel in staged.written if (root / rel).exists()]
+            manifest = {
+                "format": FORMAT,
+                "root": str(root.resolve()),
+                "replaced": replaced,
+                "created": [rel for rel in staged.written if rel not in replaced]
+                + ([] if lock_existed else [LOCK_NAME]),
+                "removed": staged.removed,
+                "complete": False,
+            }
+            backup = _commit(root, work, staged, manifest)
+        finally:
+            staging.discard(work, root)
+    result.status, result.files, result.removed = "repaired", staged.written, staged.removed
+    result.backup = str(backup)
+
+
+def _commit(root: Path, work: Path, staged: repair_build.Staged, manifest: dict) -> Path:
+    """Replace ROOT's files by the staged ones, each kept in a new backup folder first; returns
+    the backup. One deferred section: a signal during it is raised once ROOT is fully repaired
+    (the backup named on stderr, as the result would name it); an error puts ROOT back as it
+    was and removes the backup."""
+    backup = None
+    try:
+        with interrupt.deferred():
+            backup = staging.new_backup(root)
+            _write_manifest(backup, manifest)
+            files = backup / "files"
+            for rel in manifest["replaced"]:  # kept first (a link), then replaced atomically
+                repair_build.link_or_copy(root / rel, files / rel)
+            for rel in staged.written:
+                _move(work / rel, root / rel)
+            for rel in manifest["removed"]:
+                _move(root / rel, files / rel)
+            manifest["complete"] = True
+            _write_manifest(backup, manifest)
+    except BaseException as exc:
+        if backup is None:
+            raise
+        if manifest["complete"]:  # a signal, raised once the section was done
+            print(f"{root} was repaired in place before the interrupt; the files it replaced "
+                  f"or removed are in {backup} ({undo_hint(root, backup)})",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            raise
+        try:  # an error (or, outside the CLI, a KeyboardInterrupt) half-way: ROOT put back
+            with interrupt.deferred():
+                _undo(root, backup, manifest)
+            shutil.rmtree(backup)
+        except Exception:
+            raise EnvironmentProblem(
+                f"could not repair in place ({exc}) nor put every file back; {backup} holds "
+                f"the originals ({undo_hint(root, backup)})",
+                str(root),
+            ) from exc
+        raise
+    return backup
+
+
+def undo_hint(root: str | os.PathLike, backup: str | os.PathLike) -> str:
+    """How to undo an ``--in-place`` repair of ``root`` (named wherever the backup is)."""
+    return f"undo: episodekit repair {root} --restore {backup}"
+
+
+def _write_manifest(backup: Path, manifest: dict) -> None:
+    atomic_write_text(backup / MANIFEST, json.dumps(manifest, indent=2))
+
+
+def _move(src: Path, dst: Path) -> None:
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+    except OSError as exc:
+        raise os_problem(exc, src, "move") from exc
+
+
+def restore(backup: str | os.PathLike, expect_root: str | os.PathLike | None = None) -> str:
+    """Put an ``--in-place`` repair's backup back: the root is again what it was before it
+    (files it created removed, files it replaced or removed moved back); the backup folder is
+    removed. A backup a killed run left half-made (its manifest is not complete) puts back
+    what it holds: the files it lacks were never replaced. ``expect_root``: refuse a backup of
+    another root. Returns the root."""
+    folder = Path(os.path.abspath(backup))
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        root = Path(manifest["root"])
+        if not all(isinstance(manifest[k], list) for k in ("replaced", "created", "removed")):
+            raise ValueError("its manifest lists no files")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EnvironmentProblem(f"not a repair backup ({exc})", str(backup)) from exc
+    named = folder.parent / root.name
+    if not staging.is_backup(folder, named) or named.resolve() != root.resolve():
+        raise EnvironmentProblem(
+            f"not a repair backup of {root} (not named and marked as one, next to it)",
+            str(backup),
+        )
+    if expect_root is not None and Path(expect_root).resolve() != root.resolve():
+        raise EnvironmentProblem(f"a backup of {root}, not of {expect_root}", str(backup))
+    if not root.is_dir():
+        raise EnvironmentProblem(f"{root}, the root it was made from, is gone", str(backup))
+    with writer_lock(root), interrupt.deferred():  # a signal cannot leave ROOT half restored
+        _undo(root, folder, manifest)
+    if LOCK_NAME in manifest["created"]:  # (the repair made it; removed once released)
+        (root / LOCK_NAME).unlink(missing_ok=True)
+    shutil.rmtree(folder)
+    return str(root)
+
+
+def _undo(root: Path, backup: Path, manifest: dict) -> None:
+    """ROOT as before the repair the manifest describes (see :func:`restore`), but for the
+    writer lock file (held while this runs)."""
+    files = backup / "files"
+    back = [*manifest["replaced"], *manifest["removed"]]
+    if manifest.get("complete", True):
+        missing = [rel for rel in back if not (files / rel).is_file()]
+        if missing:
+            raise EnvironmentProblem(
+                f"the backup lacks {missing[0]}; nothing was restored", str(backup)
+            )
+    for rel in manifest["created"]:
+        if rel != LOCK_NAME:
+            (root / rel).unlink(missing_ok=True)
+    for rel in back:
+        if (files / rel).is_file():  # (else never replaced nor removed: a half-made backup)
+            _move(files / rel, root / rel)
+
+
+# --------------------------------------------------------------------------------------------
+# Verification
+
+
+def _verify_file(job: tuple[str, int, list[int], list[int]], staging: str) -> None:
+    """One output data file decoded whole: ``index`` consecutive from its first, its episodes
+    (``episode_index`` runs) and their lengths as planned."""
+    rel, first, episodes, lengths = job
+    expect = np.repeat(np.asarray(episodes, np.int64), lengths)
+    at = 0
+    with pq.ParquetFile(os.path.join(staging, rel)) as pf:
+        meta = pf.metadata
+        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        if meta.num_rows != sum(rows):
+            raise RepairVerificationError(f"{rel}: its footer counts rows differently")
+        for batch in _row_group_batches(pf, rows):
+            n = batch.num_rows
+            idx = batch.column("index").to_numpy()
+            ep = batch.column("episode_index").to_numpy()
+            if not np.array_equal(idx, np.arange(first + at, first + at + n)):
+                raise RepairVerificationError(f"{rel}: index is not consecutive from {first}")
+            if not np.array_equal(ep, expect[at : at + n]):
+                raise RepairVerificationError(f"{rel}: episode_index differs from the plan")
+            at += n
+    if at != len(expect):
+        raise RepairVerificationError(f"{rel}: {at} rows, the plan has {len(expect)}")
+
+
+def _row_group_batches(pf: pq.ParquetFile, rows: list[int]):
+    """Every column of every row group, whole groups of about ``READ_BATCH`` rows at a time
+    (memory: one such read; freed decode buffers handed back to the system between reads)."""
+    group: list[int] = []
+    total = 0
+    for i, n in enumerate(rows):
+        group.append(i)
+        total += n
+        if total >= READ_BATCH or i == len(rows) - 1:
+            yield pf.read_row_groups(group)
+            pa.default_memory_pool().release_unused()
+            group, total = [], 0
+
+
+def verify(plan: RepairPlan, staging: Path, executor: str = "local") -> None:
+    """Check the staged root against the plan (module docstring); raise
+    :class:`RepairVerificationError` naming the first difference."""
+    try:
+        ds = open_dataset(str(staging))
+    except DatasetError as exc:
+        raise RepairVerificationError(f"the repaired root does not open: {exc}") from exc
+    lengths = [e.length for e in plan.kept]
+    if ds.num_episodes != len(plan.kept) or ds.column("length").tolist() != lengths:
+        raise RepairVerificationError("the repaired root's episodes differ from the plan")
+    jobs: dict[str, tuple[str, int, list[int], list[int]]] = {}
+    for e in plan.kept:
+        rel, f, eps, ns = jobs.get(e.data.rel, (e.data.rel, e.first_index, [], []))
+        jobs[rel] = (rel, f, [*eps, e.index], [*ns, e.length])
+    workers = 1 if executor == "local" else None
+    for _ in imap_files(_verify_file, list(jobs.values()), executor, workers, shared=str(staging)):
+        pass
+    _verify_videos(plan, staging)
+
+
+def _verify_videos(plan: RepairPlan, staging: Path) -> None:
+    if not plan.inventory.videos:
+        return
+    from episodekit.core.video import probe
+    from episodekit.validate.video import episode_findings
+
+    fps = float(plan.inventory.info["fps"])
+    for key, files in plan.inventory.videos.items():
+        for v in files:
+            eps = [e for e in plan.kept if e.videos[key][:2] == (v.chunk, v.file)]
+            if not eps:
+                continue
+            index = probe(staging / v.rel)
+            found = episode_findings(
+                index.seconds,
+                np.array([e.index for e in eps]),
+                np.array([e.videos[key][2] for e in eps]),
+                np.array([e.videos[key][3] for e in eps]),
+                np.array([e.length for e in eps]),
+                fps,
+                1e-4,
+                v.rel,
+            )
+            errors = [f for f in found if f.severity == "error"]
+            if errors:
+                raise RepairVerificationError(f"{v.rel}: {errors[0].message}")

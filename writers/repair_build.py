@@ -1,0 +1,259 @@
+"""The files ``episodekit repair`` writes into its staging folder, from a
+:class:`~episodekit.writers.repair_plan.RepairPlan`; files it keeps as they are are only listed.
+
+- data files: a footer-less one is its whole row groups up to the last kept episode under a new
+  footer (bytes copied, nothing decoded: :func:`~episodekit.core.parquet_salvage.write_salvaged`);
+  one that must lose rows inside it is rewritten from its kept rows (one row group per episode,
+  as the recorder writes);
+- ``meta/episodes``: recovered rows as they were, rebuilt rows
+  (:mod:`episodekit.writers.repair_meta`), each file written whole;
+- an mp4 with frames after its last kept episode (the unsaved one's, or a cut-off tail) is cut
+  by packet copy (:func:`~episodekit.prep.remux.remux`);
+- info.json totals and splits, tasks.parquet without tasks no kept episode uses, stats.json
+  when the old one disagrees with the kept episodes (LeRobot's aggregation of their stats).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodekit.core import parquet_salvage as ps
+from episodekit.core.atomic import atomic_path
+from episodekit.writers import meta as meta_mod
+from episodekit.writers import repair_meta, repair_schema
+from episodekit.writers.repair_plan import Episode, RepairPlan
+
+INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
+
+
+@dataclass
+class Staged:
+    """What a build did: files written (relative path -> how), files the output takes from the
+    root unchanged, root files the output leaves out, episodes whose metadata was rebuilt."""
+
+    written: dict[str, str] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    rebuilt: list[int] = field(default_factory=list)
+
+
+def _dest(staging: Path, rel: str) -> Path:
+    path = staging / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _prefix(df, runs: list[int]) -> ps.Salvage | None:
+    """The salvage of ``df`` cut to its first ``len(runs)`` episodes, when those are its first
+    runs and end on a row-group boundary (else None)."""
+    if runs != list(range(len(runs))) or not df.group_end[runs[-1]]:
+        return None
+    rows = int(df.rows[: len(runs)].sum())
+    ends = np.cumsum([g.num_rows for g in df.salvage.row_groups])
+    groups = int(np.searchsorted(ends, rows)) + 1
+    return replace(df.salvage, row_groups=df.salvage.row_groups[:groups])
+
+
+def _rewrite(plan: RepairPlan, df, episodes: list[Episode], dest: Path) -> None:
+    """``df`` without the rows of dropped episodes: one row group per kept episode."""
+    with df.open(plan.inventory.root) as pf:
+        schema = pf.schema_arrow
+        ends = np.cumsum([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
+        with pq.ParquetWriter(dest, schema, compression="snappy", use_dictionary=True) as w:
+            for e in episodes:
+                a, n = int(df.first_row[e.run]), int(df.rows[e.run])
+                first = int(np.searchsorted(ends, a, side="right"))
+                last = int(np.searchsorted(ends, a + n - 1, side="right"))
+                t = pf.read_row_groups(list(range(first, last + 1)))
+                w.write_table(t.slice(a - (int(ends[first - 1]) if first else 0), n))
+
+
+def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
+    by_file: dict[str, list[Episode]] = {}
+    for e in plan.kept:
+        by_file.setdefault(e.data.rel, []).append(e)
+    root = plan.inventory.root
+    for df in plan.inventory.data:
+        eps = by_file.get(df.rel, [])
+        runs = [e.run for e in eps]
+        if not eps:
+            staged.removed.append(df.rel)
+        elif df.intact and runs == list(range(len(df.episode))):
+            staged.unchanged.append(df.rel)
+        elif not df.intact and (cut := _prefix(df, runs)) is not None:
+            ps.write_salvaged(root / df.rel, _dest(staging, df.rel), cut, df.template)
+            staged.written[df.rel] = f"new footer over {len(cut.row_groups)} whole row groups"
+        else:
+            _rewrite(plan, df, eps, _dest(staging, df.rel))
+            staged.written[df.rel] = f"rewritten with the rows of {len(eps)} kept episodes"
+
+
+def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
+    """Write the ``meta/episodes`` files that change; return every kept row (for stats)."""
+    inv = plan.inventory
+    places = repair_meta.meta_files(plan)
+    recovered = plan.recovered.drop_columns(["__file"]) if plan.recovered is not None else None
+    like = recovered.schema if recovered is not None else repair_schema.episodes_schema(inv.info)
+    tables = []
+    kept_rows = [e.meta_row for e in plan.kept if not e.rebuilt]
+    if kept_rows:
+        tables.append(recovered.take(pa.array(kept_rows, pa.int64())))
+    rows = [
+        repair_meta.rebuilt_row(plan, e, place) for e, place in zip(plan.kept, places) if e.rebuilt
+    ]
+    staged.rebuilt += [e.index for e in plan.kept if e.rebuilt]
+    if rows:
+        tables.append(repair_schema.episodes_table(rows, like))
+    everything = pa.concat_tables(tables, promote_options="permissive")
+    everything = everything.sort_by("episode_index")  # the kept episodes' order
+    where = np.array(places, dtype=np.int64).reshape(-1, 2)
+    for i, col in enumerate(("chunk_index", "file_index")):  # where each row now lives
+        name = f"meta/episodes/{col}"
+        pos = everything.schema.get_field_index(name)
+        everything = everything.set_column(pos, name, pa.array(where[:, i]))
+    by_rel = {m.rel: m for m in inv.episodes}
+    written = set()
+    key = where[:, 0] * (1 << 32) + where[:, 1]
+    for chunk, file in dict.fromkeys(places):
+        rel = f"meta/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
+        pos = np.flatnonzero(key == chunk * (1 << 32) + file).tolist()
+        eps = [plan.kept[i] for i in pos]
+        src = by_rel.get(rel)
+        same = (
+            src is not None
+            and src.intact
+            and not any(e.rebuilt for e in eps)
+            and src.table["episode_index"].to_pylist() == [e.index for e in eps]
+        )
+        if same:
+            staged.unchanged.append(rel)
+        else:
+            pq.write_table(everything.take(pa.array(pos)), _dest(staging, rel))
+            rebuilt = sum(e.rebuilt for e in eps)
+            staged.written[rel] = f"{len(eps)} rows ({rebuilt} rebuilt)"
+        written.add(rel)
+    staged.removed += [m.rel for m in inv.episodes if m.rel not in written]
+    return everything
+
+
+def build_videos(plan: RepairPlan, staging: Path, staged: Staged) -> None:
+    from episodekit.prep.remux import Segment, remux
+
+    root = plan.inventory.root
+    for key, files in plan.inventory.videos.items():
+        for v in files:
+            ends = [e.videos[key][3] for e in plan.kept if e.videos[key][:2] == (v.chunk, v.file)]
+            if not ends:
+                staged.removed.append(v.rel)
+                continue
+            end = max(ends)
+            half = 0.5 * v.frame_ticks * v.time_base
+            used = int(np.searchsorted(v.pts * v.time_base, end - half))
+            if used == v.frames:
+                staged.unchanged.append(v.rel)
+                continue
+            remux([Segment(str(root / v.rel), 0.0, end)], _dest(staging, v.rel))
+            extra = v.frames - used
+            staged.written[v.rel] = f"cut after its last kept episode ({extra} frames dropped)"
+
+
+def build_tables(plan: RepairPlan, staging: Path, staged: Staged) -> None:
+    """tasks.parquet and info.json (stats.json comes last: :func:`build_stats`)."""
+    inv = plan.inventory
+    if inv.tasks_raw is not None and not inv.tasks_problem:
+        if len(plan.tasks) == inv.tasks_raw.num_rows:
+            staged.unchanged.append(TASKS)
+        else:
+            keep = inv.tasks_raw["task_index"].to_numpy() < len(plan.tasks)
+            pq.write_table(inv.tasks_raw.filter(pa.array(keep)), _dest(staging, TASKS))
+            staged.written[TASKS] = f"{len(plan.tasks)} tasks"
+    else:
+        pq.write_table(meta_mod.tasks_table(plan.tasks), _dest(staging, TASKS))
+        staged.written[TASKS] = f"{len(plan.tasks)} tasks (rebuilt)"
+    info = dict(inv.info)
+    info.update(
+        total_episodes=len(plan.kept),
+        total_frames=plan.frames,
+        total_tasks=len(plan.tasks),
+        splits={"train": f"0:{len(plan.kept)}"},
+    )
+    if info == inv.info:
+        staged.unchanged.append(INFO)
+    else:
+        _dest(staging, INFO).write_text(json.dumps(info, indent=4))
+        staged.written[INFO] = "totals and splits"
+
+
+def build_stats(plan: RepairPlan, staging: Path, staged: Staged, episodes: pa.Table) -> None:
+    """stats.json, when the old one disagrees with the kept episodes: what LeRobot's recorder
+    writes for them (its aggregation of their per-episode stats, episode after episode), which
+    is also what ``validate --deep`` checks LeRobot's per-episode stats against."""
+    if not plan.stats_reason:
+        return  # kept as it is (listed unchanged by :func:`build`)
+    info = plan.inventory.info
+    stats = repair_schema.lerobot_dataset_stats(info, episodes.to_pylist())
+    _dest(staging, STATS).write_text(json.dumps(stats, indent=4))
+    staged.written[STATS] = f"recomputed for the {len(plan.kept)} kept episodes"
+
+
+def build(plan: RepairPlan, staging: Path) -> tuple[Staged, pa.Table]:
+    """Every changed file of the output under ``staging``, except stats.json (see
+    :func:`build_stats`, which needs the whole staged root)."""
+    staged = Staged()
+    build_data(plan, staging, staged)
+    episodes = build_episodes(plan, staging, staged)
+    build_videos(plan, staging, staged)
+    build_tables(plan, staging, staged)
+    staged.unchanged += plan.inventory.other
+    if not plan.stats_reason:
+        staged.unchanged.append(STATS)
+    staged.removed += _left_behind(plan)
+    return staged, episodes
+
+
+def _left_behind(plan: RepairPlan) -> list[str]:
+    """Staged PNGs and never-appended episode mp4s of the recorder (not in the output)."""
+    inv = plan.inventory
+    out = [
+        p.relative_to(inv.root).as_posix()
+        for p in sorted((inv.root / "images").rglob("*"))
+        if p.is_file()
+    ]
+    out += [rel for cams in inv.temp_videos.values() for rel in cams.values()]
+    return out
+
+
+def contiguous_ranges(staging: Path) -> None:
+    """Make ``dataset_from_index``/``to_index`` of the staged episodes files run on without
+    gaps (dropped episodes leave some): what a root must hold to be read as one before the
+    dataset writer renumbers it (the rows are found by ``episode_index``)."""
+    files = sorted(staging.glob("meta/episodes/*/*.parquet"))
+    start = 0
+    for f in files:
+        t = pq.read_table(f)
+        n = t["length"].to_numpy()
+        frm = start + np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+        for name, values in (("dataset_from_index", frm), ("dataset_to_index", frm + n)):
+            t = t.set_column(t.schema.get_field_index(name), name, pa.array(values))
+        pq.write_table(t, f)
+        start += int(n.sum())
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """``dst`` as a hard link to ``src`` (same filesystem), else a copy (atomic: ``dst`` is
+    whole or absent, as a backup must be)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        import shutil
+
+        with atomic_path(dst) as tmp:
+            shutil.copyfile(src, tmp)

@@ -1,0 +1,270 @@
+"""What LeRobot's recorder (0.4.x-0.6.1) writes, rebuilt from ``info.json`` alone: the data
+files' Arrow schema, and each ``meta/episodes`` row with its columns in LeRobot's order and types.
+
+A footer-less file can only be read back under its exact schema (:mod:`episodekit.core.
+parquet_salvage`); a readable sibling file gives it, and these give it when none survived (a
+recording killed inside its first data file, or before its first ``meta/episodes`` flush).
+
+- data (``get_hf_features_from_features`` + ``datasets.Features.arrow_schema``): every feature
+  but videos, in ``info.json`` order; shape ``(1,)`` a scalar, ``(n,)`` a ``fixed_size_list``,
+  images ``struct<bytes: binary, path: string>``; schema metadata ``huggingface`` holds the
+  datasets features as JSON (LeRobot's files also carry a per-file ``fingerprint`` there, which
+  cannot be rebuilt and is left out).
+- episodes (``save_episode`` -> ``_save_episode_metadata`` -> ``pa.Table.from_pydict``):
+  ``episode_index, tasks, length, data/chunk_index, data/file_index, dataset_from_index,
+  dataset_to_index``, per camera ``videos/K/{chunk_index, file_index, from_timestamp,
+  to_timestamp}``, per feature ``stats/F/{min, max, mean, std, count, q01, q10, q50, q90, q99}``
+  (lists of doubles, count a list of int64, images ``(3, 1, 1)`` nested), then
+  ``meta/episodes/chunk_index, meta/episodes/file_index``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from episodekit.metadata import lerobot_stats
+
+STAT_KEYS = ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
+NO_STATS = ("string", "language")  # dtypes LeRobot computes no stats for
+
+
+class SchemaUnknown(ValueError):
+    """A feature whose column LeRobot writes in a form not rebuilt here (a 2-D array, ...)."""
+
+
+def _shape(feature: dict) -> tuple[int, ...]:
+    return tuple(int(x) for x in feature.get("shape") or (1,))
+
+
+def _hf_feature(key: str, feature: dict) -> tuple[pa.DataType, dict] | None:
+    """The Arrow type and datasets feature JSON LeRobot gives ``feature`` (None: a video)."""
+    dtype = feature.get("dtype")
+    if dtype == "video":
+        return None
+    if dtype == "image":
+        return pa.struct([("bytes", pa.binary()), ("path", pa.string())]), {"_type": "Image"}
+    shape = _shape(feature)
+    try:
+        value = pa.type_for_alias(str(dtype))
+    except ValueError as exc:
+        raise SchemaUnknown(f"feature {key!r}: dtype {dtype!r} has no Arrow type") from exc
+    scalar = {"dtype": str(dtype), "_type": "Value"}
+    if shape == (1,):
+        return value, scalar
+    if len(shape) == 1:
+        return pa.list_(value, shape[0]), {"feature": scalar, "length": shape[0], "_type": "List"}
+    raise SchemaUnknown(
+        f"feature {key!r} of shape {list(shape)}: LeRobot stores it as a datasets array "
+        "extension type, which is not rebuilt here"
+    )
+
+
+def data_schema(info: dict) -> pa.Schema:
+    """The Arrow schema (with its ``huggingface`` metadata) of LeRobot's data files."""
+    fields, hf = [], {}
+    for key, feature in (info.get("features") or {}).items():
+        got = _hf_feature(key, feature)
+        if got is not None:
+            fields.append(pa.field(key, got[0]))
+            hf[key] = got[1]
+    meta = {"huggingface": json.dumps({"info": {"features": hf}})}
+    return pa.schema(fields, metadata=meta)
+
+
+def stats_features(info: dict) -> list[str]:
+    """The features LeRobot computes per-episode stats for, in its order."""
+    return [k for k, f in (info.get("features") or {}).items() if f.get("dtype") not in NO_STATS]
+
+
+def video_keys(info: dict) -> list[str]:
+    return [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"]
+
+
+def episode_row(
+    info: dict,
+    episode_index: int,
+    tasks: list[str],
+    length: int,
+    data: tuple[int, int],
+    from_index: int,
+    videos: dict[str, tuple[int, int, float, float]],
+    stats: dict[str, dict[str, np.ndarray]],
+    meta_file: tuple[int, int],
+) -> dict[str, Any]:
+    """One ``meta/episodes`` row as LeRobot builds it (its keys in LeRobot's order, values as
+    the Python types ``pa.Table.from_pydict`` turns into LeRobot's column types).
+
+    ``data``: (chunk, file) of its rows; ``videos``: camera -> (chunk, file, from, to);
+    ``stats``: feature -> LeRobot's stats of the episode (``count`` included)."""
+    row: dict[str, Any] = {
+        "episode_index": int(episode_index),
+        "tasks": list(tasks),
+        "length": int(length),
+        "data/chunk_index": int(data[0]),
+        "data/file_index": int(data[1]),
+        "dataset_from_index": int(from_index),
+        "dataset_to_index": int(from_index + length),
+    }
+    for key in video_keys(info):
+        chunk, file, start, stop = videos[key]
+        row[f"videos/{key}/chunk_index"] = int(chunk)
+        row[f"videos/{key}/file_index"] = int(file)
+        row[f"videos/{key}/from_timestamp"] = float(start)
+        row[f"videos/{key}/to_timestamp"] = float(stop)
+    for name in stats_features(info):
+        for stat in STAT_KEYS:
+            row[f"stats/{name}/{stat}"] = np.asarray(stats[name][stat]).tolist()
+    row["meta/episodes/chunk_index"] = int(meta_file[0])
+    row["meta/episodes/file_index"] = int(meta_file[1])
+    return row
+
+
+def episodes_table(rows: list[dict[str, Any]], like: pa.Schema | None = None) -> pa.Table:
+    """Rows of :func:`episode_row` as LeRobot's table (``pa.Table.from_pydict``), cast to
+    ``like`` (the schema of the episodes file they join) when given."""
+    if not rows:
+        raise ValueError("no rows")
+    table = pa.Table.from_pydict({k: [r[k] for r in rows] for k in rows[0]})
+    if like is None:
+        return table
+    missing = [n for n in like.names if n not in table.column_names]
+    if missing:
+        raise SchemaUnknown(f"episodes file has columns {missing[:3]} the rebuilt rows lack")
+    return (
+        table.select(like.names).cast(like.remove_metadata()).replace_schema_metadata(like.metadata)
+    )
+
+
+def episodes_schema(info: dict) -> pa.Schema:
+    """The Arrow schema LeRobot's episodes files get (from a row of placeholder values)."""
+    feats = info.get("features") or {}
+    stats = {}
+    for name in stats_features(info):
+        f = feats[name]
+        if f.get("dtype") in ("image", "video"):
+            value = np.zeros((3, 1, 1))
+        else:
+            value = np.zeros(int(np.prod(_shape(f))))
+        stats[name] = {k: (np.zeros(1, np.int64) if k == "count" else value) for k in STAT_KEYS}
+    videos = {k: (0, 0, 0.0, 0.0) for k in video_keys(info)}
+    row = episode_row(info, 0, ["task"], 1, (0, 0), 0, videos, stats, (0, 0))
+    return episodes_table([row]).schema
+
+
+def lerobot_episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """LeRobot's stats of one episode's ``(frames, ...)`` values of a numeric feature: its
+    ``RunningQuantileStats`` promotes them to at least float32 first (ints to float64)."""
+    x = np.asarray(values)
+    x = x.reshape(len(x), -1)
+    x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
+    return lerobot_stats.episode_stats(x)
+
+
+def _quantiles_as_recorded(pixels: np.ndarray) -> dict[str, np.ndarray]:
+    """LeRobot's ``RunningQuantileStats`` quantiles of ``(rows, C)`` float32 values, in the
+    dtype it gets them in: per quantile the channels' values as one array, float32 when every
+    channel's value is a histogram edge (an edge is float32), else float64 (interpolated)."""
+    lo, hi = pixels.min(axis=0), pixels.max(axis=0)
+    n = len(pixels)
+    per: dict[str, list] = {k: [] for k in lerobot_stats.LEROBOT_QUANTILE_KEYS}
+    for j in range(pixels.shape[1]):
+        pad = lerobot_stats.PAD
+        edges = np.linspace(lo[j] - pad, hi[j] + pad, lerobot_stats.NUM_BINS + 1)
+        hist, _ = np.histogram(pixels[:, j], bins=edges)
+        cumsum = np.cumsum(hist.astype(np.float64))
+        for q, k in zip(lerobot_stats.LEROBOT_QUANTILES, lerobot_stats.LEROBOT_QUANTILE_KEYS):
+            target = q * n
+            idx = int(np.searchsorted(cumsum, target))
+            if idx == 0:
+                v = edges[0]
+            elif idx >= len(cumsum):
+                v = edges[-1]
+            elif cumsum[idx] - cumsum[idx - 1] == 0:
+                v = edges[idx]
+            else:
+                fraction = (target - cumsum[idx - 1]) / (cumsum[idx] - cumsum[idx - 1])
+                v = edges[idx] + fraction * (edges[idx + 1] - edges[idx])
+            per[k].append(v)
+    return {k: np.array(v) for k, v in per.items()}
+
+
+def lerobot_image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    """LeRobot's stats of one episode's sampled ``(N, H, W, C)`` uint8 frames: per channel over
+    every pixel in float32, divided by 255 in the dtype each stat has there (min/max/mean/std
+    float32; quantiles: :func:`_quantiles_as_recorded`), as ``(C, 1, 1)``; ``count`` is N."""
+    n, c = len(frames), frames.shape[-1]
+    pixels = frames.reshape(-1, c).astype(np.float32)
+    x = {k: np.asarray(v) for k, v in lerobot_stats.episode_stats(pixels).items()}
+    if len(pixels) >= 2:
+        x.update(_quantiles_as_recorded(pixels))
+    out: dict[str, np.ndarray] = {}
+    for k in STAT_KEYS:
+        if k == "count":
+            out[k] = np.array([n], dtype=np.int64)
+        elif k in ("min", "max", "mean", "std") or len(pixels) < 2:
+            out[k] = (x[k].astype(np.float32) / np.float32(255.0)).reshape(c, 1, 1)
+        else:
+            out[k] = (x[k] / 255.0).reshape(c, 1, 1)
+    return out
+
+
+def _aggregate(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """LeRobot's ``aggregate_feature_stats([a, b])`` (0.4.x-0.6.1), numpy for numpy: count-
+    weighted mean and quantiles, parallel variance, in the inputs' dtypes."""
+    stats = [a, b]
+    means = np.stack([s["mean"] for s in stats])
+    variances = np.stack([s["std"] ** 2 for s in stats])
+    counts = np.stack([s["count"] for s in stats])
+    total = counts.sum(axis=0)
+    while counts.ndim < means.ndim:
+        counts = np.expand_dims(counts, axis=-1)
+    mean = (means * counts).sum(axis=0) / total
+    variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
+    out = {
+        "min": np.min(np.stack([s["min"] for s in stats]), axis=0),
+        "max": np.max(np.stack([s["max"] for s in stats]), axis=0),
+        "mean": mean,
+        "std": np.sqrt(variance),
+        "count": total,
+    }
+    for q in lerobot_stats.LEROBOT_QUANTILE_KEYS:
+        out[q] = (np.stack([s[q] for s in stats]) * counts).sum(axis=0) / total
+    return out
+
+
+def _as_recorded(feature: dict, row: dict[str, Any], name: str) -> dict[str, np.ndarray]:
+    """One episode's stats from its metadata row in the dtypes the recorder held them in:
+    min/max/mean/std in the values' type promoted to float32 at least (images: float32;
+    timestamps: float64, the recorder computes them as ``frame_index / fps``), quantiles
+    float64 (an episode of one frame: its mean's type), count int64."""
+    dtype = feature.get("dtype")
+    base = np.float32 if dtype in ("image", "video") else np.result_type(dtype, np.float32)
+    if name == "timestamp":
+        base = np.float64
+    count = np.asarray(row[f"stats/{name}/count"], dtype=np.int64)
+    out = {"count": count}
+    for k in STAT_KEYS:
+        if k == "count":
+            continue
+        exact = k in ("min", "max", "mean", "std") or int(count[0]) < 2
+        out[k] = np.asarray(row[f"stats/{name}/{k}"], dtype=base if exact else np.float64)
+    return out
+
+
+def lerobot_dataset_stats(info: dict, rows: list[dict[str, Any]]) -> dict[str, dict[str, list]]:
+    """stats.json as LeRobot's recorder writes it for these episodes (their metadata rows, in
+    order): after each episode ``stats = aggregate_stats([stats, episode_stats])``."""
+    feats = info.get("features") or {}
+    out = {}
+    for name in stats_features(info):
+        if not rows or any(f"stats/{name}/count" not in r for r in rows):
+            continue
+        acc = _as_recorded(feats[name], rows[0], name)
+        for row in rows[1:]:
+            acc = _aggregate(acc, _as_recorded(feats[name], row, name))
+        out[name] = {k: np.asarray(acc[k]).tolist() for k in STAT_KEYS}
+    return out
