@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,8 +38,9 @@ VOLATILE = {
 }  # fmt: skip
 # Files whose bytes hold per-run values beyond JSON keys (lock files, our markers).
 SKIP_NAMES = {".episodekit.lock", ".episodekit-output"}
+ELAPSED = re.compile(rb" in [0-9]+(?:\.[0-9]+)?s\b")
 # Per-run keys of particular files (a dataset writer's recipe key covers the inputs' mtimes).
-VOLATILE_IN = {".episodekit-surgery.json": {"key"}}
+VOLATILE_IN = {".episodekit-surgery.json": {"key"}, ".episodekit-repair.json": {"key"}}
 
 # (name, fixture copies to make, [command, ...]); {X} is the copy of fixture X (or of the
 # sample "S"), {OUT} a fresh folder for this case. Every command's stdout is digested.
@@ -90,6 +92,12 @@ CASES: list[tuple[str, list[str], list[list[str]]]] = [
     ("convert", ["v21vid8"], [
         ["convert", "{v21vid8}", "--out", "{OUT}", "--json"],
     ]),
+    ("repair", ["crash_rec7", "crash_vid5"], [
+        ["repair", "{crash_rec7}", "--dry-run", "--json"],
+        ["repair", "{crash_rec7}", "--out", "{OUT}/r", "--json"],
+        ["repair", "{crash_vid5}", "--out", "{OUT}/v", "--json"],
+        ["validate", "{crash_rec7}", "--json"],
+    ]),
     ("sample", [], [
         ["sample", "{OUT}/s", "--episodes", "30", "--seed", "4"],
         ["prepare", "{OUT}/s", "--world-size", "2", "--workers", "2", "-j", "1", "--json"],
@@ -108,6 +116,7 @@ def _normalize(doc, volatile: set[str] = VOLATILE):
 
 def _digest(data: bytes, base: Path, as_json: bool, name: str = "") -> str:
     data = data.replace(str(base).encode(), b"<BASE>")
+    data = ELAPSED.sub(b" in <T>s", data)  # human lines end with the run's wall time
     if as_json:
         volatile = VOLATILE | VOLATILE_IN.get(name, set())
         try:
