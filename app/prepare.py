@@ -197,6 +197,17 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
 VERDICT_STEPS = ("validate", "frames")
 
 
+def _renamed(obj, old: str, new: str):
+    """``obj`` (a step's JSON-able detail) with the path ``old`` replaced by ``new`` in strings."""
+    if isinstance(obj, str):
+        return obj.replace(old, new)
+    if isinstance(obj, dict):
+        return {k: _renamed(v, old, new) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_renamed(v, old, new) for v in obj]
+    return obj
+
+
 def _run_staged(root: str, opts: PrepareOptions, final: Path, say: Callable[[str], None]):
     """``--out``: the whole run works in a hidden staging folder next to ``final`` (seeded with
     hard links of an earlier run's files there, so fresh steps stay fresh), published at once
@@ -217,6 +228,8 @@ def _run_staged(root: str, opts: PrepareOptions, final: Path, say: Callable[[str
                 staging.seed_from(final, work)
 
                 def publish(ctx) -> None:
+                    for step in ctx.result.steps:  # the report names DIR, never the staging
+                        step.detail = _renamed(step.detail, str(work), str(final))
                     failed = [s.name for s in ctx.result.steps if s.status == "failed"]
                     if [n for n in failed if n not in VERDICT_STEPS]:
                         staging.discard(work, final)

@@ -173,3 +173,15 @@ def test_a_fresh_rerun_starts_no_process_pool(make_sample, monkeypatch):
     # --force really rewrites, so it needs the pool: the patch proves the check is live.
     with __import__("pytest").raises(AssertionError, match="process pool"):
         prepare(str(root), target_mb=0.25, world_sizes=(2,), num_workers=2, jobs=2, force=True)
+
+
+def test_out_report_names_the_output_never_its_staging_folder(make_sample, tmp_path):
+    """`prepare --out DIR --json` works in a hidden staging folder: what it reports (every step's
+    detail) names DIR, the folder the user asked for, never the staging folder it swapped in."""
+    src, out = make_sample(episodes=20), tmp_path / "out"
+    proc = run("prepare", str(src), "--out", str(out), "--world-size", "2", "--workers", "2",
+               "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "episodekit-partial" not in proc.stdout
+    steps = {s["name"]: s for s in json.loads(proc.stdout)["steps"]}
+    assert steps["rowgroups"]["detail"]["out"] == str(out.resolve())
