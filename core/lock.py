@@ -80,3 +80,13 @@ def writer_lock(
     finally:
         del _held[key]
         lock.release()
+
+
+def remove_if_only_lock(folder: str | os.PathLike) -> None:
+    """Remove ``folder`` when it holds nothing but our lock file: a failed first write into a
+    new folder leaves no folder behind. Anything else in it keeps it (never ours to delete)."""
+    with contextlib.suppress(OSError):
+        if os.path.isdir(folder) and set(os.listdir(folder)) <= {LOCK_NAME}:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, LOCK_NAME))
+            os.rmdir(folder)

@@ -9,7 +9,6 @@ URL) are handled: read remote, write local. Files are independent and run one pr
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from episodekit.core.atomic import remove_temporaries
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import imap_files
-from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.core.lock import remove_if_only_lock, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir, resolve_output
 from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB, inside_root
 from episodekit.prep.outcopy import CopyRecord, copy_tree, gone_from_source, source_keys
@@ -221,7 +220,7 @@ def rewrite_rowgroups(
                     raise
         except BaseException:
             if created and final is not None:
-                _remove_if_only_lock(final)
+                remove_if_only_lock(final)
             raise
     report.files = [r for r in results if r is not None]
     report.seconds = time.perf_counter() - t0
@@ -258,14 +257,6 @@ def _finish(work: Path, final: Path, results: list[FileResult]) -> None:
     staging.discard(work, final)
     for r in failed:
         r.reason = r.reason.replace(str(work), str(final)) + " (nothing was published)"
-
-
-def _remove_if_only_lock(folder: Path) -> None:
-    """A failed first run leaves no folder behind (only its own lock file was in it)."""
-    with contextlib.suppress(OSError):
-        if folder.is_dir() and set(os.listdir(folder)) <= {LOCK_NAME}:
-            os.remove(folder / LOCK_NAME)
-            os.rmdir(folder)
 
 
 def _run_jobs(

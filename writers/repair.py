@@ -28,7 +28,6 @@ be recovered raises :class:`NothingRecoverable` (exit 1).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -47,7 +46,7 @@ from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.executor import imap_files
-from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.core.lock import LOCK_NAME, remove_if_only_lock, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.progress import current
 from episodekit.writers import repair_build
@@ -173,14 +172,6 @@ def source_key(plan: RepairPlan, options: RepairOptions) -> str:
     return h.hexdigest()[:32]
 
 
-def _remove_if_only_lock(out: Path) -> None:
-    """A failed first write leaves no folder behind (only its own lock file was in it)."""
-    with contextlib.suppress(OSError):
-        if out.is_dir() and set(os.listdir(out)) <= {LOCK_NAME}:
-            os.remove(out / LOCK_NAME)
-            os.rmdir(out)
-
-
 def _stage(
     plan: RepairPlan, staging: Path, options: RepairOptions, link: bool
 ) -> repair_build.Staged:
@@ -224,7 +215,7 @@ def _to_out(plan: RepairPlan, out: Path, result: RepairResult, options: RepairOp
                 raise
     except BaseException:
         if created:
-            _remove_if_only_lock(out)
+            remove_if_only_lock(out)
         raise
     result.status, result.files, result.removed = "repaired", staged.written, staged.removed
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from episodekit.core import staging as staging_mod
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
-from episodekit.core.lock import LOCK_NAME, writer_lock
+from episodekit.core.lock import remove_if_only_lock, writer_lock
 from episodekit.core.memory import release_memory
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB
@@ -173,20 +172,11 @@ def write_parts(parts: list[Part], out: str | os.PathLike, what: str) -> dict[st
                 _stage_and_publish(out_path, parts, features, keys, key, what, results)
     except BaseException:
         if created:
-            _remove_if_only_lock(out_path)
+            remove_if_only_lock(out_path)
         raise
     for r in results.values():
         r.seconds = time.perf_counter() - t0
     return results
-
-
-def _remove_if_only_lock(out: Path) -> None:
-    """A failed first write leaves no folder behind (only its own lock file was in it)."""
-    try:
-        if out.is_dir() and set(os.listdir(out)) <= {LOCK_NAME}:
-            shutil.rmtree(out)
-    except OSError:
-        pass
 
 
 def _stage_and_publish(
