@@ -13,6 +13,64 @@ from filelock import FileLock
 from episodekit.core.video import have_av
 from episodekit.sample import write_sample
 
+# The slowest tests, as "file::function" (every parametrization of it): marked ``slow`` here, in
+# one place, so that `make test` (``-m "not slow"``) stays within minutes on two cores while
+# `make ci` (what .ci/run runs) runs them too. Chosen by CPU time (user + sys, subprocesses
+# included) measured on the whole suite; a name that no longer exists is an error.
+SLOW = frozenset(
+    {
+        "tests/app/test_cli_errors.py::test_every_reader_on_every_bad_root",
+        "tests/app/test_hints_run.py::test_hint_runs_and_fixes_what_it_names",
+        "tests/app/test_hostile_inputs.py::test_a_report_of_another_dataset_is_refused",
+        "tests/app/test_hostile_inputs.py::test_image_stats_keep_lerobots_shape_through_edit_and_merge",
+        "tests/app/test_hostile_inputs.py::test_image_stats_of_lerobots_videos_keep_their_shape",
+        "tests/app/test_hostile_inputs.py::test_merge_of_v30_and_v21_gives_valid_stats",
+        "tests/app/test_hostile_inputs.py::test_plans_refuse_a_report_of_another_dataset",
+        "tests/app/test_hostile_writes.py::test_a_full_disk_leaves_no_partial_dataset",
+        "tests/app/test_hostile_writes.py::test_a_killed_write_leaves_marked_staging_that_the_rerun_removes",
+        "tests/app/test_hostile_writes.py::test_a_root_under_a_folder_with_glob_characters_is_read",
+        "tests/app/test_hostile_writes.py::test_edit_of_a_root_named_like_a_backup_leaves_it_alone",
+        "tests/app/test_hostile_writes.py::test_killed_between_swap_and_clean_up_leaves_a_complete_output",
+        "tests/app/test_hostile_writes.py::test_killed_mid_run_publishes_nothing_and_the_rerun_completes",
+        "tests/app/test_hostile_writes.py::test_users_folders_next_to_out_survive",
+        "tests/app/test_lerobot_written.py::test_prep_and_metadata_commands",
+        "tests/app/test_mixture_review.py::test_mixture_stats_status_line",
+        "tests/app/test_mixture_review.py::test_plan_never_overwrites_the_users_mixture_file",
+        "tests/app/test_mixture_review.py::test_plan_of_a_replaced_mixture_is_stale",
+        "tests/app/test_output_folders.py::test_every_output_folder_follows_the_one_rule",
+        "tests/app/test_output_folders.py::test_frame_store_never_replaces_a_foreign_folder",
+        "tests/app/test_output_folders.py::test_mixture_stats_never_replace_a_users_stats_json",
+        "tests/app/test_output_folders.py::test_out_copy_refuses_a_foreign_folder_then_reruns_into_its_own",
+        "tests/app/test_ray_cluster.py::test_a_node_killed_mid_run_changes_nothing",
+        "tests/app/test_ray_cluster.py::test_cluster_has_three_nodes_with_their_own_resources",
+        "tests/app/test_ray_cluster.py::test_prepare_on_the_cluster_is_byte_identical_to_local",
+        "tests/app/test_trust_abort.py::test_no_abort_at_exit",
+        "tests/loaders/test_elastic.py::test_loader_resume_on_other_world_sizes_real_frames",
+        "tests/loaders/test_elastic_torch.py::test_dataloader_workers_take_steps_in_turn_and_resume_resized",
+        "tests/loaders/test_elastic_torch.py::test_gloo_job_stops_on_2_and_resumes_on_1_and_3",
+        "tests/writers/test_surgery_ray.py::test_edit_merge_convert_on_ray_equal_local",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m``/``-k`` deselect anything
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests :data:`SLOW` names; fail on a name its (collected) file does not define."""
+    modules = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        modules[path] = getattr(item, "module", None)
+        if f"{path}::{getattr(item, 'originalname', item.name)}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+    stale = [
+        name
+        for name in sorted(SLOW)
+        if name.split("::")[0] in modules
+        and not hasattr(modules[name.split("::")[0]], name.split("::")[1])
+    ]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py SLOW names tests that do not exist: {stale}")
+
 
 @pytest.fixture(scope="session")
 def _sample_cache(tmp_path_factory) -> Path:
