@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.episodekit-test
 DEMO_DIR ?= ./demo-data
 DEMO_EPISODES ?= 2500
 
-.PHONY: demo test docs lint install clean
+.PHONY: demo test ci docs lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,13 @@ install: $(BASE_STAMP)
 demo: $(BASE_STAMP)
 	$(BIN)/python scripts/demo.py --root $(DEMO_DIR) --episodes $(DEMO_EPISODES)
 
+# `make test` leaves out the tests marked slow (tests/conftest.py SLOW); `make ci` (what CI runs,
+# .ci/run) runs every test. Test datasets are written once per run, shared by the workers.
 test: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
+	$(MAKE) --no-print-directory docs
+
+ci: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 tests
 	$(MAKE) --no-print-directory docs
 
