@@ -590,7 +590,7 @@ def _recompute(raw: RawRoot, feats, dataset, ep, episodes, executor: str) -> lis
         return _recompute_lerobot(raw, ds, feats, dataset, ep, episodes)
     mode = "sketch" if "sketch" in (meta.get("quantiles") or {}).values() else "exact"
     try:
-        res = compute_stats(ds, list(feats), quantiles=mode, executor=executor)
+        res = compute_stats(ds, features=list(feats), quantiles=mode, executor=executor)
     except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
         return [Finding("stats.recompute", ERROR, f"cannot recompute: {exc}")]
     out = []
