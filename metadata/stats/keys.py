@@ -23,10 +23,6 @@ BLOCK_BYTES = 64 * 2**20  # decoded feature bytes per block: prepare's 32 MiB ro
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
-# --------------------------------------------------------------------------------------------
-# Features
-
-
 def numeric_features(info: dict, only: list[str] | None = None) -> dict[str, int]:
     """``{name: dims}`` of the features stats are computed for: every non-image/video/string
     feature of one-dimensional shape (``[D]``), in info.json order; ``only`` selects some."""
