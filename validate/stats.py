@@ -35,6 +35,7 @@ from episodekit.validate.artifacts import dataset_from_raw
 from episodekit.validate.raw import ERROR, Finding, RawRoot
 from episodekit.validate.stats_episodes import episode_part
 from episodekit.validate.stats_images import check_image_stats
+from episodekit.validate.stats_quantiles import check_quantile_ranks
 from episodekit.validate.stats_recompute import recompute_findings
 from episodekit.validate.stats_rules import (
     TOLERANCE,
@@ -124,6 +125,7 @@ def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> li
             )
     if deep:
         out += recompute_findings(raw, feats, dataset, per.ep, per.episodes, executor)
+        out += check_quantile_ranks(raw, dataset, feats)
     return out + check_image_stats(raw)
 
 

@@ -11,12 +11,14 @@ from episodekit.core.words import plural
 from episodekit.metadata import lerobot_stats
 from episodekit.metadata.stats import (
     QUANTILE_KEYS,
+    QUANTILES,
     STAT_KEYS,
     STATS_FILE,
     compute_stats,
     feature_values,
     read_summary_meta,
 )
+from episodekit.metadata.stats.episode_sketch import read_sketches_meta
 from episodekit.validate.artifacts import dataset_from_raw
 from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 from episodekit.validate.stats_rules import (
@@ -43,6 +45,17 @@ def _lerobot_episode_stats(ds, feats: dict[str, int]) -> dict[str, dict[int, dic
             vals = feature_values(t[n], dims, n)
             for a, b in zip(starts, stops):
                 out[n][int(ep[a])] = lerobot_stats.episode_stats(vals[a:b])
+                out[n][int(ep[a])]["exact"] = _exact_episode_stats(vals[a:b])
+    return out
+
+
+def _exact_episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """One episode's stats as ``metadata stats`` writes them (float64, numpy's linear
+    quantiles): an episode an editor carried over from such a source holds these."""
+    x = values.reshape(len(values), -1).astype(np.float64)
+    out = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0)}
+    out.update(zip(QUANTILE_KEYS, np.quantile(x, QUANTILES, axis=0)))
+    out["count"] = np.array([len(x)], np.float64)
     return out
 
 
@@ -74,10 +87,12 @@ def _renumbered(n: str, found: list[Finding]) -> list[Finding]:
     return [Finding("stats.recompute", WARNING, msg, found[0].file, found[0].episode)]
 
 
-def _recompute_lerobot(raw, ds, feats, dataset, ep, episodes) -> list[Finding]:
+def _recompute_lerobot(raw, ds, feats, dataset, ep, episodes, ours: bool) -> list[Finding]:
     """``--deep`` on stats episodekit did not write: recompute them LeRobot's way (see
     metadata/lerobot_stats.py) and compare; the dataset's quantiles may be LeRobot 0.4.4's
-    count-weighted mean of the episodes' or its later envelope."""
+    count-weighted mean of the episodes' or its later envelope. ``ours``: the dataset's
+    quantiles came from the episodes' sketches (edit, split, merge, repair): judged by their
+    rank (``stats.quantile_rank``), not here."""
     try:
         per = _lerobot_episode_stats(ds, feats)
     except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
@@ -90,15 +105,20 @@ def _recompute_lerobot(raw, ds, feats, dataset, ep, episodes) -> list[Finding]:
         rows = [per[n][int(e)] for e in ep]
         found: list[Finding] = []
         want = {k: np.stack([r[k] for r in rows]).astype(np.float64) for k in STAT_KEYS}
+        exact = {k: np.stack([r["exact"][k] for r in rows]) for k in STAT_KEYS}
+        scale = float(np.max(np.abs(np.r_[exact["min"].ravel(), exact["max"].ravel()])))
         for k, v in episodes.get(n, {}).items():
-            bad = np.flatnonzero(~np.all(_lerobot_close(k, v, want[k], want), axis=1))
+            good = _lerobot_close(k, v, want[k], want) | close_enough(v, exact[k], scale)
+            bad = np.flatnonzero(~np.all(good, axis=1))
             if len(bad):
                 verb = "differs" if len(bad) == 1 else "differ"
                 msg = f"stats/{n}/{k}: {plural(len(bad), 'episode')} {verb} from the data ({how})"
                 found.append(Finding("stats.recompute", ERROR, msg, None, int(ep[bad[0]])))
-        agg = lerobot_stats.aggregate(rows)
-        env = lerobot_stats.envelope(rows)
+        agg = lerobot_stats.aggregate([{k: v for k, v in r.items() if k != "exact"} for r in rows])
+        env = lerobot_stats.envelope([{k: v for k, v in r.items() if k != "exact"} for r in rows])
         for k, v in dataset.get(n, {}).items():
+            if ours and k in QUANTILE_KEYS:
+                continue
             good = _lerobot_close(k, v, agg[k].astype(np.float64), agg)
             if k in env:
                 good |= _lerobot_close(k, v, env[k], agg)
@@ -121,7 +141,9 @@ def recompute_findings(raw: RawRoot, feats, dataset, ep, episodes, executor: str
         return []
     meta = read_summary_meta(ds)
     if meta is None:
-        return _recompute_lerobot(raw, ds, feats, dataset, ep, episodes)
+        sk = read_sketches_meta(ds) or {}
+        ours = sk.get("fingerprint") == ds.fingerprint and sk.get("stats") == "quantiles"
+        return _recompute_lerobot(raw, ds, feats, dataset, ep, episodes, ours)
     mode = "sketch" if "sketch" in (meta.get("quantiles") or {}).values() else "exact"
     try:
         res = compute_stats(ds, features=list(feats), quantiles=mode, executor=executor)

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodekit.core.dataset import DatasetError
+from episodekit.metadata.stats.episode_sketch import POINTS, sketch_ranks
 from episodekit.metadata.stats.keys import (
     QUANTILES,
 )
@@ -17,9 +18,6 @@ from episodekit.metadata.stats.sketch import (
     part_summary,
 )
 from episodekit.metadata.stats.spill import Spill
-
-# --------------------------------------------------------------------------------------------
-# Reading feature values
 
 
 def feature_values(col: pa.Array | pa.ChunkedArray, dims: int, name: str) -> np.ndarray:
@@ -54,13 +52,16 @@ def episode_segments(ep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _episode_quantiles(
-    xt: np.ndarray, starts: np.ndarray, lens: np.ndarray
+    xt: np.ndarray, starts: np.ndarray, lens: np.ndarray, sk: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exact per-episode quantiles ``(5, episodes, D)``, min and max ``(episodes, D)`` of the
     columns ``xt`` (D, rows): episodes of similar length (quarter octaves) share a padded matrix
     (all classes laid out in one buffer, filled by one scatter) sorted row-wise, so nothing loops
-    per frame."""
+    per frame. The episodes' sketch points (:mod:`.episode_sketch`) are read from the same sorted
+    matrix into ``sk`` (D, points)."""
     n, dims = len(starts), xt.shape[0]
+    ranks, k = sketch_ranks(lens)
+    kstart = np.cumsum(k) - k
     out = np.empty((len(QUANTILES), n, dims))
     lo = np.empty((n, dims))
     hi = np.empty((n, dims))
@@ -90,11 +91,18 @@ def _episode_quantiles(
         a = mat[:, rows[None, :], k0].astype(np.float64)  # (D, 5, episodes)
         b = mat[:, rows[None, :], k1].astype(np.float64)
         out[:, sel] = lerp_quantile(a, b, g[None]).transpose(1, 2, 0)
+        ks = k[sel]
+        p = (
+            np.repeat(kstart[sel], ks)
+            + np.arange(int(ks.sum()))
+            - np.repeat(np.cumsum(ks) - ks, ks)
+        )
+        sk[:, p] = mat[:, np.repeat(rows, ks), ranks[p]]
     return out, lo, hi
 
 
 def _episode_order_stats(
-    xt: np.ndarray, starts: np.ndarray, lens: np.ndarray, ep_sorted: np.ndarray
+    xt: np.ndarray, starts: np.ndarray, lens: np.ndarray, ep_sorted: np.ndarray, sk: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-episode quantiles ``(5, episodes, D)``, min and max ``(episodes, D)`` of ``xt``
     (D, rows). Dimensions already ascending inside every episode (``ep_sorted``: index,
@@ -102,7 +110,7 @@ def _episode_order_stats(
     episode (:func:`_episode_quantiles`)."""
     n, dims = len(starts), xt.shape[0]
     if not ep_sorted.any():
-        return _episode_quantiles(xt, starts, lens)
+        return _episode_quantiles(xt, starts, lens, sk)
     out = np.empty((len(QUANTILES), n, dims))
     lo = np.empty((n, dims))
     hi = np.empty((n, dims))
@@ -114,10 +122,14 @@ def _episode_order_stats(
     a = sub[:, starts + k0].astype(np.float64)  # (d, 5, episodes)
     b = sub[:, starts + k1].astype(np.float64)
     out[:, :, done] = lerp_quantile(a, b, g[None]).transpose(1, 2, 0)
+    ranks, k = sketch_ranks(lens)
+    sk[done] = sub[:, np.repeat(starts, k) + ranks]
     rest = np.flatnonzero(~ep_sorted)
     if len(rest):
-        q, lo[:, rest], hi[:, rest] = _episode_quantiles(xt[rest], starts, lens)
+        part = np.empty((len(rest), sk.shape[1]), sk.dtype)
+        q, lo[:, rest], hi[:, rest] = _episode_quantiles(xt[rest], starts, lens, part)
         out[:, :, rest] = q
+        sk[rest] = part
     return out, lo, hi
 
 
@@ -129,7 +141,8 @@ def block_stats(
     spill: Spill | None,
 ) -> dict:
     """Per-episode stats of complete episodes (rows of ``pieces`` concatenated) plus the block's
-    rank summary; with ``spill`` the block's sorted columns are appended there (``runs``)."""
+    rank summary and the episodes' sketch ``points``; with ``spill`` the block's sorted columns
+    are appended there (``runs``)."""
     rows = sum(len(p) for p in pieces)
     xt = np.empty((pieces[0].shape[1], rows), pieces[0].dtype)  # (D, rows), C order
     np.concatenate([p.T for p in pieces], axis=1, out=xt)
@@ -147,7 +160,8 @@ def block_stats(
     ascending[:, starts[1:] - 1] = True  # pairs across an episode boundary do not matter
     ep_sorted = ascending.all(axis=1)
     del ascending
-    q, lo, hi = _episode_order_stats(xt, starts, lens, ep_sorted)
+    sk = np.empty((xt.shape[0], int(np.minimum(lens, POINTS).sum())), xt.dtype)
+    q, lo, hi = _episode_order_stats(xt, starts, lens, ep_sorted, sk)
     for j in np.flatnonzero(~block_sorted):
         xt[j].sort()
     values, weights = part_summary(xt, points)
@@ -159,5 +173,6 @@ def block_stats(
         "m2": m2.T,
         "q": q,
         "sketch": (values, weights),
+        "points": sk,
         "runs": runs,
     }

@@ -21,6 +21,7 @@ from episodekit.metadata.image_stats import (
     compute_image_stats,
     require_decoders,
 )
+from episodekit.metadata.stats.episode_sketch import EpisodeSketches, concat
 from episodekit.metadata.stats.keys import (
     BLOCK_BYTES,
     DEFAULT_MEMORY_MB,
@@ -39,10 +40,6 @@ from episodekit.metadata.stats.sketch import (
 log = logging.getLogger(__name__)
 
 
-# --------------------------------------------------------------------------------------------
-# The whole dataset
-
-
 @dataclass
 class StatsResult:
     """Everything one computation produced (what is written, plus how)."""
@@ -58,6 +55,7 @@ class StatsResult:
     state: str = ""
     info: dict = field(default_factory=dict)
     images: ImageStats | None = None  # image/video stats (``images=True``), else kept as they are
+    sketches: EpisodeSketches | None = None  # per-episode quantile sketches (the sidecar)
 
     def lerobot_stats(self) -> dict[str, dict[str, list]]:
         out = {n: self.dataset[n].to_lerobot() for n in self.features}
@@ -249,9 +247,17 @@ def compute_stats(
         if episodes is not None:
             ds = _subset(ds, np.asarray(episodes))
         fold = EpisodeFold(ds.column("episode_index"), feats, len(todo), opts.spill_dir)
+        sketch_parts: list[EpisodeSketches] = []
         for i, r in imap_files(scan_file, todo, executor, jobs):
             if episodes is not None:
                 r = _keep_episodes(r, np.asarray(episodes))
+            sketch_parts.append(
+                EpisodeSketches(
+                    np.asarray(r["episodes"], np.int64),
+                    np.asarray(r["count"], np.int64),
+                    {n: r["features"][n].pop("points") for n in feats},
+                )
+            )
             fold.add(i, r)
             del r  # folded: its memory (in Ray's object store) can go
         per = fold.finish()
@@ -275,6 +281,7 @@ def compute_stats(
         state=data_state(ds),
         info=ds.info,
         images=compute_image_stats(ds, executor, jobs) if images else None,
+        sketches=concat(sketch_parts) if sketch_parts else None,
     )
 
 

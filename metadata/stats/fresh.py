@@ -21,6 +21,7 @@ from episodekit.metadata.stats.compute import (
     compute_stats,
     data_state,
 )
+from episodekit.metadata.stats.episode_sketch import read_sketches_meta
 from episodekit.metadata.stats.keys import (
     DEFAULT_MEMORY_MB,
     STATS_FILE,
@@ -86,6 +87,7 @@ def ensure_stats(
         if (
             not stale_reason(ds, meta, feats)
             and _outputs_intact(ds, meta)
+            and (read_sketches_meta(ds) or {}).get("fingerprint") == ds.fingerprint
             and all((meta.get("quantiles") or {}).get(n) == quantiles for n in feats)
             and (not images or _images_fresh(ds, meta))
         ):

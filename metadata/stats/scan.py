@@ -126,6 +126,9 @@ def scan_file(job: dict) -> dict:
             np.concatenate([p[n]["q"] for p in parts], axis=1) if parts else np.zeros((5, 0, d))
         )
         f["sketch"] = [p[n]["sketch"] for p in parts]
+        f["points"] = (
+            np.concatenate([p[n]["points"] for p in parts], axis=1) if parts else np.zeros((d, 0))
+        )
         out["features"][n] = f
     return out
 

@@ -23,6 +23,7 @@ from episodekit.core.world import rank_info
 from episodekit.metadata.stats.compute import (
     StatsResult,
 )
+from episodekit.metadata.stats.episode_sketch import write_sketches
 from episodekit.metadata.stats.keys import (
     READ_ONLY_ERRNOS,
     STAT_KEYS,
@@ -35,10 +36,6 @@ from episodekit.metadata.stats.keys import (
 from episodekit.metadata.stats.summary import read_summary_meta, summary_table
 
 log = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------------------------
-# Writing: episodes columns, stats.json, the summary file
 
 
 def _list_column(values: np.ndarray, dtype: pa.DataType) -> pa.Array:
@@ -162,6 +159,13 @@ def write_stats(res: StatsResult, root: Dataset | str | os.PathLike) -> bool:
         text = json.dumps(stats, indent=4)
         atomic_write_bytes(stats_path, text.encode())
         outputs["stats_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+        if res.sketches is not None:  # the episodes' sketches: what edit/split/merge merge
+            write_sketches(
+                base,
+                res.sketches,
+                res.info,
+                {"fingerprint": res.fingerprint, "data_state": res.state},
+            )
         meta = {
             "version": STATS_VERSION,
             "fingerprint": res.fingerprint,
