@@ -23,6 +23,7 @@ from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import open_dataset
 from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, data_state, numeric_features
 from episodekit.metadata.stats.episode_sketch import (
+    POINTS,
     EpisodeSketches,
     concat,
     read_episode_sketches,
@@ -43,7 +44,7 @@ def _from_sources(plan: OutputPlan, feats: dict[str, int]) -> tuple[EpisodeSketc
         if not len(pos):
             continue
         sk = read_episode_sketches(ds)
-        if sk is None:
+        if sk is None or sk.points_per_episode != POINTS:
             return None, []
         rows = np.searchsorted(sk.episode_index, plan.src_episode[pos])
         rows = np.minimum(rows, len(sk.episode_index) - 1)

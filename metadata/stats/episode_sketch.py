@@ -170,8 +170,14 @@ def concat(parts: list[EpisodeSketches]) -> EpisodeSketches:
     ep = np.concatenate([p.episode_index for p in parts])
     length = np.concatenate([p.length for p in parts])
     names = list(parts[0].points)
+    sizes = {p.points_per_episode for p in parts}
+    if len(sizes) != 1:
+        raise ValueError(f"sketches of different sizes: {sorted(sizes)}")
     merged = EpisodeSketches(
-        ep, length, {n: np.concatenate([p.points[n] for p in parts], axis=1) for n in names}
+        ep,
+        length,
+        {n: np.concatenate([p.points[n] for p in parts], axis=1) for n in names},
+        parts[0].points_per_episode,
     )
     return merged.select(np.argsort(ep, kind="stable"))
 
