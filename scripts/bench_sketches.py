@@ -31,21 +31,16 @@ from episodekit.metadata.stats import blocks, compute_stats, ensure_stats
 from episodekit.metadata.stats.episode_sketch import SKETCHES_FILE
 
 
-def _no_points(lengths, points=0):
-    n = np.asarray(lengths)
-    return np.zeros(0, np.int64), np.zeros(len(n), np.int64)
-
-
 def stats_pass(root: str, sketches: bool, jobs: int) -> float:
-    real = blocks.sketch_ranks
+    real = blocks.POINTS
     if not sketches:
-        blocks.sketch_ranks = _no_points
+        blocks.POINTS = 0  # no order statistic kept per episode: the pass as it was
     try:
         t0 = time.perf_counter()
         compute_stats(root, jobs=jobs)
         return time.perf_counter() - t0
     finally:
-        blocks.sketch_ranks = real
+        blocks.POINTS = real
 
 
 def column_bytes_read(root: Path, features: list[str]) -> int:

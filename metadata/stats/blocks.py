@@ -60,7 +60,7 @@ def _episode_quantiles(
     per frame. The episodes' sketch points (:mod:`.episode_sketch`) are read from the same sorted
     matrix into ``sk`` (D, points)."""
     n, dims = len(starts), xt.shape[0]
-    ranks, k = sketch_ranks(lens)
+    ranks, k = sketch_ranks(lens, POINTS)
     kstart = np.cumsum(k) - k
     out = np.empty((len(QUANTILES), n, dims))
     lo = np.empty((n, dims))
@@ -122,7 +122,7 @@ def _episode_order_stats(
     a = sub[:, starts + k0].astype(np.float64)  # (d, 5, episodes)
     b = sub[:, starts + k1].astype(np.float64)
     out[:, :, done] = lerp_quantile(a, b, g[None]).transpose(1, 2, 0)
-    ranks, k = sketch_ranks(lens)
+    ranks, k = sketch_ranks(lens, POINTS)
     sk[done] = sub[:, np.repeat(starts, k) + ranks]
     rest = np.flatnonzero(~ep_sorted)
     if len(rest):
