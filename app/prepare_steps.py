@@ -366,15 +366,6 @@ def canonical_plan(ctx: Context) -> tuple[str, dict, bool]:
     return ensure_canonical_plan(ctx.ds, o.canonical_bins, plan_options(o, split, ctx.exclusion))
 
 
-KEPT_RANK_NOTE = 0.01  # kept stats whose quantiles are farther in rank get a note
-
-
-def _ordinal(n: int) -> str:
-    """1st, 2nd, 3rd, 4th, 11th, 81st, ..."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
 class Stats(PrepareStep):
     """Normalization stats (stats.json + per-episode stats columns). Stats episodekit wrote are
     recomputed when stale; the dataset's own (another tool's, e.g. LeRobot's) are kept when they
@@ -404,21 +395,10 @@ class Stats(PrepareStep):
         """Keep the dataset's own stats; a summary of ours left from earlier stats describes
         other numbers: removed, so that no check holds the kept stats to it."""
         from episodekit.metadata.stats import SUMMARY_FILE
-        from episodekit.metadata.stats.rank import worst_stored_quantile
+        from episodekit.metadata.stats.rank import kept_quantiles
 
-        detail: dict[str, Any] = {
-            "status": "kept",
-            "why": "the dataset's own stats pass the stats checks",
-        }
-        w = worst_stored_quantile(str(ctx.work))
-        if w is not None and w.error > KEPT_RANK_NOTE:  # say how far its quantiles are
-            detail["quantiles"] = {
-                "feature": w.feature,
-                "key": w.key,
-                "dimension": w.dim,
-                "rank": round(w.rank, 4),
-                "rank_error": round(w.error, 4),
-            }
+        detail = {"status": "kept", "why": "the dataset's own stats pass the stats checks"}
+        detail.update(kept_quantiles(str(ctx.work)))  # how far its quantiles are, if far
         summary = ctx.work / SUMMARY_FILE
         if not summary.exists():
             return "skipped", detail, []
@@ -477,13 +457,10 @@ class Stats(PrepareStep):
         why = f" ({d['why']})" if d.get("why") else ""
         if "features" not in d:
             status = d.get("status", "")
-            q = d.get("quantiles")
-            if status == "kept" and q:
-                return (
-                    f"kept; {q['key']} is the data's {_ordinal(round(100 * q['rank']))} percentile "
-                    f"({q['feature']}, dimension {q['dimension']}); `--stats recompute` writes "
-                    "exact ones"
-                )
+            if status == "kept" and d.get("quantiles"):
+                from episodekit.metadata.stats.rank import kept_note
+
+                return kept_note(d["quantiles"])
             return ("fresh" if status == "fresh" else str(status)) + why
         modes = sorted(set((d.get("quantiles") or {}).values()))
         feats = plural(d["features"], "feature")

@@ -112,4 +112,35 @@ def worst_stored_quantile(root: Dataset | str) -> Worst | None:
     return worst(stored_rank_errors(ds, stats, feats))
 
 
-__all__ = ["Worst", "rank_errors", "stored_rank_errors", "worst", "worst_stored_quantile"]
+KEPT_RANK_NOTE = 0.01  # kept stats whose quantiles are farther in rank get a note (prepare)
+
+
+def kept_quantiles(root: Dataset | str) -> dict:
+    """``{"quantiles": {feature, key, dimension, rank, rank_error}}`` of the worst stored quantile
+    when it is more than :data:`KEPT_RANK_NOTE` away in rank, else ``{}`` (prepare's detail)."""
+    w = worst_stored_quantile(root)
+    if w is None or w.error <= KEPT_RANK_NOTE:
+        return {}
+    q = {"feature": w.feature, "key": w.key, "dimension": w.dim, "rank": round(w.rank, 4)}
+    return {"quantiles": {**q, "rank_error": round(w.error, 4)}}
+
+
+def kept_note(q: dict) -> str:
+    """prepare's stats line for kept stats with far quantiles (``q``: :func:`kept_quantiles`)."""
+    n = round(100 * q["rank"])
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return (
+        f"kept; {q['key']} is the data's {n}{suffix} percentile ({q['feature']}, dimension "
+        f"{q['dimension']}); `--stats recompute` writes exact ones"
+    )
+
+
+__all__ = [
+    "Worst",
+    "kept_note",
+    "kept_quantiles",
+    "rank_errors",
+    "stored_rank_errors",
+    "worst",
+    "worst_stored_quantile",
+]

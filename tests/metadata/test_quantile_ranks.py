@@ -158,3 +158,14 @@ def test_edit_with_sketches_reads_only_the_renumbered_columns(outputs, tmp_path,
     assert computed == [["episode_index", "index", "task_index"]]
     errors = exact_rank_errors(tmp_path / "out")
     assert max(errors.values()) <= BOUND
+
+
+def test_prepare_says_how_far_kept_quantiles_are(outputs, tmp_path):
+    """prepare keeps LeRobot's stats (they pass the checks) and says where their q99 really is;
+    with exact stats of ours (no note) it says nothing of the kind."""
+    p = cli("prepare", str(outputs["lerobot-rec40"]), "--out", str(tmp_path / "p"))
+    line = next(x for x in p.stdout.splitlines() if x.strip().startswith("stats"))
+    assert "kept; q99 is the data's 8" in line and "`--stats recompute` writes exact ones" in line
+    assert json.loads((tmp_path / "p/meta/stats.json").read_text()) == json.loads(
+        (FIXTURES / "rec40/meta/stats.json").read_text()
+    )  # kept byte for byte: saying it changes nothing
