@@ -21,6 +21,7 @@ from episodekit.metadata.image_stats import (
     compute_image_stats,
     require_decoders,
 )
+from episodekit.metadata.stats import blocks
 from episodekit.metadata.stats.episode_sketch import EpisodeSketches, concat
 from episodekit.metadata.stats.keys import (
     BLOCK_BYTES,
@@ -256,6 +257,7 @@ def compute_stats(
                     np.asarray(r["episodes"], np.int64),
                     np.asarray(r["count"], np.int64),
                     {n: r["features"][n].pop("points") for n in feats},
+                    blocks.POINTS,  # the size the scan kept (what the sidecar records)
                 )
             )
             fold.add(i, r)
