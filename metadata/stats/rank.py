@@ -125,19 +125,8 @@ def kept_quantiles(root: Dataset | str) -> dict:
     return {"quantiles": {**q, "rank_error": round(w.error, 4)}}
 
 
-def kept_note(q: dict) -> str:
-    """prepare's stats line for kept stats with far quantiles (``q``: :func:`kept_quantiles`)."""
-    n = round(100 * q["rank"])
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return (
-        f"kept; {q['key']} is the data's {n}{suffix} percentile ({q['feature']}, dimension "
-        f"{q['dimension']}); `--stats recompute` writes exact ones"
-    )
-
-
 __all__ = [
     "Worst",
-    "kept_note",
     "kept_quantiles",
     "rank_errors",
     "stored_rank_errors",
