@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+import episodekit.metadata.stats.blocks as blocks
 from episodekit.core.dataset import V3, Dataset, DatasetError, as_dataset
 from episodekit.core.executor import imap_files
 from episodekit.metadata.episode_stats import EpisodeFold, EpisodeStats
@@ -21,7 +22,6 @@ from episodekit.metadata.image_stats import (
     compute_image_stats,
     require_decoders,
 )
-from episodekit.metadata.stats import blocks
 from episodekit.metadata.stats.episode_sketch import EpisodeSketches, concat
 from episodekit.metadata.stats.keys import (
     BLOCK_BYTES,
