@@ -71,7 +71,8 @@ def rerun_detail(step: Step) -> dict | None:
         return {**d, "plans": [{**p, "changed": False} for p in d.get("plans", [])]}
     if step.name == "stats":
         if d.get("status") == "kept":  # kept again, without the one-time summary removal
-            return {"status": "kept", "why": d["why"].split("; ")[0]}
+            kept = {"status": "kept", "why": d["why"].split("; ")[0]}
+            return {**kept, **({"quantiles": d["quantiles"]} if "quantiles" in d else {})}
         return {"status": "fresh"} if step.status == "done" else d
     return None
 

@@ -395,8 +395,10 @@ class Stats(PrepareStep):
         """Keep the dataset's own stats; a summary of ours left from earlier stats describes
         other numbers: removed, so that no check holds the kept stats to it."""
         from episodekit.metadata.stats import SUMMARY_FILE
+        from episodekit.metadata.stats.rank import kept_quantiles
 
         detail = {"status": "kept", "why": "the dataset's own stats pass the stats checks"}
+        detail.update(kept_quantiles(str(ctx.work)))  # how far its quantiles are, if far
         summary = ctx.work / SUMMARY_FILE
         if not summary.exists():
             return "skipped", detail, []
@@ -455,6 +457,13 @@ class Stats(PrepareStep):
         why = f" ({d['why']})" if d.get("why") else ""
         if "features" not in d:
             status = d.get("status", "")
+            if status == "kept" and d.get("quantiles"):  # far from the data: say so
+                q, n = d["quantiles"], round(100 * d["quantiles"]["rank"])
+                th = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+                return (
+                    f"kept; {q['key']} is the data's {n}{th} percentile ({q['feature']}, dimension "
+                    f"{q['dimension']}); `--stats recompute` writes exact ones"
+                )
             return ("fresh" if status == "fresh" else str(status)) + why
         modes = sorted(set((d.get("quantiles") or {}).values()))
         feats = plural(d["features"], "feature")

@@ -102,6 +102,8 @@ CHECKS: dict[str, str] = {
     "stats.fresh": "stats summary fingerprint and data-file state match the root",
     "stats.recompute": "(--deep) every stat matches a recomputation from the data "
     "(|a-b| <= 1e-6*|b| + 1e-9*(1+scale))",
+    "stats.quantile_rank": "(--deep, warning) stats.json's quantiles are within 0.01 in rank of "
+    "the data's",
 }
 GROUPS = (
     "info",
@@ -117,7 +119,13 @@ GROUPS = (
     "quality",
 )
 ALIASES = {"all": GROUPS, "artifacts": ("speed", "costs", "plans")}
-DEEP_ONLY = ("data.image", "stats.recompute", *VIDEO_DEEP_ONLY, *DECLARED_DEEP_ONLY)
+DEEP_ONLY = (
+    "data.image",
+    "stats.recompute",
+    "stats.quantile_rank",
+    *VIDEO_DEEP_ONLY,
+    *DECLARED_DEEP_ONLY,
+)
 
 
 def select_checks(names: Iterable[str] | str | None = None, deep: bool = False) -> list[str]:

@@ -26,9 +26,11 @@ import pyarrow.parquet as pq
 
 from episodekit.core import parquet_salvage as ps
 from episodekit.core.atomic import atomic_path
+from episodekit.metadata.stats.episode_sketch import SKETCHES_FILE
 from episodekit.writers import meta as meta_mod
 from episodekit.writers import repair_meta, repair_schema
 from episodekit.writers.repair_plan import Episode, RepairPlan
+from episodekit.writers.stats_quantiles import write_stats_json
 
 INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
 
@@ -192,15 +194,20 @@ def build_tables(plan: RepairPlan, staging: Path, staged: Staged) -> None:
 
 
 def build_stats(plan: RepairPlan, staging: Path, staged: Staged, episodes: pa.Table) -> None:
-    """stats.json, when the old one disagrees with the kept episodes: what LeRobot's recorder
-    writes for them (its aggregation of their per-episode stats, episode after episode), which
-    is also what ``validate --deep`` checks LeRobot's per-episode stats against."""
-    if not plan.stats_reason:
-        return  # kept as it is (listed unchanged by :func:`build`)
+    """stats.json (also when the old one agrees with the kept episodes): what LeRobot's recorder
+    writes for them (its aggregation of their per-episode stats, episode after episode, which
+    is also what ``validate --deep`` checks LeRobot's per-episode stats against), except the
+    quantiles: those of the kept data, exact (:mod:`episodekit.writers.stats_quantiles`)."""
     info = plan.inventory.info
     stats = repair_schema.lerobot_dataset_stats(info, episodes.to_pylist())
-    _dest(staging, STATS).write_text(json.dumps(stats, indent=4))
-    staged.written[STATS] = f"recomputed for the {len(plan.kept)} kept episodes"
+    _dest(staging, STATS).parent.mkdir(parents=True, exist_ok=True)
+    if write_stats_json(staging, None, stats):  # quantiles exact, with the episodes' sketches
+        staged.written[SKETCHES_FILE] = "the kept episodes' quantile sketches"
+    staged.written[STATS] = (
+        f"recomputed for the {len(plan.kept)} kept episodes"
+        if plan.stats_reason
+        else "quantiles of the kept data (LeRobot's are a mean of the episodes')"
+    )
 
 
 def build(plan: RepairPlan, staging: Path) -> tuple[Staged, pa.Table]:
@@ -212,8 +219,6 @@ def build(plan: RepairPlan, staging: Path) -> tuple[Staged, pa.Table]:
     build_videos(plan, staging, staged)
     build_tables(plan, staging, staged)
     staged.unchanged += plan.inventory.other
-    if not plan.stats_reason:
-        staged.unchanged.append(STATS)
     staged.removed += _left_behind(plan)
     return staged, episodes
 

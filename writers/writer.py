@@ -41,6 +41,7 @@ from episodekit.writers.plan import OutputPlan, plan_output
 from episodekit.writers.recipe import combined_key
 from episodekit.writers.recipe import recipe_key as _key
 from episodekit.writers.sources import SourceEpisode, episode_meta
+from episodekit.writers.stats_quantiles import write_stats_json
 from episodekit.writers.verify import (
     VerificationError,
     verify_data,
@@ -298,9 +299,8 @@ def _build(
     info = meta_mod.info_json(info0, plan, len(tasks), features)
     meta_mod.write_json(staging / "meta/info.json", info)
     fallback = _source_stats(datasets[0]) if len(datasets) == 1 else {}
-    meta_mod.write_json(
-        staging / "meta/stats.json", meta_mod.dataset_stats(episodes, features, fallback)
-    )
+    stats = meta_mod.dataset_stats(episodes, features, fallback)
+    write_stats_json(staging, plan, stats, options.executor)  # quantiles from episode sketches
     if options.fill_stats:
         from episodekit.writers.stats_fill import fill_missing_stats
 

@@ -159,6 +159,22 @@ def validate_stats_stale(tmp: Path):
     return finding(root, "stats.fresh"), None, finding_gone(root, "stats.fresh")
 
 
+def validate_quantile_rank(tmp: Path):
+    """LeRobot's own quantiles (a mean of the episodes') are far from the data in rank."""
+    root = tmp / "r"
+    shutil.copytree(REPO / "tests/fixtures/lerobot/rec40", root)
+
+    def deep() -> list[str]:
+        proc = cli("validate", root, "--deep", "--checks", "stats", "--json")
+        doc = json.loads(proc.stdout)
+        return [f["message"] for f in doc["findings"] if f["check"] == "stats.quantile_rank"]
+
+    def gone(proc) -> None:
+        assert not deep()
+
+    return deep()[0], None, gone
+
+
 def validate_speed_stale(tmp: Path):
     root = sample(tmp / "r")
     assert cli("metadata", "speed", root).returncode == 0
@@ -435,12 +451,13 @@ HINTS: dict[tuple[str, str], Callable] = {
     ("validate/stats.py", "missing; compute it with `episodekit metadata stats"): (
         validate_stats_missing
     ),
-    ("validate/stats.py", "compute it with `episodekit metadata stats"): (
+    ("validate/stats_rules.py", "compute it with `episodekit metadata stats"): (
         validate_quantiles_missing
     ),
-    ("validate/stats.py", "compute them with `episodekit metadata stats"): (
+    ("validate/stats_rules.py", "compute them with `episodekit metadata stats"): (
         validate_image_quantiles_missing
     ),
+    ("validate/stats_quantiles.py", "`episodekit metadata stats"): validate_quantile_rank,
     ("validate/stats.py", "recompute with `episodekit metadata stats"): validate_stats_stale,
     ("validate/artifacts.py", "episodekit metadata speed"): validate_speed_stale,
     ("metadata/plans/plan_file.py", "episodekit metadata plan"): plan_missing_small,

@@ -166,7 +166,7 @@ def test_presorted_tied_and_random_dimensions_mixed(make_sample, batch_rows):
 def test_spilled_run_searches_match_numpy(tmp_path):
     """The fence + window reads answer exactly what np.searchsorted over the run answers,
     both sides, for keys below, between, equal to (fence values too) and above the values."""
-    from episodekit.metadata.stats import FENCE, _RunReader, _Spill
+    from episodekit.metadata.stats.spill import FENCE, RunReader, Spill
 
     rng = np.random.default_rng(0)
     cols = np.sort(
@@ -178,11 +178,11 @@ def test_spilled_run_searches_match_numpy(tmp_path):
         ),
         axis=1,
     )
-    spill = _Spill(str(tmp_path / "runs.bin"))
+    spill = Spill(str(tmp_path / "runs.bin"))
     runs = spill.add(cols) + spill.add(cols[:, :5])
     spill.close()
     assert [r.counts_offset >= 0 for r in runs] == [False, False, False, False]
-    reader = _RunReader()
+    reader = RunReader()
     try:
         for run in runs:
             col = cols[run.dim, : run.length]
@@ -197,14 +197,14 @@ def test_spilled_run_searches_match_numpy(tmp_path):
 
 
 def test_tied_runs_are_run_length_encoded(tmp_path):
-    from episodekit.metadata.stats import _RunReader, _Spill
+    from episodekit.metadata.stats.spill import RunReader, Spill
 
     col = np.sort(np.repeat(np.arange(5, dtype=np.int64), [1, 50, 3, 100, 2]))[None, :]
-    spill = _Spill(str(tmp_path / "runs.bin"))
+    spill = Spill(str(tmp_path / "runs.bin"))
     (run,) = spill.add(col)
     spill.close()
     assert run.counts_offset >= 0 and run.length == 5
-    reader = _RunReader()
+    reader = RunReader()
     np.testing.assert_array_equal(reader.read(run, 0, 5), np.arange(5))
     np.testing.assert_array_equal(reader.read(run, 0, 5, counts=True), [1, 50, 3, 100, 2])
     reader.close()
@@ -237,7 +237,7 @@ def test_sketch_mode_within_stated_rank_error(make_sample):
 def test_capped_dataset_summary(make_sample, monkeypatch, quantiles):
     """Past SKETCH_CAP points the merged summary is compacted: at most that many points per
     dimension, its rank error recorded and honoured (sketch), quantiles still exact (exact)."""
-    from episodekit.metadata import stats as stats_mod
+    from episodekit.metadata.stats import compute as stats_mod
 
     monkeypatch.setattr(stats_mod, "SKETCH_CAP", 40)
     root = make_sample(episodes=20, tasks=3, seed=6, data_files_size_in_mb=0.3)
@@ -422,7 +422,7 @@ def test_written_in_lerobot_layout(root):
 def test_episodes_file_written_a_slice_at_a_time(root, monkeypatch):
     """An episodes file is rewritten in row groups of EPISODES_PER_ROW_GROUP rows: the same
     columns, kept values and stats as one slice gives."""
-    from episodekit.metadata import stats as stats_mod
+    from episodekit.metadata.stats import write as stats_mod
 
     f = sorted((root / "meta/episodes").rglob("*.parquet"))[0]
     ensure_stats(root, force=True, jobs=1)
@@ -629,8 +629,8 @@ def test_narrowed_brackets_give_numpys_quantiles(make_sample, monkeypatch, candi
     _set_action(root, _tricky)
     res = compute_stats(root, quantiles="sketch", sketch_points=8, jobs=1, batch_rows=97)
     from episodekit.core.dataset import open_dataset
-    from episodekit.metadata import stats as st
     from episodekit.metadata.stats import numeric_features
+    from episodekit.metadata.stats import select as st
 
     ds = open_dataset(str(root))
     feats = numeric_features(ds.info, None)
@@ -640,7 +640,7 @@ def test_narrowed_brackets_give_numpys_quantiles(make_sample, monkeypatch, candi
     counted = []
     real = st.count_file
     monkeypatch.setattr(st, "count_file", lambda job: counted.append(1) or real(job))
-    st._exact_quantiles(ds.root, list(ds.data_files), feats, res.dataset, "local", 1, 97)
+    st.exact_quantiles(ds.root, list(ds.data_files), feats, res.dataset, "local", 1, 97)
     files = len(ds.data_files)  # candidates=0/50: a round ran; more while brackets shrink
     assert len(counted) % files == 0 and 1 <= len(counted) // files <= rounds
     for name in ("action", "timestamp", "index"):
@@ -651,7 +651,7 @@ def test_narrowed_brackets_give_numpys_quantiles(make_sample, monkeypatch, candi
 
 
 def test_candidates_travel_run_length_encoded():
-    from episodekit.metadata.stats import _run_length
+    from episodekit.metadata.stats.scan import _run_length
 
     qi = np.array([0, 0, 0, 1, 1, 0], np.int8)
     dim = np.array([2, 2, 2, 2, 2, 1], np.int32)

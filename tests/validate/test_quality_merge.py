@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.validate import quality as q
+from episodekit.validate.quality import scan as qscan
 from episodekit.validate.raw import read_raw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # corruptions.py
@@ -63,7 +64,7 @@ def _seeded(make_sample) -> tuple[Path, list[tuple[str, int, str]]]:
 
 def _in_order(order: list[int], monkeypatch) -> None:
     """Make the per-file pass hand its results back in ``order`` (positions of the files)."""
-    original = q._scan_threads
+    original = qscan._scan_threads
 
     def reordered(*args, **kwargs):
         got = dict(original(*args, **kwargs))
@@ -71,11 +72,11 @@ def _in_order(order: list[int], monkeypatch) -> None:
             yield i, got.pop(i)
         assert not got
 
-    monkeypatch.setattr(q, "_scan_threads", reordered)
+    monkeypatch.setattr(qscan, "_scan_threads", reordered)
 
 
 def _merged(raw, rels: list[str]) -> q.Merged:
-    return q._scan(raw, rels, q.quality_features(raw), dict(q.DEFAULTS), 1, "local")
+    return qscan.scan_files(raw, rels, q.quality_features(raw), dict(q.DEFAULTS), 1, "local")
 
 
 def _assert_same(a: q.Merged, b: q.Merged) -> None:

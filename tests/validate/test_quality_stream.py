@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.validate import quality as q
+from episodekit.validate.quality import reread as qreread
+from episodekit.validate.quality import scan as qscan
 from episodekit.validate.raw import read_raw
 
 FIELDS = ("episodes", "rows", "ts_drops", "ts_missing", "ts_maxstep", "ts_interval")
@@ -32,7 +34,7 @@ def _equal(a: q.FileStats, b: q.FileStats) -> None:
 def _whole(raw, rel: str, feats: dict, stride: int) -> q.FileStats:
     cols = ["episode_index", "index", "timestamp", *feats]
     table = pq.read_table(raw.join(rel), columns=cols)
-    return q._scan_table(table, rel, raw.fps, feats, stride, dict(q.DEFAULTS))
+    return qscan._scan_table(table, rel, raw.fps, feats, stride, dict(q.DEFAULTS))
 
 
 def _corrupt(path: str) -> None:
@@ -63,7 +65,7 @@ def test_streamed_pass_equals_the_whole_file_pass(make_sample, monkeypatch, batc
     feats = q.quality_features(raw)
     whole = _whole(raw, rel, feats, stride)
     assert len(whole.episodes) >= 10 and int(whole.rows.max()) > batch
-    monkeypatch.setattr(q, "BATCH_ROWS", batch)
+    monkeypatch.setattr(qscan, "BATCH_ROWS", batch)
     _equal(q.scan_file(raw, rel, feats, stride, dict(q.DEFAULTS)), whole)
 
 
@@ -76,7 +78,7 @@ def test_a_file_out_of_order_is_read_whole_and_sorted(make_sample, monkeypatch):
     t = pq.read_table(raw.join(rel))
     rng = np.random.default_rng(0)
     pq.write_table(t.take(pa.array(rng.permutation(t.num_rows))), raw.join(rel))
-    monkeypatch.setattr(q, "BATCH_ROWS", 50)
+    monkeypatch.setattr(qscan, "BATCH_ROWS", 50)
     after = q.scan_file(read_raw(str(root)), rel, feats, 3, dict(q.DEFAULTS))
     for k in ("episodes", "rows", "ts_drops", "ts_maxstep"):
         np.testing.assert_array_equal(getattr(after, k), getattr(before, k))
@@ -105,6 +107,7 @@ def test_findings_are_the_same_whatever_the_batch(make_sample, monkeypatch):
     rels = raw.data_files()
     want = q.check_quality(raw, rels, threads=1)
     assert {f.check for f in want} >= {"quality.jump", "quality.out_of_range"}
-    monkeypatch.setattr(q, "BATCH_ROWS", 37)
+    monkeypatch.setattr(qscan, "BATCH_ROWS", 37)
+    monkeypatch.setattr(qreread, "BATCH_ROWS", 37)
     got = q.check_quality(raw, rels, threads=1)
     assert [f.to_dict() for f in got] == [f.to_dict() for f in want]

@@ -16,6 +16,7 @@ import pytest
 from episodekit.metadata.stats import STATS_FILE, ensure_stats, numeric_features
 from episodekit.validate import stats as checks_stats
 from episodekit.validate.raw import read_raw
+from episodekit.validate.stats_episodes import episode_part
 from episodekit.validate.stats_merge import EpisodeMerge
 
 SPEC = {"episodes": 24, "tasks": 3, "seed": 11, "data_files_size_in_mb": 0.06}
@@ -163,8 +164,8 @@ def test_deep_on_several_files(multi):
 def test_per_episode_values_kept_only_for_deep(multi):
     raw = read_raw(str(multi))
     feats = numeric_features(raw.info)
-    assert checks_stats._episode_part(raw, feats).episodes == {}
-    deep = checks_stats._episode_part(raw, feats, keep=True)
+    assert episode_part(raw, feats).episodes == {}
+    deep = episode_part(raw, feats, keep=True)
     assert deep.episodes["action"]["mean"].shape == (24, 14)
     np.testing.assert_array_equal(deep.ep, np.arange(24))
 
