@@ -135,8 +135,8 @@ class ElasticLoader:
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
         pool_rows: int = DEFAULT_POOL_ROWS,
-        speed: bool = True,
-        video_backend: Any = None,
+        speed: bool | str = True,
+        video_backend: Any = "auto",
         store: Any = "auto",
     ):
         from episodekit.metadata.plans.canonical import is_canonical, load_canonical_plan

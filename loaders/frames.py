@@ -41,7 +41,7 @@ from episodekit.loaders.reader import (
     RowGroupReader,
 )
 from episodekit.loaders.store import FrameStore, find_store, frames_command, warn_once
-from episodekit.loaders.video import PyAVBackend, make_backend
+from episodekit.loaders.video import PyAVBackend, make_backend, resolve_backend
 from episodekit.loaders.windows import (
     clamp_to_episode,
     clamped_window,
@@ -54,17 +54,37 @@ DEFAULT_SPEED = 50
 
 
 def _row_shape(feature: Mapping[str, Any]) -> tuple[int, ...]:
-    if feature.get("dtype") in ("image", "string"):
+    if feature.get("dtype") in ("image", "string") or python_valued(feature):
         return ()
     shape = tuple(int(x) for x in feature.get("shape") or ())
     return () if shape in ((), (1,)) else shape
 
 
-def _speed_buckets(ds: Dataset) -> np.ndarray:
-    """Per-episode speed bucket (ds.episodes row order) from the artifact; 50 when unavailable."""
-    from episodekit.metadata.speed import episode_buckets, load_or_compute
+def python_valued(feature: Mapping[str, Any]) -> bool:
+    """A feature whose values are Python objects (LeRobot's ``language`` columns, other nested
+    dtypes): per sample the row's value, per batch a list of them."""
+    dtype = feature.get("dtype")
+    if dtype in ("image", "string", "video"):
+        return False
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return True
+    return False
 
-    return np.asarray(episode_buckets(ds, load_or_compute(ds)), dtype=np.int64)
+
+def _speed_buckets(ds: Dataset, speed: bool | str) -> np.ndarray:
+    """Per-episode speed bucket (ds.episodes row order) from the artifact, computed when missing
+    and then written (the loaders' only write, announced; ``speed="memory"`` or
+    ``EPISODEKIT_SPEED_IN_MEMORY=1``: kept in memory); 50 each with ``speed=False``."""
+    from episodekit.metadata.speed import SPEED_IN_MEMORY_ENV, episode_buckets, load_or_compute
+
+    if isinstance(speed, str) and speed != "memory":
+        raise ValueError(f"speed must be True, False or 'memory', got {speed!r}")
+    if not speed:
+        return np.full(ds.num_episodes, DEFAULT_SPEED, dtype=np.int64)
+    write = speed != "memory" and os.environ.get(SPEED_IN_MEMORY_ENV, "") not in ("1", "true")
+    return np.asarray(episode_buckets(ds, load_or_compute(ds, write=write)), dtype=np.int64)
 
 
 class FrameDataset(ABC):
@@ -114,10 +134,13 @@ class RootFrameDataset(FrameDataset):
     ``episodes`` selects episode indices (len() = their frames, in episode order);
     ``cache_mb`` bounds the decoded row-group pool, ``footer_mb`` the parsed footers of open
     files (files beyond it are closed and reopened when needed); ``speed=False`` skips the speed
-    artifact (every sample then has speed 50); ``video_backend``: ``"pyav"`` or a
-    :class:`~episodekit.loaders.video.PyAVBackend` (resize, CHW, open-file bound) decodes video
-    features, ``None`` returns their path and timestamp. ``store``: ``"auto"`` reads the fixed-width
-    columns from the dataset's frame store when a fresh one exists (see
+    artifact (every sample then has speed 50), ``speed="memory"`` computes a missing one in
+    memory without writing it (also ``EPISODEKIT_SPEED_IN_MEMORY=1``; by default it is written
+    once, announced in one line); ``video_backend``: ``"auto"`` (the default)
+    decodes video features when PyAV is installed, ``"pyav"`` or a
+    :class:`~episodekit.loaders.video.PyAVBackend` (resize, CHW, open-file bound) always,
+    ``"paths"`` (or None) returns their path and timestamp. ``store``: ``"auto"`` reads the
+    fixed-width columns from the dataset's frame store when a fresh one exists (see
     :func:`episodekit.loaders.store.find_store`), ``None`` always from parquet, a path from that
     store (an error if it is missing or stale). ``warn_cache``: warn once when, without a store,
     the frames do not fit ``cache_mb`` (random access would thrash); streams pass False.
@@ -131,9 +154,9 @@ class RootFrameDataset(FrameDataset):
         episodes: Sequence[int] | np.ndarray | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool = True,
+        speed: bool | str = True,
         footer_mb: float = DEFAULT_FOOTER_MB,
-        video_backend: str | PyAVBackend | None = None,
+        video_backend: str | PyAVBackend | None = "auto",
         store: str | os.PathLike | None = AUTO,
         warn_cache: bool = True,
     ):
@@ -171,9 +194,8 @@ class RootFrameDataset(FrameDataset):
         ds = as_dataset(root)
         self.ds = ds
         # Video hook: None keeps {"path", "timestamp"}; "pyav" decodes (see loaders/video.py).
-        self.video_backend = (
-            make_backend(options.video_backend, tolerance_s) if ds.video_keys else None
-        )
+        backend = resolve_backend(options.video_backend, ds)
+        self.video_backend = make_backend(backend, tolerance_s) if ds.video_keys else None
         self.fps = ds.fps
         features = ds.features
         self.offsets = delta_offsets(delta_timestamps, features, self.fps, tolerance_s)
@@ -190,6 +212,7 @@ class RootFrameDataset(FrameDataset):
         if self.video_keys and "timestamp" not in columns:
             columns["timestamp"] = ()
         self._plain = [k for k in columns if k not in self.offsets and k in features]
+        self._listed = {k for k in self._plain if python_valued(features[k])}
         self._windows = [(k, off) for k, off in self.offsets.items() if k not in self.video_keys]
         self._video_windows = [(k, off) for k, off in self.offsets.items() if k in self.video_keys]
         self.reader = RowGroupReader(
@@ -218,8 +241,7 @@ class RootFrameDataset(FrameDataset):
             if k in stored and len(off) <= len(self.store.columns[k]) and consecutive(off)
         }
 
-        buckets = _speed_buckets(ds) if options.speed else np.full(ds.num_episodes, DEFAULT_SPEED)
-        self._speed = np.asarray(buckets, dtype=np.int64)[rows]
+        self._speed = _speed_buckets(ds, options.speed)[rows]
         self._task_of = dict(
             zip(ds.tasks.column("task_index").to_pylist(), ds.tasks.column("task").to_pylist())
         )
@@ -451,7 +473,7 @@ class RootFrameDataset(FrameDataset):
             values = [blocks[c] if f is None else next(it) for c, f in requests]
         out: dict[str, Any] = {}
         for (c, _), v in zip(requests[: len(self._plain) + len(self._windows)], values):
-            out[c] = v
+            out[c] = v.tolist() if c in self._listed else v
         out.update(pads)
         ti = out["task_index"] if self._frame_task else self._ep_task_index[k]
         out["task"] = self._task_strings(ti)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -109,7 +110,7 @@ class MixtureFrameDataset(FrameDataset):
         episodes: Any = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool = True,
+        speed: bool | str = True,
         **kwargs: Any,
     ):
         if episodes is not None:
@@ -524,11 +525,11 @@ class MixtureLoader(ShardedLoader):
             self.shared_chunks += 1  # (figures for tests and benchmarks)
         return assemble(parts, n)
 
-    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
         # read several batches at once (one gather per source and part); the loader cuts them
         read = size * max(1, READ_ROWS // size)
         for n, chunk in self._chunks(epoch, start, read):
-            yield n, self._read_chunk(n, chunk)
+            yield n, partial(self._read_chunk, n, chunk)
 
 
 def _take(stream: list[list], n: int) -> list[tuple]:

@@ -160,7 +160,7 @@ def assemble(parts: list[tuple[np.ndarray, dict[str, Any]]], n: int) -> dict[str
         elif isinstance(v, list):
             arr = np.empty(n, dtype=object)
             for (rows, _), x in zip(parts, values):
-                arr[rows] = x
+                arr[rows] = np.fromiter(x, dtype=object, count=len(x))  # (lists stay objects)
             out[key] = arr.tolist()
         else:
             values = [values_of(x) for x in values]

@@ -23,8 +23,10 @@ class ReadOptions:
 
     ``delta_timestamps``: LeRobot's windows (feature -> seconds); ``tolerance_s``: how far a
     delta or a video frame may sit from a frame time; ``cache_mb``: decoded row groups held;
-    ``speed``: read the speed artifact (False: every sample gets 50); ``footer_mb``: parsed
-    footers held; ``video_backend``: ``"pyav"``, a backend object or None (paths);
+    ``speed``: read the speed artifact, writing it once when missing (``"memory"``: never
+    written; False: every sample gets 50); ``footer_mb``: parsed
+    footers held; ``video_backend``: ``"auto"`` (decode when PyAV is installed), ``"pyav"``, a
+    backend object, or ``"paths"`` / None (``{"path", "timestamp"}``);
     ``store``: ``"auto"``, None or a frame store path; ``warn_cache``: warn when random access
     would thrash the cache (streams pass False).
     """
@@ -32,9 +34,9 @@ class ReadOptions:
     delta_timestamps: Mapping[str, Sequence[float]] | None = None
     tolerance_s: float = DEFAULT_TOLERANCE_S
     cache_mb: float = DEFAULT_CACHE_MB
-    speed: bool = True
+    speed: bool | str = True
     footer_mb: float = DEFAULT_FOOTER_MB
-    video_backend: Any = None
+    video_backend: Any = "auto"
     store: str | os.PathLike | None = AUTO
     warn_cache: bool = True
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -284,8 +285,8 @@ class ShardedLoader(ABC):
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool = True,
-        video_backend: Any = None,
+        speed: bool | str = True,
+        video_backend: Any = "auto",
     ):
         rank, world_size = fill_rank(rank, world_size)
         source = self._source(root)
@@ -317,9 +318,10 @@ class ShardedLoader(ABC):
         """Open the readers of this rank's bins; sets ``pool_rows`` (part of the order)."""
 
     @abstractmethod
-    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        """``(n, batch of n samples)`` from sample ``start`` of ``epoch`` on; ``n`` is a
-        multiple of ``size`` except at the end (the loader cuts blocks into batches)."""
+    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
+        """``(n, read)`` from sample ``start`` of ``epoch`` on: ``read()`` returns the block's
+        ``n`` samples as one batch; ``n`` is a multiple of ``size`` except at the end (the
+        loader cuts blocks into batches, and reads a block only when one of them is asked)."""
 
     # -- which bins this process reads ---------------------------------------------------------
 
@@ -369,20 +371,28 @@ class ShardedLoader(ABC):
         if total and self.position >= total:
             self.epoch, self.position = self.epoch + 1, 0  # the previous epoch was finished
         epoch = self.epoch
+        for ref in self.batch_refs(epoch, self.position):
+            batch = ref.read()
+            if self.batch_size:
+                self.position += ref.rows
+                yield batch
+            else:
+                for j in range(ref.rows):
+                    self.position += 1
+                    yield batch_row(batch, j)
+            if epoch != self.epoch:  # set_epoch/load_state_dict while iterating
+                return
+
+    def batch_refs(self, epoch: int, start: int = 0) -> Iterator[BatchRef]:
+        """The batches of ``epoch`` from sample ``start`` (``batch_size`` samples, else
+        ``READ_CHUNK``), each read only when asked: skipping one reads nothing (a
+        ``make_loader`` worker takes every N-th batch of a bin and skips the others). No state
+        of the loader changes."""
         size = self.batch_size or READ_CHUNK
-        for n, block in self._blocks(epoch, self.position, size):
+        for n, read in self._blocks(epoch, start, size):
+            block = _Block(read)
             for a in range(0, n, size):
-                m = min(n, a + size) - a
-                batch = slice_batch(block, a, a + m) if n > size else block
-                if self.batch_size:
-                    self.position += m
-                    yield batch
-                else:
-                    for j in range(m):
-                        self.position += 1
-                        yield batch_row(batch, j)
-                if epoch != self.epoch:  # set_epoch/load_state_dict while iterating
-                    return
+                yield BatchRef(block, a, min(n, a + size) - a, n <= size)
 
     def state_dict(self) -> dict[str, int]:
         """Where this process is in the epoch, and which order that position belongs to: the plan
@@ -437,11 +447,12 @@ class RootLoader(ShardedLoader):
     def _open(self, ds: Dataset, options: ReadOptions) -> None:
         plan = self.plan
         rank_items = np.concatenate([plan.bin_items(self.rank, w) for w in range(self.num_workers)])
-        if isinstance(options.video_backend, str):  # by name: the stream's episode cache
-            from episodekit.loaders.video import stream_backend
+        from episodekit.loaders.video import resolve_backend, stream_backend
 
-            backend = stream_backend(options.video_backend, options.tolerance_s)
-            options = options.replace(video_backend=backend)
+        backend = resolve_backend(options.video_backend, ds)
+        if isinstance(backend, str):  # by name: the stream's episode cache
+            backend = stream_backend(backend, options.tolerance_s)
+        options = options.replace(video_backend=backend)
         # video hook: a chunk's frames decode in pts order
         self.frames = RootFrameDataset.open(
             ds, options, np.unique(np.asarray(rank_items, dtype=np.int64)[:, 0])
@@ -520,9 +531,36 @@ class RootLoader(ShardedLoader):
             out.append(self.frames.get_frames(frames))
         return out[0] if len(out) == 1 else concat_batches(out)
 
-    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
         for parts in self._chunks(epoch, start, size):
-            yield sum(len(f) for _, f in parts), self._read(parts)
+            yield sum(len(f) for _, f in parts), partial(self._read, parts)
+
+
+class _Block:
+    """A block of samples read on first use."""
+
+    __slots__ = ("_read", "_value")
+
+    def __init__(self, read: Callable[[], dict[str, Any]]):
+        self._read, self._value = read, None
+
+    def get(self) -> dict[str, Any]:
+        if self._read is not None:
+            self._value, self._read = self._read(), None
+        return self._value
+
+
+class BatchRef:
+    """One batch of a stream (``rows`` samples), read when :meth:`read` is called."""
+
+    __slots__ = ("_block", "_lo", "rows", "_whole")
+
+    def __init__(self, block: _Block, lo: int, rows: int, whole: bool):
+        self._block, self._lo, self.rows, self._whole = block, lo, rows, whole
+
+    def read(self) -> dict[str, Any]:
+        batch = self._block.get()
+        return batch if self._whole else slice_batch(batch, self._lo, self._lo + self.rows)
 
 
 def concat_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:

@@ -171,6 +171,7 @@ class RandomBatches(BatchSource):
 
 
 STREAM_IDENTITY = ("plan", "seed", "rank", "pool_rows", "batch_size")
+SKIP_AHEAD = 64  # batches of a bin skipped (order only) before seeking to the next one instead
 
 
 class StreamBatches(BatchSource):
@@ -233,12 +234,14 @@ class StreamBatches(BatchSource):
     def batch(self, b: int) -> dict[str, Any]:
         g = self.done + b
         w, j = g % self.num_bins, g // self.num_bins
-        loader = self._bin(w)
-        if self._iters.get(w) is None or self._next.get(w) != j:
-            loader.seek(self.epoch, j * self.batch_size)
-            self._iters[w] = iter(loader)
+        it, at = self._iters.get(w), self._next.get(w, -1)
+        if it is None or j < at or j - at > SKIP_AHEAD:
+            it = self._iters[w] = self._bin(w).batch_refs(self.epoch, j * self.batch_size)
+            at = j
+        for _ in range(j - at):  # batches other workers make (a plan for fewer workers than
+            next(it)  # these processes): skipped without reading, in the same pool order
         self._next[w] = j + 1
-        return next(self._iters[w])
+        return next(it).read()
 
     def state(self, consumed: int) -> dict[str, Any]:
         return {

@@ -235,7 +235,7 @@ def make_loader(
     pin_memory: bool = False,
     device: Any = None,
     ring_mb: float | None = None,
-    start_method: str = "spawn",
+    start_method: str | None = None,
     **kwargs: Any,
 ) -> BatchLoader:
     """Batches of tensors from ``num_workers`` worker processes through a shared-memory ring
@@ -263,9 +263,11 @@ def make_loader(
     ``pin_memory`` / ``device`` copy them anyway. ``prefetch`` slots per worker; ``ring_mb``
     caps the ring (an error names the need). Use it as a context manager or call ``close()``
     (workers also stop at exit and when the training process dies). Workers are started with
-    ``start_method`` ('spawn': the script's top level must be under ``if __name__ ==
-    "__main__":``). ``state_dict()`` / ``load_state_dict()`` / ``set_epoch()`` as the in-process
-    loaders: resuming gives exactly the remaining batches.
+    ``start_method``; by default 'spawn' where it can start them, and 'fork' on Linux (when safe:
+    CUDA not initialized here) where 'spawn' would run the script again (a call at the top level
+    of a script without ``if __name__ == "__main__":``, a script on stdin), so those work as with
+    ``DataLoader``; else one line naming what to add. ``state_dict()`` / ``load_state_dict()`` /
+    ``set_epoch()`` as the in-process loaders: resuming gives exactly the remaining batches.
     """
     from episodekit.core.world import fill_rank
 

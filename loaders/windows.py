@@ -25,6 +25,11 @@ def delta_offsets(
                 f"delta_timestamps key {key!r} is not a feature of this dataset "
                 f"(features: {sorted(features)})"
             )
+        if (features[key] or {}).get("dtype") == "language":
+            raise ValueError(
+                f"delta_timestamps key {key!r} is a language column: it is never windowed (each "
+                "frame has its own list, as in LeRobot); remove it from delta_timestamps"
+            )
         try:
             d = np.asarray(deltas, dtype=np.float64).ravel()
         except (TypeError, ValueError) as exc:

@@ -326,8 +326,7 @@ def test_a_worker_that_dies_is_reported(root):
 
 
 def test_mixture_stream_and_random_same_as_in_process(tmp_path):
-    from episodekit.loaders import load_plan
-    from episodekit.loaders import FrameDataset
+    from episodekit.loaders import FrameDataset, load_plan
     from episodekit.loaders.mixture import MixtureSampler
     from episodekit.loaders.torch import make_loader
     from episodekit.metadata.mixture.plan import ensure_mixture_plans
