@@ -2,19 +2,27 @@
 
 numpy + pyarrow only (torch is optional: ``episodekit.loaders.torch`` wraps these for torch).
 
-- :class:`FrameDataset`: map-style frames with LeRobot's delta windows, row-group-aware reads;
+- :class:`FrameDataset`: map-style frames (of a root, or of a mixture: one hierarchy, each class
+  builds the kind its first argument names) with LeRobot's delta windows, row-group-aware reads;
 - :class:`EpisodeAwareSampler`: (seed, epoch)-determined, resumable order, O(episodes) memory;
 - :class:`ShardedLoader`: one (rank, worker) bin of a shard plan, equal counts on every rank;
 - :class:`ElasticLoader` / :func:`merge_states` / :func:`load_canonical_plan`: a canonical plan's
   epoch, resumable on another world size (:mod:`episodekit.loaders.elastic`);
 - :func:`load_plan` / :class:`Plan`: the shard plan written by ``episodekit metadata plan``;
+- the mixture kinds (:class:`MixtureFrameDataset`, :class:`MixtureSampler`, :class:`MixtureLoader`:
+  subclasses that claim mixture arguments, see :mod:`episodekit.loaders.kinds`; importing the
+  package registers them) and :class:`ReadOptions` (the reader options passed down);
 - the errors a training script catches: :class:`PlanNotFoundError`, :class:`StalePlanError`
   (both :class:`PlanError`) and :class:`DatasetError`.
 """
 
 from episodekit.core.errors import DatasetError
 from episodekit.loaders.elastic import ElasticLoader, ElasticStateError, merge_states
-from episodekit.loaders.factory import EpisodeAwareSampler, FrameDataset, ShardedLoader
+from episodekit.loaders.frames import FrameDataset
+from episodekit.loaders.mixture import MixtureFrameDataset, MixtureLoader, MixtureSampler
+from episodekit.loaders.options import ReadOptions
+from episodekit.loaders.sampler import EpisodeAwareSampler
+from episodekit.loaders.sharded import ShardedLoader
 from episodekit.metadata.plans.canonical import load_canonical_plan
 from episodekit.metadata.plans.load import load_plan
 from episodekit.metadata.plans.plan_file import (
@@ -30,9 +38,13 @@ __all__ = [
     "ElasticStateError",
     "EpisodeAwareSampler",
     "FrameDataset",
+    "MixtureFrameDataset",
+    "MixtureLoader",
+    "MixtureSampler",
     "Plan",
     "PlanError",
     "PlanNotFoundError",
+    "ReadOptions",
     "ShardedLoader",
     "StalePlanError",
     "load_canonical_plan",

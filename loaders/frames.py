@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import operator
 import os
+from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,92 +32,119 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.words import plural
+from episodekit.loaders.kinds import pick_kind
+from episodekit.loaders.options import AUTO, DEFAULT_TOLERANCE_S, ReadOptions
 from episodekit.loaders.reader import (
     DEFAULT_CACHE_MB,
     DEFAULT_FOOTER_MB,
     PoolRows,
     RowGroupReader,
 )
-from episodekit.loaders.store import AUTO, FrameStore, find_store, frames_command, warn_once
-from episodekit.loaders.video import PyAVBackend, make_backend
+from episodekit.loaders.store import FrameStore, find_store, frames_command, warn_once
+from episodekit.loaders.video import PyAVBackend, make_backend, resolve_backend
+from episodekit.loaders.windows import (
+    clamp_to_episode,
+    clamped_window,
+    consecutive,
+    delta_offsets,
+    int_indices,
+)
 
-DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SPEED = 50
 
 
-def delta_offsets(
-    delta_timestamps: Mapping[str, Sequence[float]] | None,
-    features: Mapping[str, Any],
-    fps: float,
-    tolerance_s: float = DEFAULT_TOLERANCE_S,
-) -> dict[str, np.ndarray]:
-    """Frame offsets ``round(delta * fps)`` per key, after LeRobot's checks (clear ValueErrors)."""
-    out: dict[str, np.ndarray] = {}
-    for key, deltas in (delta_timestamps or {}).items():
-        if key not in features:
-            raise ValueError(
-                f"delta_timestamps key {key!r} is not a feature of this dataset "
-                f"(features: {sorted(features)})"
-            )
-        try:
-            d = np.asarray(deltas, dtype=np.float64).ravel()
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"delta_timestamps[{key!r}] must be numbers ({exc})") from exc
-        if d.size == 0:
-            raise ValueError(f"delta_timestamps[{key!r}] is empty")
-        if not np.isfinite(d).all():
-            raise ValueError(f"delta_timestamps[{key!r}] has {d[~np.isfinite(d)][0]!r}: not finite")
-        x = d * fps
-        off = np.round(x)
-        bad = np.abs(x - off) / fps > tolerance_s
-        if bad.any():
-            raise ValueError(
-                f"delta_timestamps[{key!r}] has {float(d[bad][0]):g} s, not a multiple of 1/fps "
-                f"(fps={fps:g}) within tolerance_s={tolerance_s:g}"
-            )
-        out[key] = off.astype(np.int64)
-    return out
-
-
-def int_indices(indices: Any, what: str = "frame indices") -> np.ndarray:
-    """``indices`` as int64, refusing floats/bools/objects the way ``ds[1.5]`` does (TypeError)
-    instead of truncating them; numpy integer arrays pass unchanged."""
-    arr = np.asarray(indices)
-    if arr.size and arr.dtype.kind not in "iu":
-        raise TypeError(f"{what} must be integers, got dtype {arr.dtype} ({arr.ravel()[0]!r})")
-    return arr.astype(np.int64, copy=False)
-
-
 def _row_shape(feature: Mapping[str, Any]) -> tuple[int, ...]:
-    if feature.get("dtype") in ("image", "string"):
+    if feature.get("dtype") in ("image", "string") or python_valued(feature):
         return ()
     shape = tuple(int(x) for x in feature.get("shape") or ())
     return () if shape in ((), (1,)) else shape
 
 
-def _speed_buckets(ds: Dataset) -> np.ndarray:
-    """Per-episode speed bucket (ds.episodes row order) from the artifact; 50 when unavailable."""
-    from episodekit.metadata.speed import episode_buckets, load_or_compute
+def python_valued(feature: Mapping[str, Any]) -> bool:
+    """A feature whose values are Python objects (LeRobot's ``language`` columns, other nested
+    dtypes): per sample the row's value, per batch a list of them."""
+    dtype = feature.get("dtype")
+    if dtype in ("image", "string", "video"):
+        return False
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return True
+    return False
 
-    return np.asarray(episode_buckets(ds, load_or_compute(ds)), dtype=np.int64)
+
+def _speed_buckets(ds: Dataset, speed: bool | str) -> np.ndarray:
+    """Per-episode speed bucket (ds.episodes row order) from the artifact, computed when missing
+    and then written (the loaders' only write, announced; ``speed="memory"`` or
+    ``EPISODEKIT_SPEED_IN_MEMORY=1``: kept in memory); 50 each with ``speed=False``."""
+    from episodekit.metadata.speed import SPEED_IN_MEMORY_ENV, episode_buckets, load_or_compute
+
+    if isinstance(speed, str) and speed != "memory":
+        raise ValueError(f"speed must be True, False or 'memory', got {speed!r}")
+    if not speed:
+        return np.full(ds.num_episodes, DEFAULT_SPEED, dtype=np.int64)
+    write = speed != "memory" and os.environ.get(SPEED_IN_MEMORY_ENV, "") not in ("1", "true")
+    return np.asarray(episode_buckets(ds, load_or_compute(ds, write=write)), dtype=np.int64)
 
 
-class FrameDataset:
-    """Map-style frames of a LeRobot root (see the module docstring for the sample layout).
+class FrameDataset(ABC):
+    """Map-style frames of a prepared root or of a mixture: ``len()``, ``ds[i]`` (one sample),
+    ``get_batch(indices)`` (a batch), all read through one :class:`ReadOptions`.
+
+    ``FrameDataset(x, ...)`` builds the kind ``x`` names, with the same arguments:
+    :class:`RootFrameDataset` for a root (path, URL, hub id or opened ``Dataset``),
+    :class:`~episodekit.loaders.mixture.MixtureFrameDataset` (one root per source) for a
+    mixture plan, its folder or a mixture spec. ``isinstance(ds, FrameDataset)`` holds for both.
+    """
+
+    options: ReadOptions
+
+    is_mixture = False
+
+    def __new__(cls, root: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if cls is FrameDataset:
+            cls = pick_kind(FrameDataset, RootFrameDataset, root)
+        return super().__new__(cls)
+
+    @classmethod
+    def claims(cls, first: Any, plan: Any = None) -> bool:
+        """Whether ``FrameDataset(first, ...)`` is this kind (see :mod:`~.kinds`)."""
+        return False
+
+    def __init__(self, options: ReadOptions):
+        self.options = options
+        self.delta_timestamps = dict(options.delta_timestamps or {})
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Frames (samples) of this dataset."""
+
+    @abstractmethod
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """Sample ``i`` (numpy values, ``task`` a string)."""
+
+    @abstractmethod
+    def get_batch(self, indices: np.ndarray | Sequence[int]) -> dict[str, Any]:
+        """Samples ``indices`` as one batch (a leading batch axis; strings as lists)."""
+
+
+class RootFrameDataset(FrameDataset):
+    """Map-style frames of one LeRobot root (see the module docstring for the sample layout).
 
     ``episodes`` selects episode indices (len() = their frames, in episode order);
     ``cache_mb`` bounds the decoded row-group pool, ``footer_mb`` the parsed footers of open
     files (files beyond it are closed and reopened when needed); ``speed=False`` skips the speed
-    artifact (every sample then has speed 50); ``video_backend``: ``"pyav"`` or a
-    :class:`~episodekit.loaders.video.PyAVBackend` (resize, CHW, open-file bound) decodes video
-    features, ``None`` returns their path and timestamp. ``store``: ``"auto"`` reads the fixed-width
-    columns from the dataset's frame store when a fresh one exists (see
+    artifact (every sample then has speed 50), ``speed="memory"`` computes a missing one in
+    memory without writing it (also ``EPISODEKIT_SPEED_IN_MEMORY=1``; by default it is written
+    once, announced in one line); ``video_backend``: ``"auto"`` (the default)
+    decodes video features when PyAV is installed, ``"pyav"`` or a
+    :class:`~episodekit.loaders.video.PyAVBackend` (resize, CHW, open-file bound) always,
+    ``"paths"`` (or None) returns their path and timestamp. ``store``: ``"auto"`` reads the
+    fixed-width columns from the dataset's frame store when a fresh one exists (see
     :func:`episodekit.loaders.store.find_store`), ``None`` always from parquet, a path from that
     store (an error if it is missing or stale). ``warn_cache``: warn once when, without a store,
     the frames do not fit ``cache_mb`` (random access would thrash); streams pass False.
-
-    One root; ``episodekit.loaders.FrameDataset`` (:mod:`episodekit.loaders.factory`) picks this
-    or :class:`~episodekit.loaders.mixture.MixtureFrameDataset` for a mixture.
+    Loaders that open frames themselves pass their :class:`ReadOptions` down (:meth:`open`).
     """
 
     def __init__(
@@ -126,12 +154,39 @@ class FrameDataset:
         episodes: Sequence[int] | np.ndarray | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool = True,
+        speed: bool | str = True,
         footer_mb: float = DEFAULT_FOOTER_MB,
-        video_backend: str | PyAVBackend | None = None,
+        video_backend: str | PyAVBackend | None = "auto",
         store: str | os.PathLike | None = AUTO,
         warn_cache: bool = True,
     ):
+        options = ReadOptions(
+            delta_timestamps, tolerance_s, cache_mb, speed, footer_mb, video_backend, store,
+            warn_cache,
+        )  # fmt: skip
+        self._open(root, options, episodes)
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike | Dataset,
+        options: ReadOptions,
+        episodes: Sequence[int] | np.ndarray | None = None,
+    ) -> RootFrameDataset:
+        """The frames of ``root``'s ``episodes`` read with ``options`` (what loaders call)."""
+        self = super().__new__(cls)
+        self._open(root, options, episodes)
+        return self
+
+    def _open(
+        self,
+        root: str | os.PathLike | Dataset,
+        options: ReadOptions,
+        episodes: Sequence[int] | np.ndarray | None,
+    ) -> None:
+        super().__init__(options)
+        delta_timestamps, tolerance_s = options.delta_timestamps, options.tolerance_s
+        cache_mb, store = options.cache_mb, options.store
         if episodes is not None:
             episodes = int_indices(episodes, "episodes")
             if episodes.size == 0:
@@ -139,10 +194,10 @@ class FrameDataset:
         ds = as_dataset(root)
         self.ds = ds
         # Video hook: None keeps {"path", "timestamp"}; "pyav" decodes (see loaders/video.py).
-        self.video_backend = make_backend(video_backend, tolerance_s) if ds.video_keys else None
+        backend = resolve_backend(options.video_backend, ds)
+        self.video_backend = make_backend(backend, tolerance_s) if ds.video_keys else None
         self.fps = ds.fps
         features = ds.features
-        self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
         self.offsets = delta_offsets(delta_timestamps, features, self.fps, tolerance_s)
         rows = ds.episode_rows(None if episodes is None else np.unique(np.asarray(episodes)))
         self.episode_rows = rows
@@ -157,16 +212,21 @@ class FrameDataset:
         if self.video_keys and "timestamp" not in columns:
             columns["timestamp"] = ()
         self._plain = [k for k in columns if k not in self.offsets and k in features]
+        self._listed = {k for k in self._plain if python_valued(features[k])}
         self._windows = [(k, off) for k, off in self.offsets.items() if k not in self.video_keys]
         self._video_windows = [(k, off) for k, off in self.offsets.items() if k in self.video_keys]
         self.reader = RowGroupReader(
-            ds, columns, file_ids=ds.column("file_id")[rows], cache_mb=cache_mb, footer_mb=footer_mb
+            ds,
+            columns,
+            file_ids=ds.column("file_id")[rows],
+            cache_mb=cache_mb,
+            footer_mb=options.footer_mb,
         )
         self._ep_rg = self.reader.single_row_group(self._from, self._from + self._len)
         # True (a mixture's stream): columns held in an arena come back as PoolRows
         self.defer_pool_rows = False
         self.store: FrameStore | None = find_store(ds, store)
-        if warn_cache and self.store is None and isinstance(store, str) and store == AUTO:
+        if options.warn_cache and self.store is None and isinstance(store, str) and store == AUTO:
             self._warn_if_thrashing(columns, cache_mb)  # (streams read a row group once)
         stored = set(self.store.columns) if self.store is not None else set()
         self._store_base = self.store.base if self.store is not None else 0
@@ -178,11 +238,10 @@ class FrameDataset:
         self._block_windows = {
             k
             for k, off in self._windows
-            if k in stored and len(off) <= len(self.store.columns[k]) and _consecutive(off)
+            if k in stored and len(off) <= len(self.store.columns[k]) and consecutive(off)
         }
 
-        buckets = _speed_buckets(ds) if speed else np.full(ds.num_episodes, DEFAULT_SPEED)
-        self._speed = np.asarray(buckets, dtype=np.int64)[rows]
+        self._speed = _speed_buckets(ds, options.speed)[rows]
         self._task_of = dict(
             zip(ds.tasks.column("task_index").to_pylist(), ds.tasks.column("task").to_pylist())
         )
@@ -328,7 +387,7 @@ class FrameDataset:
         if self._plain_pq or self._windows_pq:  # images, strings: from parquet
             requests = [(c, np.array([g])) for c in self._plain_pq]
             for key, off in self._windows_pq:
-                q, _ = _clamped_window(np.array([g]), off, np.array([[s]]), np.array([[e]]))
+                q, _ = clamped_window(np.array([g]), off, np.array([[s]]), np.array([[e]]))
                 requests.append((key, q))
             got = self._gather_parquet(requests, np.array([k]))
             from_pq = {c: v[0] for (c, _), v in zip(requests, got)}
@@ -397,7 +456,7 @@ class FrameDataset:
                 blocks[key], pads[f"{key}_is_pad"] = self._store_window(key, off, g, s, e)
                 requests.append((key, None))
                 continue
-            q, pads[f"{key}_is_pad"] = _clamped_window(g, off, s, e)
+            q, pads[f"{key}_is_pad"] = clamped_window(g, off, s, e)
             requests.append((key, q))
         video_req: dict[str, int] = {}
         for key in self.video_keys:
@@ -405,7 +464,7 @@ class FrameDataset:
             if win is None:
                 frames = g
             else:
-                frames, pads[f"{key}_is_pad"] = _clamped_window(g, win, s, e)
+                frames, pads[f"{key}_is_pad"] = clamped_window(g, win, s, e)
             video_req[key] = len(requests)
             requests.append(("timestamp", frames))
         values = self._gather([r for r in requests if r[1] is not None], k)
@@ -414,7 +473,7 @@ class FrameDataset:
             values = [blocks[c] if f is None else next(it) for c, f in requests]
         out: dict[str, Any] = {}
         for (c, _), v in zip(requests[: len(self._plain) + len(self._windows)], values):
-            out[c] = v
+            out[c] = v.tolist() if c in self._listed else v
         out.update(pads)
         ti = out["task_index"] if self._frame_task else self._ep_task_index[k]
         out["task"] = self._task_strings(ti)
@@ -504,34 +563,6 @@ class FrameDataset:
                         out.append(np.take(pool[c], rows, axis=0))
                 return out
         return reader.gather(requests)
-
-
-def clamp_to_episode(q: Any, s: Any, e: Any) -> tuple[np.ndarray, np.ndarray]:
-    """LeRobot's padding rule, the one place it is written: frames ``q`` clamped to their
-    episode ``[s, e)`` (a padded slot repeats the edge frame), and ``is_pad``: True exactly where
-    ``q`` left the episode."""
-    q = np.asarray(q)
-    return np.minimum(np.maximum(q, s), e - 1), (q < s) | (q >= e)
-
-
-def _consecutive(off: np.ndarray) -> bool:
-    """Offsets a, a+1, ..., b (a window of consecutive frames)."""
-    return len(off) > 0 and bool(np.all(np.diff(off) == 1))
-
-
-def _clamped_window(
-    g: np.ndarray, off: np.ndarray, s: np.ndarray, e: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Frames ``g + off`` clamped to each episode [s, e) and where they were clamped (is_pad).
-
-    Only rows whose window leaves the episode are clamped (most windows lie inside).
-    """
-    q = g[:, None] + off[None, :]
-    pad = np.zeros(q.shape, dtype=bool)
-    rows = np.flatnonzero((g + off.min() < s[:, 0]) | (g + off.max() >= e[:, 0]))
-    if rows.size:
-        q[rows], pad[rows] = clamp_to_episode(q[rows], s[rows], e[rows])
-    return q, pad
 
 
 def _squeeze(batch: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,60 +34,32 @@ import numpy as np
 from episodekit.core.dataset import Dataset
 from episodekit.core.paths import MIB
 from episodekit.core.words import plural
-from episodekit.core.world import fill_rank
 from episodekit.loaders.arena import PoolArena
-from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset, int_indices
+from episodekit.loaders.frames import FrameDataset, RootFrameDataset
+from episodekit.loaders.kinds import is_mixture_plan, looks_like_mixture
+from episodekit.loaders.mixture_features import (
+    FeatureMap,
+    assemble,
+    join_parts,
+    values_of,
+)
+from episodekit.loaders.options import DEFAULT_TOLERANCE_S, ReadOptions
 from episodekit.loaders.reader import DEFAULT_CACHE_MB, PoolRows
 from episodekit.loaders.sampler import (
     FEISTEL_ROUNDS,
     EpisodeAwareSampler,
     EpochOrder,
-    check_sampler_args,
     feistel_permute,
     items_to_ranges,
 )
-from episodekit.loaders.sharded import (
-    READ_CHUNK,
-    BinLayout,
-    BinOrder,
-    ShardedLoader,
-    batch_row,
-    check_run,
-    concat_batches,
-    row_bytes_estimate,
-)
+from episodekit.loaders.sharded import BinLayout, BinOrder, ShardedLoader, row_bytes_estimate
 from episodekit.loaders.store import AUTO, find_store
+from episodekit.loaders.windows import int_indices
 from episodekit.metadata.mixture.plan_file import MixturePlan
-from episodekit.metadata.mixture.spec import (
-    MIXTURE_FILE,
-    MixtureError,
-    MixtureSpec,
-    parse_mixture,
-    renamed_features,
-)
-from episodekit.metadata.plans.plan_file import is_mixture_dir
+from episodekit.metadata.mixture.spec import MIXTURE_FILE, MixtureError, MixtureSpec, parse_mixture
 
-SOURCE, SOURCE_INDEX = "source", "source_index"
 BLOCK = 1 << 16  # positions whose order is computed at once
 READ_ROWS = 2048  # positions read at once (batches are handed out from them)
-PAD_MASK = "_pad_mask"
-
-
-def looks_like_mixture(obj: Any) -> bool:
-    """A mixture plan, spec, spec dict, inline JSON, ``*.json`` file or mixture plan folder."""
-    if isinstance(obj, (MixturePlan, MixtureSpec, MixtureFrameDataset)):
-        return True
-    if isinstance(obj, dict):
-        return "sources" in obj
-    if isinstance(obj, (str, os.PathLike)) and not isinstance(obj, Dataset):
-        text = os.fspath(obj)
-        if text.lstrip().startswith("{") or text.endswith(".json"):
-            return True
-        if "://" not in text and os.path.isdir(text):
-            import fsspec
-
-            return is_mixture_dir(fsspec.filesystem("file"), os.path.abspath(text))
-    return False
 
 
 def open_mixture(obj: Any) -> tuple[MixtureSpec, list[Dataset]]:
@@ -115,188 +88,20 @@ def open_mixture(obj: Any) -> tuple[MixtureSpec, list[Dataset]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Features: the union under the mixture's names, padding and masks.
-
-
-def _shape(feature: Mapping[str, Any]) -> tuple[int, ...]:
-    shape = tuple(int(x) for x in feature.get("shape") or ())
-    return () if shape in ((), (1,)) else shape
-
-
-class FeatureMap:
-    """How each source's samples become mixture samples (names, widths, dtypes)."""
-
-    def __init__(self, spec: MixtureSpec, datasets: Sequence[Dataset]):
-        self.names = spec.names
-        self.rename: list[dict[str, str]] = []
-        self.inverse: list[dict[str, str]] = []
-        keys_of: list[dict[str, Mapping[str, Any]]] = []
-        for i, ds in enumerate(datasets):
-            ren = renamed_features(spec, i, ds.features)
-            self.rename.append(ren)
-            self.inverse.append({v: k for k, v in ren.items()})
-            keys_of.append({ren[k]: f for k, f in ds.features.items()})
-        self.drop = {k for k, o in spec.features.items() if o.get("drop")}
-        self.pad_to = {k: int(o["pad_to"]) for k, o in spec.features.items() if "pad_to" in o}
-        union: list[str] = []
-        for keys in keys_of:
-            union += [k for k in keys if k not in union and k not in self.drop]
-        for key in list(self.pad_to) + [k for k in spec.features if k not in union]:
-            if key not in union and key not in self.drop:
-                raise MixtureError(f"{spec.where}: features.{key}: no source has {key!r}")
-        self.keys = union
-        self.video = set()
-        self.dtype: dict[str, np.dtype] = {}
-        self.width: dict[str, dict[int, int]] = {}
-        for key in union:
-            missing = [self.names[i] for i, keys in enumerate(keys_of) if key not in keys]
-            if missing:
-                has = [self.names[i] for i, keys in enumerate(keys_of) if key in keys]
-                i = self.names.index(missing[0])
-                raise MixtureError(
-                    f"{spec.where}: source {missing[0]!r} has no feature {key!r} (sources "
-                    f"{', '.join(repr(h) for h in has)} have it): map one of its features to it "
-                    f"with sources[{i}].rename, or drop it with features.{key}.drop"
-                )
-            feats = [keys[key] for keys in keys_of]
-            kinds = {f.get("dtype") for f in feats}
-            if "video" in kinds:
-                if kinds != {"video"}:
-                    raise MixtureError(f"{spec.where}: feature {key!r} is a video in some "
-                                       "sources only")  # fmt: skip
-                self.video.add(key)
-                continue
-            try:
-                self.dtype[key] = np.result_type(*[np.dtype(f.get("dtype")) for f in feats])
-            except TypeError:
-                continue  # images, strings: passed through as they come
-            shapes = [_shape(f) for f in feats]
-            if key in self.pad_to:
-                n = self.pad_to[key]
-                for name, shp in zip(self.names, shapes):
-                    if len(shp) != 1 or shp[0] > n:
-                        raise MixtureError(
-                            f"{spec.where}: features.{key}.pad_to {n}: source {name!r} has "
-                            f"shape {list(shp)} (pad_to takes vectors of at most {n} values)"
-                        )
-                self.width[key] = {i: shp[0] for i, shp in enumerate(shapes)}
-            elif len(set(shapes)) > 1:
-                desc = ", ".join(f"{n!r} {list(s)}" for n, s in zip(self.names, shapes))
-                raise MixtureError(
-                    f"{spec.where}: feature {key!r} has different shapes ({desc}): declare "
-                    f"features.{key}.pad_to"
-                )
-
-    def source_deltas(
-        self, s: int, delta_timestamps: Mapping[str, Sequence[float]] | None
-    ) -> dict[str, list[float]]:
-        """``delta_timestamps`` (mixture names) in source ``s``'s names."""
-        out = {}
-        for key, deltas in (delta_timestamps or {}).items():
-            if key not in self.keys:
-                raise ValueError(
-                    f"delta_timestamps key {key!r} is not a feature of this mixture "
-                    f"(features: {sorted(self.keys)})"
-                )
-            out[self.inverse[s][key]] = list(deltas)
-        return out
-
-    def convert(self, s: int, batch: Mapping[str, Any], n: int | None) -> dict[str, Any]:
-        """Source ``s``'s batch (``n`` rows) or sample (``n`` None) in mixture form."""
-        ren = self.rename[s]
-        out: dict[str, Any] = {}
-        for key, v in batch.items():
-            base, suffix = (key[: -len("_is_pad")], "_is_pad") if key.endswith("_is_pad") else (
-                key, ""
-            )  # fmt: skip
-            name = ren.get(base, base) if base in ren else key
-            if suffix and base in ren:
-                name = name + suffix
-            if (name if not suffix else name[: -len(suffix)]) in self.drop:
-                continue
-            if not suffix and name in self.dtype and isinstance(v, np.ndarray | np.generic):
-                v = np.asarray(v).astype(self.dtype[name], copy=False)
-            if not suffix and name in self.width:
-                width, n_to = self.width[name][s], self.pad_to[name]
-                v = np.asarray(v)
-                padded = np.zeros(v.shape[:-1] + (n_to,), dtype=v.dtype)
-                padded[..., :width] = v
-                v = padded
-                mask = np.zeros(n_to, dtype=bool)
-                mask[width:] = True
-                out[name + PAD_MASK] = (
-                    mask if n is None else np.broadcast_to(mask, (n, n_to)).copy()
-                )
-            out[name] = v
-        if n is None:
-            out[SOURCE], out[SOURCE_INDEX] = self.names[s], s
-        else:
-            out[SOURCE] = [self.names[s]] * n
-            out[SOURCE_INDEX] = np.full(n, s, dtype=np.int64)
-        return out
-
-
-def assemble(parts: list[tuple[np.ndarray, dict[str, Any]]], n: int) -> dict[str, Any]:
-    """One batch of ``n`` rows from per-source batches and the rows each one fills.
-
-    Values that are :class:`PoolRows` of one arena array are gathered once for the whole batch
-    (their indices interleaved); other values are scattered into the batch."""
-    if len(parts) == 1 and np.array_equal(parts[0][0], np.arange(n)):
-        return {k: _values(v) for k, v in parts[0][1].items()}
-    out: dict[str, Any] = {}
-    first = parts[0][1]
-    for key, v in first.items():
-        values = [b[key] for _, b in parts]
-        if isinstance(v, Mapping):
-            out[key] = assemble([(rows, b[key]) for rows, b in parts], n)
-        elif isinstance(v, PoolRows) and all(
-            isinstance(x, PoolRows) and x.base is v.base for x in values
-        ):
-            index = np.empty((n,) + v.index.shape[1:], dtype=np.int64)
-            for (rows, _), x in zip(parts, values):
-                index[rows] = x.index
-            out[key] = np.take(v.base, index, axis=0)
-        elif isinstance(v, list):
-            arr = np.empty(n, dtype=object)
-            for (rows, _), x in zip(parts, values):
-                arr[rows] = x
-            out[key] = arr.tolist()
-        else:
-            values = [_values(x) for x in values]
-            arr = np.empty((n,) + np.shape(values[0])[1:], dtype=np.asarray(values[0]).dtype)
-            for (rows, _), x in zip(parts, values):
-                arr[rows] = x
-            out[key] = arr
-    return out
-
-
-def _values(v: Any) -> Any:
-    """``v`` gathered if it is :class:`PoolRows`, else itself."""
-    return v.values() if isinstance(v, PoolRows) else v
-
-
-def _join(batches: list[dict[str, Any]]) -> dict[str, Any]:
-    """One source's consecutive batches as one (rows of one arena array stay unresolved)."""
-    out: dict[str, Any] = {}
-    for key, v in batches[0].items():
-        values = [b[key] for b in batches]
-        if isinstance(v, PoolRows) and all(
-            isinstance(x, PoolRows) and x.base is v.base for x in values
-        ):
-            out[key] = PoolRows(v.base, np.concatenate([x.index for x in values]))
-        else:
-            out[key] = concat_batches([{key: _values(x)} for x in values])[key]
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # Map-style frames over all sources.
 
 
-class MixtureFrameDataset:
+class MixtureFrameDataset(FrameDataset):
     """Frames of every source's selected episodes, source after source (``FrameDataset`` on a
     mixture). ``ds[i]`` / ``get_batch`` like :class:`FrameDataset`, plus ``source`` and
-    ``source_index``, with the mixture's feature names, padding and masks."""
+    ``source_index``, with the mixture's feature names, padding and masks. Each source is a
+    :class:`RootFrameDataset` opened with these :class:`ReadOptions` (its windows renamed)."""
+
+    is_mixture = True
+
+    @classmethod
+    def claims(cls, first: Any, plan: Any = None) -> bool:
+        return looks_like_mixture(first)
 
     def __init__(
         self,
@@ -305,25 +110,27 @@ class MixtureFrameDataset:
         episodes: Any = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool = True,
+        speed: bool | str = True,
         **kwargs: Any,
     ):
         if episodes is not None:
             raise ValueError("a mixture selects episodes per source (sources[i].episodes/tasks)")
         from episodekit.metadata.mixture.spec import select_episodes
 
+        kwargs.update(
+            delta_timestamps=delta_timestamps, tolerance_s=tolerance_s, cache_mb=cache_mb,
+            speed=speed,
+        )  # fmt: skip
+        super().__init__(ReadOptions.from_kwargs(kwargs, "FrameDataset"))
         self.spec, datasets = open_mixture(mixture)
         self.features = FeatureMap(self.spec, datasets)
-        self.delta_timestamps = dict(delta_timestamps or {})
         self.datasets = [
-            FrameDataset(
+            RootFrameDataset.open(
                 ds,
-                delta_timestamps=self.features.source_deltas(s, delta_timestamps),
-                episodes=ds.column("episode_index")[select_episodes(ds, src, self.spec.where)],
-                tolerance_s=tolerance_s,
-                cache_mb=cache_mb,
-                speed=speed,
-                **kwargs,
+                self.options.replace(
+                    delta_timestamps=self.features.source_deltas(s, delta_timestamps)
+                ),
+                ds.column("episode_index")[select_episodes(ds, src, self.spec.where)],
             )
             for s, (src, ds) in enumerate(zip(self.spec.sources, datasets))
         ]
@@ -414,39 +221,28 @@ class MixtureSampler(EpisodeAwareSampler):
     ``drop_n_first_frames``/``drop_n_last_frames`` (as LeRobot's sampler) are never drawn; the
     quotas stay exact, so the kept frames of a source are drawn a little more often."""
 
-    def __init__(
-        self,
-        dataset: Any,
-        seed: int = 0,
-        shuffle: bool = True,
-        drop_n_first_frames: int = 0,
-        drop_n_last_frames: int = 0,
-        plan: Any | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-    ):
+    @classmethod
+    def claims(cls, first: Any, plan: Any = None) -> bool:
+        return is_mixture_plan(plan) or isinstance(first, MixtureFrameDataset)
+
+    def _select(self, dataset: Any, drop_first: int, drop_last: int) -> None:
+        plan = self.plan
         if not isinstance(plan, MixturePlan):
             raise ValueError(
                 "a mixture needs its mixture plan: EpisodeAwareSampler(ds, plan=load_plan(DIR, "
                 "world_size, num_workers))"
             )
-        rank, world_size = check_sampler_args(
-            seed, drop_n_first_frames, drop_n_last_frames, rank, world_size, plan
-        )
         if not isinstance(dataset, MixtureFrameDataset):
             dataset = MixtureFrameDataset(dataset)
         if dataset.source_names != plan.source_names:
             raise ValueError(
                 f"dataset sources {dataset.source_names} differ from the plan's {plan.source_names}"
             )
-        self.seed, self.shuffle = int(seed), bool(shuffle)
-        self.rank, self.world_size, self.plan = int(rank), int(world_size), plan
         self.dataset = dataset
         K = plan.num_workers
         self.per_bin = int(plan.samples_per_worker)
         self.num_samples = self.per_bin * K
         self.natural = self.num_samples
-        self._stride = 1
         # (bin, source) -> (base, size) in the mixture dataset's index space
         self._ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         for w in range(K):
@@ -455,17 +251,15 @@ class MixtureSampler(EpisodeAwareSampler):
                 sel = items[srcs == s]
                 base, size = items_to_ranges(
                     sel, fd.episode_index, fd.episode_lengths, fd.episode_starts,
-                    drop_n_first_frames, drop_n_last_frames,
+                    drop_first, drop_last,
                 )  # fmt: skip
                 if not size.sum() and plan.bin_draws(self.rank, w)[s]:
                     raise ValueError(
-                        f"drop_n_first_frames={drop_n_first_frames}, drop_n_last_frames="
-                        f"{drop_n_last_frames} leave no frames of source {plan.source_names[s]!r} "
+                        f"drop_n_first_frames={drop_first}, drop_n_last_frames="
+                        f"{drop_last} leave no frames of source {plan.source_names[s]!r} "
                         f"in bin (rank {self.rank}, worker {w}), which draws from it"
                     )
                 self._ranges[(w, s)] = (base + dataset.source_offsets[s], size)
-        self.epoch, self.position = 0, 0
-        self._order = None
         self._orders: dict[tuple, EpochOrder] = {}
         self._order_epoch = -1
         self._identity = {
@@ -475,8 +269,8 @@ class MixtureSampler(EpisodeAwareSampler):
             "shuffle": self.shuffle,
             "frames": self.num_samples,
         }
-        if drop_n_first_frames or drop_n_last_frames:  # (states without drops stay valid)
-            self._identity["drop"] = [int(drop_n_first_frames), int(drop_n_last_frames)]
+        if drop_first or drop_last:  # (states without drops stay valid)
+            self._identity["drop"] = [int(drop_first), int(drop_last)]
 
     def _pass_order(self, epoch: int, w: int, s: int, p: int) -> EpochOrder:
         if self._order_epoch != epoch:
@@ -526,63 +320,37 @@ class MixtureLoader(ShardedLoader):
     """:class:`ShardedLoader` over a mixture plan: one (rank, worker) bin, exactly
     ``plan.bin_draws`` samples of each source per epoch, streamed pool by pool per source."""
 
-    def __init__(
-        self,
-        root: Any = None,
-        plan: Any | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        worker: int | None = None,
-        num_workers: int | None = None,
-        batch_size: int | None = None,
-        seed: int = 0,
-        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-        tolerance_s: float = DEFAULT_TOLERANCE_S,
-        cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool = True,
-        video_backend: Any = None,
-    ):
-        rank, world_size = fill_rank(rank, world_size)
-        if plan is None:
-            from episodekit.metadata.plans.load import load_plan
+    @classmethod
+    def claims(cls, first: Any, plan: Any = None) -> bool:
+        return is_mixture_plan(plan) or (plan is None and looks_like_mixture(first))
 
-            plan = load_plan(os.fspath(root), world_size, num_workers or 1)
+    def _source(self, root: Any) -> Any:
+        return None if root is None else os.fspath(root)
+
+    def _open(self, source: Any, options: ReadOptions) -> None:
+        plan = self.plan
         if not isinstance(plan, MixturePlan):
             raise ValueError("a mixture root needs its mixture plan (load_plan(DIR, ...))")
-        check_run(plan, rank, world_size, worker, num_workers, batch_size, cache_mb)
-
         spec, datasets = open_mixture(plan)
         self.spec, self.features = spec, FeatureMap(spec, datasets)
-        self.plan, self.rank, self.world_size = plan, int(rank), int(world_size)
-        self.num_workers = int(plan.num_workers)
-        self.worker = worker
-        self.batch_size, self.seed = batch_size, int(seed)
-        self.samples_per_worker = int(plan.samples_per_worker)
-        self.plan_id = int(plan.digest[:15], 16)
         K, S = self.num_workers, len(datasets)
-        self.sources: list[FrameDataset] = []
+        self.sources: list[RootFrameDataset] = []
         self._layouts: dict[tuple[int, int], BinLayout] = {}
         pool_rows = []
         # cache_mb is the budget of all sources together, shared as this rank draws from them
         # (a source's pool still holds at least one of its row groups)
         rank_draws = np.array([plan.bin_draws(self.rank, w) for w in range(K)]).sum(0)
-        source_mb = cache_mb * rank_draws / max(int(rank_draws.sum()), 1)
+        source_mb = options.cache_mb * rank_draws / max(int(rank_draws.sum()), 1)
         for s, ds in enumerate(datasets):
             per_worker = []
             for w in range(K):
                 items, srcs = plan.bin_items(self.rank, w), plan.bin_sources(self.rank, w)
                 per_worker.append(items[srcs == s])
             eps = np.unique(np.concatenate(per_worker)[:, 0])
-            fd = FrameDataset(
-                ds,
-                delta_timestamps=self.features.source_deltas(s, delta_timestamps),
-                episodes=eps,
-                tolerance_s=tolerance_s,
-                cache_mb=source_mb[s],
-                speed=speed,
-                video_backend=video_backend,
-                warn_cache=False,  # the stream decodes each row group once per epoch
-                store=None,  # a frame store fills the pool instead (below)
+            deltas = self.features.source_deltas(s, options.delta_timestamps)
+            # store=None: a frame store fills the pool instead (below)
+            fd = RootFrameDataset.open(
+                ds, options.replace(delta_timestamps=deltas, cache_mb=source_mb[s], store=None), eps
             )
             store = find_store(ds, AUTO)
             if store is not None:  # pools copied from the store: no decode, one gather
@@ -613,8 +381,6 @@ class MixtureLoader(ShardedLoader):
         self._orders_epoch = -1
         self._held: dict[int, tuple] = {}
         self.chunks_read = self.shared_chunks = 0  # chunks read / gathered through the arena
-        self.epoch = 0
-        self.position = 0
 
     def _shared_columns(self, datasets: Sequence[Dataset]) -> dict[int, dict[str, str]]:
         """Per source, its columns that every source holds with the batch's dtype and shape
@@ -733,12 +499,6 @@ class MixtureLoader(ShardedLoader):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(srcs), np.concatenate(frames)
 
-    def frame_order(self, epoch: int, start: int = 0) -> Iterator[np.ndarray]:
-        raise NotImplementedError("a mixture's order is (source, frame): use epoch_draws()")
-
-    def bin_order(self, epoch: int, worker: int) -> BinOrder:
-        raise NotImplementedError("a mixture bin has one order per source and pass")
-
     def _read_chunk(self, n: int, chunk: list[tuple]) -> dict[str, Any]:
         """The ``n`` rows of a chunk: each source's frames read from its pool (shared columns as
         arena row indices), then one gather per shared column for all sources."""
@@ -750,14 +510,14 @@ class MixtureLoader(ShardedLoader):
                 if self._held.get(si) != key:  # a part's row groups are held once
                     if got and not fd.reader.holding(rgs, *need):
                         # the hold overwrites this source's region: gather what points at it
-                        got = [{k: _values(v) for k, v in b.items()} for b in got]
+                        got = [{k: values_of(v) for k, v in b.items()} for b in got]
                     fd.reader.hold(rgs, *need)
                     self._held[si] = key
                 decoded = fd.reader.row_groups_read
                 got.append(fd.get_frames(frames))
                 if fd.reader.row_groups_read != decoded and len(got) > 1:  # pragma: no cover
                     raise RuntimeError("a held pool missed a row group its frames need")
-            batch = got[0] if len(got) == 1 else _join(got)
+            batch = got[0] if len(got) == 1 else join_parts(got)
             parts.append((rows, self.features.convert(si, batch, len(rows))))
         self.chunks_read += 1
         idx = [b.get("index") for _, b in parts]
@@ -765,29 +525,11 @@ class MixtureLoader(ShardedLoader):
             self.shared_chunks += 1  # (figures for tests and benchmarks)
         return assemble(parts, n)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        total = len(self)
-        if total and self.position >= total:
-            self.epoch, self.position = self.epoch + 1, 0
-        epoch = self.epoch
-        size = self.batch_size or READ_CHUNK
-        # read several batches at once (one gather per source and part), hand them out one by one
+    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
+        # read several batches at once (one gather per source and part); the loader cuts them
         read = size * max(1, READ_ROWS // size)
-        for n, chunk in self._chunks(epoch, self.position, read):
-            block = self._read_chunk(n, chunk)
-            for a in range(0, n, size):
-                batch = _slice(block, a, min(n, a + size)) if n > size else block
-                if self.batch_size:
-                    self.position += len(batch[SOURCE_INDEX])
-                    yield batch
-                    if epoch != self.epoch:
-                        return
-                    continue
-                for j in range(len(batch[SOURCE_INDEX])):
-                    self.position += 1
-                    yield batch_row(batch, j)
-                if epoch != self.epoch:
-                    return
+        for n, chunk in self._chunks(epoch, start, read):
+            yield n, partial(self._read_chunk, n, chunk)
 
 
 def _take(stream: list[list], n: int) -> list[tuple]:
@@ -804,8 +546,3 @@ def _take(stream: list[list], n: int) -> list[tuple]:
             stream[0][3] = frames[n:]
             n = 0
     return out
-
-
-def _slice(batch: Mapping[str, Any], a: int, b: int) -> dict[str, Any]:
-    """Rows ``[a, b)`` of a batch dict (nested dicts included)."""
-    return {k: (_slice(v, a, b) if isinstance(v, Mapping) else v[a:b]) for k, v in batch.items()}

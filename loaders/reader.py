@@ -39,15 +39,18 @@ def column_to_numpy(arr: pa.Array | pa.ChunkedArray, shape: tuple[int, ...] = ()
     """One decoded column as numpy with rows first: ``(n,)`` scalars, ``(n, *shape)`` vectors.
 
     fixed_size_list (and equal-length list) columns become 2-D (or N-D) numeric arrays; image
-    structs become an object array of their ``bytes``.
+    structs become an object array of their ``bytes``; any other nested column (lists of
+    structs or strings, structs, ragged lists of a scalar feature) an object array of each row's
+    Python value (:func:`python_objects`).
     """
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     n = len(arr)
     t = arr.type
     if pa.types.is_struct(t):
-        name = "bytes" if t.get_field_index("bytes") >= 0 else t.field(0).name
-        return arr.field(name).to_numpy(zero_copy_only=False)
+        if t.get_field_index("bytes") < 0:  # not an image: the row's value as Python objects
+            return python_objects(arr)
+        return arr.field("bytes").to_numpy(zero_copy_only=False)
     if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
         values = arr
         while (
@@ -56,13 +59,24 @@ def column_to_numpy(arr: pa.Array | pa.ChunkedArray, shape: tuple[int, ...] = ()
             or pa.types.is_large_list(values.type)
         ):
             values = values.flatten()
+        numeric = pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+        if not (numeric or pa.types.is_boolean(values.type)):  # lists of structs, strings...
+            return python_objects(arr)
         flat = values.to_numpy(zero_copy_only=False)
         width = flat.size // n if n else int(np.prod(shape or (1,)))
         if n and flat.size != n * width:
+            if not shape:  # a list per row, not a declared vector: its values as they are
+                return python_objects(arr)
             raise ValueError(f"list column of unequal lengths ({flat.size} values, {n} rows)")
         target = tuple(shape) if shape and int(np.prod(shape)) == width else (width,)
         return flat.reshape((n, *target))
     return arr.to_numpy(zero_copy_only=False)
+
+
+def python_objects(arr: pa.Array) -> np.ndarray:
+    """A column as a 1-D object array of each row's Python value (lists, dicts: what
+    ``to_pylist`` gives; LeRobot's language columns, other nested columns)."""
+    return np.fromiter(arr.to_pylist(), dtype=object, count=len(arr))
 
 
 def _check_index_statistics(md: pq.FileMetaData, first: int, path: str) -> None:

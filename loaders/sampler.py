@@ -17,6 +17,7 @@ samples (``trim`` drops a deterministic surplus, ``wrap`` repeats frames to reac
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.hashing import splitmix64
 from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import FrameDataset
+from episodekit.loaders.kinds import pick_kind
 from episodekit.metadata.plans.plan_file import items_digest
 
 FEISTEL_ROUNDS = 4
@@ -159,7 +161,7 @@ def check_sampler_args(
     return int(rank), int(world_size)
 
 
-class EpisodeAwareSampler:
+class EpisodeAwareSampler(ABC):
     """Frame indices of a :class:`FrameDataset` (or a root) in a (seed, epoch)-determined order.
 
     ``drop_n_first_frames``/``drop_n_last_frames`` skip frames at each episode's edges (like
@@ -171,9 +173,31 @@ class EpisodeAwareSampler:
     ``state_dict()`` counts the indices handed out by the iterator; with a DataLoader (which
     prefetches), store ``{"epoch": e, "position": samples_consumed}`` yourself instead.
 
-    One root; ``episodekit.loaders.EpisodeAwareSampler`` (:mod:`episodekit.loaders.factory`)
-    picks this or :class:`~episodekit.loaders.mixture.MixtureSampler` for a mixture.
+    ``EpisodeAwareSampler(...)`` builds the kind its arguments name, same arguments:
+    :class:`RootSampler` for one root, :class:`~episodekit.loaders.mixture.MixtureSampler` for
+    a mixture plan or a mixture dataset. Both share iteration, epochs and states (this class);
+    each kind says which frames an epoch draws and in what order (``_select``, ``indices``).
     """
+
+    def __new__(
+        cls,
+        dataset: Any = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_n_first_frames: int = 0,
+        drop_n_last_frames: int = 0,
+        plan: Any | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> Any:
+        if cls is EpisodeAwareSampler:
+            cls = pick_kind(EpisodeAwareSampler, RootSampler, dataset, plan)
+        return super().__new__(cls)
+
+    @classmethod
+    def claims(cls, first: Any, plan: Any = None) -> bool:
+        """Whether ``EpisodeAwareSampler(first, plan=plan, ...)`` is this kind."""
+        return False
 
     def __init__(
         self,
@@ -192,55 +216,21 @@ class EpisodeAwareSampler:
         self.seed, self.shuffle = int(seed), bool(shuffle)
         self.rank, self.world_size = int(rank), int(world_size)
         self.plan = plan
-        episode_index, length, start = _episode_view(dataset)
-        if plan is None:
-            items = np.stack([episode_index, np.zeros_like(length), length], 1)
-        else:
-            items = plan_items(plan, self.rank)
-        self._base, self._size = items_to_ranges(
-            items, episode_index, length, start, drop_n_first_frames, drop_n_last_frames
-        )
-        self.natural = int(self._size.sum())
-        if plan is not None:
-            self.num_samples = int(plan.samples_per_rank)
-            self._stride = 1
-        else:
-            self.num_samples = self.natural // self.world_size
-            self._stride = self.world_size
-        if self.num_samples and not self.natural:
-            raise ValueError("no frames left to sample (all dropped?)")
         self.epoch = 0
         self.position = 0
-        self._order: EpochOrder | None = None
-        # What a saved state must match to be resumed here (trust: refuse another plan/rank).
-        plan_digest = None
-        if plan is not None:
-            pi = np.asarray(plan.items, dtype=np.int64)
-            plan_digest = items_digest([pi[:, 0], pi[:, 1], pi[:, 2]])
-        self._identity = {
-            "plan": plan_digest,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "shuffle": self.shuffle,
-            "frames": self.natural,
-        }
+        self._select(dataset, int(drop_n_first_frames), int(drop_n_last_frames))
+
+    @abstractmethod
+    def _select(self, dataset: Any, drop_first: int, drop_last: int) -> None:
+        """Which frames an epoch draws: sets ``num_samples``, ``natural`` (frames before the
+        plan's policy) and ``_identity`` (what a saved state must match)."""
+
+    @abstractmethod
+    def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """Indices at ``positions`` (0..len-1) of ``epoch``; vectorized, no state change."""
 
     def __len__(self) -> int:
         return self.num_samples
-
-    def _order_for(self, epoch: int) -> EpochOrder:
-        if self._order is None or self._order_epoch != epoch:
-            self._order = EpochOrder(self._base, self._size, self.seed, epoch, self.shuffle)
-            self._order_epoch = epoch
-        return self._order
-
-    def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
-        """Indices at ``positions`` (0..len-1) of ``epoch``; vectorized, no state change."""
-        p = np.asarray(positions, dtype=np.int64)
-        if p.size and (p.min() < 0 or p.max() >= self.num_samples):
-            raise IndexError(f"positions must be in [0, {self.num_samples})")
-        natural = p * self._stride + (self.rank if self.plan is None else 0)
-        return self._order_for(epoch)(natural)
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
         """All indices of an epoch (O(samples): for checks and tests)."""
@@ -301,4 +291,55 @@ class EpisodeAwareSampler:
                 f"sampler state is for seed {state['seed']}, this sampler has {self.seed}"
             )
         self.epoch, self.position = int(state["epoch"]), position
-        self._order = None
+
+
+class RootSampler(EpisodeAwareSampler):
+    """:class:`EpisodeAwareSampler` over one root: an epoch is an :class:`EpochOrder` of the
+    episodes (or the rank's plan items), strided over the ranks when there is no plan."""
+
+    def _select(self, dataset: Any, drop_first: int, drop_last: int) -> None:
+        plan = self.plan
+        episode_index, length, start = _episode_view(dataset)
+        if plan is None:
+            items = np.stack([episode_index, np.zeros_like(length), length], 1)
+        else:
+            items = plan_items(plan, self.rank)
+        self._base, self._size = items_to_ranges(
+            items, episode_index, length, start, drop_first, drop_last
+        )
+        self.natural = int(self._size.sum())
+        if plan is not None:
+            self.num_samples = int(plan.samples_per_rank)
+            self._stride = 1
+        else:
+            self.num_samples = self.natural // self.world_size
+            self._stride = self.world_size
+        if self.num_samples and not self.natural:
+            raise ValueError("no frames left to sample (all dropped?)")
+        self._order: EpochOrder | None = None
+        # What a saved state must match to be resumed here (trust: refuse another plan/rank).
+        plan_digest = None
+        if plan is not None:
+            pi = np.asarray(plan.items, dtype=np.int64)
+            plan_digest = items_digest([pi[:, 0], pi[:, 1], pi[:, 2]])
+        self._identity = {
+            "plan": plan_digest,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "shuffle": self.shuffle,
+            "frames": self.natural,
+        }
+
+    def _order_for(self, epoch: int) -> EpochOrder:
+        if self._order is None or self._order_epoch != epoch:
+            self._order = EpochOrder(self._base, self._size, self.seed, epoch, self.shuffle)
+            self._order_epoch = epoch
+        return self._order
+
+    def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """Indices at ``positions`` (0..len-1) of ``epoch``; vectorized, no state change."""
+        p = np.asarray(positions, dtype=np.int64)
+        if p.size and (p.min() < 0 or p.max() >= self.num_samples):
+            raise IndexError(f"positions must be in [0, {self.num_samples})")
+        natural = p * self._stride + (self.rank if self.plan is None else 0)
+        return self._order_for(epoch)(natural)

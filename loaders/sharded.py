@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,9 @@ from episodekit.core.footer import read_footer
 from episodekit.core.paths import MIB
 from episodekit.core.words import plural
 from episodekit.core.world import fill_rank
-from episodekit.loaders.frames import DEFAULT_TOLERANCE_S, FrameDataset
+from episodekit.loaders.frames import RootFrameDataset
+from episodekit.loaders.kinds import pick_kind
+from episodekit.loaders.options import DEFAULT_TOLERANCE_S, ReadOptions
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
 from episodekit.loaders.sampler import FEISTEL_ROUNDS, feistel_permute
 
@@ -241,8 +245,8 @@ def check_run(
         raise ValueError(f"cache_mb must be > 0, got {cache_mb}")
 
 
-class ShardedLoader:
-    """Stream one rank's (and worker's) share of a root by its shard plan.
+class ShardedLoader(ABC):
+    """Stream one rank's (and worker's) share of a root, or of a mixture, by its shard plan.
 
     ``plan`` is a :class:`~episodekit.metadata.plans.plan_file.Plan` (or None: ``load_plan(root,
     world_size, num_workers)``). ``rank``/``world_size`` default to torch.distributed, else
@@ -251,13 +255,26 @@ class ShardedLoader:
     (like ``get_batch``; the epoch's last batch may be shorter). ``cache_mb`` bounds the decoded
     row groups held at once, hence the pool: more mixing for more memory.
 
-    One root; ``episodekit.loaders.ShardedLoader`` (:mod:`episodekit.loaders.factory`) picks
-    this or :class:`~episodekit.loaders.mixture.MixtureLoader` for a mixture plan.
+    ``ShardedLoader(...)`` builds the kind its arguments name, same arguments:
+    :class:`RootLoader` for one root, :class:`~episodekit.loaders.mixture.MixtureLoader` for a
+    mixture plan (or ``root`` a mixture plan folder with no plan given). This class holds what
+    both share (the run's checks, bins, epochs, iteration, states); each kind opens its readers
+    (``_open``) and reads an epoch's blocks of samples (``_blocks``).
     """
+
+    def __new__(cls, root: Any = None, plan: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if cls is ShardedLoader:
+            cls = pick_kind(ShardedLoader, RootLoader, root, plan)
+        return super().__new__(cls)
+
+    @classmethod
+    def claims(cls, first: Any, plan: Any = None) -> bool:
+        """Whether ``ShardedLoader(first, plan, ...)`` is this kind."""
+        return False
 
     def __init__(
         self,
-        root: str | os.PathLike | Dataset,
+        root: str | os.PathLike | Dataset | None,
         plan: Any | None = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -268,15 +285,15 @@ class ShardedLoader:
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool = True,
-        video_backend: Any = None,
+        speed: bool | str = True,
+        video_backend: Any = "auto",
     ):
-        ds = as_dataset(root)
         rank, world_size = fill_rank(rank, world_size)
+        source = self._source(root)
         if plan is None:
             from episodekit.metadata.plans.load import load_plan
 
-            plan = load_plan(ds, world_size, num_workers or 1)
+            plan = load_plan(source, world_size, num_workers or 1)
         check_run(plan, rank, world_size, worker, num_workers, batch_size, cache_mb)
         self.plan, self.rank, self.world_size = plan, int(rank), int(world_size)
         self.num_workers = int(plan.num_workers)
@@ -284,41 +301,27 @@ class ShardedLoader:
         self.batch_size, self.seed = batch_size, int(seed)
         self.samples_per_worker = int(plan.samples_per_worker)
         self.plan_id = int(plan.digest[:15], 16)
-        rank_items = np.concatenate([plan.bin_items(self.rank, w) for w in range(self.num_workers)])
-        if isinstance(video_backend, str):  # by name: the stream's default episode cache
-            from episodekit.loaders.video import stream_backend
-
-            video_backend = stream_backend(video_backend, tolerance_s)
-        self.frames = FrameDataset(
-            ds,
-            delta_timestamps=delta_timestamps,
-            episodes=np.unique(np.asarray(rank_items, dtype=np.int64)[:, 0]),
-            tolerance_s=tolerance_s,
-            cache_mb=cache_mb,
-            speed=speed,
-            video_backend=video_backend,  # video hook: a chunk's frames decode in pts order
-            warn_cache=False,  # the stream decodes each row group once per epoch
-        )
-        reader = self.frames.reader
-        store = self.frames.store
-        # a frame store holding every column serves the stream: no pool to decode
-        self._pool_needed = store is None or not set(reader.columns) <= set(store.columns)
-        episode_index, length = ds.column("episode_index"), ds.column("length")
-        frm = ds.column("dataset_from_index")
-        self._bins = []
-        for w in range(self.num_workers):
-            items = np.asarray(plan.bin_items(self.rank, w), dtype=np.int64).reshape(-1, 3)
-            layout = BinLayout(items, episode_index, length, frm, reader.rg_start, reader.rg_rows)
-            if self.samples_per_worker and not layout.total:
-                raise ValueError(f"bin (rank {self.rank}, worker {w}) of the plan has no frames")
-            self._bins.append(layout)
-        row_bytes = row_bytes_estimate(ds, reader.columns)
-        self.pool_rows = max(int(cache_mb * MIB // row_bytes), 1)
-        backend = self.frames.video_backend
-        if backend is not None:  # a pool's decoded video must fit the backend's episode cache
-            self.pool_rows = min(self.pool_rows, backend.pool_rows(ds, self.frames.video_keys))
         self.epoch = 0
         self.position = 0
+        options = ReadOptions(
+            delta_timestamps, tolerance_s, cache_mb, speed, video_backend=video_backend,
+            warn_cache=False,  # a stream decodes each row group once per epoch
+        )  # fmt: skip
+        self._open(source, options)
+
+    @abstractmethod
+    def _source(self, root: Any) -> Any:
+        """What a default plan is loaded from (``load_plan``'s first argument)."""
+
+    @abstractmethod
+    def _open(self, source: Any, options: ReadOptions) -> None:
+        """Open the readers of this rank's bins; sets ``pool_rows`` (part of the order)."""
+
+    @abstractmethod
+    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
+        """``(n, read)`` from sample ``start`` of ``epoch`` on: ``read()`` returns the block's
+        ``n`` samples as one batch; ``n`` is a multiple of ``size`` except at the end (the
+        loader cuts blocks into batches, and reads a block only when one of them is asked)."""
 
     # -- which bins this process reads ---------------------------------------------------------
 
@@ -360,6 +363,118 @@ class ShardedLoader:
         if not 0 <= position <= len(self):
             raise ValueError(f"position {position} outside [0, {len(self)}]")
         self.epoch, self.position = int(epoch), position
+
+    # -- iteration ------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        total = len(self)
+        if total and self.position >= total:
+            self.epoch, self.position = self.epoch + 1, 0  # the previous epoch was finished
+        epoch = self.epoch
+        for ref in self.batch_refs(epoch, self.position):
+            batch = ref.read()
+            if self.batch_size:
+                self.position += ref.rows
+                yield batch
+            else:
+                for j in range(ref.rows):
+                    self.position += 1
+                    yield batch_row(batch, j)
+            if epoch != self.epoch:  # set_epoch/load_state_dict while iterating
+                return
+
+    def batch_refs(self, epoch: int, start: int = 0) -> Iterator[BatchRef]:
+        """The batches of ``epoch`` from sample ``start`` (``batch_size`` samples, else
+        ``READ_CHUNK``), each read only when asked: skipping one reads nothing (a
+        ``make_loader`` worker takes every N-th batch of a bin and skips the others). No state
+        of the loader changes."""
+        size = self.batch_size or READ_CHUNK
+        for n, read in self._blocks(epoch, start, size):
+            block = _Block(read)
+            for a in range(0, n, size):
+                yield BatchRef(block, a, min(n, a + size) - a, n <= size)
+
+    def state_dict(self) -> dict[str, int]:
+        """Where this process is in the epoch, and which order that position belongs to: the plan
+        (``plan``: its digest as an integer), seed, rank, worker (-1: all the rank's bins in
+        turn) and pool size in rows (from ``cache_mb``). A few integers."""
+        workers = self.workers()
+        return {
+            "plan": self.plan_id,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self.position,
+            "rank": self.rank,
+            "worker": workers[0] if len(workers) == 1 else -1,
+            "pool_rows": self.pool_rows,
+        }
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Resume exactly at ``state`` (recomputes the order; skipped samples are not read).
+
+        Raises ValueError when ``state`` is not a ShardedLoader state or was taken with another
+        plan, seed, rank, worker or pool size (its position would mean other samples here).
+        """
+        missing = [k for k in STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(
+                f"not a ShardedLoader state: missing {', '.join(missing)} (pass what "
+                "state_dict() returned)"
+            )
+        mine = self.state_dict()
+        for key, what in (
+            ("plan", "another shard plan"),
+            ("seed", "another seed"),
+            ("rank", "another rank"),
+            ("worker", "another worker"),
+            ("pool_rows", "another pool size (cache_mb or columns differ)"),
+        ):
+            if int(state[key]) != mine[key]:
+                raise ValueError(
+                    f"state was taken with {what}: {key}={state[key]}, this loader has "
+                    f"{key}={mine[key]}; resuming would yield other samples"
+                )
+        self.seek(int(state["epoch"]), int(state["position"]))
+
+
+class RootLoader(ShardedLoader):
+    """:class:`ShardedLoader` over one root: each bin's episodes streamed pool by pool (see the
+    module docstring)."""
+
+    def _source(self, root: Any) -> Dataset:
+        return as_dataset(root)
+
+    def _open(self, ds: Dataset, options: ReadOptions) -> None:
+        plan = self.plan
+        rank_items = np.concatenate([plan.bin_items(self.rank, w) for w in range(self.num_workers)])
+        from episodekit.loaders.video import resolve_backend, stream_backend
+
+        backend = resolve_backend(options.video_backend, ds)
+        if isinstance(backend, str):  # by name: the stream's episode cache
+            backend = stream_backend(backend, options.tolerance_s)
+        options = options.replace(video_backend=backend)
+        # video hook: a chunk's frames decode in pts order
+        self.frames = RootFrameDataset.open(
+            ds, options, np.unique(np.asarray(rank_items, dtype=np.int64)[:, 0])
+        )
+        reader = self.frames.reader
+        store = self.frames.store
+        # a frame store holding every column serves the stream: no pool to decode
+        self._pool_needed = store is None or not set(reader.columns) <= set(store.columns)
+        episode_index, length = ds.column("episode_index"), ds.column("length")
+        frm = ds.column("dataset_from_index")
+        self._bins = []
+        for w in range(self.num_workers):
+            items = np.asarray(plan.bin_items(self.rank, w), dtype=np.int64).reshape(-1, 3)
+            layout = BinLayout(items, episode_index, length, frm, reader.rg_start, reader.rg_rows)
+            if self.samples_per_worker and not layout.total:
+                raise ValueError(f"bin (rank {self.rank}, worker {w}) of the plan has no frames")
+            self._bins.append(layout)
+        row_bytes = row_bytes_estimate(ds, reader.columns)
+        self.pool_rows = max(int(options.cache_mb * MIB // row_bytes), 1)
+        backend = self.frames.video_backend
+        if backend is not None:  # a pool's decoded video must fit the backend's episode cache
+            self.pool_rows = min(self.pool_rows, backend.pool_rows(ds, self.frames.video_keys))
 
     # -- the order ------------------------------------------------------------------------------
 
@@ -416,68 +531,36 @@ class ShardedLoader:
             out.append(self.frames.get_frames(frames))
         return out[0] if len(out) == 1 else concat_batches(out)
 
-    # -- iteration ------------------------------------------------------------------------------
+    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
+        for parts in self._chunks(epoch, start, size):
+            yield sum(len(f) for _, f in parts), partial(self._read, parts)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        total = len(self)
-        if total and self.position >= total:
-            self.epoch, self.position = self.epoch + 1, 0  # the previous epoch was finished
-        epoch = self.epoch
-        size = self.batch_size or READ_CHUNK
-        for parts in self._chunks(epoch, self.position, size):
-            batch = self._read(parts)
-            n = sum(len(f) for _, f in parts)
-            if self.batch_size:
-                self.position += n
-                yield batch
-                continue
-            for j in range(n):
-                self.position += 1
-                yield batch_row(batch, j)
-            if epoch != self.epoch:  # set_epoch/load_state_dict while iterating
-                return
 
-    def state_dict(self) -> dict[str, int]:
-        """Where this process is in the epoch, and which order that position belongs to: the plan
-        (``plan``: its digest as an integer), seed, rank, worker (-1: all the rank's bins in
-        turn) and pool size in rows (from ``cache_mb``). A few integers."""
-        workers = self.workers()
-        return {
-            "plan": self.plan_id,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "position": self.position,
-            "rank": self.rank,
-            "worker": workers[0] if len(workers) == 1 else -1,
-            "pool_rows": self.pool_rows,
-        }
+class _Block:
+    """A block of samples read on first use."""
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Resume exactly at ``state`` (recomputes the order; skipped samples are not read).
+    __slots__ = ("_read", "_value")
 
-        Raises ValueError when ``state`` is not a ShardedLoader state or was taken with another
-        plan, seed, rank, worker or pool size (its position would mean other samples here).
-        """
-        missing = [k for k in STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(
-                f"not a ShardedLoader state: missing {', '.join(missing)} (pass what "
-                "state_dict() returned)"
-            )
-        mine = self.state_dict()
-        for key, what in (
-            ("plan", "another shard plan"),
-            ("seed", "another seed"),
-            ("rank", "another rank"),
-            ("worker", "another worker"),
-            ("pool_rows", "another pool size (cache_mb or columns differ)"),
-        ):
-            if int(state[key]) != mine[key]:
-                raise ValueError(
-                    f"state was taken with {what}: {key}={state[key]}, this loader has "
-                    f"{key}={mine[key]}; resuming would yield other samples"
-                )
-        self.seek(int(state["epoch"]), int(state["position"]))
+    def __init__(self, read: Callable[[], dict[str, Any]]):
+        self._read, self._value = read, None
+
+    def get(self) -> dict[str, Any]:
+        if self._read is not None:
+            self._value, self._read = self._read(), None
+        return self._value
+
+
+class BatchRef:
+    """One batch of a stream (``rows`` samples), read when :meth:`read` is called."""
+
+    __slots__ = ("_block", "_lo", "rows", "_whole")
+
+    def __init__(self, block: _Block, lo: int, rows: int, whole: bool):
+        self._block, self._lo, self.rows, self._whole = block, lo, rows, whole
+
+    def read(self) -> dict[str, Any]:
+        batch = self._block.get()
+        return batch if self._whole else slice_batch(batch, self._lo, self._lo + self.rows)
 
 
 def concat_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -497,3 +580,10 @@ def concat_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
 def batch_row(batch: Mapping[str, Any], j: int) -> dict[str, Any]:
     """Sample ``j`` of a batch dict (nested video dicts included)."""
     return {k: (batch_row(v, j) if isinstance(v, Mapping) else v[j]) for k, v in batch.items()}
+
+
+def slice_batch(batch: Mapping[str, Any], a: int, b: int) -> dict[str, Any]:
+    """Rows ``[a, b)`` of a batch dict (nested dicts included)."""
+    return {
+        k: (slice_batch(v, a, b) if isinstance(v, Mapping) else v[a:b]) for k, v in batch.items()
+    }

@@ -18,14 +18,38 @@ makes batches ``w, w + N, ...`` and the consumer reads them back in order.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+ACCESS = ("stream", "random", "elastic")
 
-class BatchSource:
+
+@dataclasses.dataclass(frozen=True)
+class LoaderRun:
+    """What ``make_loader`` was asked to read, parsed and checked once: the access kind, the
+    batch size, this process's rank in ``world_size``, the worker count and the seed."""
+
+    access: str = "stream"
+    batch_size: int = 256
+    rank: int = 0
+    world_size: int = 1
+    num_workers: int = 2
+    seed: int = 0
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.access not in ACCESS:
+            raise ValueError(f"access must be one of {', '.join(ACCESS)}, got {self.access!r}")
+        if int(self.batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+
+class BatchSource(ABC):
     """The interface (see the module docstring)."""
 
     kind = ""
@@ -34,31 +58,58 @@ class BatchSource:
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in self._opened}
 
+    @abstractmethod
     def open(self) -> None:
         """Build the readers (once per process)."""
 
+    @abstractmethod
     def max_rows(self) -> int:
         """The most rows a batch can have (sizes the ring's slots)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def epoch_state(self, epoch: int) -> dict[str, Any]:
         """The state at the start of ``epoch``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def begin(self, state: Mapping[str, Any]) -> int:
         """Start from ``state``; the number of batches left in its epoch."""
-        raise NotImplementedError
 
+    @abstractmethod
     def batch(self, b: int) -> dict[str, Any]:
         """Batch ``b`` (0-based from the state :meth:`begin` started from)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def state(self, consumed: int) -> dict[str, Any]:
         """The state after ``consumed`` batches from the one :meth:`begin` started from."""
-        raise NotImplementedError
 
     def epoch_of(self, state: Mapping[str, Any]) -> int:
         return int(state["epoch"])
+
+
+def batch_source(
+    root: Any,
+    plan: Any,
+    run: LoaderRun,
+    read: Mapping[str, Any],
+    sampler_kwargs: Mapping[str, Any] | None = None,
+) -> BatchSource:
+    """The batch source of ``make_loader``'s arguments: ``read`` the reader's keyword arguments,
+    ``sampler_kwargs`` the sampler's (random access); see ``make_loader``'s docstring."""
+    from episodekit.metadata.plans.canonical import is_canonical, load_canonical_plan
+    from episodekit.metadata.plans.load import load_plan
+
+    workers = max(run.num_workers, 1)
+    if run.access == "elastic" or (plan is not None and is_canonical(plan)):
+        return ElasticBatches(root, load_canonical_plan(root) if plan is None else plan, run, read)
+    if run.access == "random":
+        from episodekit.loaders.kinds import looks_like_mixture
+
+        if plan is None and looks_like_mixture(root):  # a mixture's sampler needs its plan
+            plan = load_plan(root, run.world_size, workers)
+        return RandomBatches(root, run, read, dict(sampler_kwargs or {}, plan=plan))
+    if plan is None:
+        plan = load_plan(root, run.world_size, workers)
+    return StreamBatches(root, plan, run, read)
 
 
 def _path(root: Any) -> Any:
@@ -77,17 +128,20 @@ class RandomBatches(BatchSource):
     def __init__(
         self,
         root: Any,
-        batch_size: int,
+        run: LoaderRun,
         dataset_kwargs: Mapping[str, Any],
         sampler_kwargs: Mapping[str, Any],
-        drop_last: bool = False,
     ):
-        self.root, self.batch_size, self.drop_last = _path(root), int(batch_size), bool(drop_last)
-        self.dataset_kwargs, self.sampler_kwargs = dict(dataset_kwargs), dict(sampler_kwargs)
+        self.root, self.batch_size, self.drop_last = _path(root), run.batch_size, run.drop_last
+        self.dataset_kwargs = dict(dataset_kwargs)
+        self.sampler_kwargs = dict(
+            sampler_kwargs, seed=run.seed, rank=run.rank, world_size=run.world_size
+        )
 
     def open(self) -> None:
         if getattr(self, "ds", None) is None:
-            from episodekit.loaders.factory import EpisodeAwareSampler, FrameDataset
+            from episodekit.loaders.frames import FrameDataset
+            from episodekit.loaders.sampler import EpisodeAwareSampler
 
             self.ds = FrameDataset(self.root, **self.dataset_kwargs)
             self.sampler = EpisodeAwareSampler(self.ds, **self.sampler_kwargs)
@@ -117,6 +171,7 @@ class RandomBatches(BatchSource):
 
 
 STREAM_IDENTITY = ("plan", "seed", "rank", "pool_rows", "batch_size")
+SKIP_AHEAD = 64  # batches of a bin skipped (order only) before seeking to the next one instead
 
 
 class StreamBatches(BatchSource):
@@ -126,9 +181,10 @@ class StreamBatches(BatchSource):
     kind = "stream"
     _opened = ("bins", "_next", "_iters")
 
-    def __init__(self, root: Any, plan: Any, batch_size: int, loader_kwargs: Mapping[str, Any]):
-        self.root, self.plan, self.batch_size = _path(root), plan, int(batch_size)
-        self.loader_kwargs = dict(loader_kwargs)
+    def __init__(self, root: Any, plan: Any, run: LoaderRun, loader_kwargs: Mapping[str, Any]):
+        self.root, self.plan, self.batch_size = _path(root), plan, run.batch_size
+        self.loader_kwargs = dict(loader_kwargs, rank=run.rank, world_size=run.world_size)
+        self.loader_kwargs["seed"] = run.seed
         self.num_bins = int(plan.num_workers)
         self.per_bin = math.ceil(int(plan.samples_per_worker) / self.batch_size)
 
@@ -142,7 +198,7 @@ class StreamBatches(BatchSource):
     def _bin(self, w: int) -> Any:
         loader = self.bins.get(w)
         if loader is None:
-            from episodekit.loaders.factory import ShardedLoader
+            from episodekit.loaders.sharded import ShardedLoader
 
             loader = self.bins[w] = ShardedLoader(
                 self.root,
@@ -178,12 +234,14 @@ class StreamBatches(BatchSource):
     def batch(self, b: int) -> dict[str, Any]:
         g = self.done + b
         w, j = g % self.num_bins, g // self.num_bins
-        loader = self._bin(w)
-        if self._iters.get(w) is None or self._next.get(w) != j:
-            loader.seek(self.epoch, j * self.batch_size)
-            self._iters[w] = iter(loader)
+        it, at = self._iters.get(w), self._next.get(w, -1)
+        if it is None or j < at or j - at > SKIP_AHEAD:
+            it = self._iters[w] = self._bin(w).batch_refs(self.epoch, j * self.batch_size)
+            at = j
+        for _ in range(j - at):  # batches other workers make (a plan for fewer workers than
+            next(it)  # these processes): skipped without reading, in the same pool order
         self._next[w] = j + 1
-        return next(self._iters[w])
+        return next(it).read()
 
     def state(self, consumed: int) -> dict[str, Any]:
         return {
@@ -213,8 +271,11 @@ class ElasticBatches(BatchSource):
     kind = "elastic"
     _opened = ("loader", "todo")
 
-    def __init__(self, root: Any, plan: Any, loader_kwargs: Mapping[str, Any]):
-        self.root, self.plan, self.loader_kwargs = _path(root), plan, dict(loader_kwargs)
+    def __init__(self, root: Any, plan: Any, run: LoaderRun, loader_kwargs: Mapping[str, Any]):
+        self.root, self.plan = _path(root), plan
+        self.loader_kwargs = dict(
+            loader_kwargs, rank=run.rank, world_size=run.world_size, seed=run.seed
+        )
 
     def open(self) -> None:
         if getattr(self, "loader", None) is None:
@@ -223,25 +284,19 @@ class ElasticBatches(BatchSource):
             self.loader = ElasticLoader(self.root, self.plan, **self.loader_kwargs)
 
     def max_rows(self) -> int:
-        return int(np.diff(self.loader.run.unit_start).max(initial=1))
+        return self.loader.max_unit_rows()
 
     def epoch_state(self, epoch: int) -> dict[str, Any]:
-        self.loader._start(int(epoch), 0, None)
+        self.loader.start_epoch(int(epoch))
         return self.loader.state_dict()
 
     def begin(self, state: Mapping[str, Any] | list) -> int:
-        loader = self.loader
-        loader.load_state_dict(state)
-        run = loader.run
-        self.todo = [u for u in range(run.num_units) if not loader._done(u)]
+        self.loader.load_state_dict(state)
+        self.todo = self.loader.pending_units()
         return len(self.todo)
 
     def batch(self, b: int) -> dict[str, Any]:
-        loader, u = self.loader, self.todo[b]
-        run = loader.run
-        lo, hi = int(run.unit_start[u]), int(run.unit_start[u + 1])
-        positions = run.positions(loader.rank, lo, hi)
-        return loader.frames.get_frames(loader.frames_of(positions, loader.epoch))
+        return self.loader.unit_batch(self.todo[b])
 
     def state(self, consumed: int) -> dict[str, Any]:
         return self.loader.state_at(int(consumed))

@@ -36,7 +36,7 @@ from torch.utils.data import Dataset, IterableDataset
 from episodekit.loaders.elastic import ElasticLoader
 from episodekit.loaders.frames import FrameDataset
 from episodekit.loaders.sharded import ShardedLoader
-from episodekit.loaders.sources import ElasticBatches, RandomBatches, StreamBatches
+from episodekit.loaders.sources import LoaderRun, batch_source
 from episodekit.loaders.workers import BatchLoader
 
 
@@ -197,9 +197,6 @@ def elastic_states(stateful_state: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-ACCESS = ("stream", "random", "elastic")
-
-
 def tensors(
     batch: Mapping[str, Any], copy: bool = False, pin_memory: bool = False, device: Any = None
 ) -> dict[str, Any]:
@@ -221,42 +218,6 @@ def tensors(
     return out
 
 
-def _source(
-    root: Any,
-    plan: Any,
-    access: str,
-    batch_size: int,
-    rank: int,
-    world_size: int,
-    num_workers: int,
-    seed: int,
-    drop_last: bool,
-    sampler_kwargs: Mapping[str, Any] | None,
-    kwargs: dict[str, Any],
-) -> Any:
-    """The batch source of ``make_loader``'s arguments (see its docstring)."""
-    from episodekit.metadata.plans.canonical import is_canonical, load_canonical_plan
-    from episodekit.metadata.plans.load import load_plan
-
-    if access not in ACCESS:
-        raise ValueError(f"access must be one of {', '.join(ACCESS)}, got {access!r}")
-    if access == "elastic" or (plan is not None and is_canonical(plan)):
-        plan = load_canonical_plan(root) if plan is None else plan
-        kw = dict(kwargs, rank=rank, world_size=world_size, seed=seed)
-        return ElasticBatches(root, plan, kw)
-    if access == "random":
-        from episodekit.loaders.mixture import looks_like_mixture
-
-        if plan is None and looks_like_mixture(root):  # a mixture's sampler needs its plan
-            plan = load_plan(root, world_size, max(num_workers, 1))
-        skw = dict(sampler_kwargs or {}, seed=seed, plan=plan, rank=rank, world_size=world_size)
-        return RandomBatches(root, batch_size, kwargs, skw, drop_last)
-    if plan is None:
-        plan = load_plan(root, world_size, max(num_workers, 1))
-    kw = dict(kwargs, rank=rank, world_size=world_size, seed=seed)
-    return StreamBatches(root, plan, batch_size, kw)
-
-
 def make_loader(
     root_or_plan_dir: Any,
     plan: Any = None,
@@ -274,7 +235,7 @@ def make_loader(
     pin_memory: bool = False,
     device: Any = None,
     ring_mb: float | None = None,
-    start_method: str = "spawn",
+    start_method: str | None = None,
     **kwargs: Any,
 ) -> BatchLoader:
     """Batches of tensors from ``num_workers`` worker processes through a shared-memory ring
@@ -302,32 +263,23 @@ def make_loader(
     ``pin_memory`` / ``device`` copy them anyway. ``prefetch`` slots per worker; ``ring_mb``
     caps the ring (an error names the need). Use it as a context manager or call ``close()``
     (workers also stop at exit and when the training process dies). Workers are started with
-    ``start_method`` ('spawn': the script's top level must be under ``if __name__ ==
-    "__main__":``). ``state_dict()`` / ``load_state_dict()`` / ``set_epoch()`` as the in-process
-    loaders: resuming gives exactly the remaining batches.
+    ``start_method``; by default 'spawn' where it can start them, and 'fork' on Linux (when safe:
+    CUDA not initialized here) where 'spawn' would run the script again (a call at the top level
+    of a script without ``if __name__ == "__main__":``, a script on stdin), so those work as with
+    ``DataLoader``; else one line naming what to add. ``state_dict()`` / ``load_state_dict()`` /
+    ``set_epoch()`` as the in-process loaders: resuming gives exactly the remaining batches.
     """
     from episodekit.core.world import fill_rank
 
     rank, world_size = fill_rank(rank, world_size)
-    if int(batch_size) < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    source = _source(
-        root_or_plan_dir,
-        plan,
-        access,
-        int(batch_size),
-        int(rank),
-        int(world_size),
-        int(num_workers),
-        seed,
-        drop_last,
-        sampler_kwargs,
-        dict(kwargs),
+    run = LoaderRun(
+        access, int(batch_size), int(rank), int(world_size), int(num_workers), seed, drop_last
     )
+    source = batch_source(root_or_plan_dir, plan, run, kwargs, sampler_kwargs)
 
     def convert(batch: dict[str, Any]) -> dict[str, Any]:
         return tensors(batch, copy, pin_memory, device)
 
     return BatchLoader(
-        source, num_workers, prefetch, int(rank), ring_mb, start_method, convert=convert
+        source, num_workers, prefetch, run.rank, ring_mb, start_method, convert=convert
     )

@@ -1,5 +1,8 @@
 """Decoded video frames for the loaders (the optional ``[video]`` extra, PyAV).
 
+- By default (``video_backend="auto"``) every loader decodes video features when PyAV is
+  installed and the root is local; ``video_backend="paths"`` (or None) returns
+  ``{"path", "timestamp"}`` instead (:func:`resolve_backend`).
 - :class:`PyAVBackend` is what ``FrameDataset(..., video_backend="pyav")`` uses: it returns uint8
   frames (HWC, or CHW with ``channels_first``) closest to each query time within ``tolerance_s``
   (LeRobot's rule; farther raises :class:`FrameTimestampError`), from a bounded per-process cache
@@ -25,9 +28,11 @@ import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.paths import MIB
 from episodekit.core.video import FrameTimestampError, VideoError, VideoFile, require_av
 
@@ -38,10 +43,12 @@ __all__ = [
     "VideoError",
     "decode_episode",
     "make_backend",
+    "resolve_backend",
     "stream_backend",
 ]
 
 BACKENDS = ("pyav",)
+AUTO, PATHS = "auto", "paths"  # the default (decode when PyAV is installed), paths on request
 DEFAULT_MAX_OPEN = 32  # open files per process (a container, its index and a decoder each)
 STREAM_EPISODE_CACHE_MB = 256  # the stream's default: whole episodes decoded once, kept as yuv
 THRASH_LIMIT = 8  # episodes evicted mostly unserved before the episode cache turns itself off
@@ -255,13 +262,52 @@ class PyAVBackend:
         return self._finish(out.reshape(*t.shape, *out.shape[1:]))
 
 
-def make_backend(backend: str | PyAVBackend | None, tolerance_s: float) -> PyAVBackend | None:
-    """``None`` (no decoding), a backend name from :data:`BACKENDS`, or a backend instance."""
-    if backend is None or isinstance(backend, PyAVBackend):
+def resolve_backend(backend: str | PyAVBackend | None, ds: Any) -> str | PyAVBackend | None:
+    """What ``video_backend`` means for root ``ds``: ``"auto"`` (the default) is ``"pyav"``
+    when PyAV is installed and the root is local, else paths with one warning saying why;
+    ``"paths"`` and None are paths (no decoding); a name or an instance stays as given."""
+    if backend is None or backend == PATHS:
+        return None
+    if not (isinstance(backend, str) and backend == AUTO):
         return backend
+    if not ds.video_keys:
+        return None
+    from episodekit.loaders.store import warn_once
+
+    why = ""
+    if not ds.is_local:
+        why = "PyAV decodes local files only (prepare's --out DIR --videos makes a local copy)"
+    elif not _av_imports():
+        why = "PyAV is not installed (pip install 'episodekit[video]' decodes them)"
+    if why:
+        warn_once(
+            str(ds.root),
+            "video-paths",
+            f"{ds.root}: video features come back as {{path, timestamp}}: {why}; "
+            "video_backend='paths' asks for paths without this warning",
+        )
+        return None
+    return "pyav"
+
+
+def _av_imports() -> bool:
+    try:
+        require_av()
+    except EnvironmentProblem:
+        return False
+    return True
+
+
+def make_backend(backend: str | PyAVBackend | None, tolerance_s: float) -> PyAVBackend | None:
+    """``None`` or ``"paths"`` (no decoding), a backend name from :data:`BACKENDS`, or a backend
+    instance (``"auto"`` is resolved first: :func:`resolve_backend`)."""
+    if backend is None or backend == PATHS or isinstance(backend, PyAVBackend):
+        return None if backend == PATHS else backend
     if backend == "pyav":
         return PyAVBackend(tolerance_s=tolerance_s)
-    raise ValueError(f"video_backend must be one of {BACKENDS} or None, got {backend!r}")
+    raise ValueError(
+        f"video_backend must be 'auto', 'pyav', 'paths' (or None) or a PyAVBackend, got {backend!r}"
+    )
 
 
 def stream_backend(backend: str | PyAVBackend | None, tolerance_s: float) -> PyAVBackend | None:

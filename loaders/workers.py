@@ -1,8 +1,9 @@
 """Worker processes that make numbered batches into a shared-memory ring, and the ordered reader.
 
 :class:`BatchLoader` iterates a :class:`~episodekit.loaders.sources.BatchSource` epoch by epoch:
-in-process with ``num_workers=0``, else through ``num_workers`` processes (started with 'spawn' by
-default: each unpickles the source and opens its own readers). Worker ``w`` of ``N`` makes
+in-process with ``num_workers=0``, else through ``num_workers`` processes (started with 'fork' on
+Linux when that is safe, else 'spawn': :mod:`~episodekit.loaders.process_start`; each unpickles
+the source and opens its own readers). Worker ``w`` of ``N`` makes
 batches ``w, w + N, ...`` of the epoch and copies each into one of its ``prefetch`` slots of the
 ring (:mod:`~episodekit.loaders.ring`); the reader takes batch ``b`` from worker ``b % N``, so the
 batches come in the same order as in-process, whatever ``N``. A batch is numpy views of its slot:
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import threading
 import time
@@ -28,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from episodekit.loaders.process_start import StderrRelay, choose_start_method, died
 from episodekit.loaders.ring import Ring, remove_stale_segments, slot_bytes_for, split_batch, unlink
 from episodekit.loaders.sources import BatchSource
 
@@ -155,10 +158,14 @@ def _watch_parent(worker: _Worker, parent_pid: int) -> None:
             os._exit(0)
 
 
-def worker_main(source: BatchSource, w: int, n: int, conn: Any, parent_pid: int) -> None:
-    """Entry point of worker ``w`` of ``n`` (importable: 'spawn' and 'forkserver' run it)."""
+def worker_main(source: bytes, w: int, n: int, conn: Any, parent_pid: int) -> None:
+    """Entry point of worker ``w`` of ``n`` (importable: 'spawn' and 'forkserver' run it).
+
+    ``source`` comes pickled whatever the start method: a forked worker must not use the
+    readers the training process opened (file offsets and handles are shared across a fork),
+    so it unpickles the description and opens its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
-    worker = _Worker(source, w, n, conn, parent_pid)
+    worker = _Worker(pickle.loads(source), w, n, conn, parent_pid)
     threading.Thread(target=_watch_parent, args=(worker, parent_pid), daemon=True).start()
     try:
         worker.run()
@@ -177,6 +184,7 @@ class _Resources:
     def __init__(self) -> None:
         self.procs: list[Any] = []
         self.conns: list[Any] = []
+        self.relays: list[StderrRelay] = []
         self.ring: Ring | None = None
 
     def shutdown(self) -> None:
@@ -193,7 +201,9 @@ class _Resources:
             if p.is_alive():
                 p.kill()
                 p.join(1.0)
-        self.procs, self.conns = [], []
+        for relay in self.relays:
+            relay.stop()
+        self.procs, self.conns, self.relays = [], [], []
         if self.ring is not None:
             self.ring.close()
             self.ring = None
@@ -209,26 +219,30 @@ class WorkerPool:
         prefetch: int = 2,
         rank: int = 0,
         ring_mb: float | None = None,
-        start_method: str = "spawn",
+        start_method: str | None = None,
     ):
         self.source, self.n, self.prefetch = source, int(num_workers), max(int(prefetch), 1)
         self.rank, self.ring_mb = int(rank), ring_mb
         self.res = _Resources()
         self._finalizer = weakref.finalize(self, self.res.shutdown)
         remove_stale_segments()
-        ctx = mp.get_context(start_method)
+        self.start_method = choose_start_method(start_method)
+        ctx = mp.get_context(self.start_method)
+        payload = pickle.dumps(source)
         for w in range(self.n):
             mine, theirs = ctx.Pipe(duplex=True)
             p = ctx.Process(
                 target=worker_main,
-                args=(source, w, self.n, theirs, os.getpid()),
+                args=(payload, w, self.n, theirs, os.getpid()),
                 daemon=True,
                 name=f"episodekit-loader-{w}",
             )
-            p.start()
+            self.res.relays.append(StderrRelay.start(p))
             theirs.close()
             self.res.procs.append(p)
             self.res.conns.append(mine)
+        for relay in self.res.relays:  # (threads only once every worker is started: fork)
+            relay.run_in_thread()
         self.gen = 0
         self.held: tuple[int, int, int] | None = None
 
@@ -284,10 +298,7 @@ class WorkerPool:
         except (EOFError, OSError):
             pass
         proc.join(1.0)
-        raise WorkerError(
-            f"loader worker {w} (pid {proc.pid}) died without a word (exit code "
-            f"{proc.exitcode}); out of memory? see the system log"
-        )
+        raise WorkerError(died(w, proc, self.res.relays[w], self.start_method))
 
     def _make_ring(self, batch: Mapping[str, Any]) -> None:
         arrays, _ = split_batch(batch)
@@ -319,7 +330,7 @@ class BatchLoader:
         prefetch: int = 2,
         rank: int = 0,
         ring_mb: float | None = None,
-        start_method: str = "spawn",
+        start_method: str | None = None,
         convert: Callable[[dict[str, Any]], Any] | None = None,
     ):
         if int(num_workers) < 0:

@@ -61,6 +61,8 @@ class SpeedFileError(DatasetError):
 # --------------------------------------------------------------------------------------------
 # Computing
 
+SPEED_IN_MEMORY_ENV = "EPISODEKIT_SPEED_IN_MEMORY"  # 1: loaders never write the speed file
+
 
 def _sort_by_task_then_length(
     task_index: np.ndarray, lengths: np.ndarray
@@ -367,7 +369,18 @@ def _episodes_added(ds: Dataset, rows: Sequence[dict]) -> bool:
     return any(now.get(r["task_index"], 0) > r["n_episodes"] for r in rows)
 
 
-def _load_or_compute(ds: Dataset, me: RankInfo) -> list[dict]:
+def _written(ds: Dataset, rows: list[dict], write: bool) -> list[dict]:
+    """Write ``rows`` (when ``write``) and say so in one line: the loaders' only write."""
+    if write and write_speed_file(ds, rows):
+        log.warning(
+            f"{ds.root}: wrote {SPEED_FILE} (speed percentiles of the episode lengths, "
+            f"computed once); the loaders' speed='memory' or {SPEED_IN_MEMORY_ENV}=1 keeps "
+            "them in memory instead"
+        )
+    return rows
+
+
+def _load_or_compute(ds: Dataset, me: RankInfo, write: bool = True) -> list[dict]:
     try:
         file_rows = read_speed_file(ds)
     except SpeedFileError as exc:
@@ -376,9 +389,7 @@ def _load_or_compute(ds: Dataset, me: RankInfo) -> list[dict]:
         )
         return compute_speed_rows(ds)
     if file_rows is None:
-        rows = compute_speed_rows(ds)
-        write_speed_file(ds, rows)
-        return rows
+        return _written(ds, compute_speed_rows(ds), write)
     if (
         me.is_main
         and file_fingerprints(file_rows) != {ds.fingerprint}
@@ -397,22 +408,22 @@ def _load_or_compute(ds: Dataset, me: RankInfo) -> list[dict]:
         return file_rows
     new = [r for r in compute_speed_rows(ds) if r["task_index"] not in present and r["n_episodes"]]
     rows = sorted([*file_rows, *new], key=lambda r: r["task_index"])
-    write_speed_file(ds, rows)
-    return rows
+    return _written(ds, rows, write)
 
 
-def load_or_compute(ds: Dataset) -> list[dict]:
+def load_or_compute(ds: Dataset, write: bool = True) -> list[dict]:
     """Runtime path: the speed rows of ``ds`` for a training job, identical on every rank.
 
     Uses the file as it is when present (rows verbatim; tasks missing from it are computed and
-    appended), else computes it. Only the global main process writes; a read-only or remote root
-    keeps the result in memory. Warns once (main rank) when episodes were added since the file was
-    written; a subset of the file's episodes is silent. Under torch.distributed every rank reaches
-    one barrier before returning, also on errors.
+    appended), else computes it. Only the global main process writes, and says so in one line;
+    ``write=False`` (or a read-only or remote root, with one warning) keeps the result in memory.
+    Warns once (main rank) when episodes were added since the file was written; a subset of the
+    file's episodes is silent. Under torch.distributed every rank reaches one barrier before
+    returning, also on errors.
     """
     me = rank_info()
     try:
-        return _load_or_compute(ds, me)
+        return _load_or_compute(ds, me, write)
     finally:
         if me.uses_torch:
             barrier()

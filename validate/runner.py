@@ -23,6 +23,7 @@ from episodekit.core.memory import release_memory
 from episodekit.core.words import plural
 from episodekit.validate.declared import CHECKS as DECLARED_CHECKS
 from episodekit.validate.declared import DEEP_ONLY as DECLARED_DEEP_ONLY
+from episodekit.validate.language import CHECKS as LANGUAGE_CHECKS
 from episodekit.validate.quality import CHECKS as QUALITY_CHECKS
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
 from episodekit.validate.video import CHECKS as VIDEO_CHECKS
@@ -77,6 +78,7 @@ CHECKS: dict[str, str] = {
     "data.shape": "list lengths match the declared shape",
     "data.image": "(--deep) image bytes start with a known image header",
     **_declared("data."),
+    **LANGUAGE_CHECKS,
     "layout.row_groups": "row groups inside the target band (warning)",
     "layout.split_episode": "no episode split across row groups (warning)",
     "layout.page_index": "page index written (warning)",
@@ -225,6 +227,7 @@ def validate(
     from episodekit.validate import artifacts as checks_artifacts
     from episodekit.validate import data as checks_data
     from episodekit.validate import declared as checks_declared
+    from episodekit.validate import language as checks_language
     from episodekit.validate import layout as checks_layout
     from episodekit.validate import meta as checks_meta
     from episodekit.validate import stats as checks_stats
@@ -274,6 +277,7 @@ def validate(
             release_memory()  # the scan's per-episode frames: give them back before the next
         if "data.image_shape" in want:
             found += checks_declared.check_images(raw, list(schemas))
+        found += checks_language.check_language(raw, list(schemas)) if wants("data.lang") else []
     if wants("quality"):
         from episodekit.validate import quality as checks_quality
 

@@ -178,7 +178,9 @@ def test_videos_images_and_undeclared_columns(make_sample):
     ds = open_dataset(str(root))
     ref = read_all(root)
     key = "observation.images.cam1"
-    fds = FrameDataset(root, delta_timestamps={key: [-1 / FPS, 0.0]}, speed=False)
+    fds = FrameDataset(
+        root, delta_timestamps={key: [-1 / FPS, 0.0]}, speed=False, video_backend="paths"
+    )
     assert "language_events" not in fds[0]
     for i in (0, 1, len(fds) - 1, int(ds.column("dataset_from_index")[3]) + 2):
         s = fds[i]

@@ -132,8 +132,8 @@ def test_framedataset_through_store_equals_parquet(make_sample, kind):
         windows["observation.images.wrist"] = [-1 / FPS, 0.0]
         windows["observation.images.cam0"] = [-1 / FPS, 0.0, 1 / FPS]
     for deltas in (windows, {}, {"observation.state": [0.1, -0.5, 2.0], "action": [-3.0]}):
-        st = FrameDataset(root, delta_timestamps=deltas)
-        pq_ds = FrameDataset(root, delta_timestamps=deltas, store=None)
+        st = FrameDataset(root, delta_timestamps=deltas, video_backend="paths")
+        pq_ds = FrameDataset(root, delta_timestamps=deltas, store=None, video_backend="paths")
         assert st.store is not None and pq_ds.store is None
         n = len(st)
         for i in [0, 1, n - 1, -1, *range(0, n, 37)]:

@@ -49,7 +49,7 @@ def lerobot_decode(path: str, timestamps: list[float], tolerance_s: float) -> np
 @pytest.mark.parametrize("codec,gop", [("av1", 2), ("h264", 7)], ids=["av1_gop2", "h264_gop7"])
 def test_frames_match_lerobot_pyav_decode_pixel_for_pixel(make_sample, codec, gop):
     root = make_sample(copy=False, video_codec=codec, gop=gop, **SPEC)
-    plain = FrameDataset(root, delta_timestamps={CAM0: WINDOW}, speed=False)
+    plain = FrameDataset(root, delta_timestamps={CAM0: WINDOW}, speed=False, video_backend="paths")
     fds = FrameDataset(root, delta_timestamps={CAM0: WINDOW}, speed=False, video_backend="pyav")
     rng = np.random.default_rng(0)
     for i in [0, len(fds) - 1, *rng.integers(0, len(fds), 25).tolist()]:
@@ -91,7 +91,7 @@ def test_resize_channels_first_and_bounded_cache(make_sample):
     root = make_sample(copy=False, **SPEC)
     backend = PyAVBackend(size=(24, 32), channels_first=True, max_open=1)
     fds = FrameDataset(root, speed=False, video_backend=backend)
-    plain = FrameDataset(root, speed=False)
+    plain = FrameDataset(root, speed=False, video_backend="paths")
     for i in range(0, len(fds), 7):
         s = fds[i]
         assert s[CAM0].shape == (3, 24, 32) and s[CAM0].dtype == np.uint8
@@ -134,7 +134,7 @@ def test_unknown_backend_is_a_clear_error(make_sample):
 
 def test_decode_episode_is_one_seek_per_run_and_keeps_query_order(make_sample):
     root = make_sample(copy=False, **{**SPEC, "gop": 4})
-    plain = FrameDataset(root, speed=False)
+    plain = FrameDataset(root, speed=False, video_backend="paths")
     ds = open_dataset(str(root))
     lo, hi = int(ds.column("dataset_from_index")[1]), int(ds.column("dataset_to_index")[1])
     ref = plain.get_batch(np.arange(lo, hi))[CAM0]

@@ -221,11 +221,12 @@ def test_vid24_decoded_frames_pixel_equal(tmp_path):
 KILLED = textwrap.dedent(
     """
     import json, sys, time
-    from episodekit.loaders.sources import RandomBatches
+    from episodekit.loaders.sources import LoaderRun, RandomBatches
     from episodekit.loaders.workers import BatchLoader
 
     if __name__ == "__main__":  # (numpy only: make_loader is this plus torch tensors)
-        loader = BatchLoader(RandomBatches(sys.argv[1], 16, {}, {}), num_workers=2)
+        source = RandomBatches(sys.argv[1], LoaderRun(batch_size=16), {}, {})
+        loader = BatchLoader(source, num_workers=2)
         it = iter(loader)
         next(it), next(it)
         print(json.dumps({"pids": loader.pool.pids, "ring": loader.pool.ring.name}), flush=True)
@@ -325,8 +326,7 @@ def test_a_worker_that_dies_is_reported(root):
 
 
 def test_mixture_stream_and_random_same_as_in_process(tmp_path):
-    from episodekit.loaders import load_plan
-    from episodekit.loaders.factory import FrameDataset
+    from episodekit.loaders import FrameDataset, load_plan
     from episodekit.loaders.mixture import MixtureSampler
     from episodekit.loaders.torch import make_loader
     from episodekit.metadata.mixture.plan import ensure_mixture_plans
