@@ -296,7 +296,8 @@ def _build(
     schema = output_schema(plan, removed)
     say(f"writing {plural(plan.num_episodes, 'episode')}, {plural(plan.num_frames, 'frame')}")
     data = write_data(plan, staging, schema, maps, target, chunks, options.executor)
-    video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
+    lossless = dict(options.extra).get("video_cut") == "lossless"
+    video_cols, video_frames = _videos(plan, staging, features, info0, chunks, lossless)
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
         plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb, features
@@ -311,7 +312,11 @@ def _build(
     meta_mod.write_json(
         staging / "meta/stats.json", meta_mod.dataset_stats(episodes, features, fallback)
     )
-    if options.fill_stats:
+    if plan.frames:  # episodes cut inside: their carried-over stats are stale
+        from episodekit.writers.frame_rows import recompute_stats
+
+        result.stats = recompute_stats(staging)
+    elif options.fill_stats:
         from episodekit.writers.stats_fill import fill_missing_stats
 
         result.stats = fill_missing_stats(staging, complete=options.fill_stats == "complete")
@@ -320,6 +325,10 @@ def _build(
         verify_data(staging, plan, data, options.executor)
         verify_videos(staging, video_frames)
         verify_root(staging, plan)
+        if plan.frames:
+            from episodekit.writers.frame_rows import verify_frames
+
+            verify_frames(staging, plan)
     except VerificationError as exc:  # the sources are at fault (or a bug): nothing published
         raise DatasetError(f"the output failed verification, nothing was published: {exc}") from exc
     mark_output_dir(staging, options.what)
@@ -341,7 +350,7 @@ def _source_stats(ds: Dataset) -> dict:
 
 
 def _videos(
-    plan: OutputPlan, staging: Path, features: dict, info: dict, chunks: int
+    plan: OutputPlan, staging: Path, features: dict, info: dict, chunks: int, lossless: bool
 ) -> tuple[dict, dict[str, dict[str, int]]]:
     keys = [k for k, f in features.items() if f.get("dtype") == "video"]
     if not keys:
@@ -350,5 +359,10 @@ def _videos(
 
     current().step(f"copying the video packets of {plural(len(keys), 'camera')}")
     limit = float(info.get("video_files_size_in_mb") or 200)
+    if plan.frames:  # episodes cut inside: a smart cut (writers/frame_video.py)
+        from episodekit.writers.frame_video import write_videos as cut_videos
+
+        cols, frames, _cut = cut_videos(plan, staging, keys, limit, chunks, lossless)
+        return cols, frames
     cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
     return cols, frames

@@ -1,0 +1,294 @@
+"""Smart cut: mp4 episodes cut at any frame, re-encoding only the groups of pictures (GOPs) a
+cut falls in and copying every other packet unchanged.
+
+Each output episode is a :class:`Piece`: the kept frame ranges of one source episode. A kept
+range that starts on a keyframe is copied packet by packet (its decoded frames are
+bit-identical to the source's); one that starts inside a GOP has its frames up to the next
+keyframe decoded (from that GOP's keyframe) and encoded anew with the stream's codec, size,
+pixel format and time base, starting with a keyframe, then the rest is copied. So every
+episode, and every kept range, starts on a keyframe. A range that ends inside a GOP is copied
+up to the cut when the stream reorders no frame across it (AV1 as LeRobot writes it, H.264
+without B-frames); else that last GOP is re-encoded too.
+
+Re-encoded frames are checked before anything is muxed: each is decoded again and compared
+with the source frame (PSNR over the planes, as stored); below :data:`MIN_PSNR` the GOP is
+encoded again at a higher quality, and when even that fails the cut is refused. Output
+frames sit back to back: frame ``j`` of an episode at ``offset + j`` frame durations.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from episodekit.core.errors import EnvironmentProblem, os_problem
+from episodekit.core.video import VideoError, canonical_codec, require_av
+from episodekit.prep.remux import Placed, signature_difference, stream_signature
+
+MIN_PSNR = 40.0  # dB: the floor for a re-encoded frame against the source frame
+# encoder and quality ladder per codec (the first setting that reaches MIN_PSNR is used)
+ENCODERS = {
+    "av1": ("libsvtav1", [{"crf": "20", "preset": "8"}, {"crf": "8", "preset": "8"}]),
+    "h264": ("libx264", [{"crf": "14", "bframes": "0"}, {"crf": "4", "bframes": "0"}]),
+}
+
+
+class SmartCutRefused(ValueError):
+    """A cut that needs a GOP re-encoded while the caller asked for packet copy only."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One output episode: frames ``ranges`` ([a, b) of the episode's frames, ascending) of the
+    episode that starts at ``from_ts`` seconds in the local mp4 ``src`` and has ``length``
+    frames."""
+
+    src: str
+    from_ts: float
+    length: int
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass
+class CutStats:
+    """What a smart cut did: frames copied and re-encoded, GOPs re-encoded, worst PSNR."""
+
+    copied: int = 0
+    reencoded: int = 0
+    gops: int = 0
+    min_psnr: float = float("inf")
+
+
+def _episode_packets(container: Any, stream: Any, piece: Piece, fps: float) -> list[Any]:
+    """The episode's packets in decode order: pts within half a frame of its span."""
+    tb = Fraction(stream.time_base)
+    frame = Fraction(1) / Fraction(fps).limit_denominator(1_000_000) / tb
+    lo = Fraction(piece.from_ts) / tb - frame / 2
+    hi = lo + frame * piece.length
+    container.seek(max(0, int(lo) - 1), stream=stream, backward=True, any_frame=False)
+    out = []
+    for packet in container.demux(stream):
+        if packet.size == 0 or packet.pts is None:
+            continue
+        if packet.pts >= hi and packet.dts is not None and packet.dts >= hi:
+            break
+        if lo <= packet.pts < hi:
+            out.append(packet)
+    return out
+
+
+def _plan_range(a: int, b: int, key: np.ndarray, rank: np.ndarray) -> list[tuple[str, int, int]]:
+    """``[a, b)`` as ("copy" | "encode", first, end) runs in display order. ``key``: display
+    indices of the keyframes; ``rank``: each packet's display index, in decode order."""
+    runs: list[tuple[str, int, int]] = []
+    start = a
+    if a not in set(key.tolist()):
+        nxt = key[key > a]
+        start = min(int(nxt[0]) if len(nxt) else b, b)
+        runs.append(("encode", a, start))
+    if start < b:
+        # copy [start, b) unless a packet decoded before the last kept one shows a frame >= b
+        last = int(np.flatnonzero(rank < b).max())
+        first = int(np.flatnonzero(rank == start)[0])
+        if np.any(rank[first:last] >= b):
+            k0 = int(key[key <= b - 1].max())
+            if k0 > start:
+                runs.append(("copy", start, k0))
+            runs.append(("encode", max(k0, start), b))
+        else:
+            runs.append(("copy", start, b))
+    return runs
+
+
+def _decode(stream: Any, packets: list[Any], rank: np.ndarray, lo: int, hi: int) -> list[Any]:
+    """Frames ``[lo, hi)`` (display order) decoded from the keyframe at or before ``lo``."""
+    av = require_av()
+    key = [i for i, p in enumerate(packets) if p.is_keyframe and rank[i] <= lo]
+    first = max(key, key=lambda i: rank[i]) if key else 0
+    ctx = av.CodecContext.create(stream.codec_context.name, "r")
+    if stream.codec_context.extradata:
+        ctx.extradata = stream.codec_context.extradata
+    pts_rank = {int(p.pts): int(r) for p, r in zip(packets, rank)}
+    got: dict[int, Any] = {}
+    for p in packets[first:] + [None]:
+        for fr in ctx.decode(p):
+            r = pts_rank.get(int(fr.pts)) if fr.pts is not None else None
+            if r is not None and lo <= r < hi:
+                got[r] = fr
+        if len(got) == hi - lo:
+            break
+    if len(got) != hi - lo:
+        raise VideoError(f"could not decode frames {lo}..{hi - 1} of the episode to re-encode")
+    return [got[r] for r in range(lo, hi)]
+
+
+def _planes(frame: Any) -> list[np.ndarray]:
+    return [np.frombuffer(p, np.uint8).reshape(-1, p.line_size) for p in frame.planes]
+
+
+def psnr(a: Any, b: Any) -> float:
+    """PSNR (dB) of frame ``b`` against ``a`` over every plane's samples as stored."""
+    err, n = 0.0, 0
+    for pa_, pb in zip(a.planes, b.planes):
+        w = pa_.width
+        x = np.frombuffer(pa_, np.uint8).reshape(-1, pa_.line_size)[:, :w].astype(np.float64)
+        y = np.frombuffer(pb, np.uint8).reshape(-1, pb.line_size)[:, :w].astype(np.float64)
+        err += float(((x - y) ** 2).sum())
+        n += x.size
+    mse = err / max(n, 1)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def _encode(
+    stream: Any, frames: list[Any], first_pts: int, ticks: Fraction, gop: int
+) -> tuple[list[Any], float]:
+    """``frames`` encoded anew (first one a keyframe) with pts ``first_pts + j * ticks``;
+    returns the packets and the worst PSNR of their decoded frames against ``frames``."""
+    av = require_av()
+    codec = canonical_codec(stream.codec_context.codec.canonical_name) or stream.codec_context.name
+    if codec not in ENCODERS:
+        raise VideoError(
+            f"no smart cut for {codec} video (it re-encodes {', '.join(ENCODERS)}); "
+            "cut on keyframes instead"
+        )
+    name, ladder = ENCODERS[codec]
+    src = stream.codec_context
+    worst = -1.0
+    for options in ladder:
+        enc = av.CodecContext.create(name, "w")
+        enc.width, enc.height, enc.pix_fmt = src.width, src.height, src.pix_fmt
+        enc.time_base = stream.time_base
+        enc.framerate = stream.average_rate or stream.guessed_rate
+        enc.gop_size = max(gop, 1)
+        enc.options = dict(options)
+        packets = []
+        for j, fr in enumerate(frames):
+            new = fr.reformat()  # a copy: same format, no conversion
+            new.pts = first_pts + int(j * ticks)
+            new.time_base = stream.time_base
+            new.pict_type = (
+                av.video.frame.PictureType.I if j == 0 else av.video.frame.PictureType.NONE
+            )
+            packets += enc.encode(new)
+        packets += enc.encode(None)
+        dec = av.CodecContext.create(src.name, "r")
+        decoded = []
+        for p in packets + [None]:
+            decoded += dec.decode(p)
+        if len(decoded) != len(frames) or not packets[0].is_keyframe:
+            continue
+        worst = min(psnr(a, b) for a, b in zip(frames, decoded))
+        if worst >= MIN_PSNR:
+            return packets, worst
+    raise VideoError(
+        f"re-encoding a group of pictures reached {worst:.1f} dB PSNR, below {MIN_PSNR:g} dB"
+    )
+
+
+def smart_remux(
+    pieces: list[Piece],
+    out_path: str | os.PathLike,
+    fps: float,
+    lossless_only: bool = False,
+    stats: CutStats | None = None,
+) -> list[Placed]:
+    """Write ``out_path`` (an mp4) holding ``pieces`` back to back (see the module docstring)
+    and return where each landed. ``lossless_only``: a cut that needs a GOP re-encoded is a
+    :class:`SmartCutRefused` instead. The caller stages, verifies and publishes the file."""
+    if not pieces:
+        raise ValueError("smart_remux needs at least one piece")
+    av = require_av()
+    stats = stats if stats is not None else CutStats()
+    signature = stream_signature(pieces[0].src)
+    placed: list[Placed] = []
+    sources: dict[str, Any] = {}
+    try:
+        with av.open(os.fspath(out_path), "w", format="mp4") as out:
+            ostream, offset = None, 0
+            for piece in pieces:
+                if piece.src not in sources:
+                    diff = signature_difference(signature, stream_signature(piece.src))
+                    if diff:
+                        raise VideoError(f"cannot join by packet copy: {diff}", piece.src)
+                    sources[piece.src] = av.open(piece.src)
+                stream = sources[piece.src].streams.video[0]
+                if ostream is None:
+                    ostream = out.add_stream_from_template(stream, opaque=True)
+                    tb = Fraction(stream.time_base)
+                    ticks = Fraction(1) / Fraction(fps).limit_denominator(1_000_000) / tb
+                gops = stats.gops
+                n = _mux_piece(out, ostream, stream, sources[piece.src], piece, offset, ticks,
+                               fps, lossless_only, stats)  # fmt: skip
+                end = offset + int(n * ticks)
+                placed.append(Placed(float(offset * tb), float(end * tb), n, stats.gops > gops))
+                offset = end
+    except av.error.FFmpegError as exc:
+        problem = os_problem(exc, out_path, "write") if isinstance(exc, OSError) else None
+        if isinstance(problem, EnvironmentProblem):
+            raise problem from exc
+        raise VideoError(f"cannot cut video: {exc}", os.fspath(out_path)) from exc
+    finally:
+        for c in sources.values():
+            c.close()
+    return placed
+
+
+def _mux_piece(
+    out: Any,
+    ostream: Any,
+    stream: Any,
+    container: Any,
+    piece: Piece,
+    offset: int,
+    ticks: Fraction,
+    fps: float,
+    lossless_only: bool,
+    stats: CutStats,
+) -> int:
+    """Mux one episode's kept frames from ``offset`` (ticks); returns the frames written."""
+    packets = _episode_packets(container, stream, piece, fps)
+    if len(packets) != piece.length:
+        raise VideoError(
+            f"{len(packets)} video frames at {piece.from_ts:g} s, the episode has {piece.length}",
+            piece.src,
+        )
+    pts = np.array([int(p.pts) for p in packets], dtype=np.int64)
+    rank = np.argsort(np.argsort(pts, kind="stable"), kind="stable")  # display index per packet
+    key = np.sort(rank[[i for i, p in enumerate(packets) if p.is_keyframe]])
+    gop = int(np.diff(key).max()) if len(key) > 1 else piece.length
+    by_rank = np.argsort(rank)  # packet position of each display index
+    written = 0
+    for a, b in piece.ranges:
+        for kind, lo, hi in _plan_range(a, b, key, rank):
+            first_pts = offset + int(written * ticks)
+            if kind == "copy":
+                shift = first_pts - int(pts[by_rank[lo]])
+                for i in np.flatnonzero((rank >= lo) & (rank < hi)).tolist():
+                    p = packets[i]
+                    p.pts += shift
+                    if p.dts is not None:
+                        p.dts += shift
+                    p.stream = ostream
+                    out.mux(p)
+                stats.copied += hi - lo
+            else:
+                if lossless_only:
+                    raise SmartCutRefused(
+                        f"frames {lo}..{hi - 1} of the episode at {piece.from_ts:g} s in "
+                        f"{piece.src} do not start on a keyframe: without --lossless-only "
+                        "that group of pictures is re-encoded"
+                    )
+                frames = _decode(stream, packets, rank, lo, hi)
+                new, worst = _encode(stream, frames, first_pts, ticks, gop)
+                for p in new:
+                    p.stream = ostream
+                    out.mux(p)
+                stats.reencoded += hi - lo
+                stats.gops += 1
+                stats.min_psnr = min(stats.min_psnr, worst)
+            written += hi - lo
+    return written
