@@ -51,7 +51,7 @@ def write_videos(
                 n = len(mask) if mask is not None else int(plan.length[i])
                 ranges = kept_ranges(mask) if mask is not None else ((0, n),)
                 src = _local_mp4(plan.datasets[d], rels[i], staging, d)
-                pieces.append(Piece(src, float(frm[i]), n, ranges))
+                pieces.append(Piece(src, float(frm[i]), n, ranges, int(plan.src_episode[i])))
             rel = VIDEO_PATH_V3.format(
                 video_key=key, chunk_index=f // chunks_size, file_index=f % chunks_size
             )

@@ -1,0 +1,126 @@
+"""Smart cut on vid24 (LeRobot's AV1, a keyframe every 2 frames, two cameras): cuts off a
+keyframe re-encode only the GOP they fall in; every other decoded frame is bit-identical to the
+source's, re-encoded ones are >= 40 dB PSNR, every episode starts on a keyframe, the output
+passes ``validate --deep``; ``--lossless-only`` refuses such a cut (one line, exit 2) and makes
+cuts on keyframes by packet copy alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from episodekit.core.dataset import open_dataset
+
+av = pytest.importorskip("av")
+
+from episodekit.writers.edit import EditSpec, edit  # noqa: E402
+from episodekit.writers.frames import parse_frame_spec  # noqa: E402
+from episodekit.writers.smart_cut import MIN_PSNR, _plan_range  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
+CLI = [sys.executable, "-m", "episodekit.cli"]
+KEYS = ("observation.images.top", "observation.images.wrist")
+# off keyframes (GOP 2: keyframes on even frames): a start at 3, a middle cut whose rest starts
+# at 19, a tail after frame 50 (of 60); episode 22 cut at its start and in the middle
+SPEC = "0:0-2,3:11-18,7:51-59,22:0-0,22:40-41"
+DROP = {0: [(0, 3)], 3: [(11, 19)], 7: [(51, 60)], 22: [(0, 1), (40, 42)]}
+
+
+def decoded(ds, key: str, row: int) -> list[tuple[bool, np.ndarray]]:
+    """(keyframe, RGB) of every frame of the episode at ``row``, in order."""
+    ep = ds.episodes.slice(row, 1).to_pylist()[0]
+    rel = ds.video_path(key, ep[f"videos/{key}/chunk_index"], ep[f"videos/{key}/file_index"])
+    a, b = ep[f"videos/{key}/from_timestamp"], ep[f"videos/{key}/to_timestamp"]
+    with av.open(ds.join(rel)) as c:
+        s = c.streams.video[0]
+        tb = s.time_base
+        return [(fr.key_frame, fr.to_ndarray(format="rgb24")) for fr in c.decode(s)
+                if a - 1e-4 <= float(fr.pts * tb) < b - 1e-4]  # fmt: skip
+
+
+def psnr(x: np.ndarray, y: np.ndarray) -> float:
+    mse = np.mean((x.astype(np.float64) - y) ** 2)
+    return float("inf") if mse == 0 else float(10 * np.log10(255**2 / mse))
+
+
+@pytest.fixture(scope="module")
+def vid(tmp_path_factory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("smartcut")
+    src = tmp / "vid24"
+    shutil.copytree(FIXTURES / "vid24", src)
+    r = edit(str(src), tmp / "out", EditSpec(drop_frames=parse_frame_spec(SPEC)))
+    assert r.write.status == "written"
+    return src, tmp / "out"
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_frames_outside_reencoded_gops_are_bit_identical(vid, key):
+    s, o = open_dataset(str(vid[0])), open_dataset(str(vid[1]))
+    assert o.num_episodes == s.num_episodes
+    changed = 0
+    for e in range(s.num_episodes):
+        a, b = decoded(s, key, e), decoded(o, key, e)
+        keep = np.ones(len(a), dtype=bool)
+        for lo, hi in DROP.get(e, []):
+            keep[lo:hi] = False
+        kept = [f for f, k in zip(a, keep) if k]
+        assert len(b) == len(kept) == o.column("length")[e], e
+        assert b[0][0], f"episode {e} does not start on a keyframe"
+        for j, ((_, x), (_, y)) in enumerate(zip(kept, b)):
+            if not np.array_equal(x, y):
+                changed += 1
+                assert e in DROP, f"episode {e} frame {j} changed but was not cut"
+                assert psnr(x, y) >= MIN_PSNR, (e, j, psnr(x, y))
+    # re-encoded: frame 3 of ep 0, frame 19 of ep 3, frame 1 of ep 22: one per GOP (the cut
+    # before 42 lands on a keyframe; cuts at an end are copied: AV1 reorders no frame)
+    assert 0 < changed <= 3
+
+
+def test_the_cut_output_passes_validate_deep(vid):
+    v = subprocess.run([*CLI, "validate", str(vid[1]), "--deep", "--json"], capture_output=True,
+                       text=True, timeout=900)  # fmt: skip
+    assert v.returncode == 0 and json.loads(v.stdout)["counts"]["error"] == 0, v.stdout
+
+
+def test_lossless_only_refuses_a_cut_off_a_keyframe(tmp_path):
+    r = subprocess.run([*CLI, "edit", str(FIXTURES / "vid24"), "--out", str(tmp_path / "o"),
+                        "--drop-frames", "3:11-18", "--lossless-only"], capture_output=True,
+                       text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "the cut before frame 19 of episode 3 is not on a keyframe" in r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_lossless_only_cuts_on_keyframes_by_packet_copy(tmp_path):
+    src = FIXTURES / "vid24"
+    r = edit(str(src), tmp_path / "o", EditSpec(drop_frames=parse_frame_spec("3:10-19"),
+                                                 lossless_only=True))  # fmt: skip
+    assert r.write.status == "written"
+    s, o = open_dataset(str(src)), open_dataset(str(tmp_path / "o"))
+    a, b = decoded(s, KEYS[0], 3), decoded(o, KEYS[0], 3)
+    kept = a[:10] + a[20:]
+    assert len(b) == len(kept)
+    for (_, x), (_, y) in zip(kept, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_plan_range_reencodes_only_what_a_cut_needs():
+    key = np.array([0, 2, 4, 6])
+    rank = np.arange(8)  # no reordering
+    assert _plan_range(0, 8, key, rank) == [("copy", 0, 8)]
+    assert _plan_range(3, 7, key, rank) == [("encode", 3, 4), ("copy", 4, 7)]
+    assert _plan_range(5, 6, key, rank) == [("encode", 5, 6)]
+    # B-frames (display 0 2 1 in decode order): a cut after frame 1 needs frame 2 decoded first
+    key = np.array([0, 3])
+    rank = np.array([0, 2, 1, 3, 5, 4])
+    assert _plan_range(0, 2, key, rank) == [("encode", 0, 2)]
+    assert _plan_range(0, 3, key, rank) == [("copy", 0, 3)]
+    assert _plan_range(1, 5, key, rank) == [("encode", 1, 3), ("encode", 3, 5)]
