@@ -37,8 +37,45 @@ TARGET_PSNR = 45.0  # dB: what the quality ladder aims for
 # encoder and quality ladder per codec (the first setting reaching TARGET_PSNR is used)
 ENCODERS = {
     "av1": ("libsvtav1", [{"crf": c, "preset": "8"} for c in ("6", "1")]),
-    "h264": ("libx264", [{"crf": c, "bframes": "0"} for c in ("14", "8", "2")]),
+    # H.264: no B-frames (no reordering to fit between copied GOPs), and parameter sets with
+    # id 1, sent in band: the copied packets keep using the source's (id 0, in the avcC)
+    "h264": ("libx264", [{"crf": c, "x264-params": "bframes=0:sps-id=1"} for c in ("8", "2")]),
 }
+
+
+def _length_prefixed(data: bytes, size: int) -> bytes:
+    """An Annex B access unit (start codes, what libx264 emits) as mp4 stores H.264: each NAL
+    unit prefixed with its length in ``size`` bytes."""
+    import re
+
+    starts = [m.end() for m in re.finditer(b"\x00\x00\x01", data)]
+    out = bytearray()
+    for i, a in enumerate(starts):
+        b = starts[i + 1] - 3 if i + 1 < len(starts) else len(data)
+        nal = data[a:b]
+        if i + 1 < len(starts) and nal.endswith(b"\x00"):  # a 4-byte start code's zero
+            nal = nal[:-1]
+        out += len(nal).to_bytes(size, "big") + nal
+    return bytes(out)
+
+
+def _as_stored(stream: Any, codec: str, packets: list[Any], delay: int) -> list[Any]:
+    """Encoder packets made muxable next to the source's: H.264 NAL units length-prefixed as
+    the source's avcC says, and every decode timestamp ``delay`` ticks before its pts, as the
+    source's (so decode times keep increasing across a re-encoded GOP)."""
+    av = require_av()
+    extradata = bytes(stream.codec_context.extradata or b"")
+    convert = codec == "h264" and extradata[:1] == b"\x01"
+    out = []
+    for p in packets:
+        if convert:
+            new = av.Packet(_length_prefixed(bytes(p), (extradata[4] & 3) + 1))
+            new.pts, new.is_keyframe = p.pts, p.is_keyframe
+            new.time_base = p.time_base
+            p = new
+        p.dts = p.pts - delay
+        out.append(p)
+    return out
 
 
 @dataclass(frozen=True)
@@ -136,7 +173,7 @@ def psnr(a: Any, b: Any) -> float:
 
 
 def _encode(
-    stream: Any, frames: list[Any], first_pts: int, ticks: Fraction, gop: int
+    stream: Any, frames: list[Any], first_pts: int, ticks: Fraction, gop: int, delay: int = 0
 ) -> tuple[list[Any], float]:
     """``frames`` encoded anew (first one a keyframe) with pts ``first_pts + j * ticks``;
     returns the packets and the worst PSNR of their decoded frames against ``frames``."""
@@ -175,7 +212,7 @@ def _encode(
             continue
         worst = min(psnr(a, b) for a, b in zip(frames, decoded))
         if best is None or worst > best[1]:
-            best = (packets, worst)
+            best = (_as_stored(stream, codec, packets, delay), worst)
         if worst >= TARGET_PSNR:
             break
     if best is None or best[1] < MIN_PSNR:
@@ -256,6 +293,8 @@ def _mux_piece(
     key = np.sort(rank[[i for i, p in enumerate(packets) if p.is_keyframe]])
     gop = int(np.diff(key).max()) if len(key) > 1 else piece.length
     by_rank = np.argsort(rank)  # packet position of each display index
+    first = packets[0]  # the decode delay of the source (B-frames): kept by re-encoded packets
+    delay = int(first.pts - first.dts) if first.dts is not None else 0
     written = 0
     for a, b in piece.ranges:
         for kind, lo, hi in _plan_range(a, b, key, rank):
@@ -278,7 +317,7 @@ def _mux_piece(
                         "--lossless-only that group of pictures is re-encoded)"
                     )
                 frames = _decode(stream, packets, rank, lo, hi)
-                new, worst = _encode(stream, frames, first_pts, ticks, gop)
+                new, worst = _encode(stream, frames, first_pts, ticks, gop, delay)
                 for p in new:
                     p.stream = ostream
                     out.mux(p)
