@@ -100,23 +100,45 @@ class CutStats:
     gops: int = 0
     min_psnr: float = float("inf")
 
+    def as_dict(self) -> dict:
+        worst = round(self.min_psnr, 2) if self.gops else None
+        return {"frames_copied": self.copied, "frames_reencoded": self.reencoded,
+                "gops_reencoded": self.gops, "min_psnr_db": worst}  # fmt: skip
 
-def _episode_packets(container: Any, stream: Any, piece: Piece, fps: float) -> list[Any]:
-    """The episode's packets in decode order: pts within half a frame of its span."""
+
+def _episode_packets(
+    container: Any, stream: Any, piece: Piece, fps: float
+) -> tuple[list[Any], np.ndarray]:
+    """The packets an episode needs, in decode order, and each one's display index in the
+    episode: its own (pts within half a frame of its span) ``0..length-1``; packets of the GOP
+    it starts inside, decoded before it, ``-1`` (needed to decode, never copied); packets of
+    the next episode decoded before its last one (reordering) ``length``."""
     tb = Fraction(stream.time_base)
     frame = Fraction(1) / Fraction(fps).limit_denominator(1_000_000) / tb
     lo = Fraction(piece.from_ts) / tb - frame / 2
     hi = lo + frame * piece.length
     container.seek(max(0, int(lo) - 1), stream=stream, backward=True, any_frame=False)
-    out = []
+    out: list[Any] = []
     for packet in container.demux(stream):
         if packet.size == 0 or packet.pts is None:
             continue
         if packet.pts >= hi and packet.dts is not None and packet.dts >= hi:
             break
-        if lo <= packet.pts < hi:
-            out.append(packet)
-    return out
+        if packet.pts < lo and packet.is_keyframe:
+            out = []  # a later keyframe before the episode: decoding starts there
+        out.append(packet)
+    pts = np.array([int(p.pts) for p in out], dtype=np.int64)
+    inside = (pts >= lo) & (pts < hi)
+    if not inside.any():
+        return [], np.zeros(0, dtype=np.int64)
+    last = int(np.flatnonzero(inside)[-1])
+    out, pts, inside = out[: last + 1], pts[: last + 1], inside[: last + 1]
+    rank = np.where(pts < lo, -1, piece.length).astype(np.int64)
+    order = np.argsort(pts[inside], kind="stable")
+    own = np.empty(len(order), dtype=np.int64)
+    own[order] = np.arange(len(order))
+    rank[inside] = own
+    return out, rank
 
 
 def _plan_range(a: int, b: int, key: np.ndarray, rank: np.ndarray) -> list[tuple[str, int, int]]:
@@ -282,18 +304,20 @@ def _mux_piece(
     stats: CutStats,
 ) -> int:
     """Mux one episode's kept frames from ``offset`` (ticks); returns the frames written."""
-    packets = _episode_packets(container, stream, piece, fps)
-    if len(packets) != piece.length:
+    packets, rank = _episode_packets(container, stream, piece, fps)
+    own = (rank >= 0) & (rank < piece.length)
+    if int(own.sum()) != piece.length:
         raise VideoError(
-            f"{len(packets)} video frames at {piece.from_ts:g} s, the episode has {piece.length}",
+            f"{int(own.sum())} video frames at {piece.from_ts:g} s, the episode has {piece.length}",
             piece.src,
         )
     pts = np.array([int(p.pts) for p in packets], dtype=np.int64)
-    rank = np.argsort(np.argsort(pts, kind="stable"), kind="stable")  # display index per packet
-    key = np.sort(rank[[i for i, p in enumerate(packets) if p.is_keyframe]])
+    key = np.sort(rank[[i for i, p in enumerate(packets) if p.is_keyframe and own[i]]])
     gop = int(np.diff(key).max()) if len(key) > 1 else piece.length
-    by_rank = np.argsort(rank)  # packet position of each display index
-    first = packets[0]  # the decode delay of the source (B-frames): kept by re-encoded packets
+    by_rank = np.full(piece.length, -1, dtype=np.int64)  # packet position of each display index
+    by_rank[rank[own]] = np.flatnonzero(own)
+    # the decode delay of the source (B-frames): kept by re-encoded packets
+    first = packets[int(np.flatnonzero(own)[0])]
     delay = int(first.pts - first.dts) if first.dts is not None else 0
     written = 0
     for a, b in piece.ranges:

@@ -86,9 +86,14 @@ class WriteResult:
     seconds: float = 0.0
     sources: list[str] = field(default_factory=list)
     stats: str = "carried over"  # or what fill_stats computed, and why
+    # what a smart cut did (writers/smart_cut.py): frames copied/re-encoded, GOPs, worst PSNR
+    video_cut: dict | None = None
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if d["video_cut"] is None:  # nothing was cut inside a GOP: the summary as before
+            del d["video_cut"]
+        return d
 
 
 @dataclass
@@ -297,7 +302,9 @@ def _build(
     say(f"writing {plural(plan.num_episodes, 'episode')}, {plural(plan.num_frames, 'frame')}")
     data = write_data(plan, staging, schema, maps, target, chunks, options.executor)
     lossless = dict(options.extra).get("video_cut") == "lossless"
-    video_cols, video_frames = _videos(plan, staging, features, info0, chunks, lossless)
+    video_cols, video_frames, result.video_cut = _videos(
+        plan, staging, features, info0, chunks, lossless
+    )
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
         plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb, features
@@ -351,18 +358,27 @@ def _source_stats(ds: Dataset) -> dict:
 
 def _videos(
     plan: OutputPlan, staging: Path, features: dict, info: dict, chunks: int, lossless: bool
-) -> tuple[dict, dict[str, dict[str, int]]]:
+) -> tuple[dict, dict[str, dict[str, int]], dict | None]:
+    """The video stage: packet copy, or a smart cut (writers/frame_video.py) when episodes are
+    cut inside or an episode does not start on a keyframe (unless ``lossless``)."""
+    from episodekit.prep.remux import CutNotOnKeyframe
+
     keys = [k for k, f in features.items() if f.get("dtype") == "video"]
     if not keys:
-        return {}, {}
+        return {}, {}, None
     from episodekit.writers.video import write_videos
 
     current().step(f"copying the video packets of {plural(len(keys), 'camera')}")
     limit = float(info.get("video_files_size_in_mb") or 200)
-    if plan.frames:  # episodes cut inside: a smart cut (writers/frame_video.py)
-        from episodekit.writers.frame_video import write_videos as cut_videos
+    if not plan.frames:
+        try:
+            cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
+            return cols, frames, None
+        except CutNotOnKeyframe:
+            if lossless:
+                raise
+            current().step("an episode starts off a keyframe: re-encoding that group of pictures")
+    from episodekit.writers.frame_video import write_videos as cut_videos
 
-        cols, frames, _cut = cut_videos(plan, staging, keys, limit, chunks, lossless)
-        return cols, frames
-    cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
-    return cols, frames
+    cols, frames, cut = cut_videos(plan, staging, keys, limit, chunks, lossless)
+    return cols, frames, cut.as_dict()

@@ -151,3 +151,39 @@ def test_h264_with_b_frames(tmp_path):
         assert all(psnr(x, y) >= MIN_PSNR for (_, x), (_, y) in zip(kept, b))
         # re-encoded: ep 0 frames 3..9, ep 3 frames 15..19 (to the next keyframe)
         assert same.count(False) <= {0: 7, 3: 5, 5: 0}[e], e
+
+
+def test_episodes_off_keyframes_get_their_first_gop_reencoded(tmp_path):
+    """A source whose episodes do not start on keyframes (one encode of the whole file, GOP 7):
+    a whole-episode edit no longer refuses it (CutNotOnKeyframe) but re-encodes the first GOP
+    of each such episode; ``--lossless-only`` keeps the refusal."""
+    from episodekit.sample import write_sample
+
+    src = write_sample(tmp_path / "s", episodes=4, videos=1, video_codec="h264", mean_length=30)
+    mp4 = next((src / "videos").rglob("*.mp4"))
+    with av.open(str(mp4)) as c:
+        s = c.streams.video[0]
+        frames = [(f.pts, f.to_ndarray(format="rgb24")) for f in c.decode(s)]
+        tb, rate, (w, h) = s.time_base, s.average_rate, (s.width, s.height)
+    with av.open(str(mp4) + ".new.mp4", "w") as out:
+        st = out.add_stream("libx264", rate=rate, options={"crf": "18", "g": "7"})
+        st.width, st.height, st.pix_fmt, st.time_base = w, h, "yuv420p", tb
+        for pts, x in frames:
+            f = av.VideoFrame.from_ndarray(x, format="rgb24")
+            f.pts, f.time_base = pts, tb
+            out.mux(st.encode(f))
+        out.mux(st.encode(None))
+    Path(str(mp4) + ".new.mp4").replace(mp4)
+    r = subprocess.run([*CLI, "edit", str(src), "--out", str(tmp_path / "lossless"),
+                        "--drop-episodes", "0", "--lossless-only"], capture_output=True,
+                       text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 1 and "does not start on a keyframe" in r.stderr, r.stderr
+    res = edit(str(src), tmp_path / "out", EditSpec(drop_episodes=(0,)))
+    cut = res.as_dict()["video_cut"]
+    assert cut["gops_reencoded"] >= 1 and cut["min_psnr_db"] >= MIN_PSNR, cut
+    a, b = open_dataset(str(src)), open_dataset(str(tmp_path / "out"))
+    key = a.video_keys[0]
+    for e in range(3):
+        x, y = decoded(a, key, e + 1), decoded(b, key, e)
+        assert len(x) == len(y) and y[0][0]
+        assert all(psnr(p, q) >= MIN_PSNR for (_, p), (_, q) in zip(x, y))
