@@ -142,17 +142,20 @@ def kept_batches(
     counts = np.zeros(len(pos), dtype=np.int64)
     path = ds.data_path(f)
     cutter = FrameCutter(plan, pos, ds.fps) if plan.frames else None  # frames cut inside
+    changes = plan.changes  # features added or renamed (writers/features.py)
     with _open_parquet(path, None if ds.is_local else ds.fs) as pf:
         for batch in pf.iter_batches(
             batch_size=_batch_rows(layout),
             row_groups=_row_groups(plan, d, f, keep),
-            columns=schema.names,
+            columns=changes.read_names(schema.names) if changes else schema.names,
         ):
             ep = batch.column("episode_index").to_numpy()
             k = np.clip(np.searchsorted(keep, ep), 0, len(keep) - 1)
             mask = keep[k] == ep
             if not mask.all():
                 batch, k = batch.filter(pa.array(mask)), k[mask]
+            if changes:
+                batch = changes.apply(batch, path)
             if cutter is not None:
                 batch, k = cutter.apply(batch, k, path)
             n = batch.num_rows

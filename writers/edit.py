@@ -12,6 +12,7 @@ from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.paths import DEFAULT_TARGET_MB
 from episodekit.validate.flagged import flagged_episodes
 from episodekit.writers import select
+from episodekit.writers.features import FeatureChanges, check_renames, read_feature
 from episodekit.writers.frames import (
     DEFAULT_IDLE_THRESHOLD,
     combine,
@@ -43,6 +44,9 @@ class EditSpec:
     trim_idle: bool = False
     idle_threshold: float = DEFAULT_IDLE_THRESHOLD
     lossless_only: bool = False  # video cuts by packet copy only (no GOP re-encoded)
+    # features added from files (name, path) and renamed (old, new): writers/features.py
+    add_features: tuple[tuple[str, str], ...] = ()
+    rename_features: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -77,12 +81,15 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
         drop_tasks=list(spec.drop_tasks),
         flagged=flagged,
     )
+    changes = _feature_changes(ds, spec)
     masks, report = _frame_masks(ds, spec, kept)
     for e, info in report.items():
         if info.get("all"):
             dropped[e] = "all frames dropped by " + ",".join(info["by"])
     kept = np.array([e for e in kept.tolist() if e not in dropped], dtype=np.int64)
     extra = (("frames", selection_digest(masks)),) if masks else ()
+    if changes:
+        extra += (("features", changes.digest()),)
     options = WriteOptions(
         what="episodekit edit",
         remove_features=tuple(spec.remove_features),
@@ -90,6 +97,7 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
         target_mb=spec.target_mb,
         extra=extra + ((("video_cut", "lossless"),) if spec.lossless_only else ()),
         executor=spec.executor,
+        changes=changes or None,
     )
     sources = [
         replace(s, frames=masks[s.episode_index]) if s.episode_index in masks else s
@@ -97,6 +105,16 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
     ]
     result = write_dataset(sources, out, options)
     return EditResult(result, dropped, {e: r for e, r in report.items() if not r.get("all")})
+
+
+def _feature_changes(ds: Dataset, spec: EditSpec) -> FeatureChanges:
+    """The features ``spec`` adds (values read and checked now) and renames."""
+    renamed = check_renames(ds, list(spec.rename_features))
+    names = [n for n, _ in spec.add_features]
+    if len(set(names)) != len(names) or set(names) & set(renamed.values()):
+        raise ValueError("--add-feature: each new feature needs a name of its own")
+    added = [read_feature(ds, name, path) for name, path in spec.add_features]
+    return FeatureChanges(added, renamed)
 
 
 def _frame_masks(

@@ -96,15 +96,16 @@ def verify_frames(staging: Path, plan: OutputPlan) -> None:
             raise VerificationError(f"episode {e}: frame_index or timestamp not renumbered")
 
 
-def recompute_stats(staging: Path) -> str:
+def recompute_stats(staging: Path, images: bool = True, why: str = "frames were cut") -> str:
     """The staged output's stats computed from its rows and frames (the exact path of
     ``episodekit metadata stats --images``): per episode and for the dataset. Image and video
-    features too: their per-episode count is the frames sampled, which must fit the episode."""
+    features too (``images``, when frames were cut: their per-episode count is the frames
+    sampled, which must fit the episode); otherwise those keep the stats carried over."""
     from episodekit.core.dataset import open_dataset
     from episodekit.metadata.image_stats import image_features
     from episodekit.metadata.stats import compute_stats, write_stats
 
     ds = open_dataset(str(staging))
-    images = bool(image_features(ds.info))
+    images = images and bool(image_features(ds.info))
     write_stats(compute_stats(ds, quantiles="exact", images=images), ds)
-    return "recomputed (frames were cut)"
+    return f"recomputed ({why})"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,7 @@ class OutputPlan:
     layouts: dict[tuple[int, int], FileLayout] = field(default_factory=dict)
     # output position -> kept-frame mask over its source episode (episodes cut inside)
     frames: dict[int, np.ndarray] = field(default_factory=dict)
+    changes: Any = None  # added/renamed features (writers/features.py FeatureChanges)
 
     @property
     def num_episodes(self) -> int:

@@ -22,6 +22,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -70,6 +71,9 @@ class WriteOptions:
     # where the data files are written and verified: "local" (this process) or "ray" (one task
     # per output file); the output is the same either way, so it is not part of the recipe
     executor: str = "local"
+    # features added or renamed (writers/features.py FeatureChanges); the caller puts a digest
+    # of them in ``extra`` (the recipe)
+    changes: Any = None
 
 
 @dataclass
@@ -117,7 +121,7 @@ def recipe_key(sources: list[SourceEpisode], options: WriteOptions) -> str:
     datasets = _datasets(sources)
     ids = {id(ds): i for i, ds in enumerate(datasets)}
     sel = np.array([[ids[id(s.ds)], s.row] for s in sources], dtype=np.int64).reshape(-1, 2)
-    opts = {k: v for k, v in options.__dict__.items() if k != "executor"}
+    opts = {k: v for k, v in options.__dict__.items() if k not in ("executor", "changes")}
     opts["what"] = options.what.split()[-1]
     return _key(datasets, sel, json.loads(json.dumps(opts, default=str)))
 
@@ -295,10 +299,16 @@ def _build(
     data_mb = float(info0.get("data_files_size_in_mb") or 100)
     target = int(options.target_mb * MIB)
     say = current().step
+    changes = options.changes
+    if changes:  # features added or renamed (writers/features.py)
+        features = changes.features(features)
     plan = plan_output(sources, target, data_mb)
+    plan.changes = changes
     release_memory()  # thousands of footers read (v2.x): their freed memory back to the OS
     tasks, maps, ep_tasks = meta_mod.unify_tasks(plan, dict(options.rename_tasks))
     schema = output_schema(plan, removed)
+    if changes:
+        schema = changes.schema(schema)
     say(f"writing {plural(plan.num_episodes, 'episode')}, {plural(plan.num_frames, 'frame')}")
     data = write_data(plan, staging, schema, maps, target, chunks, options.executor)
     lossless = dict(options.extra).get("video_cut") == "lossless"
@@ -309,6 +319,8 @@ def _build(
     episodes = meta_mod.episodes_table(
         plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb, features
     )
+    if changes:
+        episodes = changes.episodes(episodes)
     meta_mod.write_episodes(staging, episodes)
     del metas
     release_memory()
@@ -316,13 +328,16 @@ def _build(
     info = meta_mod.info_json(info0, plan, len(tasks), features)
     meta_mod.write_json(staging / "meta/info.json", info)
     fallback = _source_stats(datasets[0]) if len(datasets) == 1 else {}
+    if changes:
+        fallback = changes.stats(fallback)
     meta_mod.write_json(
         staging / "meta/stats.json", meta_mod.dataset_stats(episodes, features, fallback)
     )
-    if plan.frames:  # episodes cut inside: their carried-over stats are stale
+    if plan.frames or (changes and changes.added):  # stale or missing stats
         from episodekit.writers.frame_rows import recompute_stats
 
-        result.stats = recompute_stats(staging)
+        why = "frames were cut" if plan.frames else "features were added"
+        result.stats = recompute_stats(staging, images=bool(plan.frames), why=why)
     elif options.fill_stats:
         from episodekit.writers.stats_fill import fill_missing_stats
 

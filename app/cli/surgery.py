@@ -81,6 +81,24 @@ def say_written(d: dict) -> None:
     help="--trim-idle: a frame moves when a dimension changes by more than F times its std.",
 )
 @click.option(
+    "--add-feature",
+    "add_feature",
+    multiple=True,
+    metavar="NAME",
+    help="Add a feature NAME with the values of --from FILE (repeatable, one --from each).",
+)
+@click.option(
+    "--from",
+    "from_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="--add-feature's values: parquet, jsonl or npy keyed by episode_index, frame_index.",
+)
+@click.option(
+    "--rename-feature", multiple=True, metavar="OLD=NEW", help="Rename a (non-video) feature."
+)
+@click.option(
     "--lossless-only",
     is_flag=True,
     help="Cut videos by packet copy only: a cut off a keyframe is an error instead of a "
@@ -103,6 +121,9 @@ def edit_command(
     keep_frames: str | None,
     trim_idle: bool,
     idle_threshold: float,
+    add_feature: tuple[str, ...],
+    from_files: tuple[str, ...],
+    rename_feature: tuple[str, ...],
     lossless_only: bool,
     target_mb: float,
     executor: str,
@@ -128,6 +149,8 @@ def edit_command(
         )
     if drop_episodes is not None and keep_episodes is not None:
         raise click.UsageError("give --drop-episodes or --keep-episodes, not both")
+    if len(add_feature) != len(from_files):
+        raise click.UsageError("give one --from FILE for each --add-feature NAME")
     flagged = tuple(c.strip() for c in (drop_flagged or "").split(",") if c.strip())
     if drop_flagged is not None and not flagged:
         raise click.UsageError("--drop-flagged: no checks given (e.g. quality.frozen)")
@@ -156,6 +179,8 @@ def edit_command(
         trim_idle=trim_idle,
         idle_threshold=idle_threshold,
         lossless_only=lossless_only,
+        add_features=tuple(zip(add_feature, from_files)),
+        rename_features=tuple(select.parse_pairs(rename_feature, "--rename-feature")),
     )
     d = edit(root, out, spec).as_dict()
     if as_json:
