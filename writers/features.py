@@ -94,9 +94,11 @@ def _table(path: Path, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         vals = arr[:, 2:] if arr.shape[1] > 3 else arr[:, 2]
         return arr[:, 0], arr[:, 1], vals
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import fsspec
 
-        table = pq.read_table(path)
+        from episodekit.core.dataset import read_parquet
+
+        table = read_parquet(fsspec.filesystem("file"), str(path))
     elif suffix in (".jsonl", ".json"):
         import pyarrow.json as pj
 

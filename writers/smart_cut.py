@@ -22,6 +22,7 @@ frames sit back to back: frame ``j`` of an episode at ``offset + j`` frame durat
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -99,11 +100,13 @@ class CutStats:
     reencoded: int = 0
     gops: int = 0
     min_psnr: float = float("inf")
+    seconds: float = 0.0  # spent decoding, re-encoding and checking GOPs
 
     def as_dict(self) -> dict:
         worst = round(self.min_psnr, 2) if self.gops else None
         return {"frames_copied": self.copied, "frames_reencoded": self.reencoded,
-                "gops_reencoded": self.gops, "min_psnr_db": worst}  # fmt: skip
+                "gops_reencoded": self.gops, "min_psnr_db": worst,
+                "reencode_seconds": round(self.seconds, 3)}  # fmt: skip
 
 
 def _episode_packets(
@@ -275,8 +278,8 @@ def smart_remux(
                     tb = Fraction(stream.time_base)
                     ticks = Fraction(1) / Fraction(fps).limit_denominator(1_000_000) / tb
                 gops = stats.gops
-                n = _mux_piece(out, ostream, stream, sources[piece.src], piece, offset, ticks,
-                               fps, lossless_only, stats)  # fmt: skip
+                target = _Target(out, ostream, ticks, fps, lossless_only, stats)
+                n = _mux_piece(target, stream, sources[piece.src], piece, offset)
                 end = offset + int(n * ticks)
                 placed.append(Placed(float(offset * tb), float(end * tb), n, stats.gops > gops))
                 offset = end
@@ -291,20 +294,23 @@ def smart_remux(
     return placed
 
 
-def _mux_piece(
-    out: Any,
-    ostream: Any,
-    stream: Any,
-    container: Any,
-    piece: Piece,
-    offset: int,
-    ticks: Fraction,
-    fps: float,
-    lossless_only: bool,
-    stats: CutStats,
-) -> int:
+@dataclass
+class _Target:
+    """Where pieces go: the output container and stream, a frame's ticks, the fps, whether
+    re-encoding is refused, and the running :class:`CutStats`."""
+
+    out: Any
+    ostream: Any
+    ticks: Fraction
+    fps: float
+    lossless_only: bool
+    stats: CutStats
+
+
+def _mux_piece(t: _Target, stream: Any, container: Any, piece: Piece, offset: int) -> int:
     """Mux one episode's kept frames from ``offset`` (ticks); returns the frames written."""
-    packets, rank = _episode_packets(container, stream, piece, fps)
+    out, ostream, ticks, stats = t.out, t.ostream, t.ticks, t.stats
+    packets, rank = _episode_packets(container, stream, piece, t.fps)
     own = (rank >= 0) & (rank < piece.length)
     if int(own.sum()) != piece.length:
         raise VideoError(
@@ -334,14 +340,16 @@ def _mux_piece(
                     out.mux(p)
                 stats.copied += hi - lo
             else:
-                if lossless_only:  # a bad argument for this video: exit 2
+                if t.lossless_only:  # a bad argument for this video: exit 2
                     raise ValueError(
                         f"--lossless-only: the cut before frame {lo} of episode "
                         f"{piece.episode} is not on a keyframe of {piece.src} (without "
                         "--lossless-only that group of pictures is re-encoded)"
                     )
+                t0 = time.perf_counter()
                 frames = _decode(stream, packets, rank, lo, hi)
                 new, worst = _encode(stream, frames, first_pts, ticks, gop, delay)
+                stats.seconds += time.perf_counter() - t0
                 for p in new:
                     p.stream = ostream
                     out.mux(p)
