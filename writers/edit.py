@@ -61,7 +61,8 @@ class EditResult:
     def as_dict(self) -> dict:
         d = self.write.as_dict()
         d["dropped"] = {str(k): v for k, v in sorted(self.dropped.items())}
-        d["frames_dropped"] = {str(k): v for k, v in sorted(self.frames.items())}
+        if self.frames:  # only when frames were cut inside episodes: the summary as before
+            d["frames_dropped"] = {str(k): v for k, v in sorted(self.frames.items())}
         return d
 
 

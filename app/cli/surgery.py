@@ -188,7 +188,7 @@ def edit_command(
         return
     if d["dropped"]:
         click.echo(f"dropped {plural(len(d['dropped']), 'episode')}: {_listing(d['dropped'])}")
-    for e, info in d["frames_dropped"].items():
+    for e, info in d.get("frames_dropped", {}).items():
         click.echo(f"episode {e}: {_frames_line(info)}")
     say_written(d)
 
