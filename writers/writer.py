@@ -393,6 +393,7 @@ def _videos(
             if lossless:
                 raise
             current().step("an episode starts off a keyframe: re-encoding that group of pictures")
+            shutil.rmtree(staging / "videos", ignore_errors=True)  # this run's partial copies
     from episodekit.writers.frame_video import write_videos as cut_videos
 
     cols, frames, cut = cut_videos(plan, staging, keys, limit, chunks, lossless)
