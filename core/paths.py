@@ -18,6 +18,7 @@ from episodekit.core.errors import EnvironmentProblem
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_MB = 32.0  # prep's row-group target (uncompressed MiB)
+DEFAULT_IDLE_THRESHOLD = 0.01  # edit --trim-idle: a move is > 1% of a dimension's std in one frame
 MAX_TARGET_MB = float(1 << 20)  # a size beyond 1 TiB is a typo (and inf overflows int())
 
 DATA_PATH_V3 = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"

@@ -25,6 +25,7 @@ from episodekit.core.paths import DATA_PATH_V3, MIB
 from episodekit.prep.band import MARKER_KEY, codec_name, make_marker
 from episodekit.prep.checksum import TableChecksum
 from episodekit.prep.rewrite import _batch_rows, _open_parquet, _write_group, _writer
+from episodekit.writers.frame_rows import FrameCutter
 from episodekit.writers.plan import OutputPlan
 
 RENUMBERED = ("index", "episode_index")  # checked structurally, not by checksum
@@ -140,17 +141,23 @@ def kept_batches(
     offset = int(plan.from_index[pos[0]])
     counts = np.zeros(len(pos), dtype=np.int64)
     path = ds.data_path(f)
+    cutter = FrameCutter(plan, pos, ds.fps) if plan.frames else None  # frames cut inside
+    changes = plan.changes  # features added or renamed (writers/features.py)
     with _open_parquet(path, None if ds.is_local else ds.fs) as pf:
         for batch in pf.iter_batches(
             batch_size=_batch_rows(layout),
             row_groups=_row_groups(plan, d, f, keep),
-            columns=schema.names,
+            columns=changes.read_names(schema.names) if changes else schema.names,
         ):
             ep = batch.column("episode_index").to_numpy()
             k = np.clip(np.searchsorted(keep, ep), 0, len(keep) - 1)
             mask = keep[k] == ep
             if not mask.all():
                 batch, k = batch.filter(pa.array(mask)), k[mask]
+            if changes:
+                batch = changes.apply(batch, path)
+            if cutter is not None:
+                batch, k = cutter.apply(batch, k, path)
             n = batch.num_rows
             if n == 0:
                 continue

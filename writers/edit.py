@@ -4,12 +4,23 @@ place), written by :func:`~episodekit.writers.writer.write_dataset`."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from episodekit.core.dataset import open_dataset
+import numpy as np
+
+from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.paths import DEFAULT_TARGET_MB
 from episodekit.validate.flagged import flagged_episodes
 from episodekit.writers import select
+from episodekit.writers.features import FeatureChanges, check_renames, read_feature
+from episodekit.writers.frames import (
+    DEFAULT_IDLE_THRESHOLD,
+    combine,
+    dropped_ranges,
+    find_idle,
+    range_masks,
+    selection_digest,
+)
 from episodekit.writers.sources import source_episodes
 from episodekit.writers.writer import WriteOptions, WriteResult, write_dataset
 
@@ -27,18 +38,31 @@ class EditSpec:
     rename_tasks: tuple[tuple[str, str], ...] = ()
     target_mb: float = DEFAULT_TARGET_MB
     executor: str = "local"  # or "ray": data files written and verified as Ray tasks
+    # frames cut inside episodes (writers/frames.py): (episode, start, end) rows, end exclusive
+    drop_frames: np.ndarray | None = None
+    keep_frames: np.ndarray | None = None
+    trim_idle: bool = False
+    idle_threshold: float = DEFAULT_IDLE_THRESHOLD
+    lossless_only: bool = False  # video cuts by packet copy only (no GOP re-encoded)
+    # features added from files (name, path) and renamed (old, new): writers/features.py
+    add_features: tuple[tuple[str, str], ...] = ()
+    rename_features: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
 class EditResult:
-    """The write's result plus what was dropped and why."""
+    """The write's result plus what was dropped and why (whole episodes, and frames per
+    episode cut inside)."""
 
     write: WriteResult
     dropped: dict[int, str] = field(default_factory=dict)
+    frames: dict[int, dict] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         d = self.write.as_dict()
         d["dropped"] = {str(k): v for k, v in sorted(self.dropped.items())}
+        if self.frames:  # only when frames were cut inside episodes: the summary as before
+            d["frames_dropped"] = {str(k): v for k, v in sorted(self.frames.items())}
         return d
 
 
@@ -58,12 +82,75 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
         drop_tasks=list(spec.drop_tasks),
         flagged=flagged,
     )
+    changes = _feature_changes(ds, spec)
+    masks, report = _frame_masks(ds, spec, kept)
+    for e, info in report.items():
+        if info.get("all"):
+            dropped[e] = "all frames dropped by " + ",".join(info["by"])
+    kept = np.array([e for e in kept.tolist() if e not in dropped], dtype=np.int64)
+    extra = (("frames", selection_digest(masks)),) if masks else ()
+    if changes:
+        extra += (("features", changes.digest()),)
     options = WriteOptions(
         what="episodekit edit",
         remove_features=tuple(spec.remove_features),
         rename_tasks=tuple(spec.rename_tasks),
         target_mb=spec.target_mb,
+        extra=extra + ((("video_cut", "lossless"),) if spec.lossless_only else ()),
         executor=spec.executor,
+        changes=changes or None,
     )
-    result = write_dataset(source_episodes(ds, kept), out, options)
-    return EditResult(result, dropped)
+    sources = [
+        replace(s, frames=masks[s.episode_index]) if s.episode_index in masks else s
+        for s in source_episodes(ds, kept)
+    ]
+    result = write_dataset(sources, out, options)
+    return EditResult(result, dropped, {e: r for e, r in report.items() if not r.get("all")})
+
+
+def _feature_changes(ds: Dataset, spec: EditSpec) -> FeatureChanges:
+    """The features ``spec`` adds (values read and checked now) and renames."""
+    renamed = check_renames(ds, list(spec.rename_features))
+    names = [n for n, _ in spec.add_features]
+    if len(set(names)) != len(names) or set(names) & set(renamed.values()):
+        raise ValueError("--add-feature: each new feature needs a name of its own")
+    added = [read_feature(ds, name, path) for name, path in spec.add_features]
+    return FeatureChanges(added, renamed)
+
+
+def _frame_masks(
+    ds: Dataset, spec: EditSpec, kept: np.ndarray
+) -> tuple[dict[int, np.ndarray], dict[int, dict]]:
+    """The kept-frame mask of every kept episode cut inside, and per such episode what went
+    (``dropped`` frames, ``ranges`` [first, last], ``by`` which options, ``head``/``tail`` of
+    --trim-idle, ``all`` when nothing is left)."""
+    parts: list[tuple[str, dict[int, np.ndarray]]] = []
+    if spec.drop_frames is not None:
+        parts.append(("--drop-frames", range_masks(ds, spec.drop_frames, False, "--drop-frames")))
+    if spec.keep_frames is not None:
+        parts.append(("--keep-frames", range_masks(ds, spec.keep_frames, True, "--keep-frames")))
+    idle = None
+    if spec.trim_idle:
+        idle = find_idle(ds, spec.idle_threshold)
+        lengths = dict(zip(ds.column("episode_index").tolist(), ds.column("length").tolist()))
+        parts.append(("--trim-idle", idle.masks(lengths)))
+    keep = set(kept.tolist())
+    masks = combine([{e: m for e, m in p.items() if e in keep} for _, p in parts])
+    report: dict[int, dict] = {}
+    for e, mask in sorted(masks.items()):
+        if mask.all():
+            continue
+        by = [name for name, p in parts if e in p and not p[e].all()]
+        info: dict = {"dropped": int(np.count_nonzero(~mask)), "ranges": dropped_ranges(mask)}
+        info["by"] = by
+        if idle is not None and (e in idle.head or e in idle.tail):
+            info["head"], info["tail"] = idle.head.get(e, 0), idle.tail.get(e, 0)
+        if not mask.any():
+            info["all"] = True
+        report[e] = info
+    if idle is not None:
+        for e in idle.still:
+            if e in keep:
+                report.setdefault(e, {"dropped": 0, "ranges": [], "by": []})
+                report[e]["still"] = "never moves: kept whole by --trim-idle"
+    return {e: m for e, m in masks.items() if not m.all() and m.any()}, report

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,9 @@ class OutputPlan:
     file_seq: np.ndarray  # output data file number (chunk = seq // chunks_size)
     group_rows: dict[int, np.ndarray] = field(default_factory=dict)  # file seq -> rows per group
     layouts: dict[tuple[int, int], FileLayout] = field(default_factory=dict)
+    # output position -> kept-frame mask over its source episode (episodes cut inside)
+    frames: dict[int, np.ndarray] = field(default_factory=dict)
+    changes: Any = None  # added/renamed features (writers/features.py FeatureChanges)
 
     @property
     def num_episodes(self) -> int:
@@ -95,6 +99,9 @@ def plan_output(
         src_file[sel] = ds.column("file_id")[row[sel]]
         length[sel] = ds.column("length")[row[sel]]
     _check_order(ds_id, src_episode)
+    cut = {i: s.frames for i, s in enumerate(sources) if s.frames is not None}
+    for i, mask in cut.items():  # episodes cut inside (writers/frames.py)
+        length[i] = int(np.count_nonzero(mask))
     plan = OutputPlan(
         datasets=datasets,
         ds_id=ds_id,
@@ -104,6 +111,7 @@ def plan_output(
         length=length,
         from_index=np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64),
         file_seq=np.zeros(len(sources), dtype=np.int64),
+        frames=cut,
     )
     disk, plain = _byte_estimates(plan)
     plan.file_seq = roll_over(disk, file_limit_mb * MIB)

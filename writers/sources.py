@@ -20,10 +20,13 @@ RENUMBERED = ("index", "episode_index", "task_index")  # columns the writer renu
 
 @dataclass(frozen=True, eq=False)
 class SourceEpisode:
-    """One episode of ``ds`` (``row``: its position in ``ds.episodes``) to copy, in output order."""
+    """One episode of ``ds`` (``row``: its position in ``ds.episodes``) to copy, in output order;
+    ``frames``: which of its frames to keep (a bool mask over its frames; None: all of them,
+    see :mod:`~episodekit.writers.frames`)."""
 
     ds: Dataset
     row: int
+    frames: np.ndarray | None = None
 
     @property
     def episode_index(self) -> int:
@@ -31,6 +34,8 @@ class SourceEpisode:
 
     @property
     def length(self) -> int:
+        if self.frames is not None:
+            return int(np.count_nonzero(self.frames))
         return int(self.ds.episodes["length"][self.row].as_py())
 
     @property

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -70,6 +72,9 @@ class WriteOptions:
     # where the data files are written and verified: "local" (this process) or "ray" (one task
     # per output file); the output is the same either way, so it is not part of the recipe
     executor: str = "local"
+    # features added or renamed (writers/features.py FeatureChanges); the caller puts a digest
+    # of them in ``extra`` (the recipe)
+    changes: Any = None
 
 
 @dataclass
@@ -86,9 +91,14 @@ class WriteResult:
     seconds: float = 0.0
     sources: list[str] = field(default_factory=list)
     stats: str = "carried over"  # or what fill_stats computed, and why
+    # what a smart cut did (writers/smart_cut.py): frames copied/re-encoded, GOPs, worst PSNR
+    video_cut: dict | None = None
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if d["video_cut"] is None:  # nothing was cut inside a GOP: the summary as before
+            del d["video_cut"]
+        return d
 
 
 @dataclass
@@ -112,7 +122,7 @@ def recipe_key(sources: list[SourceEpisode], options: WriteOptions) -> str:
     datasets = _datasets(sources)
     ids = {id(ds): i for i, ds in enumerate(datasets)}
     sel = np.array([[ids[id(s.ds)], s.row] for s in sources], dtype=np.int64).reshape(-1, 2)
-    opts = {k: v for k, v in options.__dict__.items() if k != "executor"}
+    opts = {k: v for k, v in options.__dict__.items() if k not in ("executor", "changes")}
     opts["what"] = options.what.split()[-1]
     return _key(datasets, sel, json.loads(json.dumps(opts, default=str)))
 
@@ -281,17 +291,28 @@ def _build(
     data_mb = float(info0.get("data_files_size_in_mb") or 100)
     target = int(options.target_mb * MIB)
     say = current().step
+    changes = options.changes
+    if changes:  # features added or renamed (writers/features.py)
+        features = changes.features(features)
     plan = plan_output(sources, target, data_mb)
+    plan.changes = changes
     release_memory()  # thousands of footers read (v2.x): their freed memory back to the OS
     tasks, maps, ep_tasks = meta_mod.unify_tasks(plan, dict(options.rename_tasks))
     schema = output_schema(plan, removed)
+    if changes:
+        schema = changes.schema(schema)
     say(f"writing {plural(plan.num_episodes, 'episode')}, {plural(plan.num_frames, 'frame')}")
     data = write_data(plan, staging, schema, maps, target, chunks, options.executor)
-    video_cols, video_frames = _videos(plan, staging, features, info0, chunks)
+    lossless = dict(options.extra).get("video_cut") == "lossless"
+    video_cols, video_frames, result.video_cut = _videos(
+        plan, staging, features, info0, chunks, lossless
+    )
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
         plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb, features
     )
+    if changes:
+        episodes = changes.episodes(episodes)
     meta_mod.write_episodes(staging, episodes)
     del metas
     release_memory()
@@ -299,9 +320,19 @@ def _build(
     info = meta_mod.info_json(info0, plan, len(tasks), features)
     meta_mod.write_json(staging / "meta/info.json", info)
     fallback = _source_stats(datasets[0]) if len(datasets) == 1 else {}
+    if changes:
+        fallback = changes.stats(fallback)
     stats = meta_mod.dataset_stats(episodes, features, fallback)
-    write_stats_json(staging, plan, stats, options.executor)  # quantiles from episode sketches
-    if options.fill_stats:
+    recompute = bool(plan.frames or (changes and changes.added))  # stale or missing stats
+    if recompute:
+        from episodekit.writers.frame_rows import recompute_stats
+
+        meta_mod.write_json(staging / "meta/stats.json", stats)
+        why = "frames were cut" if plan.frames else "features were added"
+        result.stats = recompute_stats(staging, images=bool(plan.frames), why=why)
+    else:
+        write_stats_json(staging, plan, stats, options.executor)  # quantiles from sketches
+    if options.fill_stats and not recompute:
         from episodekit.writers.stats_fill import fill_missing_stats
 
         result.stats = fill_missing_stats(staging, complete=options.fill_stats == "complete")
@@ -310,6 +341,10 @@ def _build(
         verify_data(staging, plan, data, options.executor)
         verify_videos(staging, video_frames)
         verify_root(staging, plan)
+        if plan.frames:
+            from episodekit.writers.frame_rows import verify_frames
+
+            verify_frames(staging, plan)
     except VerificationError as exc:  # the sources are at fault (or a bug): nothing published
         raise DatasetError(f"the output failed verification, nothing was published: {exc}") from exc
     mark_output_dir(staging, options.what)
@@ -331,14 +366,29 @@ def _source_stats(ds: Dataset) -> dict:
 
 
 def _videos(
-    plan: OutputPlan, staging: Path, features: dict, info: dict, chunks: int
-) -> tuple[dict, dict[str, dict[str, int]]]:
+    plan: OutputPlan, staging: Path, features: dict, info: dict, chunks: int, lossless: bool
+) -> tuple[dict, dict[str, dict[str, int]], dict | None]:
+    """The video stage: packet copy, or a smart cut (writers/frame_video.py) when episodes are
+    cut inside or an episode does not start on a keyframe (unless ``lossless``)."""
+    from episodekit.prep.remux import CutNotOnKeyframe
+
     keys = [k for k, f in features.items() if f.get("dtype") == "video"]
     if not keys:
-        return {}, {}
+        return {}, {}, None
     from episodekit.writers.video import write_videos
 
     current().step(f"copying the video packets of {plural(len(keys), 'camera')}")
     limit = float(info.get("video_files_size_in_mb") or 200)
-    cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
-    return cols, frames
+    if not plan.frames:
+        try:
+            cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
+            return cols, frames, None
+        except CutNotOnKeyframe:
+            if lossless:
+                raise
+            current().step("an episode starts off a keyframe: re-encoding that group of pictures")
+            shutil.rmtree(staging / "videos", ignore_errors=True)  # this run's partial copies
+    from episodekit.writers.frame_video import write_videos as cut_videos
+
+    cols, frames, cut = cut_videos(plan, staging, keys, limit, chunks, lossless)
+    return cols, frames, cut.as_dict()

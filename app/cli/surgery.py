@@ -7,6 +7,7 @@ import click
 
 from episodekit.cli.common import executor_option, json_option, root_argument, target_mb_option
 from episodekit.core import jsonout
+from episodekit.core.paths import DEFAULT_IDLE_THRESHOLD
 from episodekit.core.words import plural
 
 out_option = click.option(
@@ -54,6 +55,55 @@ def say_written(d: dict) -> None:
 )
 @click.option("--remove-feature", multiple=True, metavar="KEY", help="Remove a feature.")
 @click.option("--rename-task", multiple=True, metavar="OLD=NEW", help="Rename a task.")
+@click.option(
+    "--drop-frames",
+    metavar="SPEC|FILE",
+    help="Frames to drop inside episodes: EPISODE:FIRST-LAST,... (inclusive, e.g. 3:11-20,7:0-4) "
+    "or a JSON/jsonl file of {episode, start, end} ranges (end exclusive, as --exclude-frames).",
+)
+@click.option(
+    "--keep-frames",
+    metavar="SPEC|FILE",
+    help="Keep only these frames of the episodes named (same forms as --drop-frames); "
+    "other episodes stay whole.",
+)
+@click.option(
+    "--trim-idle",
+    is_flag=True,
+    help="Drop each episode's still head and tail (action and observation.state not moving).",
+)
+@click.option(
+    "--idle-threshold",
+    type=float,
+    default=DEFAULT_IDLE_THRESHOLD,
+    show_default=True,
+    metavar="F",
+    help="--trim-idle: a frame moves when a dimension changes by more than F times its std.",
+)
+@click.option(
+    "--add-feature",
+    "add_feature",
+    multiple=True,
+    metavar="NAME",
+    help="Add a feature NAME with the values of --from FILE (repeatable, one --from each).",
+)
+@click.option(
+    "--from",
+    "from_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="--add-feature's values: parquet, jsonl or npy keyed by episode_index, frame_index.",
+)
+@click.option(
+    "--rename-feature", multiple=True, metavar="OLD=NEW", help="Rename a (non-video) feature."
+)
+@click.option(
+    "--lossless-only",
+    is_flag=True,
+    help="Cut videos by packet copy only: a cut off a keyframe is an error instead of a "
+    "re-encoded group of pictures.",
+)
 @target_option
 @executor_option
 @json_option
@@ -67,18 +117,31 @@ def edit_command(
     report: str | None,
     remove_feature: tuple[str, ...],
     rename_task: tuple[str, ...],
+    drop_frames: str | None,
+    keep_frames: str | None,
+    trim_idle: bool,
+    idle_threshold: float,
+    add_feature: tuple[str, ...],
+    from_files: tuple[str, ...],
+    rename_feature: tuple[str, ...],
+    lossless_only: bool,
     target_mb: float,
     executor: str,
     as_json: bool,
 ) -> None:
-    """Write ROOT without some episodes, features or task names to a new dataset --out DIR.
+    """Write ROOT without some episodes, frames, features or task names to a new dataset
+    --out DIR.
 
     The output is a LeRobot v3.0 dataset with episodes, index and tasks renumbered, stats
     carried over, row groups as `prep rowgroups` writes them and videos cut without
-    re-encoding; it is verified against ROOT's rows before it appears at DIR.
+    re-encoding; it is verified against ROOT's rows before it appears at DIR. Episodes cut
+    inside (--drop-frames, --keep-frames, --trim-idle) keep their place, get frame_index and
+    timestamp renumbered and their stats recomputed; their video is re-encoded only in the
+    groups of pictures a cut falls in.
     """
     from episodekit.writers import select
     from episodekit.writers.edit import EditSpec, edit
+    from episodekit.writers.frames import parse_frame_spec
 
     if report and not drop_flagged:
         raise click.UsageError(
@@ -86,6 +149,8 @@ def edit_command(
         )
     if drop_episodes is not None and keep_episodes is not None:
         raise click.UsageError("give --drop-episodes or --keep-episodes, not both")
+    if len(add_feature) != len(from_files):
+        raise click.UsageError("give one --from FILE for each --add-feature NAME")
     flagged = tuple(c.strip() for c in (drop_flagged or "").split(",") if c.strip())
     if drop_flagged is not None and not flagged:
         raise click.UsageError("--drop-flagged: no checks given (e.g. quality.frozen)")
@@ -107,6 +172,15 @@ def edit_command(
         rename_tasks=tuple(select.parse_pairs(rename_task, "--rename-task")),
         target_mb=target_mb,
         executor=executor,
+        drop_frames=parse_frame_spec(drop_frames) if drop_frames is not None else None,
+        keep_frames=(
+            parse_frame_spec(keep_frames, "--keep-frames") if keep_frames is not None else None
+        ),
+        trim_idle=trim_idle,
+        idle_threshold=idle_threshold,
+        lossless_only=lossless_only,
+        add_features=tuple(zip(add_feature, from_files)),
+        rename_features=tuple(select.parse_pairs(rename_feature, "--rename-feature")),
     )
     d = edit(root, out, spec).as_dict()
     if as_json:
@@ -114,7 +188,22 @@ def edit_command(
         return
     if d["dropped"]:
         click.echo(f"dropped {plural(len(d['dropped']), 'episode')}: {_listing(d['dropped'])}")
+    for e, info in d.get("frames_dropped", {}).items():
+        click.echo(f"episode {e}: {_frames_line(info)}")
     say_written(d)
+
+
+def _frames_line(info: dict) -> str:
+    """What went of one episode cut inside, e.g. ``dropped 12 frames (0-4, 90-96) by
+    --trim-idle: head 5, tail 7``."""
+    if info.get("still"):
+        return info["still"]
+    ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in info["ranges"][:8])
+    more = ", ..." if len(info["ranges"]) > 8 else ""
+    line = f"dropped {plural(info['dropped'], 'frame')} ({ranges}{more}) by {', '.join(info['by'])}"
+    if "head" in info:
+        line += f": head {info['head']}, tail {info['tail']}"
+    return line
 
 
 def _listing(dropped: dict[str, str], limit: int = 10) -> str:

@@ -93,3 +93,25 @@ def test_cli_executor_ray(ray_up, make_sample, tmp_path):
         ).num_rows
         == doc["frames"]
     )
+
+
+def test_frames_cut_and_features_added_on_ray_equal_local(ray_up, make_sample, tmp_path):
+    """Episodes cut inside and a feature added: the Ray tasks get the masks and the values."""
+    import numpy as np
+
+    from episodekit.writers.frames import parse_frame_spec
+
+    src = make_sample(episodes=16, style="recorded", data_files_size_in_mb=0.1, copy=False)
+    t = pa.concat_tables(pq.read_table(p) for p in sorted((src / "data").rglob("*.parquet")))
+    values = tmp_path / "reward.parquet"
+    pq.write_table(t.select(["episode_index", "frame_index"]).append_column(
+        "value", pa.array(np.arange(t.num_rows, dtype=np.float32))), values)  # fmt: skip
+    for executor in ("local", "ray"):
+        spec = EditSpec(drop_frames=parse_frame_spec("2:0-9,9:5-30"), trim_idle=True,
+                        add_features=(("next.reward", str(values)),),
+                        rename_features=(("action", "act"),), target_mb=0.05,
+                        executor=executor)  # fmt: skip
+        edit(str(src), tmp_path / f"cut-{executor}", spec)
+    local, on_ray = _tree(tmp_path / "cut-local"), _tree(tmp_path / "cut-ray")
+    assert len([k for k in local if k.startswith("data/")]) >= 2
+    assert local == on_ray
