@@ -34,7 +34,7 @@ PINNED = REPO / "tests" / "fixtures" / "golden.json"
 VOLATILE = {
     "seconds", "elapsed", "elapsed_s", "mb_per_s", "throughput", "started", "finished",
     "created", "created_at", "written_at", "time", "timestamp_utc", "state", "rerun", "mtime",
-    "pid", "host", "hostname", "duration", "wall_s", "took",
+    "pid", "host", "hostname", "duration", "wall_s", "took", "mtime_ns",
 }  # fmt: skip
 # Files whose bytes hold per-run values beyond JSON keys (lock files, our markers).
 SKIP_NAMES = {".episodekit.lock", ".episodekit-output"}
@@ -111,6 +111,11 @@ def _normalize(doc, volatile: set[str] = VOLATILE):
         return {k: _normalize(v, volatile) for k, v in sorted(doc.items()) if k not in volatile}
     if isinstance(doc, list):
         return [_normalize(v, volatile) for v in doc]
+    if isinstance(doc, str) and doc.startswith("{"):  # a JSON document kept as a string value
+        try:
+            return json.dumps(_normalize(json.loads(doc), volatile), sort_keys=True)
+        except ValueError:
+            return doc
     return doc
 
 
