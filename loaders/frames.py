@@ -446,6 +446,9 @@ class RootFrameDataset(FrameDataset):
         return self._batch(g, k)
 
     def _batch(self, g: np.ndarray, k: np.ndarray) -> dict[str, Any]:
+        if g.size == 0 and len(self):  # an empty batch: a one-frame batch's arrays, 0 rows long
+            one = self._batch(self._from[:1].copy(), np.zeros(1, dtype=np.int64))
+            return {n: v[:0] for n, v in one.items()}
         s = self._from[k][:, None]
         e = s + self._len[k][:, None]
         requests: list[tuple[str, np.ndarray]] = [(c, g) for c in self._plain]

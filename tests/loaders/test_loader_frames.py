@@ -302,3 +302,21 @@ def test_open_files_are_bounded_by_the_footer_budget(make_sample):
     np.testing.assert_array_equal(batch["action"][:, 1], ref["action"])
     roomy = FrameDataset(root, speed=False)
     assert len(roomy.reader._handles) == n_files  # small footers: all stay open
+
+
+def test_an_empty_batch_has_every_key_with_zero_rows(tmp_path):
+    """get_batch([]) (a sampler's last, empty slice) gives the batch's keys, dtypes and frame
+    shapes with 0 rows, decoded video included, instead of a KeyError deep in the reader."""
+    import shutil
+    from pathlib import Path
+
+    root = tmp_path / "vid24"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures/lerobot/vid24", root)
+    ds = FrameDataset(root, speed="memory", video_backend="pyav")
+    one, empty = ds.get_batch([0]), ds.get_batch([])
+    assert empty.keys() == one.keys()
+    for name, value in one.items():
+        if isinstance(value, np.ndarray):
+            assert empty[name].shape == (0, *value.shape[1:]) and empty[name].dtype == value.dtype
+        else:
+            assert list(empty[name]) == []
