@@ -57,7 +57,7 @@ def parquet_problem(exc: BaseException, path: str, what: str = UNREADABLE) -> Ex
         return exc
     if isinstance(exc, FileNotFoundError):
         return MissingFileError("file is missing", path)
-    if isinstance(exc, pa.ArrowInvalid):
+    if isinstance(exc, (pa.ArrowInvalid, pa.ArrowNotImplementedError)):  # e.g. an unknown codec
         return DatasetError(f"{what} ({exc})", path)
     if isinstance(exc, OSError):
         if exc.errno is None:  # arrow's own errors: the bytes are not valid parquet
@@ -71,7 +71,7 @@ def parquet_errors(path: str, what: str = UNREADABLE) -> Iterator[None]:
     """Turn what pyarrow and the filesystem raise while reading ``path`` into our errors."""
     try:
         yield
-    except (OSError, pa.ArrowInvalid) as exc:
+    except (OSError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise parquet_problem(exc, path, what) from exc
 
 
@@ -98,6 +98,7 @@ class _FooterCache:
 
     def put(self, key: tuple, meta: FileMetaData) -> None:
         with self.lock:
+            self.reads += 1
             if key in self.entries:
                 return
             self.entries[key] = meta
@@ -149,7 +150,6 @@ def read_footer(
         else:
             with fs.open(path, "rb") as fh:  # synchronous footer read; the handle is closed here
                 meta = pq.read_metadata(fh)
-        _FOOTERS.reads += 1
         _FOOTERS.put(key, meta)
         return meta
 
@@ -276,11 +276,11 @@ def open_data_file(
             fh = None if is_local(fs) else source
             opts: dict[str, Any] = {}
             if stream:
-                leaves = meta.num_columns if meta is not None else 1
-                opts = {"pre_buffer": False, "buffer_size": stream_buffer(leaves)}
+                buffer = stream_buffer(meta.num_columns) if meta is not None else MIB
+                opts = {"pre_buffer": False, "buffer_size": buffer}
             pf = pq.ParquetFile(source, metadata=meta, **opts)
             if stream and meta is None and stream_buffer(pf.metadata.num_columns) != MIB:
-                meta = pf.metadata
+                meta = pf.metadata  # its own footer, parsed: reopen with the buffer it asks
                 pf.close()
                 opts["buffer_size"] = stream_buffer(meta.num_columns)
                 pf = pq.ParquetFile(source, metadata=meta, **opts)
