@@ -199,13 +199,19 @@ class RowGroupReader:
         ):
             old, old_pf = self._handles.popitem(last=False)
             held -= self._footer_cost[old]
-            old_pf.close()
+            self._release(old_pf)
         return pf
+
+    def _release(self, pf: DataFile) -> None:
+        """A handle leaves the reader: a remote file is closed now; a local one is dropped (it
+        closes when the last reference goes: a row-group stream still reading it keeps it)."""
+        if not self.ds.is_local:
+            pf.close()
 
     def close(self) -> None:
         """Close open file handles (the pool stays valid)."""
         for pf in self._handles.values():
-            pf.close()
+            self._release(pf)
         self._handles.clear()
 
     def __getstate__(self) -> dict:

@@ -162,14 +162,13 @@ def _stream_rewrite(
     """Stream ``df`` into ``tmp`` as row groups of ``group_rows`` rows; checksum the source."""
     source_sum = TableChecksum()
     with RowGroupWriter(tmp, df.schema, group_rows, encoding, marker) as writer:
-        for batch in df.batches(batch_rows):
-            source_sum.update(batch)
-            writer.write(batch)
         try:
+            for batch in df.batches(batch_rows):
+                source_sum.update(batch)
+                writer.write(batch)
             writer.finish()
         except RowGroupPlanError as exc:
-            g = writer.groups_written
-            raise VerificationError(f"source ended inside planned row group {g}") from exc
+            raise VerificationError(f"source rows do not fit the plan: {exc}") from exc
     return source_sum
 
 

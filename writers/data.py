@@ -285,11 +285,11 @@ def _write_file(
 
     encoding = Encoding(compression=codec, sorted_index=True)
     with RowGroupWriter(path, schema, plan.group_rows[f], encoding, marker, on_group) as writer:
-        for batches in _read_ahead(plan, plan.runs(f), schema, task_maps):
-            for batch, out_ep in batches:
-                tasks.add(out_ep, batch.column("task_index").to_numpy())
-                writer.write(batch)
         try:
+            for batches in _read_ahead(plan, plan.runs(f), schema, task_maps):
+                for batch, out_ep in batches:
+                    tasks.add(out_ep, batch.column("task_index").to_numpy())
+                    writer.write(batch)
             writer.finish()
         except RowGroupPlanError as exc:
             msg = "the kept rows do not fill the planned row groups"
