@@ -58,7 +58,7 @@ def layer_of_module(name: str) -> str | None:
 
 
 def package_of(path: Path) -> str:
-    """The package relative imports resolve against (prep/band.py -> episodekit.prep)."""
+    """The package relative imports resolve against (prep/rewrite.py -> episodekit.prep)."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     head = ["episodekit"] if parts[0] == "app" else ["episodekit", parts[0]]
     return ".".join(head + parts[1:-1])
