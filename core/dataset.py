@@ -20,7 +20,6 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from episodekit.core.errors import (
     DatasetError,
@@ -29,6 +28,12 @@ from episodekit.core.errors import (
     UnsupportedVersionError,
     os_problem,
 )
+from episodekit.core.parquet_read import (  # re-exported: the names other layers import
+    is_local,
+    read_schema,
+    read_table,
+)
+from episodekit.core.parquet_read import table_from_bytes as parquet_from_bytes  # noqa: F401
 from episodekit.core.paths import (
     DATA_PATH_V2,
     DATA_PATH_V3,
@@ -64,12 +69,6 @@ def resolve_root(root: str | Any) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, path.rstrip("/") or "/"
 
 
-def is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    """True when ``fs`` is the local disk (pyarrow can then open paths directly)."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
-
-
 def read_json(fs: fsspec.AbstractFileSystem, path: str, max_bytes: int = 64 << 20) -> Any:
     """A JSON file (refused above ``max_bytes``: metadata comes from hubs, untrusted)."""
     if not fs.exists(path):
@@ -88,48 +87,8 @@ def read_json(fs: fsspec.AbstractFileSystem, path: str, max_bytes: int = 64 << 2
 
 
 def read_parquet(fs, path: str, columns: list[str] | None = None) -> pa.Table:
-    """A whole parquet file. Local files are read by path and remote ones from their bytes, never
-    through a Python file object: pyarrow's IO threads can otherwise release a Python buffer
-    during interpreter shutdown and abort the process (apache/arrow#34314)."""
-    try:
-        if is_local(fs):
-            return pq.read_table(path, columns=columns)
-        with fs.open(path, "rb") as fh:
-            data = fh.read()
-        return parquet_from_bytes(data, columns=columns)
-    except FileNotFoundError as exc:
-        raise MissingFileError("file is missing", path) from exc
-    except pa.ArrowInvalid as exc:
-        raise DatasetError(f"unreadable parquet ({exc})", path) from exc
-    except OSError as exc:
-        raise _parquet_problem(exc, path) from exc
-
-
-def _parquet_problem(exc: OSError, path: str) -> DatasetError | Exception:
-    """An OSError reading parquet: environment (permission, I/O) or a broken file (data)."""
-    if exc.errno is None:  # arrow's own errors: the bytes are not valid parquet
-        return DatasetError(f"unreadable parquet ({exc})", path)
-    return os_problem(exc, path, "read")
-
-
-def parquet_from_bytes(data: bytes, columns: list[str] | None = None) -> pa.Table:
-    """A parquet file's table from its bytes, copied into arrow-owned memory first, so no arrow
-    thread ever holds a Python object (see :func:`read_parquet`)."""
-    buf = pa.allocate_buffer(len(data))
-    np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
-    return pq.read_table(pa.BufferReader(buf), columns=columns)
-
-
-def read_schema(fs, path: str) -> pa.Schema:
-    try:
-        if is_local(fs):
-            return pq.read_schema(path)
-        with fs.open(path, "rb") as fh:
-            return pq.read_schema(fh)
-    except pa.ArrowInvalid as exc:
-        raise DatasetError(f"unreadable parquet ({exc})", path) from exc
-    except OSError as exc:
-        raise _parquet_problem(exc, path) from exc
+    """A whole parquet file (:func:`episodekit.core.parquet_read.read_table`)."""
+    return read_table(fs, path, columns)
 
 
 def normalize_tasks_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:

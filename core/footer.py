@@ -1,7 +1,8 @@
 """Parquet footer facts (row groups, bytes, statistics, page index), read without data pages.
 
 Shared by ``info``, the row-group rewrite (idempotence, before/after tables), the cost table
-(per-episode byte shares) and validation (layout quality).
+(per-episode byte shares) and validation (layout quality). The footer itself comes from
+:func:`episodekit.core.parquet_read.read_footer` (parsed once per file per process).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from episodekit.core.dataset import is_local
-from episodekit.core.errors import DatasetError, MissingFileError, os_problem
+from episodekit.core.parquet_read import FileMetaData, is_local, read_footer
+from episodekit.core.paths import MIB
+
+BATCH_BYTES = 8 * MIB  # aim for read batches of about this many uncompressed bytes
 
 
 @dataclass
@@ -37,22 +38,12 @@ class FileLayout:
     def num_row_groups(self) -> int:
         return len(self.row_group_rows)
 
-
-def read_footer(path: str, fs=None) -> pq.FileMetaData:
-    """The parquet footer of ``path`` (local path, or a path in fsspec filesystem ``fs``)."""
-    try:
-        if fs is None or is_local(fs):
-            return pq.read_metadata(path)
-        with fs.open(path, "rb") as fh:  # synchronous footer read; the handle is closed here
-            return pq.read_metadata(fh)
-    except FileNotFoundError as exc:
-        raise MissingFileError("file is missing", path) from exc
-    except pa.ArrowInvalid as exc:
-        raise DatasetError(f"unreadable parquet footer ({exc})", path) from exc
-    except OSError as exc:
-        if exc.errno is None:
-            raise DatasetError(f"unreadable parquet footer ({exc})", path) from exc
-        raise os_problem(exc, path, "read") from exc
+    def batch_rows(self) -> int:
+        """Rows per read batch of about :data:`BATCH_BYTES` uncompressed bytes (from the
+        widest row group's bytes per row; between 1024 and 1Mi rows)."""
+        rows = np.maximum(self.row_group_rows, 1)
+        per_row = float(np.max(self.row_group_bytes / rows)) if self.num_row_groups else 1.0
+        return int(np.clip(BATCH_BYTES / max(per_row, 1.0), 1024, 1 << 20))
 
 
 def _file_size(path: str, fs) -> int:
@@ -67,8 +58,8 @@ def _stat(stats, attr: str):
     return getattr(stats, attr)
 
 
-def file_layout(path: str, fs=None, meta: pq.FileMetaData | None = None) -> FileLayout:
-    """Summarize a file's row groups from its footer."""
+def file_layout(path: str, fs=None, meta: FileMetaData | None = None) -> FileLayout:
+    """Summarize a file's row groups from its footer (``meta``: that footer, when already read)."""
     meta = meta if meta is not None else read_footer(path, fs)
     n = meta.num_row_groups
     rows = np.zeros(n, dtype=np.int64)

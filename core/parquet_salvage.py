@@ -28,7 +28,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core import thrift_compact as tc
 from episodekit.core.parquet_pages import (
@@ -44,6 +43,8 @@ from episodekit.core.parquet_pages import (
     fits,
     leaves,
 )
+from episodekit.core.parquet_read import DataFile, FileMetaData
+from episodekit.core.parquet_write import Encoding, RowGroupWriter
 
 # physical types whose statistics merge as numbers (numpy dtype of their plain encoding)
 NUMERIC = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
@@ -145,8 +146,8 @@ def schema_template(schema: pa.Schema) -> tc.Struct:
     """The footer pyarrow writes for ``schema`` (schema elements, ``ARROW:schema`` and the
     schema's own metadata), from an empty file written in memory."""
     sink = io.BytesIO()
-    with pq.ParquetWriter(sink, schema):
-        pass
+    with RowGroupWriter(sink, schema, encoding=Encoding(dictionary=True, page_index=False)) as w:
+        w.finish()
     data = sink.getvalue()
     n = int.from_bytes(data[-8:-4], "little")
     return tc.decode(data, len(data) - 8 - n)[0]
@@ -490,13 +491,14 @@ def open_salvaged(
     salvage: Salvage,
     template: tc.Struct,
     meta: bytes | None = None,
-    parsed: pq.FileMetaData | None = None,
-) -> Iterator[pq.ParquetFile]:
+    parsed: FileMetaData | None = None,
+) -> Iterator[DataFile]:
     """``path``'s whole row groups under their new footer (``meta``: :func:`footer`'s bytes,
-    ``parsed``: pyarrow's reading of them, when already made), read in place: what
-    :func:`write_salvaged` would write, without writing it. A small file is read into memory
-    (one read, native parsing), a larger one through a file object that reads only what is
-    asked."""
+        ``parsed``: pyarrow's reading of them, when already made), read in place: what
+        :func:`write_salvaged` would write, without writing it. A small file is read into memory
+        (one read, native parsing), a larger one through a file object that reads only what is
+        asked. Read through :class:`~episodekit.core.parquet_read.DataFile` (the data-file layer's
+    error policy and closing)."""
     meta = footer(template, salvage) if meta is None else meta
     tail = meta + len(meta).to_bytes(4, "little") + MAGIC
     if salvage.end <= IN_MEMORY:
@@ -506,10 +508,14 @@ def open_salvaged(
             if fh.readinto(view[: salvage.end]) != salvage.end:
                 raise OSError(f"{path}: shorter than {salvage.end} bytes")
         view[salvage.end :] = tail
-        yield pq.ParquetFile(pa.BufferReader(buf), metadata=parsed)
+        with DataFile.of(str(path), pa.BufferReader(buf), parsed) as df:
+            yield df
         return
-    with _Joined(path, salvage.end, tail) as fh:
-        yield pq.ParquetFile(fh, pre_buffer=False, metadata=parsed)
+    with (
+        _Joined(path, salvage.end, tail) as fh,
+        DataFile.of(str(path), fh, parsed, pre_buffer=False) as df,
+    ):
+        yield df
 
 
 def _copy_prefix(src: int, dst: int, n: int) -> None:

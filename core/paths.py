@@ -40,8 +40,6 @@ COST_MODELS = {
     "bytes": "data_bytes + video_bytes",
     "decode": "measured seconds to decode the episode's video frames (PyAV, sampled per file)",
 }
-SAMPLE_STYLES = ("recorded", "edited")  # row-group styles found in the wild
-SAMPLE_VERSIONS = ("v3.0", "v2.1")
 VIDEO_CODECS = ("av1", "h264")  # what the sample writer and `prep videos` encode
 
 INT_FIELDS = ("chunk_index", "file_index", "episode_chunk", "episode_index")

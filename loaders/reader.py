@@ -10,7 +10,9 @@ Decoded row groups live in a **pool**: one preallocated numpy array per column (
 ``cache_mb``), used as a ring: a new row group is written at the head and evicts whatever it
 overlaps (FIFO). Because every resident frame has a pool position, a batch of frames is gathered
 with one numpy fancy index per column, with no per-frame (or per-row-group) Python work.
-Works on local paths and fsspec URLs (file handles stay open, a bounded number at a time).
+Works on local paths and fsspec URLs (file handles stay open, a bounded number at a time), opened
+through :func:`episodekit.core.parquet_read.open_data_file`; the decoding calls pyarrow's handle
+directly (the hot path).
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core.dataset import Dataset, DatasetError, InconsistentDatasetError
+from episodekit.core.parquet_read import DataFile, FileMetaData, open_data_file
 from episodekit.core.paths import MIB
 
 DEFAULT_CACHE_MB = 96
@@ -79,7 +81,7 @@ def python_objects(arr: pa.Array) -> np.ndarray:
     return np.fromiter(arr.to_pylist(), dtype=object, count=len(arr))
 
 
-def _check_index_statistics(md: pq.FileMetaData, first: int, path: str) -> None:
+def _check_index_statistics(md: FileMetaData, first: int, path: str) -> None:
     """When the footer has statistics for ``index``, the file must start at frame ``first``
     (LeRobot's windows use ``index``; a file out of step with the episodes table is an error)."""
     if md.num_row_groups == 0:
@@ -138,8 +140,7 @@ class RowGroupReader:
         if file_ids is None:
             file_ids = np.unique(file_id)
         self.file_ids = np.unique(np.asarray(file_ids, dtype=np.int64))
-        self._handles: OrderedDict[int, pq.ParquetFile] = OrderedDict()
-        self._files_with_handles: dict[int, Any] = {}
+        self._handles: OrderedDict[int, DataFile] = OrderedDict()
         starts, rows, files, local = [], [], [], []
         for fid in self.file_ids.tolist():  # per file: read its footer once
             sel = file_id == fid
@@ -147,7 +148,7 @@ class RowGroupReader:
             expected = int((to[sel] - frm[sel]).sum())
             pf = self._open(fid)
             path = ds.data_path(fid)
-            names = set(pf.schema_arrow.names)
+            names = set(pf.schema.names)
             missing = [c for c in self.columns if c not in names]
             if missing:
                 raise DatasetError(f"data file lacks feature columns {missing}", path)
@@ -196,21 +197,13 @@ class RowGroupReader:
 
     # -- files ---------------------------------------------------------------------------------
 
-    def _open(self, fid: int) -> pq.ParquetFile:
+    def _open(self, fid: int) -> DataFile:
         pf = self._handles.get(fid)
         if pf is not None:
             self._handles.move_to_end(fid)
             return pf
-        path = self.ds.data_path(fid)
-        try:
-            if self.ds.is_local:
-                pf = pq.ParquetFile(path)
-            else:
-                fh = self.ds.fs.open(path, "rb")
-                self._files_with_handles[fid] = fh
-                pf = pq.ParquetFile(fh)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise DatasetError(f"unreadable parquet ({exc})", path) from exc
+        # this reader budgets its footers itself (footer_mb): a footer of its own per handle
+        pf = open_data_file(self.ds.data_path(fid), self.ds.fs, shared_footer=False)
         self.files_opened += 1
         self._handles[fid] = pf
         self._footer_cost[fid] = pf.metadata.serialized_size * FOOTER_EXPANSION
@@ -218,18 +211,21 @@ class RowGroupReader:
         while len(self._handles) > 1 and (
             len(self._handles) > MAX_OPEN_FILES or held > self.footer_bytes
         ):
-            old, _ = self._handles.popitem(last=False)
+            old, old_pf = self._handles.popitem(last=False)
             held -= self._footer_cost[old]
-            fh = self._files_with_handles.pop(old, None)
-            if fh is not None:
-                fh.close()
+            self._release(old_pf)
         return pf
+
+    def _release(self, pf: DataFile) -> None:
+        """A handle leaves the reader: a remote file is closed now; a local one is dropped (it
+        closes when the last reference goes: a row-group stream still reading it keeps it)."""
+        if not self.ds.is_local:
+            pf.close()
 
     def close(self) -> None:
         """Close open file handles (the pool stays valid)."""
-        for fh in self._files_with_handles.values():
-            fh.close()
-        self._files_with_handles.clear()
+        for pf in self._handles.values():
+            self._release(pf)
         self._handles.clear()
 
     def __getstate__(self) -> dict:
@@ -238,7 +234,6 @@ class RowGroupReader:
         state = self.__dict__.copy()
         state.update(
             _handles=OrderedDict(),
-            _files_with_handles={},
             pool={},
             pool_base={},
             capacity=0,
@@ -303,7 +298,7 @@ class RowGroupReader:
         fid = int(self.rg_file[rg])
         pf = self._open(fid)
         try:
-            t = pf.read_row_group(
+            t = pf.parquet.read_row_group(
                 int(self.rg_local[rg]), columns=list(self.columns), use_threads=self.ds.is_local
             )
         except (OSError, pa.ArrowInvalid) as exc:
@@ -449,7 +444,7 @@ class RowGroupReader:
         self.rg_decodes[rg] += 1
         at = 0
         try:
-            batches = pf.iter_batches(
+            batches = pf.parquet.iter_batches(
                 batch_size=DECODE_BATCH_ROWS,
                 row_groups=[int(self.rg_local[rg])],
                 columns=list(self.columns),

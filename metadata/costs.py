@@ -27,7 +27,6 @@ import json
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path
 from episodekit.core.dataset import (
@@ -35,9 +34,10 @@ from episodekit.core.dataset import (
     DatasetError,
     MissingFileError,
     as_dataset,
-    parquet_from_bytes,
 )
 from episodekit.core.footer import file_layout
+from episodekit.core.parquet_read import table_from_bytes
+from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import COST_FILE, COST_MODELS
 from episodekit.metadata.artifact import (
     FORMAT,
@@ -294,7 +294,7 @@ def write_costs(ds: Dataset | str, model: str = "frames", table: pa.Table | None
     table = table if table is not None else compute_costs(ds, model)
     path = local_target(ds, COST_FILE)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        write_table(table, tmp, compression="zstd")
     return path
 
 
@@ -305,7 +305,7 @@ def read_costs(root_or_ds: str | Dataset) -> pa.Table | None:
         return None
     try:
         # From arrow-owned bytes, never a Python object (apache/arrow#34314: abort at exit).
-        return parquet_from_bytes(data)
+        return table_from_bytes(data)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(
             f"unreadable cost table ({exc})", artifact_path(root_or_ds, COST_FILE)

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from episodekit.core.dataset import Dataset, DatasetError, read_parquet
+from episodekit.core.dataset import Dataset, DatasetError
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import map_files
+from episodekit.core.parquet_read import open_data_file, read_table
 from episodekit.core.paths import UnsafePathError, inside_root
 from episodekit.core.video import VideoFile, require_av
 
@@ -209,7 +209,7 @@ def _sampled_timestamps(ds: Dataset, rows: np.ndarray, picks: list[np.ndarray]) 
     want = np.concatenate([s + p for s, p in zip(start, picks)]) if picks else np.zeros(0)
     ts = np.full(len(want), np.nan)
     for rel in ds.data_files:
-        t = read_parquet(ds.fs, ds.join(rel), columns=["index", "timestamp"])
+        t = read_table(ds.fs, ds.join(rel), columns=["index", "timestamp"])
         idx = t["index"].to_numpy()
         if not len(idx):
             continue
@@ -245,29 +245,29 @@ def scan_images(job: dict) -> dict[int, np.ndarray]:
     owner = {int(r): i for i, want in job["episodes"] for r in np.asarray(want).tolist()}
     keys = np.array(sorted(owner), dtype=np.int64)
     out: dict[int, np.ndarray] = {i: np.zeros((3, 256), np.int64) for i, _ in job["episodes"]}
-    pf = pq.ParquetFile(job["file"])
-    for batch in pf.iter_batches(batch_size=4096, columns=["index", job["feature"]]):
-        idx = batch.column(0).to_numpy()
-        sel = np.flatnonzero(np.isin(idx, keys))
-        if not len(sel):
-            continue
-        col = batch.column(1).take(pa.array(sel))
-        blobs = pc.struct_field(col, "bytes").to_pylist()
-        paths = pc.struct_field(col, "path").to_pylist()
-        for r, b, p in zip(idx[sel].tolist(), blobs, paths):
-            if b is None:
-                if p is None:
-                    raise DatasetError(f"{job['feature']}: image with neither bytes nor path")
-                try:
-                    safe = inside_root(job["root"], p)
-                except UnsafePathError as exc:  # name the file, feature and row at fault
-                    raise UnsafePathError(
-                        f"{job['file']}: {job['feature']} (index {r}): {exc}"
-                    ) from None
-                with open(safe, "rb") as fh:
-                    b = fh.read()
-            with image.open(io.BytesIO(b)) as im:
-                out[owner[r]] += pixel_histogram(np.asarray(im.convert("RGB"))[None])
+    with open_data_file(job["file"]) as df:
+        for batch in df.batches(4096, ["index", job["feature"]]):
+            idx = batch.column(0).to_numpy()
+            sel = np.flatnonzero(np.isin(idx, keys))
+            if not len(sel):
+                continue
+            col = batch.column(1).take(pa.array(sel))
+            blobs = pc.struct_field(col, "bytes").to_pylist()
+            paths = pc.struct_field(col, "path").to_pylist()
+            for r, b, p in zip(idx[sel].tolist(), blobs, paths):
+                if b is None:
+                    if p is None:
+                        raise DatasetError(f"{job['feature']}: image with neither bytes nor path")
+                    try:
+                        safe = inside_root(job["root"], p)
+                    except UnsafePathError as exc:  # name the file, feature and row at fault
+                        raise UnsafePathError(
+                            f"{job['file']}: {job['feature']} (index {r}): {exc}"
+                        ) from None
+                    with open(safe, "rb") as fh:
+                        b = fh.read()
+                with image.open(io.BytesIO(b)) as im:
+                    out[owner[r]] += pixel_histogram(np.asarray(im.convert("RGB"))[None])
     return out
 
 

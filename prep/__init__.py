@@ -2,7 +2,7 @@
 
 Public face: :func:`rewrite_rowgroups` (what ``episodekit prep rowgroups`` runs), its
 :class:`PrepReport` and :func:`format_report`, and :class:`VerificationError`. The row-group band
-(what a good layout is) lives in :mod:`episodekit.prep.band`.
+(what a good layout is) lives in :mod:`episodekit.core.band`.
 """
 
 from episodekit.prep.rewrite import VerificationError

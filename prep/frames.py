@@ -38,13 +38,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from episodekit.core import interrupt
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem
 from episodekit.core.outdir import check_output_dir, resolve_output
+from episodekit.core.parquet_read import open_data_file
 from episodekit.core.staging import discard, new_staging, publish, remove_stale
 from episodekit.core.store import (
     BOUNDS_FILE,
@@ -150,16 +150,6 @@ class _FileResult:
     crc: dict[str, int]
 
 
-def _open_parquet(ds: Dataset, path: str) -> tuple[pq.ParquetFile, Any]:
-    try:
-        if ds.is_local:
-            return pq.ParquetFile(path), None
-        fh = ds.fs.open(path, "rb")
-        return pq.ParquetFile(fh), fh
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise DatasetError(f"unreadable parquet ({exc})", path) from exc
-
-
 def _check_structure(name: str, values: np.ndarray, g0: int, bounds: np.ndarray, path: str) -> None:
     """``index`` must be the frame's global index and ``episode_index`` its episode's."""
     m = len(values)
@@ -201,14 +191,13 @@ def _build_file(
     sel = file_of == fid
     first = int(bounds[sel, 1].min())
     rows = int((bounds[sel, 2] - bounds[sel, 1]).sum())
-    pf, fh = _open_parquet(ds, path)
     crc = dict.fromkeys(columns, 0)
-    try:
-        if pf.metadata.num_rows != rows:
+    with open_data_file(path, ds.fs) as df:
+        if df.num_rows != rows:
             raise DatasetError(
-                f"file has {pf.metadata.num_rows} rows but its episodes cover {rows} frames", path
+                f"file has {df.num_rows} rows but its episodes cover {rows} frames", path
             )
-        schema = pf.schema_arrow
+        schema = df.schema
         for name, c in columns.items():
             if name not in schema.names:
                 raise DatasetError(f"data file lacks column {name!r}", path)
@@ -221,7 +210,7 @@ def _build_file(
         for name, c in columns.items():  # a column at a time: memory holds one column chunk
             dtype, shape = np.dtype(c["dtype"]), tuple(c["shape"])
             pos = first - base
-            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[name]):
+            for batch in df.batches(BATCH_ROWS, [name]):
                 interrupt.check()  # (in a decode thread: Ctrl-C ends the file within a batch)
                 try:
                     values = rows_of(batch.column(0), dtype, shape)
@@ -233,11 +222,6 @@ def _build_file(
                 pos += batch.num_rows
             if pos != first - base + rows:
                 raise DatasetError(f"read {pos - first + base} rows, expected {rows}", path)
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise DatasetError(f"cannot read ({exc})", path) from exc
-    finally:
-        if fh is not None:
-            fh.close()
     after = file_identity(ds, rel)
     if after != before:
         raise DatasetError("the file changed while the frame store was built; run again", path)

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("core", "prep", "metadata", "loaders", "validate", "writers")
+SUBPACKAGES = ("core", "prep", "metadata", "loaders", "validate", "writers", "sample")
 
 
 def build(out: Path = REPO / "build" / "apidoc") -> Path:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate", "writers")
+PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate", "writers", "sample")
 MAX_LINES = 600
 MAX_PARQUET_MODULES = 4
 MANY_PARAMS = 10

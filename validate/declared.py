@@ -214,13 +214,12 @@ def image_size(data: bytes) -> tuple[int, int, int | None] | None:
 
 
 def _first_image(raw: RawRoot, rel: str, column: str) -> bytes | None:
-    import pyarrow.parquet as pq
+    from episodekit.core.parquet_read import open_data_file
 
-    with raw.fs.open(raw.join(rel), "rb") as fh:
-        pf = pq.ParquetFile(fh)
-        if column not in pf.schema_arrow.names:
+    with open_data_file(raw.join(rel), raw.fs) as df:
+        if column not in df.schema.names:
             return None
-        for batch in pf.iter_batches(batch_size=64, columns=[column]):
+        for batch in df.batches(64, [column]):
             for value in batch.column(0).to_pylist():
                 data = value.get("bytes") if isinstance(value, dict) else value
                 if data:

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from episodekit.core import interrupt
+from episodekit.core.band import read_marker, row_group_band
 from episodekit.core.footer import FileLayout, file_layout
 from episodekit.core.paths import DEFAULT_TARGET_MB, MIB
 from episodekit.core.words import plural
-from episodekit.prep.band import read_marker, row_group_band
 from episodekit.validate.raw import WARNING, Finding, RawRoot
 
 TARGET_BYTES = int(DEFAULT_TARGET_MB * MIB)

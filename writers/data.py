@@ -3,8 +3,9 @@
 Rows are read batch by batch (row groups holding no kept episode are skipped through the
 footer's ``episode_index`` statistics), filtered, renumbered (``episode_index``, ``index``) and
 remapped (``task_index`` to the new tasks table), and written in the planned episode-aligned row
-groups the way ``prep rowgroups`` writes them (same writer, page index, layout marker), so
-``prepare`` skips its row-group step on the output. Memory: about one output row group.
+groups by the writer ``prep rowgroups`` uses (:mod:`episodekit.core.parquet_write`: page index,
+layout marker), so ``prepare`` skips its row-group step on the output. Memory: about one output
+row group.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from episodekit.core.band import codec_name, make_marker
+from episodekit.core.checksum import TableChecksum
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
 from episodekit.core.executor import imap_files
 from episodekit.core.memory import release_memory
+from episodekit.core.parquet_read import open_data_file
+from episodekit.core.parquet_write import Encoding, RowGroupPlanError, RowGroupWriter
 from episodekit.core.paths import DATA_PATH_V3, MIB
-from episodekit.prep.band import MARKER_KEY, codec_name, make_marker
-from episodekit.prep.checksum import TableChecksum
-from episodekit.prep.rewrite import _batch_rows, _open_parquet, _write_group, _writer
 from episodekit.writers.frame_rows import FrameCutter
 from episodekit.writers.plan import OutputPlan
 
@@ -100,8 +102,8 @@ def output_schema(plan: OutputPlan, removed: set[str]) -> pa.Schema:
     schemas = []
     for d, ds in enumerate(plan.datasets):
         f = int(plan.src_file[np.flatnonzero(plan.ds_id == d)[0]])
-        with _open_parquet(ds.data_path(f), None if ds.is_local else ds.fs) as pf:
-            schemas.append(pf.schema_arrow)
+        with open_data_file(ds.data_path(f), ds.fs) as df:
+            schemas.append(df.schema)
     keep = [n for n in schemas[0].names if n not in removed]
     for name in RENUMBERED + ("task_index",):
         if name not in keep:
@@ -143,12 +145,9 @@ def kept_batches(
     path = ds.data_path(f)
     cutter = FrameCutter(plan, pos, ds.fps) if plan.frames else None  # frames cut inside
     changes = plan.changes  # features added or renamed (writers/features.py)
-    with _open_parquet(path, None if ds.is_local else ds.fs) as pf:
-        for batch in pf.iter_batches(
-            batch_size=_batch_rows(layout),
-            row_groups=_row_groups(plan, d, f, keep),
-            columns=changes.read_names(schema.names) if changes else schema.names,
-        ):
+    names = changes.read_names(schema.names) if changes else schema.names
+    with open_data_file(path, ds.fs, stream=True) as df:
+        for batch in df.batches(layout.batch_rows(), names, _row_groups(plan, d, f, keep)):
             ep = batch.column("episode_index").to_numpy()
             k = np.clip(np.searchsorted(keep, ep), 0, len(keep) - 1)
             mask = keep[k] == ep
@@ -285,29 +284,21 @@ def _write_file(
     checksum: TableChecksum,
     tasks: TaskValues,
 ) -> None:
-    group_rows = plan.group_rows[f]
     checked = [n for n in schema.names if n not in RENUMBERED]
-    writer = _writer(path, schema, codec, True)
-    try:
-        pending: list[pa.RecordBatch] = []
-        pending_rows, g = 0, 0
-        for batches in _read_ahead(plan, plan.runs(f), schema, task_maps):
-            for batch, out_ep in batches:
-                tasks.add(out_ep, batch.column("task_index").to_numpy())
-                off = 0
-                while off < batch.num_rows:
-                    take = min(int(group_rows[g]) - pending_rows, batch.num_rows - off)
-                    pending.append(batch.slice(off, take))
-                    pending_rows, off = pending_rows + take, off + take
-                    if pending_rows == group_rows[g]:
-                        # one checksum pass per row group, not per (small) source batch: the
-                        # sums are over the rows in order, so the result is the same
-                        group = pa.Table.from_batches(pending, schema=schema).select(checked)
-                        checksum.update(group, contiguous=True)
-                        _write_group(writer, pending, schema)
-                        pending, pending_rows, g = [], 0, g + 1
-        if pending_rows or g != len(group_rows):
-            raise DatasetError("the kept rows do not fill the planned row groups", str(path))
-        writer.add_key_value_metadata({MARKER_KEY: marker})
-    finally:
-        writer.close()
+
+    def on_group(group: pa.Table) -> None:
+        # one checksum pass per row group, not per (small) source batch: the sums are over the
+        # rows in order, so the result is the same
+        checksum.update(group.select(checked), contiguous=True)
+
+    encoding = Encoding(compression=codec, sorted_index=True)
+    with RowGroupWriter(path, schema, plan.group_rows[f], encoding, marker, on_group) as writer:
+        try:
+            for batches in _read_ahead(plan, plan.runs(f), schema, task_maps):
+                for batch, out_ep in batches:
+                    tasks.add(out_ep, batch.column("task_index").to_numpy())
+                    writer.write(batch)
+            writer.finish()
+        except RowGroupPlanError as exc:
+            msg = "the kept rows do not fill the planned row groups"
+            raise DatasetError(msg, str(path)) from exc

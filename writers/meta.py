@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_text
+from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import DATA_PATH_V3, MIB, VIDEO_PATH_V3
 from episodekit.metadata import lerobot_stats
 from episodekit.writers.data import TaskValues
@@ -238,7 +238,7 @@ def write_episodes(staging: Path, episodes: pa.Table) -> list[str]:
         sel = np.flatnonzero(key == k)
         rel = f"meta/episodes/chunk-{k >> 32:03d}/file-{k & 0xFFFFFFFF:03d}.parquet"
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(episodes.slice(int(sel[0]), len(sel)), staging / rel)
+        write_table(episodes.slice(int(sel[0]), len(sel)), staging / rel)
         written.append(rel)
     return written
 

@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from episodekit.core.band import plan_row_groups
 from episodekit.core.dataset import Dataset
 from episodekit.core.footer import FileLayout, file_layout
 from episodekit.core.memory import release_memory
+from episodekit.core.parquet_read import open_data_file
+from episodekit.core.parquet_write import plain_scale
 from episodekit.core.paths import MIB
-from episodekit.prep.band import plan_row_groups
-from episodekit.prep.rewrite import _batch_rows, _open_parquet, plain_scale
 from episodekit.writers.sources import SourceEpisode
 
 
@@ -139,8 +140,8 @@ def _byte_estimates(plan: OutputPlan) -> tuple[np.ndarray, np.ndarray]:
         path = ds.data_path(f)
         layout = plan.layouts[(d, f)]
         if d not in scale:
-            with _open_parquet(path, None if ds.is_local else ds.fs) as pf:
-                scale[d] = plain_scale(pf, layout, _batch_rows(layout))
+            with open_data_file(path, ds.fs, stream=True) as df:
+                scale[d] = plain_scale(df, layout, layout.batch_rows())
         sel = (plan.ds_id == d) & (plan.src_file == f)
         rows = max(1, layout.num_rows)
         disk[sel] = plan.length[sel] * layout.file_size / rows

@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core import interrupt, staging
 from episodekit.core.atomic import atomic_write_text
@@ -48,6 +47,7 @@ from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.executor import imap_files
 from episodekit.core.lock import LOCK_NAME, remove_if_only_lock, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.parquet_read import DataFile, open_data_file
 from episodekit.core.progress import current
 from episodekit.writers import repair_build
 from episodekit.writers.repair_inspect import inspect_root
@@ -407,7 +407,7 @@ def _verify_file(job: tuple[str, int, list[int], list[int]], staging: str) -> No
     rel, first, episodes, lengths = job
     expect = np.repeat(np.asarray(episodes, np.int64), lengths)
     at = 0
-    with pq.ParquetFile(os.path.join(staging, rel)) as pf:
+    with open_data_file(os.path.join(staging, rel), shared_footer=False) as pf:
         meta = pf.metadata
         rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         if meta.num_rows != sum(rows):
@@ -425,7 +425,7 @@ def _verify_file(job: tuple[str, int, list[int], list[int]], staging: str) -> No
         raise RepairVerificationError(f"{rel}: {at} rows, the plan has {len(expect)}")
 
 
-def _row_group_batches(pf: pq.ParquetFile, rows: list[int]):
+def _row_group_batches(pf: DataFile, rows: list[int]):
     """Every column of every row group, whole groups of about ``READ_BATCH`` rows at a time
     (memory: one such read; freed decode buffers handed back to the system between reads)."""
     group: list[int] = []

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core import parquet_salvage as ps
 from episodekit.core.atomic import atomic_path
+from episodekit.core.parquet_read import read_table
+from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
 from episodekit.metadata.stats.episode_sketch import SKETCHES_FILE
 from episodekit.writers import meta as meta_mod
 from episodekit.writers import repair_meta, repair_schema
@@ -66,15 +67,17 @@ def _prefix(df, runs: list[int]) -> ps.Salvage | None:
 def _rewrite(plan: RepairPlan, df, episodes: list[Episode], dest: Path) -> None:
     """``df`` without the rows of dropped episodes: one row group per kept episode."""
     with df.open(plan.inventory.root) as pf:
-        schema = pf.schema_arrow
+        schema = pf.schema
         ends = np.cumsum([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
-        with pq.ParquetWriter(dest, schema, compression="snappy", use_dictionary=True) as w:
+        lerobot = Encoding(dictionary=True, page_index=False)  # how LeRobot's recorder writes
+        with RowGroupWriter(dest, schema, encoding=lerobot) as w:
             for e in episodes:
                 a, n = int(df.first_row[e.run]), int(df.rows[e.run])
                 first = int(np.searchsorted(ends, a, side="right"))
                 last = int(np.searchsorted(ends, a + n - 1, side="right"))
                 t = pf.read_row_groups(list(range(first, last + 1)))
-                w.write_table(t.slice(a - (int(ends[first - 1]) if first else 0), n))
+                w.write_group(t.slice(a - (int(ends[first - 1]) if first else 0), n))
+            w.finish()
 
 
 def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
@@ -137,7 +140,7 @@ def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
         if same:
             staged.unchanged.append(rel)
         else:
-            pq.write_table(everything.take(pa.array(pos)), _dest(staging, rel))
+            write_table(everything.take(pa.array(pos)), _dest(staging, rel))
             rebuilt = sum(e.rebuilt for e in eps)
             staged.written[rel] = f"{len(eps)} rows ({rebuilt} rebuilt)"
         written.add(rel)
@@ -174,10 +177,10 @@ def build_tables(plan: RepairPlan, staging: Path, staged: Staged) -> None:
             staged.unchanged.append(TASKS)
         else:
             keep = inv.tasks_raw["task_index"].to_numpy() < len(plan.tasks)
-            pq.write_table(inv.tasks_raw.filter(pa.array(keep)), _dest(staging, TASKS))
+            write_table(inv.tasks_raw.filter(pa.array(keep)), _dest(staging, TASKS))
             staged.written[TASKS] = f"{len(plan.tasks)} tasks"
     else:
-        pq.write_table(meta_mod.tasks_table(plan.tasks), _dest(staging, TASKS))
+        write_table(meta_mod.tasks_table(plan.tasks), _dest(staging, TASKS))
         staged.written[TASKS] = f"{len(plan.tasks)} tasks (rebuilt)"
     info = dict(inv.info)
     info.update(
@@ -242,12 +245,12 @@ def contiguous_ranges(staging: Path) -> None:
     files = sorted(staging.glob("meta/episodes/*/*.parquet"))
     start = 0
     for f in files:
-        t = pq.read_table(f)
+        t = read_table(None, str(f))
         n = t["length"].to_numpy()
         frm = start + np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
         for name, values in (("dataset_from_index", frm), ("dataset_to_index", frm + n)):
             t = t.set_column(t.schema.get_field_index(name), name, pa.array(values))
-        pq.write_table(t, f)
+        write_table(t, f)
         start += int(n.sum())
 
 

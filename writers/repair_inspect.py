@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from episodekit.core import interrupt
+from episodekit.core import interrupt, parquet_read
 from episodekit.core import parquet_salvage as ps
 from episodekit.core import thrift_compact as tc
 from episodekit.core.dataset import read_tasks_table, resolve_root
@@ -53,7 +52,7 @@ class ParquetState:
     template: tc.Struct | None = None
     problem: str = ""
     footer: bytes | None = None  # the salvaged file's new footer, made once
-    parsed: pq.FileMetaData | None = None  # pyarrow's reading of the footer, made once
+    parsed: parquet_read.FileMetaData | None = None  # pyarrow's reading of the footer, made once
 
     @property
     def num_rows(self) -> int:
@@ -64,11 +63,11 @@ class ParquetState:
     total_rows: int = 0
 
     @contextlib.contextmanager
-    def open(self, root: Path) -> Iterator[pq.ParquetFile]:
+    def open(self, root: Path) -> Iterator[parquet_read.DataFile]:
         """The file's whole row groups (in place, under the rebuilt footer when salvaged)."""
         path = root / self.rel
         if self.intact:
-            with pq.ParquetFile(path, metadata=self.parsed) as pf:
+            with parquet_read.open_data_file(str(path)) as pf:
                 self.parsed = pf.metadata
                 yield pf
             return
@@ -171,13 +170,14 @@ def _parquet_state(root: Path, rel: str, cls: type) -> ParquetState:
     chunk, file = _chunk_file(rel)
     size = path.stat().st_size
     try:
-        meta = pq.read_metadata(path)
+        meta = parquet_read.read_footer(str(path))
         return cls(rel, chunk, file, size, True, total_rows=meta.num_rows)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (DatasetError, EnvironmentProblem) as exc:
         interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
-        if isinstance(exc, OSError) and exc.errno is not None:
-            raise EnvironmentProblem(f"cannot read: {exc.strerror}", str(path)) from exc
-        return cls(rel, chunk, file, size, False, problem=str(exc).split("\n")[0])
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno is not None:
+            raise EnvironmentProblem(f"cannot read: {cause.strerror}", str(path)) from cause
+        return cls(rel, chunk, file, size, False, problem=_first_line(exc))
 
 
 def _scan_job(job: tuple[str, tc.Struct, int | None]) -> ps.Salvage | str:
@@ -218,7 +218,13 @@ def _template(root: Path, states: list[ParquetState], schema) -> tuple[tc.Struct
 RUN_BATCH = 1 << 16  # rows of episode_index/index read at a time (memory: O(episodes))
 
 
-def _runs_from_statistics(df: DataFile, meta: pq.FileMetaData) -> bool:
+def _first_line(exc: BaseException) -> str:
+    """What pyarrow said (the first line), under our error naming the file."""
+    cause = exc.__cause__ if isinstance(exc, (DatasetError, EnvironmentProblem)) else None
+    return str(cause or exc).splitlines()[0]
+
+
+def _runs_from_statistics(df: DataFile, meta: parquet_read.FileMetaData) -> bool:
     """:func:`_runs` from the footer alone when every row group holds one episode whose
     ``index`` goes up by one (the recorder writes one group per episode; its statistics tell
     min and max): no data page is read. False when the statistics do not tell."""
@@ -249,7 +255,7 @@ def _runs_from_statistics(df: DataFile, meta: pq.FileMetaData) -> bool:
     return True
 
 
-def _runs(df: DataFile, pf: pq.ParquetFile) -> None:
+def _runs(df: DataFile, pf: parquet_read.DataFile) -> None:
     """The episodes of an open data file (``episode_index`` runs), where they lie, and where
     ``index`` skips a value inside one; from the row groups' statistics when they tell
     (:func:`_runs_from_statistics`), else streamed a batch at a time."""
@@ -258,7 +264,7 @@ def _runs(df: DataFile, pf: pq.ParquetFile) -> None:
     ep_parts, first_parts, start_parts = [], [], []
     gaps = at = 0
     last_ep = last_idx = None
-    for batch in pf.iter_batches(batch_size=RUN_BATCH, columns=["episode_index", "index"]):
+    for batch in pf.batches(RUN_BATCH, ["episode_index", "index"]):
         ep = batch.column(0).to_numpy()
         idx = batch.column(1).to_numpy()
         new = np.r_[last_ep is None or ep[0] != last_ep, ep[1:] != ep[:-1]]
@@ -299,10 +305,10 @@ def inspect_data(root: Path, data: list[DataFile]) -> None:
             try:
                 with s.open(root) as pf:
                     _runs(s, pf)
-            except (pa.ArrowException, OSError, KeyError) as exc:
+            except (DatasetError, pa.ArrowException, OSError, KeyError) as exc:
                 interrupt.check()  # Ctrl-C that a library turned into an error
                 s.intact, s.salvage = False, None
-                s.problem = f"its rows cannot be read ({str(exc).splitlines()[0]})"
+                s.problem = f"its rows cannot be read ({_first_line(exc)})"
 
 
 def inspect_episodes(root: Path, episodes: list[MetaFile]) -> None:
@@ -312,10 +318,10 @@ def inspect_episodes(root: Path, episodes: list[MetaFile]) -> None:
             try:
                 with s.open(root) as pf:
                     s.table = pf.read()
-            except (pa.ArrowException, OSError) as exc:
+            except (DatasetError, pa.ArrowException, OSError) as exc:
                 interrupt.check()  # Ctrl-C that a library turned into an error
                 s.intact, s.salvage = False, None
-                s.problem = f"its rows cannot be read ({str(exc).splitlines()[0]})"
+                s.problem = f"its rows cannot be read ({_first_line(exc)})"
 
 
 def _video_state(root: Path, rel: str) -> VideoState:
@@ -399,11 +405,11 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
     tasks = tasks_raw = None
     tasks_problem = ""
     try:
-        tasks_raw = pq.read_table(base / "meta/tasks.parquet")
+        tasks_raw = parquet_read.read_table(None, str(base / "meta/tasks.parquet"))
         tasks = read_tasks_table(fs, str(base), "v3.0")
-    except (DatasetError, pa.ArrowException, OSError) as exc:
+    except (DatasetError, EnvironmentProblem, pa.ArrowException, OSError) as exc:
         interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
-        tasks_problem = str(exc).split("\n")[0]
+        tasks_problem = _first_line(exc) if tasks_raw is None else str(exc).split("\n")[0]
     stats, stats_problem = _json(base, "meta/stats.json")
     png, temp = _staged(base)
     data = [_parquet_state(base, rel, DataFile) for rel in _files(base, "data/*/*.parquet")]

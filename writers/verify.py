@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+from episodekit.core.checksum import TableChecksum
 from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
-from episodekit.prep.checksum import TableChecksum
-from episodekit.prep.rewrite import VerificationError, _open_parquet
+from episodekit.core.parquet_read import open_data_file
+from episodekit.core.parquet_write import VerificationError
 from episodekit.writers.data import RENUMBERED, DataResult
 from episodekit.writers.plan import OutputPlan
 
@@ -46,15 +47,14 @@ def _verify_file(job: tuple[int, int, int], shared: tuple) -> None:
     written = TableChecksum()
     checked = [n for n in result.schema.names if n not in RENUMBERED]
     expect_ep = _episode_of_rows(plan.from_index, plan.length, row, end)
-    with _open_parquet(str(Path(staging) / rel), None) as pf:
-        meta = pf.metadata
-        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    with open_data_file(str(Path(staging) / rel), stream=True, shared_footer=False) as df:
+        rows = df.row_group_rows().tolist()
         if not np.array_equal(rows, plan.group_rows[f]):
             raise VerificationError(f"{rel}: row groups {rows} differ from the plan")
-        if not pf.schema_arrow.equals(result.schema, check_metadata=True):
+        if not df.schema.equals(result.schema, check_metadata=True):
             raise VerificationError(f"{rel}: schema differs from the source's")
         at = row
-        for batch in pf.iter_batches(batch_size=READ_BATCH):
+        for batch in df.batches(READ_BATCH):
             n = batch.num_rows
             idx = batch.column("index").to_numpy()
             ep = batch.column("episode_index").to_numpy()

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from episodekit.core import staging as staging_mod
 from episodekit.core.atomic import atomic_write_text
@@ -34,6 +33,7 @@ from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.lock import remove_if_only_lock, writer_lock
 from episodekit.core.memory import release_memory
 from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB
 from episodekit.core.progress import current
 from episodekit.core.words import plural
@@ -316,7 +316,7 @@ def _build(
     meta_mod.write_episodes(staging, episodes)
     del metas
     release_memory()
-    pq.write_table(meta_mod.tasks_table(tasks), staging / "meta/tasks.parquet")
+    write_table(meta_mod.tasks_table(tasks), staging / "meta/tasks.parquet")
     info = meta_mod.info_json(info0, plan, len(tasks), features)
     meta_mod.write_json(staging / "meta/info.json", info)
     fallback = _source_stats(datasets[0]) if len(datasets) == 1 else {}

@@ -6,10 +6,9 @@ import click
 
 from episodekit.cli.common import SIZE_MB, RootProblem, json_option, root_argument
 from episodekit.core import jsonout
-from episodekit.core.paths import SAMPLE_STYLES as STYLES
-from episodekit.core.paths import SAMPLE_VERSIONS as VERSIONS
 from episodekit.core.paths import VIDEO_CODECS
 from episodekit.core.words import plural
+from episodekit.sample.spec import STYLES, VERSIONS
 
 
 def _parse_size(text: str) -> tuple[int, int]:

@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_write_bytes
 from episodekit.core.dataset import Dataset, DatasetError
 from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.parquet_read import open_data_file
 from episodekit.core.words import plural
 from episodekit.core.world import rank_info
 from episodekit.metadata.mixture.spec import (
@@ -85,14 +85,6 @@ BYTES_PER_VALUE = 40  # a kept value: float64 value + weight, their merged copie
 
 # --------------------------------------------------------------------------------------------
 # One source: stats of its selected episodes
-
-
-def _parquet(ds: Dataset, rel: str) -> pq.ParquetFile:
-    full = ds.join(rel)
-    try:
-        return pq.ParquetFile(full) if ds.is_local else pq.ParquetFile(ds.fs.open(full, "rb"))
-    except FileNotFoundError as exc:
-        raise DatasetError("data file missing", full) from exc
 
 
 def _part(values: np.ndarray, exact: bool, points: int) -> FeatureStats:
@@ -134,17 +126,17 @@ def source_stats(
     rows = batch_rows or block_rows(ds.info, features)
     parts: list[dict[str, FeatureStats]] = []
     for fid in sorted(set(file_ids.tolist())):
-        pf = _parquet(ds, ds.data_files[fid])
-        for batch in pf.iter_batches(batch_size=rows, columns=["episode_index", *features]):
-            ep = batch.column("episode_index").to_numpy(zero_copy_only=False)
-            sel = np.isin(ep, keep)
-            if not sel.any():
-                continue
-            part = {}
-            for name, dims in features.items():
-                values = feature_values(batch.column(name), dims, name).astype(np.float64)
-                part[name] = _part(values if sel.all() else values[sel], exact, sketch_points)
-            parts.append(part)
+        with open_data_file(ds.join(ds.data_files[fid]), ds.fs) as df:
+            for batch in df.batches(rows, ["episode_index", *features]):
+                ep = batch.column("episode_index").to_numpy(zero_copy_only=False)
+                sel = np.isin(ep, keep)
+                if not sel.any():
+                    continue
+                part = {}
+                for name, dims in features.items():
+                    values = feature_values(batch.column(name), dims, name).astype(np.float64)
+                    part[name] = _part(values if sel.all() else values[sel], exact, sketch_points)
+                parts.append(part)
     if not parts:
         raise DatasetError("the selected episodes have no rows in the data files", ds.root)
     return merge_stats(parts)

@@ -30,7 +30,7 @@ import pytest
 from episodekit.sample import write_sample
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate", "writers")
+PACKAGES = ("app", "core", "prep", "metadata", "loaders", "validate", "writers", "sample")
 COMMAND = re.compile(
     r"episodekit ((?:info|sample|validate|prepare|prep|metadata|repair)\b[^`'();]*)"
 )
@@ -38,7 +38,7 @@ COMMAND = re.compile(
 NOT_HINTS = {
     ("core/hub.py", "episodekit prepare"),  # the hub commit message
     ("prep/videos.py", "episodekit prep videos"),  # the tag written into re-encoded files
-    ("app/sample.py", "episodekit sample"),  # what wrote the folder, in its marker file
+    ("sample/writer.py", "episodekit sample"),  # what wrote the folder, in its marker file
     ("writers/repair.py", "episodekit repair"),  # what wrote --out, in its marker and recipe
 }
 

@@ -14,18 +14,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from episodekit.core.dataset import open_dataset
-from episodekit.core.footer import file_layout
-from episodekit.prep import rewrite as rw
-from episodekit.prep import rewrite_rowgroups
-from episodekit.prep.band import (
+from episodekit.core.band import (
     MARKER_KEY,
     band_violations,
     file_needs_rewrite,
     plan_row_groups,
     row_group_band,
 )
-from episodekit.prep.checksum import TableChecksum, WordSum
+from episodekit.core.checksum import TableChecksum, WordSum
+from episodekit.core.dataset import open_dataset
+from episodekit.core.footer import file_layout
+from episodekit.core.parquet_write import RowGroupWriter
+from episodekit.prep import rewrite as rw
+from episodekit.prep import rewrite_rowgroups
 
 MIB = 1024 * 1024
 TARGET_MB = 0.25
@@ -115,11 +116,12 @@ def test_dry_run_changes_nothing(make_sample):
 def test_flipped_value_is_caught_and_original_kept(make_sample, monkeypatch):
     root = make_sample(**SPECS["edited"])
     files = _digest_files(root)
-    real = rw._write_group
+    real = RowGroupWriter.write_group
     calls = {"n": 0}
 
-    def corrupting(writer, batches, schema):
+    def corrupting(writer, batches):
         calls["n"] += 1
+        schema = writer.schema
         if calls["n"] == 1:  # flip one float of the first group of the first file
             t = pa.Table.from_batches(batches, schema=schema).combine_chunks()
             state = t["observation.state"].chunk(0)
@@ -132,9 +134,9 @@ def test_flipped_value_is_caught_and_original_kept(make_sample, monkeypatch):
                 flipped,
             )
             batches = t.to_batches()
-        real(writer, batches, schema)
+        real(writer, batches)
 
-    monkeypatch.setattr(rw, "_write_group", corrupting)
+    monkeypatch.setattr(RowGroupWriter, "write_group", corrupting)
     report = rewrite_rowgroups(str(root), target_mb=TARGET_MB, workers=1)
     assert len(report.failed) == 1
     bad = report.failed[0]
@@ -142,7 +144,7 @@ def test_flipped_value_is_caught_and_original_kept(make_sample, monkeypatch):
     assert _digest_files(root)[bad.path] == files[bad.path]  # original untouched
     assert not [p for p in root.rglob(".*tmp-*")]  # no temporaries left
     assert report.count("rewritten") == len(report.files) - 1
-    monkeypatch.setattr(rw, "_write_group", real)
+    monkeypatch.setattr(RowGroupWriter, "write_group", real)
     assert rewrite_rowgroups(str(root), target_mb=TARGET_MB, workers=1).count("rewritten") == 1
 
 

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from episodekit.cli import main
+from episodekit.core.band import MARKER_KEY
 from episodekit.core.dataset import open_dataset
 from episodekit.core.footer import file_layout
 from episodekit.prep import rewrite_rowgroups
-from episodekit.prep.band import MARKER_KEY
 
 SPEC = dict(episodes=60, style="edited", data_files_size_in_mb=0.6)
 
@@ -24,18 +24,14 @@ SPEC = dict(episodes=60, style="edited", data_files_size_in_mb=0.6)
 # of the second data file, so a kill -9 lands mid-rewrite with a partly written temporary.
 CHILD = r"""
 import sys, time
-import episodekit.prep.rewrite as rw
-real_writer, real_group = rw._writer, rw._write_group
-state = {"path": ""}
-def writer(path, *a, **k):
-    state["path"] = str(path)
-    return real_writer(path, *a, **k)
-def group(w, batches, schema):
-    real_group(w, batches, schema)
-    if "file-001" in state["path"]:
+from episodekit.core.parquet_write import RowGroupWriter
+real_group = RowGroupWriter.write_group
+def group(w, rows):
+    real_group(w, rows)
+    if "file-001" in w.path:
         print("HANG", flush=True)
         time.sleep(600)
-rw._writer, rw._write_group = writer, group
+RowGroupWriter.write_group = group
 from episodekit.prep import rewrite_rowgroups
 rewrite_rowgroups(sys.argv[1], target_mb=0.25, workers=1)
 """

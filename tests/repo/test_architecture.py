@@ -19,6 +19,7 @@ FOLDERS = {  # folder -> layer (package)
     "loaders": "loaders",
     "validate": "validate",
     "writers": "writers",
+    "sample": "sample",
     "app": "top",
 }
 ALLOWED = {
@@ -30,7 +31,10 @@ ALLOWED = {
     # writers (episodekit.writers): new datasets from old ones (edit, split, merge, convert,
     # repair), with LeRobot's stats and validation's findings: above validate, below the app
     "writers": {"core", "prep", "metadata", "validate", "writers"},
-    "top": {"core", "prep", "metadata", "loaders", "validate", "writers", "top"},
+    # sample (episodekit.sample): synthetic LeRobot datasets, the test data of tests, demo and
+    # benchmarks; written through core's data-file layer, stats LeRobot's way (metadata)
+    "sample": {"core", "metadata", "sample"},
+    "top": {"core", "prep", "metadata", "loaders", "validate", "writers", "sample", "top"},
 }
 GUARD_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
@@ -47,13 +51,14 @@ def layer_of_module(name: str) -> str | None:
         "loaders",
         "validate",
         "writers",
+        "sample",
     ):
         return parts[1]
     return "top"
 
 
 def package_of(path: Path) -> str:
-    """The package relative imports resolve against (prep/band.py -> episodekit.prep)."""
+    """The package relative imports resolve against (prep/rewrite.py -> episodekit.prep)."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     head = ["episodekit"] if parts[0] == "app" else ["episodekit", parts[0]]
     return ".".join(head + parts[1:-1])

@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from episodekit.core.band import file_needs_rewrite
 from episodekit.core.dataset import open_dataset
 from episodekit.core.footer import file_layout
 from episodekit.metadata import lerobot_stats
-from episodekit.prep.band import file_needs_rewrite
 from episodekit.writers.edit import EditSpec, edit
 from episodekit.writers.select import choose, parse_episode_list
 from episodekit.writers.sources import source_episodes
@@ -253,21 +253,19 @@ def test_task_values_keep_each_episodes_tasks():
 def test_a_corrupted_write_is_caught_and_nothing_is_published(tmp_path, monkeypatch):
     """A pipeline bug that changes one value between reading and writing: the checksums of the
     read-back output differ from the source's, the command fails (exit 1) and --out is absent."""
-    import episodekit.writers.data as data_mod
     from episodekit.core.errors import DatasetError
+    from episodekit.core.parquet_write import RowGroupWriter
 
-    real = data_mod._write_group
+    real = RowGroupWriter._put
 
-    def corrupt(writer, batches, schema):
-        b = batches[0]
-        ts = b.column("timestamp").to_numpy().copy()
+    def corrupt(writer, table):  # after the group's checksum, before its bytes
+        ts = table.column("timestamp").to_numpy().copy()
         ts[0] += 1.0
-        i = b.schema.get_field_index("timestamp")
-        b = b.set_column(i, "timestamp", pa.array(ts, b.schema.field(i).type))
-        batches = [b, *batches[1:]]
-        real(writer, batches, schema)
+        i = table.schema.get_field_index("timestamp")
+        table = table.set_column(i, "timestamp", pa.array(ts, table.schema.field(i).type))
+        real(writer, table)
 
-    monkeypatch.setattr(data_mod, "_write_group", corrupt)
+    monkeypatch.setattr(RowGroupWriter, "_put", corrupt)
     src = tmp_path / "rec40"
     shutil.copytree(FIXTURES / "rec40", src)
     with pytest.raises(DatasetError, match=r"failed verification.*columns \['timestamp'\]"):

@@ -1,0 +1,246 @@
+"""Write a synthetic dataset in the exact LeRobot v3.0 (or v2.1) layout (see the package
+docstring), staged aside and swapped in, its parquet files through the data-file layer
+(:mod:`episodekit.core.parquet_write`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from episodekit.core import staging
+from episodekit.core.atomic import atomic_write_text
+from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
+from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, MIB, VIDEO_PATH_V2, VIDEO_PATH_V3
+from episodekit.core.video import ENCODERS, require_av
+from episodekit.sample.spec import STYLES, VERSIONS, SampleSpec
+from episodekit.sample.tables import (
+    bytes_per_frame,
+    dataset_stats,
+    episode_lengths_and_tasks,
+    episode_stats_columns,
+    features_for,
+    frames_table,
+    huggingface_metadata,
+    plan_files,
+    task_names,
+    tasks_table,
+    tiny_png,
+    v21_dataset_stats,
+    v21_episode_stats,
+)
+from episodekit.sample.video import encode_file, write_camera_v30
+
+LEROBOT_ENCODING = Encoding(dictionary=True, page_index=False)  # pyarrow's default, LeRobot's
+
+
+def write_sample(
+    root: str | os.PathLike, spec: SampleSpec | None = None, force: bool = False, **kwargs
+) -> Path:
+    """Write a synthetic LeRobot dataset to ``root`` and return its path.
+
+    ``root`` must be missing, empty or a sample written earlier (its marker file; it is replaced)
+    unless ``force``; never the current folder, a parent of it, ``/`` or ``$HOME``
+    (:func:`~episodekit.core.outdir.check_output_dir`, raises before anything is deleted).
+    ``kwargs`` override fields of ``spec`` (e.g. ``write_sample(p, episodes=10, style="edited")``).
+    """
+    spec = spec or SampleSpec()
+    if kwargs:
+        spec = SampleSpec(**{**spec.__dict__, **kwargs})
+    if spec.style not in STYLES:
+        raise ValueError(f"style must be one of {STYLES}, got {spec.style!r}")
+    if spec.version not in VERSIONS:
+        raise ValueError(f"version must be one of {VERSIONS}, got {spec.version!r}")
+    if spec.episodes < 1:
+        raise ValueError("episodes must be >= 1")
+    if spec.videos:
+        require_av()  # before anything is written: says what to install
+        if spec.video_codec not in ENCODERS:
+            raise ValueError(f"video_codec must be one of {tuple(ENCODERS)}")
+    root = check_output_dir(root, force=force, option="--force")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging.remove_stale(root)
+    work = staging.new_staging(root)  # written aside, then swapped in: never a half sample
+    try:
+        mark_output_dir(work, "episodekit sample")
+        (work / "meta").mkdir()
+        if spec.version == "v2.1":
+            _write_v21(work, spec)
+        else:
+            _write_v30(work, spec)
+        staging.publish(work, root)
+    except BaseException:
+        staging.discard(work, root)
+        raise
+    return root
+
+
+def _write_data_file(path: Path, table: pa.Table, lengths: np.ndarray, style: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if style == "edited":  # one row group per file, as LeRobot's editing tools write
+        write_table(table, path, "snappy", row_group_rows=max(1, table.num_rows))
+        return
+    with RowGroupWriter(path, table.schema, encoding=LEROBOT_ENCODING) as writer:
+        start = 0
+        for n in lengths.tolist():  # one row group per episode, as LeRobot's recorder writes
+            writer.write_group(table.slice(start, n))
+            start += n
+        writer.finish()
+
+
+def _write_v30(root: Path, spec: SampleSpec) -> None:
+    lengths, task_of = episode_lengths_and_tasks(spec)
+    rng = np.random.default_rng(spec.seed + 1)
+    features = features_for(spec)
+    hf_meta = huggingface_metadata(features)
+    png = tiny_png() if spec.images else None
+    tasks = task_names(spec.tasks)
+    n_ep = len(lengths)
+    ep_ids = np.arange(n_ep, dtype=np.int64)
+    to_index = np.cumsum(lengths)
+    from_index = to_index - lengths
+
+    per_frame = bytes_per_frame(spec, len(png or b""))
+    file_seq = plan_files(lengths * per_frame, spec.data_files_size_in_mb * MIB)
+    data_chunk = file_seq // spec.chunks_size
+    data_file = file_seq % spec.chunks_size
+
+    episode_cols: dict[str, pa.Array] = {}
+    stats_parts: list[dict[str, pa.Array]] = []
+    for f in np.unique(file_seq).tolist():
+        sel = np.flatnonzero(file_seq == f)
+        table = frames_table(
+            spec,
+            rng,
+            ep_ids[sel],
+            lengths[sel],
+            task_of[sel],
+            int(from_index[sel[0]]),
+            png,
+            hf_meta,
+        )
+        path = root / DATA_PATH_V3.format(
+            chunk_index=int(data_chunk[sel[0]]), file_index=int(data_file[sel[0]])
+        )
+        _write_data_file(path, table, lengths[sel], spec.style)
+        stats_parts.append(episode_stats_columns(table, features, lengths[sel]))
+
+    for name in stats_parts[0]:
+        episode_cols[name] = pa.concat_arrays([p[name] for p in stats_parts])
+
+    video_cols: dict[str, pa.Array] = {}
+    for i in range(spec.videos):
+        video_cols.update(write_camera_v30(root, spec, i, lengths, from_index))
+
+    task_lists = pa.ListArray.from_arrays(
+        pa.array(np.arange(n_ep + 1, dtype=np.int32)),
+        pa.array([tasks[t] for t in task_of.tolist()]),
+    )
+    cols: dict[str, pa.Array] = {
+        "episode_index": pa.array(ep_ids),
+        "data/chunk_index": pa.array(data_chunk),
+        "data/file_index": pa.array(data_file),
+        "dataset_from_index": pa.array(from_index),
+        "dataset_to_index": pa.array(to_index),
+        **video_cols,
+        "tasks": task_lists,
+        "length": pa.array(lengths),
+        **episode_cols,
+    }
+    # Episode metadata files roll over like data files (by an estimate of their row size).
+    meta_row_bytes = 2000 + 300 * (spec.state_dim + spec.action_dim)
+    meta_seq = plan_files(
+        np.full(n_ep, meta_row_bytes, dtype=np.float64), spec.data_files_size_in_mb * MIB
+    )
+    cols["meta/episodes/chunk_index"] = pa.array(meta_seq // spec.chunks_size)
+    cols["meta/episodes/file_index"] = pa.array(meta_seq % spec.chunks_size)
+    episodes = pa.table(cols)
+    for f in np.unique(meta_seq).tolist():
+        sel = np.flatnonzero(meta_seq == f)
+        part = episodes.slice(int(sel[0]), len(sel))
+        chunk, fnum = divmod(f, spec.chunks_size)
+        path = root / f"meta/episodes/chunk-{chunk:03d}/file-{fnum:03d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_table(part, path)
+
+    write_table(tasks_table(tasks, spec.tasks_index_name), root / "meta/tasks.parquet")
+    _write_info_and_stats(root, spec, features, lengths, episodes)
+
+
+def _write_info_and_stats(
+    root: Path, spec: SampleSpec, features: dict, lengths: np.ndarray, episodes: pa.Table | None
+) -> None:
+    n_ep = len(lengths)
+    info = {
+        "codebase_version": spec.version,
+        "robot_type": "sample_bot",
+        "total_episodes": n_ep,
+        "total_frames": int(lengths.sum()),
+        "total_tasks": spec.tasks,
+        "chunks_size": spec.chunks_size,
+        "fps": spec.fps,
+        "splits": {"train": f"0:{n_ep}"},
+        "features": features,
+    }
+    if spec.version == "v3.0":
+        info.update(
+            data_files_size_in_mb=spec.data_files_size_in_mb,
+            video_files_size_in_mb=spec.video_files_size_in_mb,
+            data_path=DATA_PATH_V3,
+            video_path=VIDEO_PATH_V3 if spec.videos else None,
+        )
+    else:
+        info.update(
+            total_chunks=int((n_ep - 1) // spec.chunks_size + 1),
+            total_videos=n_ep * spec.videos,
+            data_path=DATA_PATH_V2,
+            video_path=VIDEO_PATH_V2 if spec.videos else None,
+        )
+    atomic_write_text(root / "meta/info.json", json.dumps(info, indent=4))
+    stats = {}
+    if episodes is not None:
+        # Dataset stats as LeRobot 0.4.4 writes them: its aggregation of the episodes' stats
+        # (count-weighted mean and quantiles, parallel-variance std)
+        stats = dataset_stats(episodes, features)
+    atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
+
+
+def _write_v21(root: Path, spec: SampleSpec) -> None:
+    lengths, task_of = episode_lengths_and_tasks(spec)
+    rng = np.random.default_rng(spec.seed + 1)
+    features = features_for(spec)
+    hf_meta = huggingface_metadata(features)
+    png = tiny_png() if spec.images else None
+    tasks = task_names(spec.tasks)
+    start = 0
+    episodes_lines, stats_lines = [], []
+    per_episode: list[dict] = []
+    for e, (n, t) in enumerate(zip(lengths.tolist(), task_of.tolist())):
+        table = frames_table(
+            spec, rng, np.array([e]), np.array([n]), np.array([t]), start, png, hf_meta
+        )
+        path = root / DATA_PATH_V2.format(episode_chunk=e // spec.chunks_size, episode_index=e)
+        _write_data_file(path, table, np.array([n]), "edited")
+        for i in range(spec.videos):
+            vpath = root / VIDEO_PATH_V2.format(
+                episode_chunk=e // spec.chunks_size,
+                video_key=f"observation.images.cam{i}",
+                episode_index=e,
+            )
+            vpath.parent.mkdir(parents=True, exist_ok=True)
+            encode_file(vpath, spec, i, [(start, n)])
+        episodes_lines.append(json.dumps({"episode_index": e, "tasks": [tasks[t]], "length": n}))
+        per_episode.append(v21_episode_stats(table, features, n))
+        stats_lines.append(json.dumps({"episode_index": e, "stats": per_episode[-1]}))
+        start += n
+    (root / "meta/episodes.jsonl").write_text("\n".join(episodes_lines) + "\n")
+    (root / "meta/episodes_stats.jsonl").write_text("\n".join(stats_lines) + "\n")
+    (root / "meta/tasks.jsonl").write_text(
+        "\n".join(json.dumps({"task_index": i, "task": s}) for i, s in enumerate(tasks)) + "\n"
+    )
+    _write_info_and_stats(root, spec, features, lengths, None)
+    atomic_write_text(root / "meta/stats.json", json.dumps(v21_dataset_stats(per_episode)))
