@@ -21,9 +21,7 @@ from episodekit.core.version import __version__
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from episodekit.prepare_model import PrepareOptions, PrepareResult, Step
-
-RERUN_STEPS = ("rowgroups", "speed", "costs", "plans", "stats", "validate")
+    from episodekit.prepare_model import PrepareOptions, PrepareResult
 
 
 def options_key(opts: PrepareOptions) -> dict[str, Any]:
@@ -58,30 +56,20 @@ def eligible(root: str, opts: PrepareOptions, recording: bool = False) -> bool:
     )
 
 
-def rerun_detail(step: Step) -> dict | None:
-    """What ``step`` will report when rerun on the root it left (None: cannot tell)."""
-    d = step.detail
-    if step.name in ("speed", "costs"):
-        return d
-    if step.name == "rowgroups":
-        n = d.get("after", {}).get("files", 0)
-        counts = {"rewritten": 0, "skipped": n, "copied": 0, "planned": 0, "failed": 0}
-        return {**d, "counts": counts, "before": d.get("after"), "seconds": 0.0, "mb_per_s": 0.0}
-    if step.name == "plans":
-        return {**d, "plans": [{**p, "changed": False} for p in d.get("plans", [])]}
-    if step.name == "stats":
-        if d.get("status") == "kept":  # kept again, without the one-time summary removal
-            return {"status": "kept", "why": d["why"].split("; ")[0]}
-        return {"status": "fresh"} if step.status == "done" else d
-    return None
+def rerun_record(
+    result: PrepareResult, opts: PrepareOptions, data_files: list[str], upto: str
+) -> dict:
+    """The stamp's ``rerun`` entry, written by the step ``upto`` (validation) with a passing
+    verdict: each earlier step's :meth:`~episodekit.prepare_base.PrepareStep.rerun_detail`
+    (empty: a step failed, is missing, or cannot tell what its rerun reports)."""
+    from episodekit.prepare_steps import wanted_steps
 
-
-def rerun_record(result: PrepareResult, opts: PrepareOptions, data_files: list[str]) -> dict:
-    """The stamp's ``rerun`` entry, written with a passing validation (empty: none applies)."""
-    steps = {s.name: s for s in result.steps}
-    if set(steps) != set(RERUN_STEPS[:-1]) or any(s.status == "failed" for s in steps.values()):
+    names = [s.name for s in wanted_steps(opts)]
+    before = wanted_steps(opts)[: names.index(upto)] if upto in names else []
+    ran = {s.name: s for s in result.steps}
+    if set(ran) != {s.name for s in before} or any(s.status == "failed" for s in ran.values()):
         return {}
-    details = {name: rerun_detail(steps[name]) for name in RERUN_STEPS[:-1]}
+    details = {s.name: s.rerun_detail(ran[s.name]) for s in before}
     if any(d is None for d in details.values()):
         return {}
     return {
@@ -98,6 +86,7 @@ def noop_result(
     """The result of a rerun where everything is fresh, or None when anything may not be."""
     from episodekit.core.progress import current
     from episodekit.prepare_model import PrepareResult, Step, read_stamp, state_digest
+    from episodekit.prepare_steps import wanted_steps
 
     t0 = time.perf_counter()
     work = Path(root).resolve()
@@ -112,13 +101,10 @@ def noop_result(
     for w in result.warnings:
         say(f"warning: {w}")
     reporter = current()
-    validated = {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}
-    for name in RERUN_STEPS:
-        reporter.stage(name)
-        detail = rec["details"].get(name, validated)
-        if name == "rowgroups":
-            detail = {**detail, "root": str(root)}  # as this run names it
-        result.steps.append(Step(name, "skipped", 0.0, detail, []))
-        reporter.step(f"{name}: skipped")
+    for step in wanted_steps(opts):  # every step fresh: what each recorded, replayed
+        reporter.stage(step.name)
+        detail = step.replayed(rec["details"].get(step.name), str(root), stamp)
+        result.steps.append(Step(step.name, "skipped", 0.0, detail, []))
+        reporter.step(f"{step.name}: skipped")
     result.seconds = time.perf_counter() - t0
     return result

@@ -29,13 +29,7 @@ import click
 from episodekit.cli.meta import DEBUG_ENV, META_DEBUG, META_JSON, META_QUIET, META_ROOT
 from episodekit.cli.progress import CliProgress
 from episodekit.core import interrupt
-from episodekit.core.errors import (
-    EXIT_DATA,
-    EXIT_ENV,
-    DatasetError,
-    EnvironmentProblem,
-    Infeasible,
-)
+from episodekit.core.errors import EXIT_DATA, EXIT_ENV, DatasetError, EnvironmentProblem, Infeasible
 from episodekit.core.executor import EXECUTORS, RAY_ADDRESS_ENV
 from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB, MAX_TARGET_MB
 from episodekit.core.progress import reporting

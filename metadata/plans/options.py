@@ -8,31 +8,20 @@ override the object's fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
 from episodekit.core.errors import Infeasible
+from episodekit.core.options import with_overrides
 from episodekit.metadata.plans.exclude import Exclusion
-
-_T = TypeVar("_T")
 
 
 class PlanInfeasible(Infeasible):
     """A plan that cannot be made as asked: a partition left a bin without a frame (too few
     episodes or pieces for the bins). Callers that may cut episodes retry on this exception
     only; any other error (a bug included) is not mistaken for infeasibility."""
-
-
-def with_overrides(cls: type[_T], options: _T | None, overrides: dict[str, Any]) -> _T:
-    """``options`` (default: ``cls()``) with ``overrides`` applied; an unknown name is a
-    TypeError, as for any keyword argument."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise TypeError(f"unexpected {cls.__name__} option(s): {', '.join(unknown)}")
-    return replace(options or cls(), **overrides)  # type: ignore[type-var]
 
 
 @dataclass(frozen=True)
