@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -96,7 +96,7 @@ from episodekit.metadata.plans.density_split import (
     equal_shares,
 )
 from episodekit.metadata.plans.options import BuildParams, PlanOptions
-from episodekit.metadata.plans.plan_file import PlanError, decode_plan, encode_plan
+from episodekit.metadata.plans.plan_file import PlanError, PlanHeader, decode_plan, encode_plan
 
 
 class SourceCosts:
@@ -510,19 +510,15 @@ def ensure_mixture_plans(
     fps = [s.ds.fingerprint for s in resolved]
     inputs = [plan_inputs(s, cost, locality) for s in resolved]
     digests = [costs_digest(s.cost) for s in inputs]
-    wanted = {
-        "num_workers": int(num_workers),
-        "algo": algo,
-        "split_long": bool(split_long),
-        "seed": int(seed),
-        "policy": policy,
-        "cost_model": cost,
-        "locality": locality,
-        "fingerprint": mixture_fingerprint(spec, fps),
-    }
+    fingerprint = mixture_fingerprint(spec, fps)
     results = []
     for w in world_sizes:
         path = os.path.join(out, mixture_plan_name(w, num_workers))
+        # the sources' cost digests decide instead of the header's one (of all costs at once)
+        wanted = PlanHeader(
+            int(w), int(num_workers), algo, cost, int(seed), split_long, policy, locality,
+            fingerprint=fingerprint,
+        )  # fmt: skip
         if not force:
             try:
                 old = read_mixture_plan(out, w, num_workers)
@@ -530,7 +526,7 @@ def ensure_mixture_plans(
                 old = None
             if (
                 old is not None
-                and all(old.get(k) == v for k, v in {**wanted, "world_size": int(w)}.items())
+                and replace(PlanHeader.of(old), costs_digest=None).fresh_for(wanted, [split_long])
                 and [s.get("costs_digest") for s in old["sources"]] == digests
             ):
                 results.append((path, old, False))

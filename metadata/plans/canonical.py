@@ -35,6 +35,7 @@ from episodekit.metadata.plans.options import BuildParams, PlanOptions, split_tr
 from episodekit.metadata.plans.plan_file import (
     Plan,
     PlanError,
+    PlanHeader,
     PlanNotFoundError,
     StalePlanError,
     plan_flags,
@@ -72,9 +73,7 @@ def default_canonical_bins(num_episodes: int) -> int:
 def is_canonical(plan: Plan | dict) -> bool:
     """Whether a plan (or plan dict) is a canonical plan."""
     doc = plan.doc if isinstance(plan, Plan) else plan
-    return isinstance(doc.get("canonical_bins"), int) and not isinstance(
-        doc.get("canonical_bins"), bool
-    )
+    return PlanHeader.of(doc).canonical_bins is not None
 
 
 def build_canonical_plan(

@@ -109,15 +109,15 @@ def fix_hint(root: str, world_size: int, num_workers: int) -> str:
 def plan_flags(doc: dict) -> str:
     """The plan's non-default `metadata plan` options, so the rerun hint rebuilds the same kind
     of plan (not, say, a `rowgroup` plan where the user asked for `--locality none`)."""
+    h = PlanHeader.of(doc)  # older plans: locality none
     flags = ""
-    for flag, key, default in (("--cost", "cost_model", "frames"), ("--algo", "algo", "auto"),
-                               ("--policy", "policy", "trim"),
-                               ("--locality", "locality", "rowgroup"),
-                               ("--seed", "seed", 0)):  # fmt: skip
-        value = doc.get(key, "none" if key == "locality" else default)  # older plans: none
+    for flag, value, default in (("--cost", h.cost_model, "frames"), ("--algo", h.algo, "auto"),
+                                 ("--policy", h.policy, "trim"),
+                                 ("--locality", h.locality, "rowgroup"),
+                                 ("--seed", h.seed, 0)):  # fmt: skip
         if value != default:
             flags += f" {flag} {value}"
-    return flags + (" --split-long yes" if doc.get("split_long") else "")
+    return flags + (" --split-long yes" if h.split_long else "")
 
 
 def _encode_column(values: np.ndarray, compressed: bool) -> Any:

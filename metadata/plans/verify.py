@@ -11,7 +11,7 @@ from episodekit.core.words import plural
 from episodekit.metadata.artifact import FORMAT, FRESH, Problem
 from episodekit.metadata.plans.document import balance_figures, costs_digest, naive_totals
 from episodekit.metadata.plans.partition import LOCALITIES
-from episodekit.metadata.plans.plan_file import Plan
+from episodekit.metadata.plans.plan_file import Plan, PlanHeader
 
 
 def _close(a: float, b: float) -> bool:
@@ -24,19 +24,19 @@ def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -
     balance figures against a recomputation from the cost table (``costs``, else the stored one
     when its model matches, else computed)."""
     doc = plan.doc if isinstance(plan, Plan) else plan
+    h = PlanHeader.of(doc)
     problems: list[Problem] = []
-    if doc.get("fingerprint") != ds.fingerprint:
+    if h.fingerprint != ds.fingerprint:
         problems.append(
             Problem(
-                f"stale plan: fingerprint {doc.get('fingerprint')!r}, dataset has "
-                f"{ds.fingerprint!r}",
+                f"stale plan: fingerprint {h.fingerprint!r}, dataset has {ds.fingerprint!r}",
                 FRESH,
             )
         )
         return problems
-    W, K, B = int(doc["world_size"]), int(doc["num_workers"]), int(doc["num_bins"])
-    if doc.get("locality", "none") not in LOCALITIES:
-        problems.append(Problem(f"unknown locality {doc.get('locality')!r}", FORMAT))
+    W, K, B = h.world_size, h.num_workers, int(doc["num_bins"])
+    if h.locality not in LOCALITIES:
+        problems.append(Problem(f"unknown locality {h.locality!r}", FORMAT))
         return problems
     if B != W * K:
         problems.append(Problem(f"num_bins {B} != world_size {W} x num_workers {K}", FORMAT))
@@ -59,11 +59,9 @@ def verify_plan(plan: dict | Plan, ds: Dataset, costs: pa.Table | None = None) -
     if not np.array_equal(bin_frames, np.asarray(doc["bin_frames"])):
         problems.append("stored bin_frames differ from the items")
     per_worker = int(doc["samples_per_worker"])
-    expect = bin_frames.min() if doc["policy"] == "trim" else bin_frames.max()
+    expect = bin_frames.min() if h.policy == "trim" else bin_frames.max()
     if per_worker != expect:
-        problems.append(
-            f"samples_per_worker {per_worker} but policy {doc['policy']} gives {expect}"
-        )
+        problems.append(f"samples_per_worker {per_worker} but policy {h.policy} gives {expect}")
     if int(doc["samples_per_rank"]) != per_worker * K:
         problems.append("samples_per_rank != samples_per_worker x num_workers")
     if int(doc["dropped_frames"]) != int(np.clip(bin_frames - per_worker, 0, None).sum()):
@@ -118,7 +116,8 @@ def _coverage_problems(e: np.ndarray, s: np.ndarray, t: np.ndarray, ds: Dataset)
 def _balance_problems(doc, ds, costs, e, frames, bin_of) -> list[str]:
     from episodekit.metadata.costs import compute_costs, costs_meta, read_costs
 
-    model = doc["cost_model"]
+    h = PlanHeader.of(doc)
+    model = h.cost_model
     if costs is None or costs_meta(costs).get("model") != model:
         stored = read_costs(ds)
         ok = stored is not None and costs_meta(stored).get("model") == model
@@ -126,11 +125,11 @@ def _balance_problems(doc, ds, costs, e, frames, bin_of) -> list[str]:
         costs = costs if costs is not None else compute_costs(ds, model)
     ep_cost = costs["cost"].to_numpy()
     length = costs["length"].to_numpy()
-    if doc.get("costs_digest") not in (None, costs_digest(ep_cost)):
+    if h.costs_digest not in (None, costs_digest(ep_cost)):
         return ["plan was built from other episode costs than the current cost table"]
     pos = np.searchsorted(costs["episode_index"].to_numpy(), e)
     item_cost = ep_cost[pos] * frames / np.maximum(length[pos], 1)
-    B, K = int(doc["num_bins"]), int(doc["num_workers"])
+    B, K = int(doc["num_bins"]), h.num_workers
     bin_cost = np.bincount(bin_of, item_cost, minlength=B)
     naive = naive_totals(ep_cost, B)
     expect = {
