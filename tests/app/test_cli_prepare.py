@@ -151,18 +151,18 @@ def test_plans_step_retries_with_cut_episodes_or_skips(make_sample, monkeypatch)
 
 
 def test_plans_step_does_not_mistake_a_bug_for_infeasibility(make_sample, monkeypatch):
-    """Only PlanInfeasible means "cut episodes or skip": any other ValueError (a bug) is not
-    retried with cut episodes, nor turned into a skipped world size; it stops the run and
-    nothing is published."""
+    """Only PlanInfeasible means "cut episodes or skip": any other ValueError (a bug in a
+    partitioner) is not retried with cut episodes, nor turned into a skipped world size; it
+    stops the run before any plan is written."""
     from episodekit.metadata.plans import build
 
     calls = []
 
-    def buggy(ds, costs, world_size, num_workers, options=None, **kw):
-        calls.append(options.split_long)
+    def buggy(items, unit, bins, split_long):
+        calls.append(bool(split_long))
         raise ValueError("a bug in a partitioner")
 
-    monkeypatch.setattr(build, "plan_for_dataset", buggy)
+    monkeypatch.setattr(build, "partition_contiguous", buggy)  # locality rowgroup: the default
     root = make_sample(episodes=20)
     with pytest.raises(ValueError, match="a bug in a partitioner"):
         prepare(str(root), world_sizes=(2,), num_workers=4, jobs=1, split_long="auto")
