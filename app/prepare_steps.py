@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from episodekit.prepare_model import PrepareOptions, Step
 
 __all__ = [
-    "BY_NAME",
     "STEPS",
     "Artifact",
     "Context",
@@ -50,7 +49,6 @@ STEPS: tuple[PrepareStep, ...] = (
     Validate(),
     Frames(),
 )
-BY_NAME = {s.name: s for s in STEPS}
 
 # what validation reads besides the data files and the artifacts (the stamp keys on them too)
 DATASET_GLOBS = (
@@ -94,11 +92,12 @@ def timed(step: PrepareStep, ctx: Context) -> Step:
     return done
 
 
-def run_steps(ctx: Context, steps: tuple[PrepareStep, ...] = STEPS) -> None:
-    """Run the wanted steps in order into ``ctx.result``: a failed rewrite stops the run; the
-    verdict is the verdict steps' (validation's, and the frame store's when built)."""
+def run_steps(ctx: Context, steps: tuple[PrepareStep, ...] | None = None) -> None:
+    """Run the wanted steps (default: the registry's) in order into ``ctx.result``: a failed
+    rewrite stops the run; the verdict is the verdict steps' (validation's, and the frame
+    store's when built)."""
     verdicts: list[bool] = []
-    for step in steps:
+    for step in STEPS if steps is None else steps:
         if not step.wanted(ctx.opts):
             continue
         done = timed(step, ctx)
@@ -112,8 +111,9 @@ def run_steps(ctx: Context, steps: tuple[PrepareStep, ...] = STEPS) -> None:
 
 def summarize(step: Step) -> str:
     """A finished step's summary line text (nothing for a skipped one)."""
-    if step.name not in BY_NAME:
+    owner = next((s for s in STEPS if s.name == step.name), None)
+    if owner is None:
         return ""
     if step.status == "skipped" and step.detail.get("status") != "kept":  # kept: say so
         return ""
-    return BY_NAME[step.name].summary(step)
+    return owner.summary(step)
