@@ -72,10 +72,17 @@ def _rel(path: str, work: Path) -> str:
     return os.path.relpath(path, work) if os.path.isabs(path) else path
 
 
-def _plan_entry(rel: str, plan: dict, changed: bool, shape: dict) -> dict:
+def _plan_entry(rel: str, plan: dict, changed: bool, canonical: bool = False) -> dict:
+    """One plan in the step's detail: its path, shape (world size and workers, or canonical
+    bins), whether episodes were cut, whether it changed, its balance and exclusion."""
     from episodekit.metadata.plans.plan_file import PlanHeader
 
     h = PlanHeader.of(plan)
+    shape = (
+        {"canonical_bins": h.canonical_bins}
+        if canonical
+        else {"world_size": h.world_size, "num_workers": h.num_workers}
+    )
     return {
         "path": rel,
         **shape,
@@ -131,15 +138,13 @@ class Plans(PrepareStep):
             rel = _rel(path, ctx.work)
             if was_changed:
                 changed.append(rel)
-            keys = {"world_size": plan.get("world_size"), "num_workers": plan.get("num_workers")}
-            detail["plans"].append(_plan_entry(rel, plan, was_changed, keys))
+            detail["plans"].append(_plan_entry(rel, plan, was_changed))
         if ctx.opts.canonical_bins is not False:
             path, plan, was_changed = canonical_plan(ctx)
             rel = _rel(path, ctx.work)
             if was_changed:
                 changed.append(rel)
-            keys = {"canonical_bins": plan.get("canonical_bins")}
-            detail["plans"].append(_plan_entry(rel, plan, was_changed, keys))
+            detail["plans"].append(_plan_entry(rel, plan, was_changed, canonical=True))
         if ctx.opts.split_long == "auto":  # say where whole episodes could not fill the bins
             cut = [
                 p["world_size"] for p in detail["plans"] if p.get("world_size") and p["split_long"]
