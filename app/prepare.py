@@ -139,6 +139,7 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
     """:func:`prepare` with its options as one object."""
     from episodekit.core.lock import writer_lock
     from episodekit.prepare_noop import eligible, noop_result
+    from episodekit.prepare_steps import STEPS
 
     reporter = current()
 
@@ -151,7 +152,7 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
     root, opts = _convert_first(root, opts, say)
     if eligible(root, opts):  # a rerun where every step is fresh: from the stamp alone
         with writer_lock(root, wait=opts.wait, say=say):
-            noop = noop_result(root, opts, say)
+            noop = noop_result(root, opts, say, STEPS)
         if noop is not None:
             return noop
     opts.check(root)  # nothing is written before the options and the plans' feasibility pass

@@ -17,9 +17,12 @@ what reading headers needs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from episodekit.core.paths import INFO_FILE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,6 +69,7 @@ class Context:
     source: Dataset
     shapes: list[PlanShape]
     work: Path = field(default_factory=Path)
+    steps: tuple[PrepareStep, ...] = ()  # the registry this run takes (set by the runner)
     _ds: Dataset | None = None
     rows_rewritten: bool = False
     _exclusion: Any = False  # not built yet
@@ -127,3 +131,25 @@ class PrepareStep(ABC):
     def replayed(self, recorded: dict | None, root: str, stamp: dict) -> dict:
         """The detail a stamp-only rerun on ``root`` reports, from what was ``recorded``."""
         return recorded or {}
+
+
+# what validation reads besides the data files and the artifacts (the stamp keys on them too)
+DATASET_GLOBS = (
+    INFO_FILE,
+    "meta/tasks.parquet",
+    "meta/episodes/*/*.parquet",
+    "videos/*/*/*.mp4",  # video.* checks read them (v3.0 and v2.1 layouts)
+)
+
+
+def stamped_globs(steps: Sequence[PrepareStep]) -> tuple[str, ...]:
+    """What the validation stamp keys on (size and mtime), besides the data files: the files
+    validation reads and every stamped artifact's paths of ``steps``, in their order."""
+    paths = [p for s in steps for a in s.artifacts if a.stamped for p in a.paths]
+    return DATASET_GLOBS + tuple(paths)
+
+
+def steps_before(steps: Sequence[PrepareStep], step: PrepareStep, opts: PrepareOptions) -> list:
+    """The steps a run with ``opts`` takes before ``step`` (in the registry ``steps``)."""
+    upto = list(steps).index(step) if step in steps else len(steps)
+    return [s for s in steps[:upto] if s.wanted(opts)]

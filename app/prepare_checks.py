@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 from episodekit.core.paths import STAMP_FILE, inside_root
 from episodekit.core.words import plural
-from episodekit.prepare_base import Artifact, Context, Ensured, PrepareStep
+from episodekit.prepare_base import (
+    Artifact,
+    Context,
+    Ensured,
+    PrepareStep,
+    stamped_globs,
+    steps_before,
+)
 
 if TYPE_CHECKING:
     from episodekit.prepare_model import PrepareOptions, Step
@@ -33,7 +40,9 @@ class Validate(PrepareStep):
         from episodekit.prepare_model import read_stamp, state_digest
 
         stamp = read_stamp(ctx.work)
-        digest = state_digest(ctx.work, ctx.ds.fingerprint, ctx.ds.data_files)
+        digest = state_digest(
+            ctx.work, ctx.ds.fingerprint, ctx.ds.data_files, stamped_globs(ctx.steps)
+        )
         return not ctx.opts.force and bool(
             stamp and stamp.get("state") == digest and stamp.get("ok")
         )
@@ -48,7 +57,7 @@ class Validate(PrepareStep):
         from episodekit.validate.runner import validate
 
         o, work, ds = ctx.opts, ctx.work, ctx.ds
-        digest = state_digest(work, ds.fingerprint, ds.data_files)
+        digest = state_digest(work, ds.fingerprint, ds.data_files, stamped_globs(ctx.steps))
         # A copy prepared without its videos cannot have them checked (and is not meant to).
         checks = "all,-info.videos,-video" if o.out is not None and not o.include_videos else None
         d = validate(str(work), checks=checks, executor=o.executor).to_dict()
@@ -67,15 +76,15 @@ class Validate(PrepareStep):
                 "counts": {"errors": detail["errors"], "warnings": detail["warnings"]},
             }
             if eligible(ctx.root, o, recording=True):  # what a rerun reports: prepare_noop
-                stamp["rerun"] = rerun_record(ctx.result, o, list(ds.data_files), self.name)
+                before = steps_before(ctx.steps, self, o)
+                stamp["rerun"] = rerun_record(ctx.result, o, list(ds.data_files), before)
             from episodekit.core.atomic import atomic_write_text
 
             text = json.dumps(stamp, indent=2, sort_keys=True)
             atomic_write_text(inside_root(work, STAMP_FILE), text)
         return Ensured("done" if d["ok"] else "failed", detail, [])
 
-    @staticmethod
-    def _record_rerun(ctx: Context, stamp: dict) -> None:
+    def _record_rerun(self, ctx: Context, stamp: dict) -> None:
         """A fresh root rerun with options its stamp has no record for (e.g. `prepare ROOT`
         after `prepare ROOT --frames`) leaves that record, so the next such rerun answers from the
         stamp alone (prepare_noop); the stamp is otherwise unchanged."""
@@ -86,7 +95,7 @@ class Validate(PrepareStep):
             return
         if (stamp.get("rerun") or {}).get("options") == options_key(o):
             return
-        rec = rerun_record(ctx.result, o, list(ctx.ds.data_files), Validate.name)
+        rec = rerun_record(ctx.result, o, list(ctx.ds.data_files), steps_before(ctx.steps, self, o))
         if not rec:
             return
         from episodekit.core.atomic import atomic_write_text

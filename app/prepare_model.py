@@ -72,14 +72,14 @@ class PrepareResult:
         }
 
 
-def state_digest(root: Path, fingerprint: str, data_files: Sequence[str]) -> str:
+def state_digest(
+    root: Path, fingerprint: str, data_files: Sequence[str], globs: Sequence[str]
+) -> str:
     """Hash of what validation looked at: fingerprint, data files' and artifacts' size/mtime
-    (the artifacts' paths: the step registry's, :func:`episodekit.prepare_steps.stamped_globs`)."""
-    from episodekit.prepare_steps import stamped_globs
-
+    (``globs``: the step registry's, :func:`episodekit.prepare_steps.stamped_globs`)."""
     h = hashlib.sha256(f"{STAMP_VERSION}\0{fingerprint}\0{__version__}\0".encode())
     paths = [root / rel for rel in data_files]
-    for pattern in stamped_globs():
+    for pattern in globs:
         paths += sorted(root.glob(pattern))
     for p in paths:
         try:

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from episodekit.core.version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
+    from episodekit.prepare_base import PrepareStep
     from episodekit.prepare_model import PrepareOptions, PrepareResult
 
 
@@ -57,15 +58,11 @@ def eligible(root: str, opts: PrepareOptions, recording: bool = False) -> bool:
 
 
 def rerun_record(
-    result: PrepareResult, opts: PrepareOptions, data_files: list[str], upto: str
+    result: PrepareResult, opts: PrepareOptions, data_files: list[str], before: list[PrepareStep]
 ) -> dict:
-    """The stamp's ``rerun`` entry, written by the step ``upto`` (validation) with a passing
-    verdict: each earlier step's :meth:`~episodekit.prepare_base.PrepareStep.rerun_detail`
+    """The stamp's ``rerun`` entry, written by validation with a passing verdict: the
+    :meth:`~episodekit.prepare_base.PrepareStep.rerun_detail` of each step run ``before`` it
     (empty: a step failed, is missing, or cannot tell what its rerun reports)."""
-    from episodekit.prepare_steps import wanted_steps
-
-    names = [s.name for s in wanted_steps(opts)]
-    before = wanted_steps(opts)[: names.index(upto)] if upto in names else []
     ran = {s.name: s for s in result.steps}
     if set(ran) != {s.name for s in before} or any(s.status == "failed" for s in ran.values()):
         return {}
@@ -81,12 +78,13 @@ def rerun_record(
 
 
 def noop_result(
-    root: str, opts: PrepareOptions, say: Callable[[str], None]
+    root: str, opts: PrepareOptions, say: Callable[[str], None], steps: Sequence[PrepareStep]
 ) -> PrepareResult | None:
-    """The result of a rerun where everything is fresh, or None when anything may not be."""
+    """The result of a rerun where everything is fresh, or None when anything may not be;
+    ``steps``: the registry (:data:`episodekit.prepare_steps.STEPS`)."""
     from episodekit.core.progress import current
+    from episodekit.prepare_base import stamped_globs
     from episodekit.prepare_model import PrepareResult, Step, read_stamp, state_digest
-    from episodekit.prepare_steps import wanted_steps
 
     t0 = time.perf_counter()
     work = Path(root).resolve()
@@ -94,14 +92,16 @@ def noop_result(
     rec = (stamp or {}).get("rerun") or {}
     if not (stamp and stamp.get("ok") and rec.get("options") == options_key(opts)):
         return None
-    if state_digest(work, stamp.get("fingerprint", ""), rec["data_files"]) != stamp.get("state"):
+    fingerprint, globs = stamp.get("fingerprint", ""), stamped_globs(steps)
+    state = state_digest(work, fingerprint, rec["data_files"], globs)
+    if state != stamp.get("state"):
         return None
     result = PrepareResult(root=str(root), work_root=str(work), ok=True)
     result.warnings = list(rec["warnings"])
     for w in result.warnings:
         say(f"warning: {w}")
     reporter = current()
-    for step in wanted_steps(opts):  # every step fresh: what each recorded, replayed
+    for step in [s for s in steps if s.wanted(opts)]:  # every step fresh: each one's record
         reporter.stage(step.name)
         detail = step.replayed(rec["details"].get(step.name), str(root), stamp)
         result.steps.append(Step(step.name, "skipped", 0.0, detail, []))

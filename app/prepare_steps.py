@@ -14,9 +14,9 @@ import time
 from typing import TYPE_CHECKING
 
 from episodekit.core.memory import release_memory
-from episodekit.core.paths import INFO_FILE
 from episodekit.core.progress import current
 from episodekit.prepare_base import Artifact, Context, Ensured, PrepareStep
+from episodekit.prepare_base import stamped_globs as _stamped_globs
 from episodekit.prepare_checks import Frames, Validate
 from episodekit.prepare_rewrites import RowGroups, Videos
 from episodekit.prepare_stats import Stats
@@ -50,14 +50,6 @@ STEPS: tuple[PrepareStep, ...] = (
     Frames(),
 )
 
-# what validation reads besides the data files and the artifacts (the stamp keys on them too)
-DATASET_GLOBS = (
-    INFO_FILE,
-    "meta/tasks.parquet",
-    "meta/episodes/*/*.parquet",
-    "videos/*/*/*.mp4",  # video.* checks read them (v3.0 and v2.1 layouts)
-)
-
 
 def wanted_steps(opts: PrepareOptions) -> list[PrepareStep]:
     """The steps a run with ``opts`` takes, in order."""
@@ -72,8 +64,7 @@ def verdict_steps() -> tuple[str, ...]:
 def stamped_globs() -> tuple[str, ...]:
     """What the validation stamp keys on (size and mtime), besides the data files: the files
     validation reads and every stamped artifact's paths, in registry order."""
-    paths = [p for s in STEPS for a in s.artifacts if a.stamped for p in a.paths]
-    return DATASET_GLOBS + tuple(paths)
+    return _stamped_globs(STEPS)
 
 
 def timed(step: PrepareStep, ctx: Context) -> Step:
@@ -97,7 +88,8 @@ def run_steps(ctx: Context, steps: tuple[PrepareStep, ...] | None = None) -> Non
     rewrite stops the run; the verdict is the verdict steps' (validation's, and the frame
     store's when built)."""
     verdicts: list[bool] = []
-    for step in STEPS if steps is None else steps:
+    ctx.steps = STEPS if steps is None else steps
+    for step in ctx.steps:
         if not step.wanted(ctx.opts):
             continue
         done = timed(step, ctx)
