@@ -34,12 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from episodekit.core import interrupt
-from episodekit.core.errors import DatasetError
 from episodekit.core.paths import STAMP_FILE
 from episodekit.core.progress import current
 from episodekit.core.words import plural
 from episodekit.prepare_model import (
-    ARTIFACT_GLOBS,
     SPLIT_LONG,
     STAMP_VERSION,
     STATS_MODES,
@@ -55,7 +53,6 @@ if TYPE_CHECKING:
     from episodekit.core.dataset import Dataset
 
 __all__ = [
-    "ARTIFACT_GLOBS",
     "SPLIT_LONG",
     "STAMP_FILE",
     "STAMP_VERSION",
@@ -73,39 +70,16 @@ __all__ = [
 ]
 
 
-def _fresh_plan_exists(
-    where: str | Dataset, ds: Dataset, w: int, k: int, split: bool, cost: str
-) -> bool:
-    """A plan for this shape, these episodes, cost model and splitting is already on disk."""
-    from episodekit.metadata.plans.build import read_plan
-    from episodekit.metadata.plans.plan_file import PlanError
-
-    try:
-        old = read_plan(where, w, k)
-    except (PlanError, DatasetError, OSError):
-        return False
-    return (
-        old is not None
-        and old.get("fingerprint") == ds.fingerprint
-        and bool(old.get("split_long")) == split
-        and old.get("cost_model") == cost
-    )
-
-
 def plan_shapes(
-    ds: Dataset,
-    world_sizes: Sequence[int],
-    num_workers: int,
-    cost: str,
-    split_long: str,
-    plans_at: str | Dataset,
+    ds: Dataset, world_sizes: Sequence[int], num_workers: int, split_long: str
 ) -> list[PlanShape]:
     """Which world sizes can be planned (every bin must get a frame), decided before anything
     is written, from counts: whole episodes can fill ``bins`` bins when at least ``bins`` of
     them have frames (LPT gives each bin one first); cut episodes can when there are ``bins``
-    frames. A fresh plan on disk keeps its ``split_long``. (The plans step itself builds the
-    plan once; a ``rowgroup`` partition that still leaves a bin empty is retried with cut
-    episodes under ``auto``, else skipped with a warning.)"""
+    frames. ``split_long`` ("auto", "yes", "no") as the run takes it; a shape's
+    ``split_long`` says whether its plan must cut episodes. (The plans step leaves the choice
+    to the plan writer, which keeps a fresh plan of either kind under "auto" and cuts episodes
+    where a ``rowgroup`` partition of whole ones still leaves a bin empty.)"""
     n = int((ds.column("length") > 0).sum())
     frames, k = ds.num_frames, int(num_workers)
     out = []
@@ -116,10 +90,8 @@ def plan_shapes(
             out.append(PlanShape(w, skip=f"{plural(frames, 'frame')} cannot fill {what}"))
             continue
         tries = {"no": [False], "yes": [True], "auto": [False, True]}[split_long]
-        fresh = [t for t in tries if _fresh_plan_exists(plans_at, ds, w, k, t, cost)]
         possible = [t for t in tries if t or n >= bins]
-        chosen = (fresh or possible or [None])[0]
-        if chosen is None:
+        if not possible:
             hint = (
                 "use --split-long auto to cut episodes into frame ranges, or"
                 if split_long == "no"
@@ -133,7 +105,7 @@ def plan_shapes(
                 )
             )
         else:
-            out.append(PlanShape(w, split_long=chosen))
+            out.append(PlanShape(w, split_long=possible[0]))
     return out
 
 
@@ -167,6 +139,7 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
     """:func:`prepare` with its options as one object."""
     from episodekit.core.lock import writer_lock
     from episodekit.prepare_noop import eligible, noop_result
+    from episodekit.prepare_steps import STEPS
 
     reporter = current()
 
@@ -179,7 +152,7 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
     root, opts = _convert_first(root, opts, say)
     if eligible(root, opts):  # a rerun where every step is fresh: from the stamp alone
         with writer_lock(root, wait=opts.wait, say=say):
-            noop = noop_result(root, opts, say)
+            noop = noop_result(root, opts, say, STEPS)
         if noop is not None:
             return noop
     opts.check(root)  # nothing is written before the options and the plans' feasibility pass
@@ -191,10 +164,6 @@ def run_prepare(root: str, opts: PrepareOptions) -> PrepareResult:
         return _run_staged(root, opts, final, say)
     with writer_lock(root, wait=opts.wait, say=say):
         return _run_locked(root, opts, say)
-
-
-# steps whose failure is a verdict on a complete output (published); any other failure is not
-VERDICT_STEPS = ("validate", "frames")
 
 
 def _renamed(obj, old: str, new: str):
@@ -218,6 +187,7 @@ def _run_staged(root: str, opts: PrepareOptions, final: Path, say: Callable[[str
     from episodekit.core import staging
     from episodekit.core.errors import EnvironmentProblem
     from episodekit.core.lock import LOCK_NAME, writer_lock
+    from episodekit.prepare_steps import verdict_steps
 
     created = not final.exists()
     try:
@@ -231,7 +201,8 @@ def _run_staged(root: str, opts: PrepareOptions, final: Path, say: Callable[[str
                     for step in ctx.result.steps:  # the report names DIR, never the staging
                         step.detail = _renamed(step.detail, str(work), str(final))
                     failed = [s.name for s in ctx.result.steps if s.status == "failed"]
-                    if [n for n in failed if n not in VERDICT_STEPS]:
+                    # a verdict step's failure is a verdict on a complete output: published
+                    if [n for n in failed if n not in verdict_steps()]:
                         staging.discard(work, final)
                         ctx.result.warnings.append(f"nothing was published to {final}")
                         return
@@ -312,9 +283,7 @@ def _run_locked(
     t0 = time.perf_counter()
     result = PrepareResult(root=str(root), work_root=str(opts.out or root))
     source = open_dataset(str(root))
-    plans_at: str | Dataset = source if opts.out is None else str(opts.out)
-    o = opts
-    shapes = plan_shapes(source, o.world_sizes, o.num_workers, o.cost, o.split_long, plans_at)
+    shapes = plan_shapes(source, opts.world_sizes, opts.num_workers, str(opts.split_long))
     for shape in shapes:
         if shape.skip:
             result.warnings.append(f"world size {shape.world_size} skipped: {shape.skip}")

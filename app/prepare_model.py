@@ -12,17 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from episodekit.core.errors import EnvironmentProblem
-from episodekit.core.paths import COST_FILE, DEFAULT_TARGET_MB, PLAN_DIR, SPEED_FILE, STAMP_FILE
+from episodekit.core.paths import DEFAULT_TARGET_MB, STAMP_FILE, check_target_mb
 from episodekit.core.version import __version__
 
 STAMP_VERSION = 1
-ARTIFACT_GLOBS = (
-    SPEED_FILE,
-    COST_FILE,
-    f"{PLAN_DIR}/*",
-    "meta/stats.json",
-    "meta/episodekit_stats.parquet",
-)
 SPLIT_LONG = ("no", "yes", "auto")
 STATS_MODES = ("keep", "recompute")
 
@@ -79,17 +72,14 @@ class PrepareResult:
         }
 
 
-def state_digest(root: Path, fingerprint: str, data_files: Sequence[str]) -> str:
-    """Hash of what validation looked at: fingerprint, data files' and artifacts' size/mtime."""
+def state_digest(
+    root: Path, fingerprint: str, data_files: Sequence[str], globs: Sequence[str]
+) -> str:
+    """Hash of what validation looked at: fingerprint, data files' and artifacts' size/mtime
+    (``globs``: the step registry's, :func:`episodekit.prepare_steps.stamped_globs`)."""
     h = hashlib.sha256(f"{STAMP_VERSION}\0{fingerprint}\0{__version__}\0".encode())
     paths = [root / rel for rel in data_files]
-    for pattern in (
-        "meta/info.json",
-        "meta/tasks.parquet",
-        "meta/episodes/*/*.parquet",
-        "videos/*/*/*.mp4",  # video.* checks read them (v3.0 and v2.1 layouts)
-        *ARTIFACT_GLOBS,
-    ):
+    for pattern in globs:
         paths += sorted(root.glob(pattern))
     for p in paths:
         try:
@@ -154,8 +144,7 @@ class PrepareOptions:
             raise ValueError(f"world sizes must be >= 1, got {list(self.world_sizes)}")
         if self.num_workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.num_workers}")
-        if self.target_mb <= 0:
-            raise ValueError(f"target_mb must be > 0, got {self.target_mb}")
+        self.target_mb = check_target_mb(self.target_mb)  # MiB until the writer
         c = self.canonical_bins
         if c is not False and c is not None and int(c) < 1:
             raise ValueError(f"canonical_bins must be >= 1, got {c}")

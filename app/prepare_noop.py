@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any
 from episodekit.core.version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
-    from episodekit.prepare_model import PrepareOptions, PrepareResult, Step
-
-RERUN_STEPS = ("rowgroups", "speed", "costs", "plans", "stats", "validate")
+    from episodekit.prepare_base import PrepareStep
+    from episodekit.prepare_model import PrepareOptions, PrepareResult
 
 
 def options_key(opts: PrepareOptions) -> dict[str, Any]:
@@ -58,31 +57,16 @@ def eligible(root: str, opts: PrepareOptions, recording: bool = False) -> bool:
     )
 
 
-def rerun_detail(step: Step) -> dict | None:
-    """What ``step`` will report when rerun on the root it left (None: cannot tell)."""
-    d = step.detail
-    if step.name in ("speed", "costs"):
-        return d
-    if step.name == "rowgroups":
-        n = d.get("after", {}).get("files", 0)
-        counts = {"rewritten": 0, "skipped": n, "copied": 0, "planned": 0, "failed": 0}
-        return {**d, "counts": counts, "before": d.get("after"), "seconds": 0.0, "mb_per_s": 0.0}
-    if step.name == "plans":
-        return {**d, "plans": [{**p, "changed": False} for p in d.get("plans", [])]}
-    if step.name == "stats":
-        if d.get("status") == "kept":  # kept again, without the one-time summary removal
-            kept = {"status": "kept", "why": d["why"].split("; ")[0]}
-            return {**kept, **({"quantiles": d["quantiles"]} if "quantiles" in d else {})}
-        return {"status": "fresh"} if step.status == "done" else d
-    return None
-
-
-def rerun_record(result: PrepareResult, opts: PrepareOptions, data_files: list[str]) -> dict:
-    """The stamp's ``rerun`` entry, written with a passing validation (empty: none applies)."""
-    steps = {s.name: s for s in result.steps}
-    if set(steps) != set(RERUN_STEPS[:-1]) or any(s.status == "failed" for s in steps.values()):
+def rerun_record(
+    result: PrepareResult, opts: PrepareOptions, data_files: list[str], before: list[PrepareStep]
+) -> dict:
+    """The stamp's ``rerun`` entry, written by validation with a passing verdict: the
+    :meth:`~episodekit.prepare_base.PrepareStep.rerun_detail` of each step run ``before`` it
+    (empty: a step failed, is missing, or cannot tell what its rerun reports)."""
+    ran = {s.name: s for s in result.steps}
+    if set(ran) != {s.name for s in before} or any(s.status == "failed" for s in ran.values()):
         return {}
-    details = {name: rerun_detail(steps[name]) for name in RERUN_STEPS[:-1]}
+    details = {s.name: s.rerun_detail(ran[s.name]) for s in before}
     if any(d is None for d in details.values()):
         return {}
     return {
@@ -94,10 +78,12 @@ def rerun_record(result: PrepareResult, opts: PrepareOptions, data_files: list[s
 
 
 def noop_result(
-    root: str, opts: PrepareOptions, say: Callable[[str], None]
+    root: str, opts: PrepareOptions, say: Callable[[str], None], steps: Sequence[PrepareStep]
 ) -> PrepareResult | None:
-    """The result of a rerun where everything is fresh, or None when anything may not be."""
+    """The result of a rerun where everything is fresh, or None when anything may not be;
+    ``steps``: the registry (:data:`episodekit.prepare_steps.STEPS`)."""
     from episodekit.core.progress import current
+    from episodekit.prepare_base import stamped_globs
     from episodekit.prepare_model import PrepareResult, Step, read_stamp, state_digest
 
     t0 = time.perf_counter()
@@ -106,20 +92,19 @@ def noop_result(
     rec = (stamp or {}).get("rerun") or {}
     if not (stamp and stamp.get("ok") and rec.get("options") == options_key(opts)):
         return None
-    if state_digest(work, stamp.get("fingerprint", ""), rec["data_files"]) != stamp.get("state"):
+    fingerprint, globs = stamp.get("fingerprint", ""), stamped_globs(steps)
+    state = state_digest(work, fingerprint, rec["data_files"], globs)
+    if state != stamp.get("state"):
         return None
     result = PrepareResult(root=str(root), work_root=str(work), ok=True)
     result.warnings = list(rec["warnings"])
     for w in result.warnings:
         say(f"warning: {w}")
     reporter = current()
-    validated = {"ok": True, "fresh_stamp": True, **stamp.get("counts", {})}
-    for name in RERUN_STEPS:
-        reporter.stage(name)
-        detail = rec["details"].get(name, validated)
-        if name == "rowgroups":
-            detail = {**detail, "root": str(root)}  # as this run names it
-        result.steps.append(Step(name, "skipped", 0.0, detail, []))
-        reporter.step(f"{name}: skipped")
+    for step in [s for s in steps if s.wanted(opts)]:  # every step fresh: each one's record
+        reporter.stage(step.name)
+        detail = step.replayed(rec["details"].get(step.name), str(root), stamp)
+        result.steps.append(Step(step.name, "skipped", 0.0, detail, []))
+        reporter.step(f"{step.name}: skipped")
     result.seconds = time.perf_counter() - t0
     return result

@@ -52,6 +52,12 @@ class EnvironmentProblem(Exception):
         self.path = path
 
 
+class Infeasible(ValueError):  # noqa: N818 - a kind of bad argument, named for what it says
+    """Options that ask for what the data cannot give (e.g. more plan bins than episodes or
+    frames): a bad argument (exit 2), of its own type so that a caller that can ask otherwise
+    (cut episodes) retries on exactly this, never on another ValueError (a bug)."""
+
+
 # errno values that mean "the environment", not the data (exit 2).
 _ENV_ERRNOS = {
     "ENOSPC",  # disk full

@@ -26,11 +26,29 @@ VIDEO_PATH_V3 = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d
 DATA_PATH_V2 = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH_V2 = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 
+
+def check_target_mb(value: float, name: str = "target_mb") -> float:
+    """A size target in MiB, checked once where the options are parsed (``0 < MiB <=``
+    :data:`MAX_TARGET_MB`; ValueError naming the option ``name``). It stays MiB until the
+    writer converts it (:func:`target_bytes`)."""
+    if not 0 < value <= MAX_TARGET_MB:
+        raise ValueError(f"{name} must be > 0 and <= {MAX_TARGET_MB:g}, got {value}")
+    return float(value)
+
+
+def target_bytes(target_mb: float) -> int:
+    """The writer's unit: the bytes of a target in MiB (the one MiB -> bytes conversion)."""
+    return int(round(target_mb * MIB))
+
+
 INFO_FILE = "meta/info.json"
 SPEED_FILE = "meta/speed_percentiles.jsonl"
 COST_FILE = "meta/episode_costs.parquet"
 PLAN_DIR = "meta/shard_plans"
 STAMP_FILE = "meta/episodekit_validation.json"
+STATS_FILE = "meta/stats.json"  # LeRobot's dataset stats (metadata.stats writes it)
+STATS_SUMMARY_FILE = "meta/episodekit_stats.parquet"  # what episodekit's stats were made from
+EPISODES_FILES = "meta/episodes/*/*.parquet"  # per-episode stats columns live here (v3.0)
 
 # Choices the library accepts (here, so the CLI can offer them without importing the heavy modules).
 COMPRESSIONS = ("keep", "snappy", "zstd", "none")  # prep's output codec

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,16 @@ from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.executor import imap_files
 from episodekit.core.lock import remove_if_only_lock, writer_lock
+from episodekit.core.options import with_overrides
 from episodekit.core.outdir import check_output_dir, mark_output_dir, resolve_output
-from episodekit.core.paths import COMPRESSIONS, DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB, inside_root
+from episodekit.core.paths import (
+    COMPRESSIONS,
+    DEFAULT_TARGET_MB,
+    MIB,
+    check_target_mb,
+    inside_root,
+    target_bytes,
+)
 from episodekit.prep.outcopy import CopyRecord, copy_tree, gone_from_source, source_keys
 from episodekit.prep.rewrite import (
     FileJob,
@@ -129,19 +138,31 @@ def _protocols(fs) -> tuple[str, ...]:
     return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
 
 
+@dataclass(frozen=True)
+class RowGroupOptions:
+    """How :func:`rewrite_rowgroups` runs (its target and output are arguments of their own):
+    ``workers`` processes (None: cores) on ``executor``, output ``compression`` ("keep": the
+    source's), ``dry_run``, ``force`` (rewrite files already done), ``copy_videos`` into
+    ``out``, ``progress(result, done, total)``, ``wait`` for another writer's lock, ``stage``
+    the ``out`` copy (False: the caller stages it)."""
+
+    workers: int | None = None
+    compression: str = "keep"
+    dry_run: bool = False
+    force: bool = False
+    executor: str = "local"
+    copy_videos: bool = False
+    progress: Callable[[FileResult, int, int], None] | None = None
+    wait: bool = True
+    stage: bool = True
+
+
 def rewrite_rowgroups(
     root: str,
     target_mb: float = DEFAULT_TARGET_MB,
     out: str | None = None,
-    workers: int | None = None,
-    compression: str = "keep",
-    dry_run: bool = False,
-    force: bool = False,
-    executor: str = "local",
-    copy_videos: bool = False,
-    progress: Callable[[FileResult, int, int], None] | None = None,
-    wait: bool = True,
-    stage: bool = True,
+    options: RowGroupOptions | None = None,
+    **overrides: Any,
 ) -> PrepReport:
     """Rewrite the data files of ``root`` (local path or fsspec URL); see the module docstring.
 
@@ -157,10 +178,12 @@ def rewrite_rowgroups(
     ``progress(result, done, total)`` is called in the parent as each file finishes. Leftover
     temporaries of a crashed run are removed first, under the output's writer lock (another
     writer: wait, or with ``wait=False`` raise EnvironmentProblem). Per-file failures are in the
-    report.
+    report. ``options`` (:class:`RowGroupOptions`; keyword arguments override its fields).
     """
-    if not 0 < target_mb <= MAX_TARGET_MB:
-        raise ValueError(f"target_mb must be > 0 and <= {MAX_TARGET_MB:g}, got {target_mb}")
+    o = with_overrides(RowGroupOptions, options, overrides)
+    compression, dry_run, copy_videos = o.compression, o.dry_run, o.copy_videos
+    wait, stage = o.wait, o.stage
+    check_target_mb(target_mb)
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
     t0 = time.perf_counter()
@@ -182,8 +205,7 @@ def rewrite_rowgroups(
     if dry_run:
         record = CopyRecord(out_root, source) if out is not None else None
         keys = source_keys(ds.fs, ds.path, "data") if record is not None else {}
-        results = _run_jobs(ds, out_root, target_mb, compression, force, True, executor, workers,
-                            progress, record, keys)  # fmt: skip
+        results = _run_jobs(ds, out_root, target_mb, o, record, keys)
     else:
         created = not out_root.exists()
         try:
@@ -199,8 +221,7 @@ def rewrite_rowgroups(
                         mark_output_dir(work, "a prepared copy")
                         for sub in ("meta", "videos") if copy_videos else ("meta",):
                             report.copied += copy_tree(ds.fs, ds.path, work, sub, record)
-                    results = _run_jobs(ds, work, target_mb, compression, force, False, executor,
-                                        workers, progress, record, keys)  # fmt: skip
+                    results = _run_jobs(ds, work, target_mb, o, record, keys)
                     # a job killed with its node (Ray retries it elsewhere) left its temporary
                     report.removed_temporaries += len(remove_temporaries(work / "data"))
                     files = [r for r in results if r is not None]
@@ -259,32 +280,39 @@ def _finish(work: Path, final: Path, results: list[FileResult]) -> None:
         r.reason = r.reason.replace(str(work), str(final)) + " (nothing was published)"
 
 
+def done_in_place(ds, target_mb: float) -> bool:
+    """Whether every data file of the local ``ds`` is already done for ``target_mb`` (marked
+    for this target, or within the band with a page index): footers only, nothing written."""
+    target = target_bytes(target_mb)
+    for rel in ds.data_files:
+        path = ds.join(rel)
+        if done_already(FileJob(rel, path, path, target)) is None:
+            return False
+    return True
+
+
 def _run_jobs(
     ds,
     work: Path,
     target_mb: float,
-    compression: str,
-    force: bool,
-    dry_run: bool,
-    executor: str,
-    workers: int | None,
-    progress: Callable[[FileResult, int, int], None] | None,
+    o: RowGroupOptions,
     record: CopyRecord | None,
     keys: dict[str, str | None],
 ) -> list[FileResult | None]:
     """Rewrite (or plan) every data file of ``ds`` into ``work``; results in file order.
     ``record`` (``--out``): what the copies already in ``work`` were made from; ``keys``: the
     source data files' keys (:func:`episodekit.prep.outcopy.source_keys`)."""
+    compression, force, dry_run, workers = o.compression, o.force, o.dry_run, o.workers
     src_fs = None if ds.is_local else ds.fs
     if src_fs is not None and "memory" in _protocols(src_fs):
         workers = 1  # an in-memory filesystem is not shared with worker processes
-    target_bytes = int(round(target_mb * MIB))
+    target = target_bytes(target_mb)
     jobs = [
         FileJob(
             relpath=rel,
             src=ds.join(rel),
             dst=inside_root(work, rel),  # no symlinked folder may lead the write out
-            target_bytes=target_bytes,
+            target_bytes=target,
             compression=compression,
             force=force,
             dry_run=dry_run,
@@ -294,10 +322,10 @@ def _run_jobs(
         for rel in ds.data_files
     ]
     results: list[FileResult | None] = [None] * len(jobs)
-    runs = imap_files(rewrite_file, jobs, executor, workers, quick=done_already)
+    runs = imap_files(rewrite_file, jobs, o.executor, workers, quick=done_already)
     with contextlib.closing(runs):  # on an error, the pool ends here: before a discard
         for done, (i, res) in enumerate(runs, start=1):
             results[i] = res
-            if progress is not None:
-                progress(res, done, len(jobs))
+            if o.progress is not None:
+                o.progress(res, done, len(jobs))
     return results

@@ -36,6 +36,7 @@ from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem
 from episodekit.core.executor import imap_files
 from episodekit.core.lock import writer_lock
+from episodekit.core.options import with_overrides
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.paths import INFO_FILE, VIDEO_CODECS, inside_root
 from episodekit.core.video import (
@@ -220,20 +221,31 @@ class _VideoJob:
     result: VideoFileResult | None = None
 
 
+@dataclass(frozen=True)
+class VideoOptions:
+    """How :func:`rewrite_videos` runs: the target (``codec``, ``gop``), the encoder (``crf``,
+    ``faststart``), the verification bar (``min_psnr``), ``force``, ``timing_frames``,
+    ``progress`` (called with one line per file), ``executor``/``jobs`` and ``wait`` for
+    another writer's lock."""
+
+    codec: str | None = None
+    gop: int = DEFAULT_GOP
+    crf: int = DEFAULT_CRF
+    faststart: bool = True
+    min_psnr: float = DEFAULT_MIN_PSNR
+    force: bool = False
+    timing_frames: int = TIMING_FRAMES
+    progress: Any = None
+    executor: str = "local"
+    jobs: int | None = 1
+    wait: bool = True
+
+
 def rewrite_videos(
     root: str,
-    codec: str | None = None,
-    gop: int = DEFAULT_GOP,
-    crf: int = DEFAULT_CRF,
-    faststart: bool = True,
-    min_psnr: float = DEFAULT_MIN_PSNR,
-    force: bool = False,
-    timing_frames: int = TIMING_FRAMES,
-    progress: Any = None,
-    executor: str = "local",
-    jobs: int | None = 1,
+    options: VideoOptions | None = None,
     out: str | None = None,
-    wait: bool = True,
+    **overrides: Any,
 ) -> VideoPrepResult:
     """Bring every referenced mp4 of a local v3.0 ``root`` to the random-access target (see the
     module docstring), in place or into ``out``.
@@ -243,7 +255,13 @@ def rewrite_videos(
     timed per re-encoded file before and after (0: no timing). Files that fail verification
     are reported and left as they were. Re-encodes run one at a time here (``jobs=1``; the
     encoder has its own threads), by ``jobs`` processes, or one Ray task each with
-    ``executor="ray"`` (the root on a filesystem every node mounts)."""
+    ``executor="ray"`` (the root on a filesystem every node mounts). ``options``
+    (:class:`VideoOptions`; keyword arguments override its fields)."""
+    o = with_overrides(VideoOptions, options, overrides)
+    codec, gop, crf, faststart, min_psnr = o.codec, o.gop, o.crf, o.faststart, o.min_psnr
+    force, timing_frames, progress, executor, jobs = (
+        o.force, o.timing_frames, o.progress, o.executor, o.jobs
+    )  # fmt: skip
     require_av()
     if codec is not None and codec not in VIDEO_CODECS:
         raise ValueError(f"codec must be one of {VIDEO_CODECS}, got {codec!r}")
@@ -268,7 +286,7 @@ def rewrite_videos(
     settings = {"codec": codec, "gop": gop, "crf": crf, "faststart": faststart}
     result = VideoPrepResult(str(root), {**settings, "min_psnr": min_psnr}, out)
     options = (gop, crf, faststart, min_psnr, timing_frames)
-    with writer_lock(out_root, wait=wait):
+    with writer_lock(out_root, wait=o.wait):
         if out is not None:
             mark_output_dir(out_root, "a prepared copy")
             result.dataset_files_copied = _copy_dataset(ds, src_root, out_root)

@@ -29,12 +29,7 @@ import click
 from episodekit.cli.meta import DEBUG_ENV, META_DEBUG, META_JSON, META_QUIET, META_ROOT
 from episodekit.cli.progress import CliProgress
 from episodekit.core import interrupt
-from episodekit.core.errors import (
-    EXIT_DATA,
-    EXIT_ENV,
-    DatasetError,
-    EnvironmentProblem,
-)
+from episodekit.core.errors import EXIT_DATA, EXIT_ENV, DatasetError, EnvironmentProblem, Infeasible
 from episodekit.core.executor import EXECUTORS, RAY_ADDRESS_ENV
 from episodekit.core.paths import COST_MODELS, DEFAULT_TARGET_MB, MAX_TARGET_MB
 from episodekit.core.progress import reporting
@@ -135,7 +130,7 @@ def classify(exc: BaseException, root: str | None = None) -> tuple[int, str] | N
         return EXIT_DATA, _one_line(f"{where}unreadable data: {exc}")
     if isinstance(exc, FileNotFoundError):
         return EXIT_DATA, _one_line(exc)
-    if type(exc) is ValueError:  # the library's "bad argument" (its data errors are DatasetError)
+    if type(exc) is ValueError or isinstance(exc, Infeasible):  # bad argument (DatasetError: data)
         return EXIT_ENV, _one_line(exc)
     return None
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -94,8 +95,8 @@ from episodekit.metadata.plans.density_split import (
     constant_density,
     equal_shares,
 )
-from episodekit.metadata.plans.options import PlanOptions
-from episodekit.metadata.plans.plan_file import PlanError, decode_plan, encode_plan
+from episodekit.metadata.plans.options import BuildParams, PlanOptions
+from episodekit.metadata.plans.plan_file import PlanError, PlanHeader, decode_plan, encode_plan
 
 
 class SourceCosts:
@@ -127,34 +128,31 @@ def build_mixture_plan(
     sources: list[SourceCosts],
     world_size: int,
     num_workers: int,
-    algo: str = "auto",
-    split_long: bool = False,
-    seed: int = 0,
-    policy: str = "trim",
-    locality: str = "none",
-    cost_model: str = "frames",
+    params: BuildParams | None = None,
     fingerprints: list[str] | None = None,
+    **overrides: Any,
 ) -> dict:
-    """The mixture plan as a dict (see the module docstring); raises MixtureError/ValueError."""
-    _check_args(None, None, world_size, num_workers, algo, policy, locality)
+    """The mixture plan as a dict (see the module docstring); raises MixtureError/ValueError.
+    ``params`` (keyword arguments override its fields): the ``algo``, ``split_long``,
+    ``seed``, ``policy``, ``locality`` and ``cost_model`` of
+    :class:`~episodekit.metadata.plans.options.BuildParams`; ``fingerprints``: the sources'."""
+    p = BuildParams.of(params, overrides)
+    _check_args(None, None, world_size, num_workers, p.algo, p.policy, p.locality)
     W, K = int(world_size), int(num_workers)
     B = W * K
-    epoch = _epoch_quotas(spec, sources, B, policy)
+    epoch = _epoch_quotas(spec, sources, B, p.policy)
     draws = deal_draws(epoch.quota, B)
-    final = relabel_bins(np.arange(B), seed, W, K)  # stacked bin -> plan bin
+    final = relabel_bins(np.arange(B), p.seed, W, K)  # stacked bin -> plan bin
     subs, density = [], []
     for s, src in enumerate(sources):
-        sub, dense = _source_plan(src, W, K, algo, policy, locality, cost_model, draws[final, s])
+        sub, dense = _source_plan(src, W, K, p, draws[final, s])
         subs.append(sub)
         density.append(dense)
     label = _stack_labels(subs, epoch.quota, density, B)
     laid = _lay_items(sources, subs, final, label, B)
     figures = _mixture_figures(sources, laid, epoch, draws, W, K)
-    return _mixture_document(
-        spec, sources, subs, laid, epoch, figures, draws, W, K,
-        algo=algo, split_long=split_long, seed=seed, policy=policy, locality=locality,
-        cost_model=cost_model, fingerprints=fingerprints,
-    )  # fmt: skip
+    built = _Built(subs, laid, epoch, figures, draws, W, K)
+    return _mixture_document(spec, sources, built, p, fingerprints)
 
 
 class _Epoch:
@@ -186,14 +184,7 @@ def _epoch_quotas(spec: MixtureSpec, sources: list[SourceCosts], B: int, policy:
 
 
 def _source_plan(
-    src: SourceCosts,
-    W: int,
-    K: int,
-    algo: str,
-    policy: str,
-    locality: str,
-    cost_model: str,
-    bin_draws: np.ndarray,
+    src: SourceCosts, W: int, K: int, p: BuildParams, bin_draws: np.ndarray
 ) -> tuple[dict, bool]:
     """One source partitioned on its own into the W x K bins; (sub-plan, density-split?).
     ``bin_draws``: how many samples each stacked bin draws from this source."""
@@ -206,6 +197,7 @@ def _source_plan(
         )
     # "auto": LPT. With episodes cut where needed, LPT + pouring lands within a frame of the
     # mean; KK's refinement (O(items x bins) per rank) would cost 2-3x the planning time here.
+    algo, policy, locality, cost_model = p.algo, p.policy, p.locality, p.cost_model
     sub_algo = "lpt" if algo == "auto" else algo
     # Cost per frame varies: equal frames (exact draws per frame) and equal cost per bin
     # need the density split; its bins are fixed to plan bins, the ceil frame shares
@@ -215,8 +207,8 @@ def _source_plan(
         if dense:
             shares = equal_shares(src.frames, B, np.argsort(-bin_draws, kind="stable"))
             sub = build_density_plan(
-                src.cost, src.length, W, K, episode_index=src.episode_index,
-                policy=policy, cost_model=cost_model, bin_frames=shares, relabel=False,
+                src.cost, src.length, W, K, bin_frames=shares, episode_index=src.episode_index,
+                policy=policy, cost_model=cost_model, relabel=False,
             )  # fmt: skip
             return sub, dense
         # A bin's frames of a source decide how often each is drawn: cut episodes
@@ -335,22 +327,35 @@ def _mixture_figures(
     }
 
 
+@dataclass
+class _Built:
+    """What the steps of :func:`build_mixture_plan` made: the sources' sub-plans, the laid
+    items, the epoch, the figures, the draws and the shape."""
+
+    subs: list[dict]
+    laid: _Laid
+    epoch: _Epoch
+    figures: dict
+    draws: np.ndarray
+    W: int
+    K: int
+
+
 def _mixture_document(
     spec: MixtureSpec,
     sources: list[SourceCosts],
-    subs: list[dict],
-    laid: _Laid,
-    epoch: _Epoch,
-    figures: dict,
-    draws: np.ndarray,
-    W: int,
-    K: int,
-    **params,
+    built: _Built,
+    p: BuildParams,
+    fingerprints: list[str] | None,
 ) -> dict:
     """The plan dict, keys in the order the plan format has always written them."""
+    subs, laid, epoch, figures, draws = (
+        built.subs, built.laid, built.epoch, built.figures, built.draws
+    )  # fmt: skip
+    W, K = built.W, built.K
     B, S = W * K, len(sources)
     frames, quota = epoch.frames, epoch.quota
-    fps = params["fingerprints"] or [""] * S
+    fps = fingerprints or [""] * S
     all_cost = figures["all_cost"]
     per_worker = figures["per_worker"]
     return {
@@ -359,19 +364,19 @@ def _mixture_document(
         "mixture_version": MIXTURE_PLAN_VERSION,
         "mixture": spec.to_dict(),
         "fingerprint": mixture_fingerprint(spec, fps),
-        "locality": params["locality"],
+        "locality": p.locality,
         "world_size": W,
         "num_workers": K,
         "num_bins": B,
-        "algo": params["algo"],
+        "algo": p.algo,
         "algo_used": {
             "ranks": ",".join(sorted({sub["algo_used"]["ranks"] for sub in subs})),
             "workers": {},
         },
-        "cost_model": params["cost_model"],
-        "seed": int(params["seed"]),
-        "split_long": bool(params["split_long"]),
-        "policy": params["policy"],
+        "cost_model": p.cost_model,
+        "seed": int(p.seed),
+        "split_long": bool(p.split_long),
+        "policy": p.policy,
         "num_episodes": int(sum(epoch.episodes)),
         "num_items": len(laid.items),
         "split_episodes": int(sum(sub["split_episodes"] for sub in subs)),
@@ -505,19 +510,15 @@ def ensure_mixture_plans(
     fps = [s.ds.fingerprint for s in resolved]
     inputs = [plan_inputs(s, cost, locality) for s in resolved]
     digests = [costs_digest(s.cost) for s in inputs]
-    wanted = {
-        "num_workers": int(num_workers),
-        "algo": algo,
-        "split_long": bool(split_long),
-        "seed": int(seed),
-        "policy": policy,
-        "cost_model": cost,
-        "locality": locality,
-        "fingerprint": mixture_fingerprint(spec, fps),
-    }
+    fingerprint = mixture_fingerprint(spec, fps)
     results = []
     for w in world_sizes:
         path = os.path.join(out, mixture_plan_name(w, num_workers))
+        # the sources' cost digests decide instead of the header's one (of all costs at once)
+        wanted = PlanHeader(
+            int(w), int(num_workers), algo, cost, int(seed), split_long, policy, locality,
+            fingerprint=fingerprint,
+        )  # fmt: skip
         if not force:
             try:
                 old = read_mixture_plan(out, w, num_workers)
@@ -525,14 +526,13 @@ def ensure_mixture_plans(
                 old = None
             if (
                 old is not None
-                and all(old.get(k) == v for k, v in {**wanted, "world_size": int(w)}.items())
+                and replace(PlanHeader.of(old), costs_digest=None).fresh_for(wanted, [split_long])
                 and [s.get("costs_digest") for s in old["sources"]] == digests
             ):
                 results.append((path, old, False))
                 continue
-        plan = build_mixture_plan(
-            spec, inputs, w, num_workers, algo, split_long, seed, policy, locality, cost, fps
-        )
+        params = BuildParams(algo, split_long, seed, policy, cost, locality=locality)
+        plan = build_mixture_plan(spec, inputs, w, num_workers, params, fps)
         results.append((path, plan, True))
     # every plan was built: only now is anything written (a shape that fails leaves no file)
     os.makedirs(out, exist_ok=True)

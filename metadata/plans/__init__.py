@@ -15,6 +15,10 @@ from __future__ import annotations
 from episodekit.core.lazy import lazy_getattr
 
 _EXPORTS = {
+    "BuildParams": "episodekit.metadata.plans.options",
+    "PlanHeader": "episodekit.metadata.plans.plan_file",
+    "PlanInfeasible": "episodekit.metadata.plans.options",
+    "PlanOptions": "episodekit.metadata.plans.options",
     "build_plan": "episodekit.metadata.plans.build",
     "ensure_plans": "episodekit.metadata.plans.build",
     "verify_plan": "episodekit.metadata.plans.build",

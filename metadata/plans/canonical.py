@@ -25,15 +25,17 @@ in the batch toolchain.
 from __future__ import annotations
 
 import posixpath
+from dataclasses import replace
 from typing import Any
 
 from episodekit.core.dataset import Dataset, list_files, open_dataset
 from episodekit.core.paths import PLAN_DIR
 from episodekit.core.words import plural
-from episodekit.metadata.plans.options import PlanOptions, split_tries
+from episodekit.metadata.plans.options import BuildParams, PlanOptions, split_tries
 from episodekit.metadata.plans.plan_file import (
     Plan,
     PlanError,
+    PlanHeader,
     PlanNotFoundError,
     StalePlanError,
     plan_flags,
@@ -71,26 +73,27 @@ def default_canonical_bins(num_episodes: int) -> int:
 def is_canonical(plan: Plan | dict) -> bool:
     """Whether a plan (or plan dict) is a canonical plan."""
     doc = plan.doc if isinstance(plan, Plan) else plan
-    return isinstance(doc.get("canonical_bins"), int) and not isinstance(
-        doc.get("canonical_bins"), bool
-    )
+    return PlanHeader.of(doc).canonical_bins is not None
 
 
 def build_canonical_plan(
     costs: Any,
     lengths: Any,
     canonical_bins: int,
-    **kwargs: Any,
+    params: BuildParams | None = None,
+    **overrides: Any,
 ) -> dict:
     """:func:`episodekit.metadata.plans.build.build_plan` over ``canonical_bins`` bins (one worker
     each), bins in partition order (file order for ``locality="rowgroup"``), marked canonical.
-    ``kwargs`` are build_plan's (algo, split_long, seed, episode_index, policy, locality...)."""
+    ``params``/``overrides`` are build_plan's (algo, split_long, seed, episode_index, policy,
+    locality...)."""
     from episodekit.metadata.plans.build import build_plan
 
     c = int(canonical_bins)
     if c < 1:
         raise ValueError(f"canonical bins must be >= 1, got {canonical_bins}")
-    plan = build_plan(costs, lengths, c, 1, relabel=False, **kwargs)
+    p = replace(BuildParams.of(params, overrides), relabel=False)
+    plan = build_plan(costs, lengths, c, 1, p)
     plan["canonical_bins"] = c
     return plan
 
@@ -125,66 +128,34 @@ def ensure_canonical_plan(
     """Build and write the canonical plan (``canonical_bins`` None: the default for the dataset's
     episode count); a fresh one with the same parameters is kept. Returns (path, plan, changed)."""
     o = PlanOptions.of(options, overrides)
-    cost, algo, split_long, seed = o.cost, o.algo, o.split_long, o.seed
-    force, policy, locality = o.force, o.policy, o.locality
     from episodekit.core.dataset import as_dataset
-    from episodekit.metadata.artifact import read_bytes, write_bytes
-    from episodekit.metadata.costs import check_model, costs_meta, ensure_costs
-    from episodekit.metadata.plans.build import _check_args, costs_digest, rowgroup_units
-    from episodekit.metadata.plans.plan_file import decode_plan, encode_plan
-
-    check_model(cost)
-    ds = as_dataset(root)
-    check_canonical_bins(ds, canonical_bins, split_long)
-    c = default_canonical_bins(ds.num_episodes) if canonical_bins is None else int(canonical_bins)
-    split_long = split_tries(split_long, ds.num_episodes, c)[0]  # "auto": cut when C > episodes
-    _check_args(None, None, c, 1, algo, policy, locality)
-    costs, _ = ensure_costs(ds, cost)
-    rel = canonical_plan_path(c)
-    wanted = {
-        "canonical_bins": c,
-        "algo": algo,
-        "split_long": bool(split_long),
-        "seed": int(seed),
-        "policy": policy,
-        "cost_model": cost,
-        "locality": locality,
-        "fingerprint": ds.fingerprint,
-        "costs_digest": costs_digest(costs["cost"].to_numpy()),
-    }
-    if not force:
-        raw = read_bytes(ds, rel)
-        try:
-            old = None if raw is None else decode_plan(raw, rel, max_items=ds.num_frames)
-        except PlanError:
-            old = None
-        excluded = o.exclusion.digest if o.exclusion else None
-        if (
-            old is not None
-            and all(old.get(k) == v for k, v in wanted.items())
-            and (old.get("excluded") or {}).get("digest") == excluded
-        ):
-            return ds.join(rel), old, False
-    ep = costs["episode_index"].to_numpy()
-    position = unit = None
-    if locality == "rowgroup":
-        position, unit = rowgroup_units(ds, ep)
-    plan = build_canonical_plan(
-        costs["cost"].to_numpy(),
-        costs["length"].to_numpy(),
-        c,
-        algo=algo,
-        split_long=split_long,
-        seed=seed,
-        episode_index=ep,
-        policy=policy,
-        cost_model=costs_meta(costs).get("model", "frames"),
-        fingerprint=ds.fingerprint,
-        locality=locality,
-        position=position,
-        unit=unit,
-        exclusion=o.exclusion,
+    from episodekit.metadata.artifact import write_bytes
+    from episodekit.metadata.costs import check_model, ensure_costs
+    from episodekit.metadata.plans.build import (
+        _check_args,
+        costs_digest,
+        dataset_params,
+        fresh_plan,
+        plan_header,
     )
+    from episodekit.metadata.plans.plan_file import encode_plan
+
+    check_model(o.cost)
+    ds = as_dataset(root)
+    check_canonical_bins(ds, canonical_bins, o.split_long)
+    c = default_canonical_bins(ds.num_episodes) if canonical_bins is None else int(canonical_bins)
+    split = split_tries(o.split_long, ds.num_episodes, c)[0]  # "auto": cut when C > episodes
+    _check_args(None, None, c, 1, o.algo, o.policy, o.locality)
+    costs, _ = ensure_costs(ds, o.cost)
+    rel = canonical_plan_path(c)
+    wanted = replace(
+        plan_header(ds, c, 1, o, costs_digest(costs["cost"].to_numpy())), canonical_bins=c
+    )
+    old = None if o.force else fresh_plan(ds, rel, wanted, [split])
+    if old is not None:
+        return ds.join(rel), old, False
+    params = dataset_params(ds, costs, replace(o, split_long=split))
+    plan = build_canonical_plan(costs["cost"].to_numpy(), costs["length"].to_numpy(), c, params)
     return write_bytes(ds, rel, encode_plan(plan)), plan, True
 
 

@@ -29,14 +29,14 @@ frames and equal cost; mixtures keep LPT/row-group cuts there).
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Any
 
 import numpy as np
 
-from episodekit.metadata.plans.build import (
-    _check_args,
-    plan_document,
-    relabel_bins,
-)
+from episodekit.metadata.plans.build import _check_args, relabel_bins
+from episodekit.metadata.plans.document import plan_document
+from episodekit.metadata.plans.options import BuildParams
+from episodekit.metadata.plans.plan_file import PlanHeader
 
 ALGO = "density"
 
@@ -166,18 +166,20 @@ def build_density_plan(
     lengths: np.ndarray,
     world_size: int,
     num_workers: int,
-    seed: int = 0,
-    episode_index: np.ndarray | None = None,
-    policy: str = "trim",
-    cost_model: str = "frames",
-    fingerprint: str = "",
+    params: BuildParams | None = None,
     bin_frames: np.ndarray | None = None,
-    relabel: bool = True,
+    **overrides: Any,
 ) -> dict:
     """A shard plan (the dict :func:`plans.build_plan` returns, ``algo_used`` ``density``) from
     :func:`density_split`: every bin ``bin_frames[b]`` frames (default the equal shares) at
-    near-equal cost. ``relabel=False`` keeps the split's bin numbers (a mixture's stacking
-    places them); else ranks and workers get seeded labels as in :func:`plans.build_plan`."""
+    near-equal cost. ``params`` (keyword arguments override its fields): the ``seed``,
+    ``episode_index``, ``policy``, ``cost_model`` and ``fingerprint`` of
+    :class:`~episodekit.metadata.plans.options.BuildParams` (its algorithm, locality and
+    ``split_long`` do not apply). ``relabel=False`` keeps the split's bin numbers (a mixture's
+    stacking places them); else ranks and workers get seeded labels as in
+    :func:`plans.build_plan`."""
+    p = BuildParams.of(params, overrides)
+    seed, policy, episode_index = p.seed, p.policy, p.episode_index
     costs = np.asarray(costs, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)
     _check_args(costs, lengths, world_size, num_workers, "auto", policy)
@@ -187,7 +189,7 @@ def build_density_plan(
     ep = ep.astype(np.int64)
     shares = equal_shares(int(lengths.sum()), B) if bin_frames is None else bin_frames
     rows, bin_of = density_split(lengths, costs, shares)
-    if relabel:
+    if p.relabel:
         bin_of = relabel_bins(bin_of, seed, W, K)
     pos = rows[:, 0]
     o = np.lexsort((rows[:, 1], ep[pos], bin_of))
@@ -195,21 +197,13 @@ def build_density_plan(
     items = np.stack([ep[pos], rows[o, 1], rows[o, 2]], axis=1)
     frames = items[:, 2] - items[:, 1]
     item_cost = costs[pos] * frames / np.maximum(lengths[pos], 1)  # pro rata, as verify_plan
+    header = PlanHeader(W, K, "auto", p.cost_model, seed, True, policy, "none", p.fingerprint)
     return plan_document(
         items,
         bin_of,
         item_cost,
-        costs,
-        lengths,
-        W,
-        K,
-        fingerprint=fingerprint,
-        locality="none",
-        algo="auto",
+        (costs, lengths),
+        header,
         algo_used={"ranks": ALGO, "workers": {ALGO: W}},
-        cost_model=cost_model,
-        seed=seed,
-        split_long=True,
-        policy=policy,
         split_episodes=int((np.bincount(pos, minlength=n) > 1).sum()),
     )

@@ -8,10 +8,20 @@ override the object's fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
+from episodekit.core.errors import Infeasible
+from episodekit.core.options import with_overrides
 from episodekit.metadata.plans.exclude import Exclusion
+
+
+class PlanInfeasible(Infeasible):
+    """A plan that cannot be made as asked: a partition left a bin without a frame (too few
+    episodes or pieces for the bins). Callers that may cut episodes retry on this exception
+    only; any other error (a bug included) is not mistaken for infeasibility."""
 
 
 @dataclass(frozen=True)
@@ -35,11 +45,35 @@ class PlanOptions:
     def of(cls, options: PlanOptions | None, overrides: dict[str, Any]) -> PlanOptions:
         """``options`` (default: the defaults) with ``overrides`` applied; an unknown name is a
         TypeError, as for any keyword argument."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise TypeError(f"unexpected plan option(s): {', '.join(unknown)}")
-        return replace(options or cls(), **overrides)
+        return with_overrides(cls, options, overrides)
+
+
+@dataclass(frozen=True)
+class BuildParams:
+    """What a partition into plan bins takes besides the episodes' costs, lengths and the
+    shape (:func:`~episodekit.metadata.plans.build.build_plan`, the density split, a mixture's
+    sources): the algorithm and its label seed, episode cutting, the equal-counts policy, the
+    cost model and fingerprint the plan records, and per episode (in cost order) its index,
+    file position and row-group unit (``locality="rowgroup"``). ``relabel=False`` keeps the
+    partition's bin numbers; ``exclusion``: frames left out."""
+
+    algo: str = "auto"
+    split_long: bool = False
+    seed: int = 0
+    policy: str = "trim"
+    cost_model: str = "frames"
+    fingerprint: str = ""
+    locality: str = "none"
+    episode_index: np.ndarray | None = None
+    position: np.ndarray | None = None
+    unit: np.ndarray | None = None
+    relabel: bool = True
+    exclusion: Exclusion | None = None
+
+    @classmethod
+    def of(cls, params: BuildParams | None, overrides: dict[str, Any]) -> BuildParams:
+        """``params`` (default: the defaults) with ``overrides`` (keyword arguments) applied."""
+        return with_overrides(cls, params, overrides)
 
 
 def split_tries(split_long: bool | str, episodes: int, bins: int) -> list[bool]:

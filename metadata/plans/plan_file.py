@@ -20,6 +20,7 @@ import json
 import math
 import posixpath
 import zlib
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,52 @@ class StalePlanError(PlanError):
     """The plan was computed from other episodes than the dataset now has (fingerprint differs)."""
 
 
+@dataclass(frozen=True)
+class PlanHeader:
+    """The parameters that decide a plan, typed: what a builder records in the document
+    (:func:`~episodekit.metadata.plans.build.plan_document`), what :class:`Plan` exposes, and
+    what a freshness check compares (:meth:`fresh_for`). Read from a document by :meth:`of`,
+    once, with the defaults of older plans (``locality`` none)."""
+
+    world_size: int
+    num_workers: int
+    algo: str = "auto"
+    cost_model: str = "frames"
+    seed: int = 0
+    split_long: bool = False
+    policy: str = "trim"
+    locality: str = "none"
+    fingerprint: str | None = ""
+    costs_digest: str | None = None
+    excluded_digest: str | None = None  # the exclusion's digest (None: nothing excluded)
+    canonical_bins: int | None = None  # canonical plans only
+
+    @classmethod
+    def of(cls, doc: dict) -> PlanHeader:
+        """The header of a plan document (decoded, or as a builder returned it)."""
+        c = doc.get("canonical_bins")
+        return cls(
+            world_size=int(doc["world_size"]),
+            num_workers=int(doc["num_workers"]),
+            algo=doc.get("algo", "auto"),
+            cost_model=doc.get("cost_model", "frames"),
+            seed=int(doc.get("seed", 0)),
+            split_long=bool(doc.get("split_long")),
+            policy=doc.get("policy", "trim"),
+            locality=doc.get("locality", "none"),  # older plans: none
+            fingerprint=doc.get("fingerprint"),
+            costs_digest=doc.get("costs_digest"),
+            excluded_digest=(doc.get("excluded") or {}).get("digest"),
+            canonical_bins=c if isinstance(c, int) and not isinstance(c, bool) else None,
+        )
+
+    def fresh_for(self, wanted: PlanHeader, splits: tuple[bool, ...] | list[bool]) -> bool:
+        """Whether a stored plan with this header answers ``wanted``: every parameter equal,
+        and episodes cut or not as one of ``splits`` allows (``split_long="auto"``: either)."""
+        same = replace(self, split_long=False) == replace(wanted, split_long=False)
+        return same and self.split_long in splits
+
+
 def plan_path(world_size: int, num_workers: int) -> str:
     """Relative path (from the dataset root) of the plan for one shape."""
     return f"{PLAN_DIR}/ws{int(world_size)}_nw{int(num_workers)}.json"
@@ -62,15 +109,15 @@ def fix_hint(root: str, world_size: int, num_workers: int) -> str:
 def plan_flags(doc: dict) -> str:
     """The plan's non-default `metadata plan` options, so the rerun hint rebuilds the same kind
     of plan (not, say, a `rowgroup` plan where the user asked for `--locality none`)."""
+    h = PlanHeader.of(doc)  # older plans: locality none
     flags = ""
-    for flag, key, default in (("--cost", "cost_model", "frames"), ("--algo", "algo", "auto"),
-                               ("--policy", "policy", "trim"),
-                               ("--locality", "locality", "rowgroup"),
-                               ("--seed", "seed", 0)):  # fmt: skip
-        value = doc.get(key, "none" if key == "locality" else default)  # older plans: none
+    for flag, value, default in (("--cost", h.cost_model, "frames"), ("--algo", h.algo, "auto"),
+                                 ("--policy", h.policy, "trim"),
+                                 ("--locality", h.locality, "rowgroup"),
+                                 ("--seed", h.seed, 0)):  # fmt: skip
         if value != default:
             flags += f" {flag} {value}"
-    return flags + (" --split-long yes" if doc.get("split_long") else "")
+    return flags + (" --split-long yes" if h.split_long else "")
 
 
 def _encode_column(values: np.ndarray, compressed: bool) -> Any:
@@ -262,15 +309,16 @@ class Plan:
     def __init__(self, doc: dict, path: str | None = None):
         self.doc = doc
         self.path = path
-        self.world_size: int = int(doc["world_size"])
-        self.num_workers: int = int(doc["num_workers"])
+        self.header = h = PlanHeader.of(doc)
+        self.world_size: int = h.world_size
+        self.num_workers: int = h.num_workers
         self.num_bins: int = int(doc["num_bins"])
         self.fingerprint: str = doc["fingerprint"]
-        self.algo: str = doc["algo"]
-        self.cost_model: str = doc["cost_model"]
-        self.seed: int = int(doc["seed"])
-        self.split_long: bool = bool(doc["split_long"])
-        self.policy: str = doc["policy"]
+        self.algo: str = h.algo
+        self.cost_model: str = h.cost_model
+        self.seed: int = h.seed
+        self.split_long: bool = h.split_long
+        self.policy: str = h.policy
         self.samples_per_worker: int = int(doc["samples_per_worker"])
         self.samples_per_rank: int = int(doc["samples_per_rank"])
         self.dropped_frames: int = int(doc["dropped_frames"])
@@ -278,7 +326,7 @@ class Plan:
         self.balance: dict = doc["balance"]
         self.items: np.ndarray = doc["items"]  # (n, 3) int64, sorted by bin, episode, start
         self.bin_offsets: np.ndarray = doc["bin_offsets"]
-        self.locality: str = doc.get("locality", "none")
+        self.locality: str = h.locality
         # mixture plans: the source of each item (None for a single root)
         self.item_source: np.ndarray | None = doc.get("item_source")
         self._digest: str | None = None

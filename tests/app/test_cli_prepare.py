@@ -109,9 +109,9 @@ def test_plan_shapes_decides_before_writing(make_sample):
     root = make_sample(episodes=20)
     ds = open_dataset(str(root))
     too_many = ds.num_frames + 1  # more bins than frames: not even cutting helps
-    shapes = plan_shapes(ds, [1, 8, too_many], 4, "frames", "no", ds)
+    shapes = plan_shapes(ds, [1, 8, too_many], 4, "no")
     assert [s.skip is None for s in shapes] == [True, False, False]
-    auto = plan_shapes(ds, [1, 8, too_many], 4, "frames", "auto", ds)
+    auto = plan_shapes(ds, [1, 8, too_many], 4, "auto")
     assert [(s.split_long, s.skip is None) for s in auto] == [(False, True), (True, True)] + [
         (False, False)
     ]
@@ -122,29 +122,52 @@ def test_plan_shapes_decides_before_writing(make_sample):
 
 
 def test_plans_step_retries_with_cut_episodes_or_skips(make_sample, monkeypatch):
-    """A partition that leaves a bin empty (rowgroup runs can, where the count check passed):
-    ``auto`` retries with cut episodes; ``no`` skips that world size with a warning."""
-    from episodekit.metadata.plans.build import ensure_plans
+    """A partition that leaves a bin empty (rowgroup runs can, where the count check passed) is
+    infeasible (PlanInfeasible): ``auto`` retries with cut episodes; ``no`` skips that world
+    size with a warning."""
+    from episodekit.metadata.plans import build
+    from episodekit.metadata.plans.options import PlanInfeasible
 
     calls = []
+    real = build.plan_for_dataset
 
-    def picky(ds, world_sizes, num_workers, options=None, **kw):
-        split = kw.get("split_long", options.split_long if options else False)
-        calls.append(split)
-        if not split and world_sizes == [2]:
-            raise ValueError("1 of 8 bins got no frames")
-        return ensure_plans(ds, world_sizes, num_workers, options, **kw)
+    def picky(ds, costs, world_size, num_workers, options=None, **kw):
+        calls.append(options.split_long)
+        if not options.split_long and world_size == 2:
+            raise PlanInfeasible("1 of 8 bins got no frames")
+        return real(ds, costs, world_size, num_workers, options, **kw)
 
-    monkeypatch.setattr("episodekit.metadata.plans.build.ensure_plans", picky)
+    monkeypatch.setattr(build, "plan_for_dataset", picky)
     root = make_sample(episodes=20)
     r = prepare(str(root), world_sizes=(1, 2), num_workers=4, jobs=1, split_long="auto")
     assert r.ok and r.warnings == [] and calls == [False, False, True]
     plan = json.loads((root / PLAN_DIR / "ws2_nw4.json").read_text())
     assert plan["split_long"] is True
+    assert r.step("plans").detail["cut_episodes"] == [2]
     calls.clear()
     r = prepare(str(root), world_sizes=(1, 2), num_workers=4, jobs=1, split_long="no", force=True)
     assert r.ok and calls == [False, False]
     assert r.warnings == ["world size 2 skipped: 1 of 8 bins got no frames"]
+
+
+def test_plans_step_does_not_mistake_a_bug_for_infeasibility(make_sample, monkeypatch):
+    """Only PlanInfeasible means "cut episodes or skip": any other ValueError (a bug in a
+    partitioner) is not retried with cut episodes, nor turned into a skipped world size; it
+    stops the run before any plan is written."""
+    from episodekit.metadata.plans import build
+
+    calls = []
+
+    def buggy(items, unit, bins, split_long):
+        calls.append(bool(split_long))
+        raise ValueError("a bug in a partitioner")
+
+    monkeypatch.setattr(build, "partition_contiguous", buggy)  # locality rowgroup: the default
+    root = make_sample(episodes=20)
+    with pytest.raises(ValueError, match="a bug in a partitioner"):
+        prepare(str(root), world_sizes=(2,), num_workers=4, jobs=1, split_long="auto")
+    assert calls == [False]  # no retry with cut episodes
+    assert not (root / PLAN_DIR).exists()
 
 
 def test_progress_bars_on_a_terminal_plain_lines_otherwise(make_sample, on_tty):
