@@ -32,6 +32,7 @@ PINNED = {
         "root/data/chunk-000/file-000.parquet": "a78792c7dd65879a1c79",
         "root/data/chunk-000/file-001.parquet": "9179bcb0ec2d0dc94bf2",
         "root/meta/episode_costs.parquet": "4a38020e34b518dd4068",
+        "root/meta/episodekit_sketches.parquet": "095823b17041f92f8e4d",
         "root/meta/episodekit_stats.parquet": "559682bc6f476f18845a",
         "root/meta/episodekit_validation.json": "e13213e45fe1d053dfb3",
         "root/meta/episodes/chunk-000/file-000.parquet": "0d24f91b9cb78bff21ea",
@@ -58,6 +59,7 @@ PINNED = {
     "mixture": {
         "a/data/chunk-000/file-000.parquet": "33daa131db976f11667e",
         "a/meta/episode_costs.parquet": "ad9ed2e0ae8b5c89bc07",
+        "a/meta/episodekit_sketches.parquet": "7e965f3b6c1f01383360",
         "a/meta/episodekit_stats.parquet": "4de2e154b337e0ae625d",
         "a/meta/episodekit_validation.json": "e13213e45fe1d053dfb3",
         "a/meta/episodes/chunk-000/file-000.parquet": "a90896feaf2e717d50a0",
@@ -69,6 +71,7 @@ PINNED = {
         "a/meta/tasks.parquet": "8e604d9077ea324fc982",
         "b/data/chunk-000/file-000.parquet": "a048cc07c160bd966c89",
         "b/meta/episode_costs.parquet": "2c2fbed42dd883f1ee1a",
+        "b/meta/episodekit_sketches.parquet": "ce603b860bfa31c5789f",
         "b/meta/episodekit_stats.parquet": "747dc6268da30b367c56",
         "b/meta/episodekit_validation.json": "e13213e45fe1d053dfb3",
         "b/meta/episodes/chunk-000/file-000.parquet": "ca661807280cf66730fe",
