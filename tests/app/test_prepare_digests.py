@@ -155,8 +155,9 @@ def test_prepare_mixture_bytes_pinned(tmp_path):
 
 def _kept(pinned: dict, inputs: dict) -> dict:
     """The pinned outputs with the inputs' stats kept: stats.json and meta/episodes as they were,
-    no summary of ours."""
-    out = {k: v for k, v in pinned.items() if not k.endswith("meta/episodekit_stats.parquet")}
+    no summary or sketches of ours."""
+    ours = ("meta/episodekit_stats.parquet", "meta/episodekit_sketches.parquet")
+    out = {k: v for k, v in pinned.items() if not k.endswith(ours)}
     for k, v in inputs.items():
         if k.endswith("meta/stats.json") or "/meta/episodes/" in k:
             out[k] = v
