@@ -142,9 +142,10 @@ class RootFrameDataset(FrameDataset):
     ``"paths"`` (or None) returns their path and timestamp. ``store``: ``"auto"`` reads the
     fixed-width columns from the dataset's frame store when a fresh one exists (see
     :func:`episodekit.loaders.store.find_store`), ``None`` always from parquet, a path from that
-    store (an error if it is missing or stale). ``warn_cache``: warn once when, without a store,
-    the frames do not fit ``cache_mb`` (random access would thrash); streams pass False.
-    Loaders that open frames themselves pass their :class:`ReadOptions` down (:meth:`open`).
+    store (an error if it is missing or stale). It warns once when, without a store,
+    the frames do not fit ``cache_mb`` (random access would thrash). Loaders that open frames
+    themselves pass their :class:`ReadOptions` down (:meth:`open`; streams, which decode each
+    row group once per epoch, turn that warning off with ``ReadOptions.warn_cache``).
     """
 
     def __init__(
@@ -158,12 +159,10 @@ class RootFrameDataset(FrameDataset):
         footer_mb: float = DEFAULT_FOOTER_MB,
         video_backend: str | PyAVBackend | None = "auto",
         store: str | os.PathLike | None = AUTO,
-        warn_cache: bool = True,
     ):
         options = ReadOptions(
-            delta_timestamps, tolerance_s, cache_mb, speed, footer_mb, video_backend, store,
-            warn_cache,
-        )  # fmt: skip
+            delta_timestamps, tolerance_s, cache_mb, speed, footer_mb, video_backend, store
+        )
         self._open(root, options, episodes)
 
     @classmethod

@@ -4,14 +4,17 @@ a time: present, finite, shaped, ordered, counting the frames, and merged for
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from episodekit.core.dataset import DatasetError, is_local
+from episodekit.core.dataset import DatasetError
+from episodekit.core.parquet_read import open_data_file
 from episodekit.core.words import plural
 from episodekit.metadata.stats import (
     QUANTILE_KEYS,
@@ -160,9 +163,12 @@ class _Lengths:
         return self.length[pos] if np.array_equal(self.idx[pos], ep) else None
 
 
-def _open_episodes(raw: RawRoot, rel: str) -> pq.ParquetFile:
-    full = raw.join(rel)
-    return pq.ParquetFile(full if is_local(raw.fs) else raw.fs.open(full, "rb"))
+@contextlib.contextmanager
+def _open_episodes(raw: RawRoot, rel: str) -> Iterator[Any]:
+    """An episodes file's ``pyarrow.parquet.ParquetFile``, through the data-file layer (its
+    handles closed on exit, a remote one's too)."""
+    with open_data_file(raw.join(rel), raw.fs) as df:
+        yield df.parquet
 
 
 def _scan_file(raw, rel, feats, lengths: _Lengths, keep: bool):

@@ -12,7 +12,6 @@ from episodekit.cli.common import (
     EpisodekitGroup,
     IntList,
     canonical_bins_option,
-    check_mixture_args,
     cost_option,
     dataloader_workers_option,
     deprecated_alias,
@@ -29,6 +28,7 @@ from episodekit.cli.common import (
     split_long_option,
     writing,
 )
+from episodekit.cli.mixture_args import check_mixture_args
 from episodekit.core import jsonout
 from episodekit.core.words import plural
 

@@ -10,7 +10,6 @@ import click
 from episodekit.cli.common import (
     IntList,
     canonical_bins_option,
-    check_mixture_args,
     cost_option,
     dataloader_workers_option,
     exclude_options,
@@ -26,6 +25,7 @@ from episodekit.cli.common import (
     split_long_option,
     target_mb_option,
 )
+from episodekit.cli.mixture_args import check_mixture_args
 from episodekit.core import jsonout
 
 if TYPE_CHECKING:

@@ -24,10 +24,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path
-from episodekit.core.dataset import Dataset, is_local
+from episodekit.core.dataset import Dataset
+from episodekit.core.errors import DatasetError
+from episodekit.core.parquet_read import read_schema, read_table
+from episodekit.core.parquet_write import write_table
 from episodekit.metadata.stats.keys import QUANTILE_KEYS, QUANTILES
 from episodekit.metadata.stats.sketch import Sketch, lerp_quantile, order_indices
 
@@ -200,20 +202,16 @@ def write_sketches(
     }
     table = sk.table(dtypes).replace_schema_metadata({SKETCHES_KEY: json.dumps(record)})
     with atomic_path(Path(root) / SKETCHES_FILE) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        write_table(table, tmp, compression="zstd")
 
 
 def read_sketches_meta(ds: Dataset) -> dict | None:
     """The sidecar's metadata (None when absent or unreadable)."""
     full = posixpath.join(ds.path, SKETCHES_FILE)
     try:
-        if is_local(ds.fs):
-            schema = pq.read_schema(full)
-        else:
-            with ds.fs.open(full, "rb") as fh:
-                schema = pq.read_schema(fh)
+        schema = read_schema(ds.fs, full)
         meta = json.loads((schema.metadata or {}).get(SKETCHES_KEY, b"null"))
-    except (FileNotFoundError, pa.ArrowInvalid, OSError, ValueError):
+    except (DatasetError, OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) and meta.get("version") == SKETCHES_VERSION else None
 
@@ -226,8 +224,8 @@ def read_episode_sketches(ds: Dataset, fingerprint: str | None = None) -> Episod
         return None
     full = posixpath.join(ds.path, SKETCHES_FILE)
     try:
-        t = pq.read_table(full) if is_local(ds.fs) else pq.read_table(full, filesystem=ds.fs)
-    except (FileNotFoundError, pa.ArrowInvalid, OSError):
+        t = read_table(ds.fs, full)
+    except (DatasetError, OSError):
         return None
     return EpisodeSketches.from_table(t, meta["features"], int(meta["points"]))
 

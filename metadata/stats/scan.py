@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from episodekit.core.dataset import DatasetError, is_local, resolve_root
+from episodekit.core.dataset import DatasetError, resolve_root
+from episodekit.core.parquet_read import DataFile, open_data_file, parquet_errors
 from episodekit.metadata.stats.blocks import block_stats, episode_segments, feature_values
 from episodekit.metadata.stats.keys import (
     QUANTILES,
@@ -20,41 +20,38 @@ from episodekit.metadata.stats.keys import (
 from episodekit.metadata.stats.spill import Spill
 
 
-def _open_parquet(root: str, rel: str) -> pq.ParquetFile:
+def _open_parquet(root: str, rel: str) -> DataFile:
+    """One data file of ``root``, opened through the data-file layer (its errors name the file);
+    :func:`_batches` closes it."""
     fs, path = resolve_root(root)
-    full = posixpath.join(path, rel)
-    try:
-        if is_local(fs):
-            return pq.ParquetFile(full)
-        return pq.ParquetFile(fs.open(full, "rb"))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise DatasetError(f"unreadable parquet ({exc})", full) from exc
+    return open_data_file(posixpath.join(path, rel), fs)
 
 
-def _batches(pf: pq.ParquetFile, columns: list[str], rows: int):
+def _batches(df: DataFile, columns: list[str], rows: int):
     """The file's rows in blocks of at most ``rows`` rows: consecutive row groups that fit are
     decoded together (whole row groups decode faster than record batches, and LeRobot's
     one-group-per-episode files do not become one block per episode); a larger row group is
-    cut into record batches."""
-    missing = [c for c in columns if c not in pf.schema_arrow.names]
-    if missing:
-        raise DatasetError(f"data file lacks columns {missing}")
-    groups: list[int] = []
-    held = 0
-    for i in range(pf.metadata.num_row_groups):
-        n = pf.metadata.row_group(i).num_rows
-        if groups and held + n > rows:
-            yield pf.read_row_groups(groups, columns=columns, use_threads=False)
-            groups, held = [], 0
-        if n > rows:
-            yield from pf.iter_batches(
-                batch_size=rows, row_groups=[i], columns=columns, use_threads=False
-            )
-            continue
-        groups.append(i)
-        held += n
-    if groups:
-        yield pf.read_row_groups(groups, columns=columns, use_threads=False)
+    cut into record batches. Single-threaded (these run as executor jobs); the file is closed
+    at the end, or when the caller stops early."""
+    with df:
+        missing = [c for c in columns if c not in df.schema.names]
+        if missing:
+            raise DatasetError(f"data file lacks columns {missing}", df.path)
+        pf, groups, held = df.parquet, [], 0
+        with parquet_errors(df.path):
+            for i, n in enumerate(df.row_group_rows().tolist()):
+                if groups and held + n > rows:
+                    yield pf.read_row_groups(groups, columns=columns, use_threads=False)
+                    groups, held = [], 0
+                if n > rows:
+                    yield from pf.iter_batches(
+                        batch_size=rows, row_groups=[i], columns=columns, use_threads=False
+                    )
+                    continue
+                groups.append(i)
+                held += n
+            if groups:
+                yield pf.read_row_groups(groups, columns=columns, use_threads=False)
 
 
 def scan_file(job: dict) -> dict:

@@ -9,9 +9,9 @@ import posixpath
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from episodekit.core.dataset import Dataset, DatasetError, is_local, resolve_root
+from episodekit.core.dataset import Dataset, DatasetError, resolve_root
+from episodekit.core.parquet_read import read_schema, read_table
 from episodekit.metadata.stats.compute import (
     StatsResult,
 )
@@ -57,13 +57,9 @@ def read_summary_meta(root: Dataset | str | os.PathLike) -> dict | None:
     fs, path = (root.fs, root.path) if isinstance(root, Dataset) else resolve_root(str(root))
     full = posixpath.join(path, SUMMARY_FILE)
     try:
-        if is_local(fs):
-            schema = pq.read_schema(full)
-        else:
-            with fs.open(full, "rb") as fh:
-                schema = pq.read_schema(fh)
+        schema = read_schema(fs, full)
         return json.loads((schema.metadata or {}).get(SUMMARY_KEY, b"null"))
-    except (FileNotFoundError, pa.ArrowInvalid, OSError, ValueError):
+    except (DatasetError, OSError, ValueError):
         return None
 
 
@@ -72,8 +68,8 @@ def read_sketches(root: Dataset | str | os.PathLike) -> dict[str, list[Sketch]]:
     fs, path = (root.fs, root.path) if isinstance(root, Dataset) else resolve_root(str(root))
     full = posixpath.join(path, SUMMARY_FILE)
     try:
-        t = pq.read_table(full) if is_local(fs) else pq.read_table(full, filesystem=fs)
-    except (FileNotFoundError, pa.ArrowInvalid, OSError) as exc:
+        t = read_table(fs, full)
+    except (DatasetError, OSError) as exc:
         raise DatasetError(f"no readable stats summary ({exc})", full) from exc
     out: dict[str, list[Sketch]] = {}
     for r in t.to_pylist():

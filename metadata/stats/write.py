@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path, atomic_write_bytes
 from episodekit.core.dataset import Dataset, DatasetError, as_dataset
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.logs import log_once
 from episodekit.core.memory import release_memory
+from episodekit.core.parquet_read import open_data_file, read_schema, read_table
+from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
 from episodekit.core.world import rank_info
 from episodekit.metadata.stats.compute import (
     StatsResult,
@@ -68,6 +69,7 @@ def episode_columns(res: StatsResult, episode_index: np.ndarray) -> dict[str, pa
     return cols
 
 
+PYARROW_DEFAULT = Encoding(dictionary=True, page_index=False)
 EPISODES_PER_ROW_GROUP = 2048  # rows of an episodes file built and written at a time
 
 
@@ -76,23 +78,24 @@ def _rewrite_episodes_file(path: str, res: StatsResult, replaced: set[str]) -> N
     columns) before it replaces the original. The columns being replaced are not read (they
     are most of the file); the others keep their place, new ones go last. Written
     :data:`EPISODES_PER_ROW_GROUP` rows at a time: memory holds a slice's stats, not a file's."""
-    names = pq.read_schema(path).names
-    table = pq.read_table(path, columns=[c for c in names if c not in replaced])
+    names = read_schema(None, path).names
+    table = read_table(None, path, columns=[c for c in names if c not in replaced])
     ep = table.column("episode_index").to_numpy().astype(np.int64)
+
+    def rows(start: int) -> pa.Table:
+        part = table.slice(start, EPISODES_PER_ROW_GROUP)
+        return _with_stats(part, names, episode_columns(res, ep[start : start + len(part)]))
+
     with atomic_path(path) as tmp:
-        writer = None
-        try:
-            for start in range(0, max(table.num_rows, 1), EPISODES_PER_ROW_GROUP):
-                part = table.slice(start, EPISODES_PER_ROW_GROUP)
-                out = _with_stats(part, names, episode_columns(res, ep[start : start + len(part)]))
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, out.schema)
-                writer.write_table(out)
-        finally:
-            if writer is not None:
-                writer.close()
-        back = pq.ParquetFile(tmp)
-        if back.metadata.num_rows != table.num_rows or back.schema_arrow.names != out.column_names:
+        first = rows(0)  # pyarrow's default encoding, as LeRobot writes the file
+        with RowGroupWriter(tmp, first.schema, encoding=PYARROW_DEFAULT) as writer:
+            writer.write_group(first)
+            for start in range(EPISODES_PER_ROW_GROUP, table.num_rows, EPISODES_PER_ROW_GROUP):
+                writer.write_group(rows(start))
+            writer.finish()
+        with open_data_file(str(tmp), shared_footer=False) as back:
+            same = back.num_rows == table.num_rows and back.schema.names == first.column_names
+        if not same:
             raise DatasetError("rewritten episodes file does not read back the same", path)
 
 
@@ -183,7 +186,7 @@ def write_stats(res: StatsResult, root: Dataset | str | os.PathLike) -> bool:
         }
         table = summary_table(res).replace_schema_metadata({SUMMARY_KEY: json.dumps(meta)})
         with atomic_path(base / SUMMARY_FILE) as tmp:
-            pq.write_table(table, tmp)
+            write_table(table, tmp)
     except (OSError, EnvironmentProblem) as exc:  # atomic writes raise EnvironmentProblem
         if getattr(exc, "errno", None) not in READ_ONLY_ERRNOS:
             raise

@@ -11,11 +11,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core import interrupt
+from episodekit.core.errors import DatasetError
 from episodekit.core.executor import imap_files, imap_threads
 from episodekit.core.memory import release_memory
+from episodekit.core.parquet_read import open_data_file as open_parquet
+from episodekit.core.parquet_read import read_schema, read_table
 from episodekit.validate.quality.merge import Merged, Merger
 from episodekit.validate.quality.summaries import (
     TS_FILL,
@@ -114,28 +116,20 @@ class _ReadError(Exception):
 
 
 BATCH_ROWS = 16_384  # rows per streamed record batch (the reader holds ~4x a batch while decoding)
-STREAM_BUFFER = 1 << 20  # bytes read at a time from a column chunk
 
 
 def _read_path(fs: Any, path: str, features: dict[str, int]) -> pa.Table:
-    with fs.open(path, "rb") as fh:
-        pf = pq.ParquetFile(fh)
-        names = set(pf.schema_arrow.names)
-        cols = [c for c in ("episode_index", "index", "timestamp", *features) if c in names]
-        return pf.read(columns=cols)
+    names = set(read_schema(fs, path).names)
+    cols = [c for c in ("episode_index", "index", "timestamp", *features) if c in names]
+    return read_table(fs, path, cols)
 
 
 @contextlib.contextmanager
-def open_data_file(fs: Any, path: str) -> Iterator[pq.ParquetFile]:
-    """A streaming parquet reader: pages are read as decoded (no pre-buffered row group), and a
-    local file through arrow's own reader (a Python file object copies every read)."""
-    opts = {"pre_buffer": False, "buffer_size": STREAM_BUFFER}
-    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
-        with pq.ParquetFile(path, **opts) as pf:
-            yield pf
-        return
-    with fs.open(path, "rb") as fh, pq.ParquetFile(fh, **opts) as pf:
-        yield pf
+def open_data_file(fs: Any, path: str) -> Iterator[Any]:
+    """A streaming ``pyarrow.parquet.ParquetFile`` (the data-file layer's: pages read as decoded, no
+    pre-buffered row group; a local file through arrow's own reader), closed on exit."""
+    with open_parquet(path, fs, stream=True) as df:
+        yield df.parquet
 
 
 def _batches(fs: Any, path: str, features: dict[str, int]):
@@ -153,7 +147,8 @@ def _batches(fs: Any, path: str, features: dict[str, int]):
         raise
     except Exception as exc:  # noqa: BLE001 - an unreadable file is reported, never raised
         interrupt.check()  # Ctrl-C that a library turned into an error: not the file's fault
-        raise _ReadError(str(exc)) from exc
+        cause = exc.__cause__ if isinstance(exc, DatasetError) and exc.__cause__ else exc
+        raise _ReadError(str(cause)) from cause  # the reader's own words, as reported before
 
 
 def _in_order(table: pa.Table) -> bool:
