@@ -92,13 +92,24 @@ def _write_data_file(path: Path, table: pa.Table, lengths: np.ndarray, style: st
         writer.finish()
 
 
-def _write_v30(root: Path, spec: SampleSpec) -> None:
+def _setup(spec: SampleSpec) -> tuple:
+    """What both layouts' writers start from: episode lengths and tasks, the rows' random
+    generator, the features, their huggingface metadata, the image bytes, the task names."""
     lengths, task_of = episode_lengths_and_tasks(spec)
-    rng = np.random.default_rng(spec.seed + 1)
     features = features_for(spec)
-    hf_meta = huggingface_metadata(features)
-    png = tiny_png() if spec.images else None
-    tasks = task_names(spec.tasks)
+    return (
+        lengths,
+        task_of,
+        np.random.default_rng(spec.seed + 1),
+        features,
+        huggingface_metadata(features),
+        tiny_png() if spec.images else None,
+        task_names(spec.tasks),
+    )
+
+
+def _write_v30(root: Path, spec: SampleSpec) -> None:
+    lengths, task_of, rng, features, hf_meta, png, tasks = _setup(spec)
     n_ep = len(lengths)
     ep_ids = np.arange(n_ep, dtype=np.int64)
     to_index = np.cumsum(lengths)
@@ -210,12 +221,7 @@ def _write_info_and_stats(
 
 
 def _write_v21(root: Path, spec: SampleSpec) -> None:
-    lengths, task_of = episode_lengths_and_tasks(spec)
-    rng = np.random.default_rng(spec.seed + 1)
-    features = features_for(spec)
-    hf_meta = huggingface_metadata(features)
-    png = tiny_png() if spec.images else None
-    tasks = task_names(spec.tasks)
+    lengths, task_of, rng, features, hf_meta, png, tasks = _setup(spec)
     start = 0
     episodes_lines, stats_lines = [], []
     per_episode: list[dict] = []
