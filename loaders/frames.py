@@ -447,7 +447,7 @@ class RootFrameDataset(FrameDataset):
     def _batch(self, g: np.ndarray, k: np.ndarray) -> dict[str, Any]:
         if g.size == 0 and len(self):  # an empty batch: a one-frame batch's arrays, 0 rows long
             one = self._batch(self._from[:1].copy(), np.zeros(1, dtype=np.int64))
-            return {n: v[:0] for n, v in one.items()}
+            return {n: _no_rows(v) for n, v in one.items()}
         s = self._from[k][:, None]
         e = s + self._len[k][:, None]
         requests: list[tuple[str, np.ndarray]] = [(c, g) for c in self._plain]
@@ -572,3 +572,11 @@ def _squeeze(batch: dict[str, Any]) -> dict[str, Any]:
     for key, v in batch.items():
         out[key] = _squeeze(v) if isinstance(v, dict) else v[0]
     return out
+
+
+def _no_rows(value: Any) -> Any:
+    """``value`` (a batch entry: an array, a list, or a dict of those such as a video key's
+    path and timestamp) with 0 rows."""
+    if isinstance(value, dict):
+        return {k: _no_rows(v) for k, v in value.items()}
+    return value[:0]
