@@ -76,10 +76,11 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if not _running or (_received is not None and not _deferred):  # none of a run's, or a 2nd
         _exit_now(_received or signum)
     _received = signum
-    if _held or in_native_import(frame):  # raised into a native module's init, it aborts
-        if not _deferred and not _held:
+    if _held or in_native_import(frame) or in_finalizer(frame):  # (see those two)
+        start = not _deferred and not _held
+        _deferred = True  # before the thread starts: it resends while this is set
+        if start:
             threading.Thread(target=_resend, args=(signum,), daemon=True).start()
-        _deferred = True
         return
     _deferred = False
     raise Interrupted(signum)
@@ -114,6 +115,20 @@ def in_native_import(frame: FrameType | None) -> bool:
         ):
             if isinstance(frame.f_locals.get("self"), ExtensionFileLoader):
                 return True
+        frame = frame.f_back
+    return False
+
+
+def in_finalizer(frame: FrameType | None) -> bool:
+    """True when ``frame`` runs inside a ``weakref.finalize`` callback (a temporary folder's
+    clean-up run by the garbage collector) or a ``__del__``: Python prints an exception raised
+    there as "Exception ignored ... Traceback" and goes on, so the signal is raised after it."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (
+            code.co_name == "__call__" and code.co_filename.endswith("weakref.py")
+        ):
+            return True
         frame = frame.f_back
     return False
 

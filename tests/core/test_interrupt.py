@@ -77,3 +77,31 @@ def test_handlers_are_given_back_and_nothing_is_left_to_raise():
     assert interrupt.run_command(lambda: _signal_self(signal.SIGINT)) == 130
     assert {s: signal.getsignal(s) for s in interrupt.SIGNALS} == before
     interrupt.check()  # the run is over: nothing is raised in this process any more
+
+
+def test_a_signal_inside_a_finalizer_is_raised_after_it(capsys):
+    """A temporary folder removed by the garbage collector (``weakref.finalize``) when Ctrl-C
+    arrives: Python would print the exception as "Exception ignored ... Traceback" and go on
+    (the hostile repair test caught one); the signal is raised once the finalizer is done."""
+    import weakref
+
+    done = []
+
+    class Spill:
+        pass
+
+    def clean_up() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handler runs here, inside the finalizer, and defers
+        done.append("finalizer finished")
+
+    def body() -> int:
+        spill = Spill()
+        weakref.finalize(spill, clean_up)
+        del spill  # the finalizer runs now
+        time.sleep(1)  # the deferred signal is sent again and raised here
+        raise AssertionError("the deferred signal was not raised")
+
+    assert interrupt.run_command(body) == 130
+    assert done == ["finalizer finished"]
+    assert "Traceback" not in capsys.readouterr().err
