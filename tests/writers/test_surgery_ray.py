@@ -1,6 +1,7 @@
-"""Surgery on Ray (``--executor ray``): every output data file written and verified as its own
-Ray task, the output byte-identical to the local run; a source fault raised in a task is the
-same clear error."""
+"""Dataset writers on Ray (``--executor ray``): surgery's output data files written and verified
+as their own Ray tasks, and repair's footer-less files walked and data files verified as Ray
+tasks, each output byte-identical to the local run; a source fault raised in a task is the same
+clear error. (One module: one Ray cluster for all of them.)"""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from episodekit.core.dataset import DatasetError
 from episodekit.writers.convert import ConvertOptions, convert
 from episodekit.writers.edit import EditSpec, edit
 from episodekit.writers.merge import merge
+from episodekit.writers.repair import RepairOptions, repair
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")
 
@@ -115,3 +117,12 @@ def test_frames_cut_and_features_added_on_ray_equal_local(ray_up, make_sample, t
     local, on_ray = _tree(tmp_path / "cut-local"), _tree(tmp_path / "cut-ray")
     assert len([k for k in local if k.startswith("data/")]) >= 2
     assert local == on_ray
+
+
+def test_repair_on_ray_equals_local(ray_up, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "lerobot" / "crash_rec7", src)
+    for executor in ("local", "ray"):
+        result = repair(src, RepairOptions(out=str(tmp_path / executor), executor=executor))
+        assert result.status == "repaired" and result.episodes == 7
+    assert _tree(tmp_path / "local") == _tree(tmp_path / "ray")
