@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -37,10 +36,10 @@ JOB = textwrap.dedent(
     from episodekit.loaders.elastic import all_gather_states
     from episodekit.loaders.torch import TorchElasticDataset
 
-    mode, root, port, rank, world, state_file, out, steps = sys.argv[1:9]
+    mode, root, store, rank, world, state_file, out, steps = sys.argv[1:9]
     rank, world, steps = int(rank), int(world), int(steps)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+    dist.init_process_group(  # a file store: no TCP port another process can take first
+        "gloo", init_method=f"file://{store}", rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=300),
     )
     plan = load_canonical_plan(root)
@@ -72,12 +71,6 @@ JOB = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     r = write_sample(
@@ -99,11 +92,11 @@ def epoch_frames(root) -> np.ndarray:
 
 
 def run_job(script, root, mode, world, state_file, out, steps=0):
-    port = free_port()
+    store = out.with_suffix(".store")  # fresh per job: torch's file store is single-use
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), mode, str(root), str(port), str(r), str(world)]
+            [sys.executable, str(script), mode, str(root), str(store), str(r), str(world)]
             + [str(state_file), str(out), str(steps)],
             env=env,
             stdout=subprocess.PIPE,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -25,13 +24,16 @@ SPEC = dict(episodes=24, tasks=2, seed=41, mean_length=30)
 
 DIST_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     import numpy as np
     import torch.distributed as dist
     from episodekit.loaders import EpisodeAwareSampler, ShardedLoader, load_plan
 
-    root, out = sys.argv[1], sys.argv[2]
-    dist.init_process_group("gloo")
+    root, out, store = sys.argv[1], sys.argv[2], sys.argv[3]
+    dist.init_process_group(  # a file store: no TCP port another process can take first
+        "gloo", init_method=f"file://{store}",
+        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+    )
     rank, world = dist.get_rank(), dist.get_world_size()
     plan = load_plan(root, world, 2)
     # rank and world size come from torch.distributed (no arguments)
@@ -50,12 +52,6 @@ DIST_SCRIPT = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     r = write_sample(tmp_path_factory.mktemp("torch") / "root", **SPEC)
@@ -69,19 +65,13 @@ def test_two_process_gloo_job_equal_counts_disjoint(root, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(DIST_SCRIPT)
     out = tmp_path / "out.json"
-    port = free_port()
+    store = tmp_path / "store"
     procs = []
     for rank in range(2):
-        env = dict(
-            os.environ,
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            WORLD_SIZE="2",
-        )
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2")
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(script), str(root), str(out)],
+                [sys.executable, str(script), str(root), str(out), str(store)],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -6,7 +6,6 @@ import importlib.util
 import json
 import multiprocessing as mp
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -76,9 +75,9 @@ RANK_SCRIPT = textwrap.dedent(
     import datetime, json, sys
     import torch.distributed as dist
 
-    rank, port, root, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+    rank, store, root, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    dist.init_process_group(  # a file store: no TCP port another process can take first
+        "gloo", init_method=f"file://{store}", rank=rank, world_size=2,
         timeout=datetime.timedelta(seconds=30),
     )
     from episodekit.metadata import speed
@@ -115,23 +114,17 @@ RANK_SCRIPT = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_torch_distributed_only_rank0_writes(make_sample, tmp_path):
     root = make_sample(episodes=60, tasks=4, seed=2)
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    port = str(_free_port())
+    store = str(tmp_path / "store")
     outs = [tmp_path / f"rank{r}.json" for r in range(2)]
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(r), port, str(root), str(outs[r])],
+            [sys.executable, str(script), str(r), store, str(root), str(outs[r])],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
