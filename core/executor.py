@@ -42,6 +42,7 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"
 RAY_MAX_RETRIES = 3  # a task on a node that died runs again elsewhere (jobs are idempotent)
 RAYLET_PID_ENV = "RAY_RAYLET_PID"  # set by Ray in its workers (the raylet is their parent)
 STOP_S = 3.0  # how long stopped pool workers get to unwind before they are killed
+UNSTICK_S = 0.5  # how long a stopped pool's manager thread gets to end by itself
 
 
 def default_workers() -> int:
@@ -215,6 +216,8 @@ def _stop(pool: Any) -> None:
     # The executor has no public handle on its processes; ``_processes`` (pid -> Process) has
     # been there since Python 3.2. Taken before shutdown, which forgets it.
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
     pool.shutdown(wait=False, cancel_futures=True)
     from multiprocessing.connection import wait  # noqa: PLC0415
 
@@ -230,6 +233,25 @@ def _stop(pool: Any) -> None:
     for p in alive.values():
         with contextlib.suppress(OSError, ValueError):
             p.kill()
+    if alive:
+        wait(list(alive), timeout=STOP_S)  # SIGKILL is not instant
+    _unstick(manager, results)
+
+
+def _unstick(manager: Any, results: Any) -> None:
+    """Let the pool's manager thread end once every worker is gone. A worker stopped while it
+    sent a result leaves half a message in the result pipe; the thread then waits in ``recv``
+    for the rest forever, and the interpreter, which joins it at exit, never exits (CPython
+    issue; seen as a hang after Ctrl-C). Closing our copy of the pipe's write end (the workers'
+    copies died with them) turns that wait into end-of-file: the thread sees a broken pool and
+    ends."""
+    if manager is None or results is None:
+        return
+    manager.join(timeout=UNSTICK_S)
+    if manager.is_alive():
+        with contextlib.suppress(OSError, AttributeError):
+            results._writer.close()
+        manager.join(timeout=STOP_S)
 
 
 def _run_ray(

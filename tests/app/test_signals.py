@@ -237,19 +237,7 @@ def _spread(name: str, src: Path, tmp: Path, sig: int, fractions=SPREAD) -> list
     return runs
 
 
-# Known bug, open: `edit` signalled at some moments of its new stats step (quantiles from
-# sketches, issue 36) can fail to exit within the 120 s timeout (seen in 2 of 4 full runs under
-# load, never alone). Not strict: the case still runs and is reported (XPASS when it holds).
-HANGS = {"edit": "edit can hang after SIGINT during its stats step (open bug, issue 36 notes)"}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=HANGS[n], strict=False)) if n in HANGS else n
-        for n in sorted(COMMANDS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_sigint_at_any_moment_is_130(name, src, tmp_path):
     runs = _spread(name, src, tmp_path, signal.SIGINT)
     assert sum(r.code == 130 for r in runs) >= len(runs) // 2  # most moments were mid-work
