@@ -299,3 +299,57 @@ def test_no_write_command_renames_the_source_out_of_its_way(tmp_path):
         assert proc.returncode == 0, proc.stderr
     assert tree(src) == before
     assert json.loads((tmp_path / "out/meta/info.json").read_text())["total_episodes"] == 80
+
+
+def _feature_file(src: Path, tmp: Path) -> Path:
+    """A value for every frame of ``src`` (what ``edit --add-feature`` reads)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = ["episode_index", "frame_index"]
+    t = pa.concat_tables(
+        pq.read_table(f, columns=cols) for f in sorted(src.glob("data/*/*.parquet"))
+    )
+    path = tmp / "reward.parquet"
+    pq.write_table(t.append_column("value", pa.array([1.0] * t.num_rows)), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "case, fixture, hook",
+    [
+        ("drop-frames", "rec40", "stats.json"),
+        ("drop-frames", "rec40", "episodekit_sketches"),
+        ("drop-frames-video", "vid24", "stats.json"),  # after the smart cut wrote its mp4s
+        ("add-feature", "rec40", "info.json"),
+        ("repair", "crash_rec7", "stats.json"),
+        ("repair", "crash_rec7", "episodekit_sketches"),
+    ],
+)
+def test_newer_write_paths_killed_publish_nothing(tmp_path, case, fixture, hook):
+    """kill -9 just before one of the newer write paths' files is published (frame cuts,
+    smart-cut video, an added feature, repair's stats and sketches): --out stays empty, the
+    source is unchanged, only our marked staging is left, and the rerun completes and removes
+    it."""
+    src = copy_fixture(fixture, tmp_path / "src")
+    out = tmp_path / "out"
+    argv = {
+        "drop-frames": ["edit", src, "--out", out, "--drop-frames", "3:5-10,7:0-4"],
+        "drop-frames-video": ["edit", src, "--out", out, "--drop-frames", "1:1-2"],
+        "add-feature": ["edit", src, "--out", out, "--add-feature", "reward", "--from"],
+        "repair": ["repair", src, "--out", out],
+    }[case]
+    if case == "add-feature":
+        argv.append(_feature_file(src, tmp_path))
+    before = tree(src)
+    mine = users_folders(tmp_path, "out")
+    lookalikes = set(_ours(tmp_path))
+    killed = cli(*argv, env={KILL_HOOK_ENV: hook})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not out.exists() or not [p for p in out.iterdir() if p.name != ".episodekit.lock"]
+    assert len(set(_ours(tmp_path)) - lookalikes) == 1  # the staging folder, hidden and marked
+    assert tree(src) == before
+    ok(cli(*argv))
+    assert (out / "meta/info.json").exists() and set(_ours(tmp_path)) == lookalikes
+    assert tree(src) == before
+    assert_intact(mine)
