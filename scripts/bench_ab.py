@@ -5,7 +5,8 @@ the same data while the machine's load is the same for both. This installs the `
 revision (any git revision of this repository) into a folder of its own, then runs each case in
 a fresh process, alternating base and head for ``--rounds`` rounds, and reports the median of
 head / base of the children's CPU time (user + sys: less sensitive to a shared machine than wall
-time, which is shown too).
+time, which is shown too). Each version runs each case once first, unmeasured, so that both
+import from bytecode caches and read the data from the page cache.
 
     make the data (once):  .venv/bin/episodekit sample DIR/src --episodes 3000 --seed 7
     measure:               .venv/bin/python scripts/bench_ab.py --base REV --data DIR/src \
@@ -85,6 +86,7 @@ def run_once(argv: list[str], pythonpath: str | None, cwd: Path) -> tuple[float,
     """CPU seconds (user + sys of the child and its children) and wall seconds of one run."""
     env = {**os.environ, "EPISODEKIT_SPEED_IN_MEMORY": "1"}
     env.pop("PYTHONPATH", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # both versions import from bytecode caches
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -131,6 +133,10 @@ def main() -> None:
         for case in cases:
             cpu: dict[str, list[float]] = {"base": [], "head": []}
             wall: dict[str, list[float]] = {"base": [], "head": []}
+            for name in versions:  # warm-up: bytecode caches written, page cache filled
+                out = work / f"out-{name}"
+                shutil.rmtree(out, ignore_errors=True)
+                run_once(case_argv(case, args.data, out), versions[name], run_dir)
             for r in range(args.rounds):
                 order = ["base", "head"] if r % 2 == 0 else ["head", "base"]
                 for name in order:
