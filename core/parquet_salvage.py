@@ -19,7 +19,6 @@ when a chunk has several pages), so readers keep pruning row groups on them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import os
 from collections.abc import Iterator
@@ -184,12 +183,16 @@ def scan(path: str | os.PathLike, template: tc.Struct, codec: int | None = None)
                 codec = detect_codec(reader, reader.page(pos))
             except NotAPage as exc:
                 return Salvage(size, [], 0, exc.reason)
+        regular = False  # the row group before was one of :func:`_regular_group`'s
         while True:
-            try:  # the first row group's pages are checked against the template's types
-                group = _row_group(reader, pos, cols, codec, check=not groups)
-            except NotAPage as exc:
-                stop = exc.reason
-                break
+            group = _regular_group(reader, pos, cols, codec) if regular else None
+            if group is None:
+                try:  # the first row group's pages are checked against the template's types
+                    group = _row_group(reader, pos, cols, codec, check=not groups)
+                except NotAPage as exc:
+                    stop = exc.reason
+                    break
+                regular = _is_regular(group)
             meta = _group_meta(group, codec, heads)
             groups.append(Group(group.start, group.end, group.num_rows, meta))
             pos = group.end
@@ -206,6 +209,54 @@ def _row_group(
     chunks, rows = _chunks(reader, pos, cols, None, codec, check)
     if rows is None:  # every chunk ended at the next one's dictionary page: count the first
         rows = sum(reader.rows(p, cols[0], codec) for p in chunks[0].pages if p.is_data)
+    for c in chunks:
+        c.rows = rows
+    return RowGroup(chunks, rows)
+
+
+def _is_regular(group: RowGroup) -> bool:
+    """Whether every chunk of ``group`` is one dictionary page and one data page, and a column
+    is flat (LeRobot's recorder, and pyarrow's defaults for small row groups)."""
+    return any(c.leaf.max_rep == 0 for c in group.chunks) and all(
+        len(c.pages) == 2 and c.pages[0].kind == DICTIONARY_PAGE for c in group.chunks
+    )
+
+
+def _regular_group(reader: PageReader, pos: int, cols: list[Leaf], codec: int) -> RowGroup | None:
+    """The row group at ``pos`` when it is laid out as :func:`_is_regular` says: read page
+    after page, no chunk boundary searched. Such a group is exactly what :func:`_row_group`
+    finds there (a chunk of one data page followed by a dictionary page ends there, whatever
+    its column; its flat columns agree on the rows; the last chunk is followed by the next
+    group's dictionary page or is flat and holds the rows). None for anything else, also a
+    group cut off: :func:`_row_group` then decides, and says why."""
+    chunks: list[Chunk] = []
+    rows = None
+    try:
+        for i, leaf in enumerate(cols):
+            first = reader.page(pos)
+            if first.kind != DICTIONARY_PAGE:
+                return None
+            data = reader.page(first.end)
+            if not data.is_data:
+                return None
+            pos = data.end
+            nxt = _next_page(reader, pos)
+            ends = nxt is not None and nxt.kind == DICTIONARY_PAGE
+            if leaf.max_rep == 0:
+                n = reader.rows(data, leaf, codec)
+                if rows is None:
+                    rows = n
+                elif n != rows:
+                    return None
+            elif not ends:
+                return None
+            if not ends and i < len(cols) - 1:
+                return None
+            chunks.append(Chunk(leaf, [first, data]))
+    except NotAPage:
+        return None
+    if rows is None:
+        return None
     for c in chunks:
         c.rows = rows
     return RowGroup(chunks, rows)
@@ -337,7 +388,6 @@ def _meta_head(leaf: Leaf, codec: int, kinds: tuple[tuple[int, int], ...]) -> by
     return bytes(out)
 
 
-@functools.lru_cache(maxsize=4096)
 def _meta_tail(counts: tuple[tuple[tuple[int, int], int], ...], last: int) -> bytes:
     """``ColumnMetaData`` field 13 (encoding stats: page type, encoding, count) and the stop."""
     out = bytearray()
@@ -352,55 +402,77 @@ def _meta_tail(counts: tuple[tuple[tuple[int, int], int], ...], last: int) -> by
     return bytes(out)
 
 
-def _zz(n: int) -> bytes:
-    """A non-negative i64 as the compact protocol writes it (zigzag varint)."""
+def _put_zz(out: bytearray, n: int) -> None:
+    """A non-negative i64 as the compact protocol writes it (zigzag varint), appended."""
     n <<= 1
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
-    return bytes(out)
 
 
-I64_NEXT, I64_SKIP1 = bytes([1 << 4 | tc.I64]), bytes([2 << 4 | tc.I64])
+I64_NEXT, I64_SKIP1 = 1 << 4 | tc.I64, 2 << 4 | tc.I64
+STATS_NEXT = 1 << 4 | tc.STRUCT
 
 
-def _column_meta(chunk: Chunk, codec: int, heads: dict) -> tuple[bytes, int, int]:
-    """The encoded ``ColumnMetaData`` of a chunk, its uncompressed and compressed bytes:
-    :func:`_meta_head`, num_values, sizes, data page offset, dictionary page offset,
-    statistics, :func:`_meta_tail`. Pieces are cached (``heads``: per column and page kinds)
-    or joined (thousands of chunks a file: this is a large part of a salvage's time)."""
+class _Template(NamedTuple):
+    """What every chunk of one column with the same pages' (kind, encoding)s shares:
+    :func:`_meta_head`, and :func:`_meta_tail` by the field before it (9, 11 or 12)."""
+
+    head: bytes
+    tails: dict[int, bytes]
+
+
+def _template(leaf: Leaf, codec: int, kinds: tuple[tuple[int, int], ...]) -> _Template:
     counts: dict[tuple[int, int], int] = {}
+    for k in kinds:
+        counts[k] = counts.get(k, 0) + 1
+    pairs = tuple(counts.items())
+    head = _meta_head(leaf, codec, tuple(counts))
+    return _Template(head, {last: _meta_tail(pairs, last) for last in (9, 11, 12)})
+
+
+def _column_meta(out: bytearray, chunk: Chunk, codec: int, heads: dict) -> tuple[int, int]:
+    """Append the encoded ``ColumnMetaData`` of a chunk; return its uncompressed and compressed
+    bytes. The head and tail come from a template made once per column and pages' (kind,
+    encoding)s (``heads``); between them: num_values, sizes, data page offset, dictionary page
+    offset, statistics (thousands of chunks a file: most of a salvage's time was here)."""
+    pages = chunk.pages
+    kinds = tuple([(p.kind, p.encoding) for p in pages])
+    key = (id(chunk.leaf), kinds)
+    t = heads.get(key)
+    if t is None:
+        t = heads[key] = _template(chunk.leaf, codec, kinds)
     num_values = uncompressed = 0
     first_data = None
-    for p in chunk.pages:
-        key = (p.kind, p.encoding)
-        counts[key] = counts.get(key, 0) + 1
+    for p in pages:
         uncompressed += p.uncompressed + p.data_start - p.start
         if p.kind != DICTIONARY_PAGE:
             num_values += p.num_values
-            first_data = first_data or p
-    compressed = chunk.end - chunk.start
-    key = (id(chunk.leaf), tuple(counts))
-    head = heads.get(key)
-    if head is None:
-        head = heads[key] = _meta_head(chunk.leaf, codec, key[1])
-    parts = [head, I64_NEXT, _zz(num_values)]
-    parts += [I64_NEXT, _zz(uncompressed), I64_NEXT, _zz(compressed)]
-    parts += [I64_SKIP1, _zz(first_data.start)]  # field 9
+            if first_data is None:
+                first_data = p
+    compressed = pages[-1].end - pages[0].start
+    out += t.head
+    out.append(I64_NEXT)
+    _put_zz(out, num_values)
+    out.append(I64_NEXT)
+    _put_zz(out, uncompressed)
+    out.append(I64_NEXT)
+    _put_zz(out, compressed)
+    out.append(I64_SKIP1)  # field 9
+    _put_zz(out, first_data.start)
     last = 9
-    if chunk.pages[0].kind == DICTIONARY_PAGE:
-        parts += [I64_SKIP1, _zz(chunk.pages[0].start)]  # field 11
+    if pages[0].kind == DICTIONARY_PAGE:
+        out.append(I64_SKIP1)  # field 11
+        _put_zz(out, pages[0].start)
         last = 11
     stats = _merged_stats(chunk)
     if stats is not None:
-        parts += [bytes([(12 - last) << 4 | tc.STRUCT]), stats]
+        out.append((12 - last) << 4 | tc.STRUCT)
+        out += stats
         last = 12
-    parts.append(_meta_tail(tuple(counts.items()), last))
-    return b"".join(parts), uncompressed, compressed
+    out += t.tails[last]
+    return uncompressed, compressed
 
 
 def _group_meta(g: RowGroup, codec: int, heads: dict) -> bytes:
@@ -412,9 +484,8 @@ def _group_meta(g: RowGroup, codec: int, heads: dict) -> bytes:
     tc.put_list(out, len(g.chunks), tc.STRUCT)
     total = total_compressed = 0
     for c in g.chunks:
-        meta, u, comp = _column_meta(c, codec, heads)
-        out += bytes([2 << 4 | tc.I64, 0, 1 << 4 | tc.STRUCT])  # file_offset 0, meta_data
-        out += meta
+        out += CHUNK_HEAD  # file_offset 0, meta_data
+        u, comp = _column_meta(out, c, codec, heads)
         out.append(0)
         total += u
         total_compressed += comp
@@ -423,6 +494,9 @@ def _group_meta(g: RowGroup, codec: int, heads: dict) -> bytes:
         tc.put_int(out, value)
     out.append(0)
     return bytes(out)
+
+
+CHUNK_HEAD = bytes([2 << 4 | tc.I64, 0, 1 << 4 | tc.STRUCT])
 
 
 def footer(template: tc.Struct, salvage: Salvage) -> bytes:
