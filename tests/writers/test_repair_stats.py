@@ -95,9 +95,7 @@ def test_equals_lerobot_pairwise_steps_on_every_prefix_length(name):
     table = _episodes(root)
     for n in (1, 2, 3, table.num_rows):
         part = table.slice(0, n)
-        assert json.dumps(rs.lerobot_dataset_stats(info, part)) == json.dumps(
-            reference(info, part)
-        )
+        assert json.dumps(rs.lerobot_dataset_stats(info, part)) == json.dumps(reference(info, part))
 
 
 def _made_up(n: int, seed: int) -> tuple[dict, pa.Table]:
