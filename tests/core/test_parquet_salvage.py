@@ -320,3 +320,26 @@ def test_regular_groups_are_read_as_the_generic_walk_reads_them(
         fast, slow, _ = _scan_both(monkeypatch, src)
         assert fast == slow, cut
         assert len(fast.row_groups) == sum(e <= cut for e in ends), cut
+
+
+def test_a_regular_group_whose_columns_disagree_on_its_rows_ends_the_walk(tmp_path, monkeypatch):
+    """One flat column of the second row group claims a row more than the others (its data
+    page header's num_values changed in place): both walks stop before that group."""
+    full = tmp_path / "full.parquet"
+    rng = np.random.default_rng(6)
+    with pq.ParquetWriter(full, RECORDER, compression="snappy") as w:
+        start = 0
+        for ep, n in enumerate([20, 33, 40, 25]):
+            w.write_table(episode(ep, start, n, rng).select(RECORDER.names))
+            start += n
+    meta = pq.read_metadata(full)
+    at = meta.row_group(2).column(RECORDER.names.index("timestamp")).data_page_offset
+    data = bytearray(full.read_bytes())
+    head = bytes(data[at : at + 40])
+    pos = at + head.rindex(bytes([0x15, 2 * 40]))  # DataPageHeader.num_values = 40 (zigzag)
+    data[pos + 1] = 2 * 41
+    src = tmp_path / "bad.parquet"
+    src.write_bytes(bytes(data))
+    fast, slow, taken = _scan_both(monkeypatch, src)
+    assert fast == slow and taken == 1  # the second group read page after page, not the third
+    assert len(fast.row_groups) == 2 and fast.stop == "column chunks do not line up"
