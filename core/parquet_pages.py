@@ -32,6 +32,7 @@ HEADER_TYPES = {1: tc.I32, 2: tc.I32, 3: tc.I32, 4: tc.I32, 5: tc.STRUCT, 6: tc.
                 7: tc.STRUCT, 8: tc.STRUCT}  # fmt: skip
 SUB_FIELD = {DATA_PAGE: 5, DICTIONARY_PAGE: 7, DATA_PAGE_V2: 8}  # the page kind's own header
 STATS_FIELD = {DATA_PAGE: 5, DATA_PAGE_V2: 8}  # its statistics, inside that header
+INTS, BOOLS = frozenset((tc.I16, tc.I32, tc.I64)), frozenset((tc.BOOL_TRUE, tc.BOOL_FALSE))
 
 
 class NotAPage(Exception):
@@ -234,6 +235,7 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
     a statistics struct of binaries and numbers), in one loop: most of a salvage's time is
     here. None for any other layout (the generic parser decides); :class:`CutShort` when the
     bytes end inside it."""
+    I32, STRUCT, BINARY = tc.I32, tc.STRUCT, tc.BINARY  # locals: the loop reads them often
     try:
         pos, fid, top, sub, sub_id = off, 0, {}, None, 0
         while True:
@@ -245,7 +247,7 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
             ttype = head & 0x0F
             if not head >> 4:
                 return None
-            if fid <= 4 and ttype == tc.I32:
+            if fid <= 4 and ttype == I32:
                 v = buf[pos]  # varints inline (up to 2 bytes; longer: the helper)
                 if v < 0x80:
                     pos += 1
@@ -255,7 +257,7 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
                 else:
                     v, pos = _varint(buf, pos)
                 top[fid] = (v >> 1) ^ -(v & 1)
-            elif fid in (5, 7, 8) and ttype == tc.STRUCT and sub is None:
+            elif (fid == 5 or fid == 7 or fid == 8) and ttype == STRUCT and sub is None:
                 sub, sub_id, sfid = {}, fid, 0
                 while True:
                     head = buf[pos]
@@ -266,7 +268,7 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
                         return None
                     sfid += head >> 4
                     ttype = head & 0x0F
-                    if ttype in (tc.I16, tc.I32, tc.I64):
+                    if ttype in INTS:
                         v = buf[pos]
                         if v < 0x80:
                             pos += 1
@@ -276,9 +278,9 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
                         else:
                             v, pos = _varint(buf, pos)
                         sub[sfid] = (v >> 1) ^ -(v & 1)
-                    elif ttype in (tc.BOOL_TRUE, tc.BOOL_FALSE):
+                    elif ttype in BOOLS:
                         sub[sfid] = ttype == tc.BOOL_TRUE
-                    elif ttype == tc.STRUCT:  # statistics: stepped over, kept as bytes
+                    elif ttype == STRUCT:  # statistics: stepped over, kept as bytes
                         a = pos
                         while True:
                             head = buf[pos]
@@ -288,18 +290,18 @@ def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
                             if not head >> 4:
                                 return None
                             ttype = head & 0x0F
-                            if ttype == tc.BINARY:
+                            if ttype == BINARY:
                                 v = buf[pos]
                                 if v < 0x80:
                                     pos += 1 + v
                                 else:
                                     v, pos = _varint(buf, pos)
                                     pos += v
-                            elif ttype in (tc.I16, tc.I32, tc.I64):
+                            elif ttype in INTS:
                                 while buf[pos] & 0x80:  # a number nobody reads: stepped over
                                     pos += 1
                                 pos += 1
-                            elif ttype not in (tc.BOOL_TRUE, tc.BOOL_FALSE):
+                            elif ttype not in BOOLS:
                                 return None
                         if pos > len(buf):
                             raise tc.CutShort("cut short")

@@ -19,22 +19,20 @@ when a chunk has several pages), so readers keep pruning row groups on them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import numpy as np
 import pyarrow as pa
 
 from episodekit.core import thrift_compact as tc
+from episodekit.core.parquet_footer import group_meta
 from episodekit.core.parquet_pages import (
     DICTIONARY_PAGE,
     END,
     MAGIC,
-    RLE,
     Leaf,
     NotAPage,
     Page,
@@ -46,9 +44,6 @@ from episodekit.core.parquet_pages import (
 from episodekit.core.parquet_read import DataFile, FileMetaData
 from episodekit.core.parquet_write import Encoding, RowGroupWriter
 
-# physical types whose statistics merge as numbers (numpy dtype of their plain encoding)
-NUMERIC = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
-BOOLEAN, BYTE_ARRAY = 0, 6
 MISFIT = "pages do not fit the schema's column types"
 FOOTER_FIELDS = (1, 2, 5, 6, 7)  # version, schema, key-value metadata, created_by, column orders
 
@@ -184,13 +179,17 @@ def scan(path: str | os.PathLike, template: tc.Struct, codec: int | None = None)
                 codec = detect_codec(reader, reader.page(pos))
             except NotAPage as exc:
                 return Salvage(size, [], 0, exc.reason)
+        regular = False  # the row group before was one of :func:`_regular_group`'s
         while True:
-            try:  # the first row group's pages are checked against the template's types
-                group = _row_group(reader, pos, cols, codec, check=not groups)
-            except NotAPage as exc:
-                stop = exc.reason
-                break
-            meta = _group_meta(group, codec, heads)
+            group = _regular_group(reader, pos, cols, codec) if regular else None
+            if group is None:
+                try:  # the first row group's pages are checked against the template's types
+                    group = _row_group(reader, pos, cols, codec, check=not groups)
+                except NotAPage as exc:
+                    stop = exc.reason
+                    break
+                regular = _is_regular(group)
+            meta = group_meta(group, codec, heads)
             groups.append(Group(group.start, group.end, group.num_rows, meta))
             pos = group.end
         return Salvage(size, groups, codec, stop)
@@ -206,6 +205,54 @@ def _row_group(
     chunks, rows = _chunks(reader, pos, cols, None, codec, check)
     if rows is None:  # every chunk ended at the next one's dictionary page: count the first
         rows = sum(reader.rows(p, cols[0], codec) for p in chunks[0].pages if p.is_data)
+    for c in chunks:
+        c.rows = rows
+    return RowGroup(chunks, rows)
+
+
+def _is_regular(group: RowGroup) -> bool:
+    """Whether every chunk of ``group`` is one dictionary page and one data page, and a column
+    is flat (LeRobot's recorder, and pyarrow's defaults for small row groups)."""
+    return any(c.leaf.max_rep == 0 for c in group.chunks) and all(
+        len(c.pages) == 2 and c.pages[0].kind == DICTIONARY_PAGE for c in group.chunks
+    )
+
+
+def _regular_group(reader: PageReader, pos: int, cols: list[Leaf], codec: int) -> RowGroup | None:
+    """The row group at ``pos`` when it is laid out as :func:`_is_regular` says: read page
+    after page, no chunk boundary searched. Such a group is exactly what :func:`_row_group`
+    finds there (a chunk of one data page followed by a dictionary page ends there, whatever
+    its column; its flat columns agree on the rows; the last chunk is followed by the next
+    group's dictionary page or is flat and holds the rows). None for anything else, also a
+    group cut off: :func:`_row_group` then decides, and says why."""
+    chunks: list[Chunk] = []
+    rows = None
+    try:
+        for i, leaf in enumerate(cols):
+            first = reader.page(pos)
+            if first.kind != DICTIONARY_PAGE:
+                return None
+            data = reader.page(first.end)
+            if not data.is_data:
+                return None
+            pos = data.end
+            nxt = _next_page(reader, pos)
+            ends = nxt is not None and nxt.kind == DICTIONARY_PAGE
+            if leaf.max_rep == 0:
+                n = reader.rows(data, leaf, codec)
+                if rows is None:
+                    rows = n
+                elif n != rows:
+                    return None
+            elif not ends:
+                return None
+            if not ends and i < len(cols) - 1:
+                return None
+            chunks.append(Chunk(leaf, [first, data]))
+    except NotAPage:
+        return None
+    if rows is None:
+        return None
     for c in chunks:
         c.rows = rows
     return RowGroup(chunks, rows)
@@ -271,158 +318,6 @@ def _chunks(
         if nxt is None:
             page = reader.page(page.end)  # raises why there is no further page
         page = nxt
-
-
-# --------------------------------------------------------------------------------------------
-# The footer
-
-
-def _decode_stat(raw: bytes, leaf: Leaf):
-    dtype = NUMERIC.get(leaf.physical_type)
-    if dtype is not None:
-        if not leaf.signed:
-            dtype = dtype.replace("i", "u")
-        return np.frombuffer(raw, dtype=dtype)[0] if len(raw) == np.dtype(dtype).itemsize else None
-    if leaf.physical_type in (BOOLEAN, BYTE_ARRAY):
-        return raw
-    return None  # INT96, FIXED_LEN_BYTE_ARRAY (decimals, float16): orders not merged
-
-
-def _merged_stats(chunk: Chunk) -> bytes | None:
-    """The chunk's encoded statistics: its one data page's as they are, else merged from every
-    page's (min of mins, max of maxes, null counts summed); None when a page has none or the
-    type's order is not merged here."""
-    raws = [p.stats for p in chunk.pages if p.is_data]
-    if any(r is None for r in raws):
-        return None
-    if len(raws) == 1:
-        return raws[0]
-    stats = [tc.decode(r)[0] for r in raws]
-    out: tc.Struct = {}
-    for lo_id, hi_id in ((2, 1), (6, 5)):  # deprecated min/max, then min_value/max_value
-        if all(lo_id in s and hi_id in s for s in stats):
-            lows = [(_decode_stat(s[lo_id][1], chunk.leaf), s[lo_id][1]) for s in stats]
-            highs = [(_decode_stat(s[hi_id][1], chunk.leaf), s[hi_id][1]) for s in stats]
-            if any(v is None for v, _ in lows + highs):
-                return None
-            out[lo_id] = tc.binary(min(lows, key=lambda t: t[0])[1])
-            out[hi_id] = tc.binary(max(highs, key=lambda t: t[0])[1])
-    if all(3 in s for s in stats):
-        out[3] = tc.i64(sum(s[3][1] for s in stats))
-    for flag in (7, 8):  # is_max_value_exact, is_min_value_exact
-        if all(flag in s for s in stats):
-            out[flag] = (tc.BOOL, all(s[flag][1] for s in stats))
-    return tc.encode(out)
-
-
-def _meta_head(leaf: Leaf, codec: int, kinds: tuple[tuple[int, int], ...]) -> bytes:
-    """``ColumnMetaData`` fields 1-4 (type, encodings, path, codec): the same for every chunk of
-    a column whose pages have the same (kind, encoding)s. Encodings as Arrow lists them: the
-    dictionary page's, RLE (levels), the data pages'."""
-    encodings = sorted({e for k, e in kinds if k == DICTIONARY_PAGE}) + [RLE]
-    encodings += sorted({e for k, e in kinds if k != DICTIONARY_PAGE})
-    out = bytearray()
-    tc.put_field(out, 1, tc.I32)
-    tc.put_int(out, leaf.physical_type)
-    tc.put_field(out, 1, tc.LIST)
-    tc.put_list(out, len(encodings), tc.I32)
-    for e in encodings:
-        tc.put_int(out, e)
-    tc.put_field(out, 1, tc.LIST)
-    tc.put_list(out, len(leaf.path), tc.BINARY)
-    for name in leaf.path:
-        tc.put_binary(out, name)
-    tc.put_field(out, 1, tc.I32)
-    tc.put_int(out, codec)
-    return bytes(out)
-
-
-@functools.lru_cache(maxsize=4096)
-def _meta_tail(counts: tuple[tuple[tuple[int, int], int], ...], last: int) -> bytes:
-    """``ColumnMetaData`` field 13 (encoding stats: page type, encoding, count) and the stop."""
-    out = bytearray()
-    tc.put_field(out, 13 - last, tc.LIST)
-    tc.put_list(out, len(counts), tc.STRUCT)
-    for (kind, enc), n in counts:
-        for value in (kind, enc, n):
-            tc.put_field(out, 1, tc.I32)
-            tc.put_int(out, value)
-        out.append(0)
-    out.append(0)
-    return bytes(out)
-
-
-def _zz(n: int) -> bytes:
-    """A non-negative i64 as the compact protocol writes it (zigzag varint)."""
-    n <<= 1
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-I64_NEXT, I64_SKIP1 = bytes([1 << 4 | tc.I64]), bytes([2 << 4 | tc.I64])
-
-
-def _column_meta(chunk: Chunk, codec: int, heads: dict) -> tuple[bytes, int, int]:
-    """The encoded ``ColumnMetaData`` of a chunk, its uncompressed and compressed bytes:
-    :func:`_meta_head`, num_values, sizes, data page offset, dictionary page offset,
-    statistics, :func:`_meta_tail`. Pieces are cached (``heads``: per column and page kinds)
-    or joined (thousands of chunks a file: this is a large part of a salvage's time)."""
-    counts: dict[tuple[int, int], int] = {}
-    num_values = uncompressed = 0
-    first_data = None
-    for p in chunk.pages:
-        key = (p.kind, p.encoding)
-        counts[key] = counts.get(key, 0) + 1
-        uncompressed += p.uncompressed + p.data_start - p.start
-        if p.kind != DICTIONARY_PAGE:
-            num_values += p.num_values
-            first_data = first_data or p
-    compressed = chunk.end - chunk.start
-    key = (id(chunk.leaf), tuple(counts))
-    head = heads.get(key)
-    if head is None:
-        head = heads[key] = _meta_head(chunk.leaf, codec, key[1])
-    parts = [head, I64_NEXT, _zz(num_values)]
-    parts += [I64_NEXT, _zz(uncompressed), I64_NEXT, _zz(compressed)]
-    parts += [I64_SKIP1, _zz(first_data.start)]  # field 9
-    last = 9
-    if chunk.pages[0].kind == DICTIONARY_PAGE:
-        parts += [I64_SKIP1, _zz(chunk.pages[0].start)]  # field 11
-        last = 11
-    stats = _merged_stats(chunk)
-    if stats is not None:
-        parts += [bytes([(12 - last) << 4 | tc.STRUCT]), stats]
-        last = 12
-    parts.append(_meta_tail(tuple(counts.items()), last))
-    return b"".join(parts), uncompressed, compressed
-
-
-def _group_meta(g: RowGroup, codec: int, heads: dict) -> bytes:
-    """The encoded ``RowGroup`` struct of a whole row group: its ``ColumnChunk``s (file_offset
-    0 as pyarrow writes it, then the metadata), total bytes, rows, file offset, compressed
-    bytes."""
-    out = bytearray()
-    tc.put_field(out, 1, tc.LIST)
-    tc.put_list(out, len(g.chunks), tc.STRUCT)
-    total = total_compressed = 0
-    for c in g.chunks:
-        meta, u, comp = _column_meta(c, codec, heads)
-        out += bytes([2 << 4 | tc.I64, 0, 1 << 4 | tc.STRUCT])  # file_offset 0, meta_data
-        out += meta
-        out.append(0)
-        total += u
-        total_compressed += comp
-    for delta, value in ((1, total), (1, g.num_rows), (2, g.start), (1, total_compressed)):
-        tc.put_field(out, delta, tc.I64)  # fields 2, 3, 5, 6
-        tc.put_int(out, value)
-    out.append(0)
-    return bytes(out)
 
 
 def footer(template: tc.Struct, salvage: Salvage) -> bytes:

@@ -2,6 +2,10 @@
 against reading an intact copy of the same file with `pq.read_table`, in one run.
 
     .venv/bin/python scripts/bench_repair.py [--frames 1000000] [--dims 7] [--rounds 3] [--dir DIR]
+        [--baseline PYTHON]
+
+The first run records the crash under DIR (the command that makes the data); every run then
+measures it (the same command again reuses DIR).
 
 The crash is made the way LeRobot's recorder (0.4.x-0.6.1) leaves one: a child process records
 with pyarrow ParquetWriters as the recorder does (snappy, dictionary; one `write_table` per
@@ -12,11 +16,15 @@ and stats.json as the recorder rewrites them after each episode, its tasks.parqu
 rows never written. The same child writes the same rows through a closed writer: the intact copy.
 
 Measured alternately, each in a fresh process (after its imports), --rounds times (the machine
-is shared and noisy: the ratio of the best times, the median of the per-round ratios):
-`pq.read_table(intact copy)` and `repair(ROOT, RepairOptions(out=OUT))` (inspection, salvage,
-rebuilt rows, copy, verification by decoding every row again, publish); and each process's
-peak RSS above its RSS after the imports, next to the largest row group (uncompressed) and the
-file size. Writes under --dir (default: $EPISODEKIT_BENCH/repair, else ./bench-data/repair).
+is shared and noisy: every ratio is the median of the per-round ratios): `pq.read_table(intact
+copy)` and `repair(ROOT, RepairOptions(out=OUT))` (inspection, salvage, rebuilt rows, copy, stats
+with exact quantiles and the sketch sidecar, verification by decoding every row again, publish),
+and with --baseline the same repair run by another interpreter (one whose episodekit is an older
+checkout: before/after in one run). Reported: wall time and CPU time (user + sys, every thread)
+of each; the share of repair's stats step (``write_stats_json``: exact quantiles, sketches; timed
+apart inside the repair process); each process's peak RSS above its RSS after the imports, and
+repair's peak before its stats step, next to the largest row group (uncompressed) and the file
+size. Writes under --dir (default: $EPISODEKIT_BENCH/repair, else ./bench-data/repair).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 TASKS = ["pick up the cube", "open the drawer", "fold the towel", "wipe the table"]
 
@@ -102,32 +112,49 @@ os._exit(0)  # killed: the recorder's two writers never close
 """
 
 MEASURE = r"""
-import json, sys, time
+import json, resource, sys, time
 def rss(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 import pyarrow.parquet as pq
+from episodekit.writers import repair_build
 from episodekit.writers.repair import RepairOptions, repair
 start = rss("VmRSS:")
 what, path, out = sys.argv[1], sys.argv[2], sys.argv[3]
-t0 = time.perf_counter()
+stats = {}
+inner = repair_build.write_stats_json
+def timed(*args, **kwargs):  # repair's stats step (exact quantiles, sketches): timed apart
+    stats["peak_before"] = rss("VmHWM:")
+    t, c = time.perf_counter(), cpu()
+    try:
+        return inner(*args, **kwargs)
+    finally:
+        stats.update(seconds=time.perf_counter() - t, cpu=cpu() - c)
+repair_build.write_stats_json = timed
+t0, c0 = time.perf_counter(), cpu()
 if what == "read":
     rows = pq.read_table(path).num_rows
 else:
     rows = repair(path, RepairOptions(out=out)).frames
-seconds = time.perf_counter() - t0
-print(json.dumps({"seconds": seconds, "rows": rows, "startup": start, "peak": rss("VmHWM:")}))
+seconds, used = time.perf_counter() - t0, cpu() - c0
+print(json.dumps({"seconds": seconds, "cpu": used, "rows": rows, "startup": start,
+                  "peak": rss("VmHWM:"), "stats": stats}))
 """
 
 
-def child(code: str, *args: str) -> dict:
-    p = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=3600
-    )
+def child(code: str, *args: str, python: str = sys.executable) -> dict:
+    p = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=3600)
     if p.returncode != 0:
         raise SystemExit(f"child failed: {p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def median(values: list[float]) -> float:
+    return float(np.median(values))
 
 
 def main() -> None:
@@ -137,6 +164,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     default = Path(os.environ.get("EPISODEKIT_BENCH", "bench-data")) / "repair"
     ap.add_argument("--dir", type=Path, default=default)
+    ap.add_argument(
+        "--baseline",
+        metavar="PYTHON",
+        help="also time repair run by this interpreter (one that imports an older episodekit), "
+        "in the same rounds: before/after from one run",
+    )
     args = ap.parse_args()
     import pyarrow.parquet as pq
 
@@ -151,40 +184,62 @@ def main() -> None:
     crashed = root / "data/chunk-000/file-000.parquet"
     meta = pq.read_metadata(intact)
     largest = max(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    size = crashed.stat().st_size
     print(
-        f"footer-less data file: {crashed.stat().st_size / 2**20:.1f} MB, {meta.num_rows:,} "
-        f"frames, {meta.num_row_groups:,} row groups (largest {largest / 2**10:.0f} KiB "
-        "uncompressed)"
+        f"footer-less data file: {size / 2**20:.1f} MB, {meta.num_rows:,} frames, "
+        f"{meta.num_row_groups:,} row groups (largest {largest / 2**10:.0f} KiB uncompressed)"
     )
-    best = {"read": None, "repair": None}
-    ratios = []
+    runs = [("read", sys.executable), ("repair", sys.executable)]
+    if args.baseline:
+        runs.append(("baseline", args.baseline))
+    got: dict[str, list[dict]] = {what: [] for what, _ in runs}
     for r in range(args.rounds):
-        times = {}
-        for what in ("read", "repair"):
+        for what, python in runs:
             out = base / f"out{r}"
             shutil.rmtree(out, ignore_errors=True)
             path = str(intact if what == "read" else root)
-            m = child(MEASURE, what, path, str(out))
+            m = child(MEASURE, what, path, str(out), python=python)
             shutil.rmtree(out, ignore_errors=True)
+            got[what].append(m)
+            st = m["stats"]
+            step = f"  stats step {st['seconds']:.2f}s cpu {st['cpu']:.2f}s" if st else ""
             print(
-                f"  round {r + 1} {what:6s} {m['seconds']:6.2f}s  rows {m['rows']:,}  peak RSS "
-                f"+{(m['peak'] - m['startup']) / 2**20:.0f} MB over start-up "
-                f"{m['startup'] / 2**20:.0f} MB"
+                f"  round {r + 1} {what:8s} {m['seconds']:6.2f}s cpu {m['cpu']:6.2f}s  rows "
+                f"{m['rows']:,}  peak RSS +{(m['peak'] - m['startup']) / 2**20:.0f} MB over "
+                f"start-up {m['startup'] / 2**20:.0f} MB{step}"
             )
-            times[what] = m["seconds"]
-            if best[what] is None or m["seconds"] < best[what]["seconds"]:
-                best[what] = m
-        ratios.append(times["repair"] / times["read"])
-    ratio = best["repair"]["seconds"] / best["read"]["seconds"]
-    median = sorted(ratios)[len(ratios) // 2]
-    grow = {k: (v["peak"] - v["startup"]) / 2**20 for k, v in best.items()}
-    print(
-        f"repair {best['repair']['seconds']:.2f}s vs pq.read_table {best['read']['seconds']:.2f}s"
-        f": {ratio:.2f}x best to best, {median:.2f}x median per round (bar <= 2x); "
-        f"peak RSS above start-up: repair {grow['repair']:.0f} MB, "
-        f"read_table {grow['read']:.0f} MB; file {crashed.stat().st_size / 2**20:.0f} MB, "
-        f"largest row group {largest / 2**10:.0f} KiB"
+    if not args.rounds:
+        return
+
+    def ratio(a: str, b: str, key: str = "seconds") -> str:
+        return f"{median([x[key] / y[key] for x, y in zip(got[a], got[b])]):.2f}x"
+
+    def grow(what: str) -> str:
+        return f"{median([m['peak'] - m['startup'] for m in got[what]]) / 2**20:.0f} MB"
+
+    rep, read = got["repair"], got["read"]
+    stats = median([m["stats"]["seconds"] / y["seconds"] for m, y in zip(rep, read)])
+    rest = median(
+        [(m["seconds"] - m["stats"]["seconds"]) / y["seconds"] for m, y in zip(rep, read)]
     )
+    before = median([m["stats"]["peak_before"] - m["startup"] for m in rep]) / 2**20
+    print(
+        f"repair / pq.read_table, median of {args.rounds} rounds: wall {ratio('repair', 'read')}, "
+        f"CPU {ratio('repair', 'read', 'cpu')} (bar <= 2x); of the wall ratio, its stats step "
+        f"(exact quantiles, sketches) {stats:.2f}x and the rest {rest:.2f}x"
+    )
+    if args.baseline:
+        print(
+            f"baseline repair / pq.read_table: wall {ratio('baseline', 'read')}, CPU "
+            f"{ratio('baseline', 'read', 'cpu')}; repair / baseline: wall "
+            f"{ratio('repair', 'baseline')}, CPU {ratio('repair', 'baseline', 'cpu')}"
+        )
+    line = (
+        f"peak RSS above start-up (median): read_table {grow('read')}, repair {grow('repair')} "
+        f"(before its stats step {before:.0f} MB)"
+    )
+    line += f", baseline repair {grow('baseline')}" if args.baseline else ""
+    print(f"{line}; file {size / 2**20:.0f} MB, largest row group {largest / 2**10:.0f} KiB")
 
 
 if __name__ == "__main__":

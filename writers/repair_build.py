@@ -202,7 +202,7 @@ def build_stats(plan: RepairPlan, staging: Path, staged: Staged, episodes: pa.Ta
     is also what ``validate --deep`` checks LeRobot's per-episode stats against), except the
     quantiles: those of the kept data, exact (:mod:`episodekit.writers.stats_quantiles`)."""
     info = plan.inventory.info
-    stats = repair_schema.lerobot_dataset_stats(info, episodes.to_pylist())
+    stats = repair_schema.lerobot_dataset_stats(info, episodes)
     _dest(staging, STATS).parent.mkdir(parents=True, exist_ok=True)
     if write_stats_json(staging, None, stats):  # quantiles exact, with the episodes' sketches
         staged.written[SKETCHES_FILE] = "the kept episodes' quantile sketches"

@@ -212,59 +212,93 @@ def lerobot_image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def _aggregate(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """LeRobot's ``aggregate_feature_stats([a, b])`` (0.4.x-0.6.1), numpy for numpy: count-
-    weighted mean and quantiles, parallel variance, in the inputs' dtypes."""
-    stats = [a, b]
-    means = np.stack([s["mean"] for s in stats])
-    variances = np.stack([s["std"] ** 2 for s in stats])
-    counts = np.stack([s["count"] for s in stats])
-    total = counts.sum(axis=0)
-    while counts.ndim < means.ndim:
-        counts = np.expand_dims(counts, axis=-1)
-    mean = (means * counts).sum(axis=0) / total
-    variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
-    out = {
-        "min": np.min(np.stack([s["min"] for s in stats]), axis=0),
-        "max": np.max(np.stack([s["max"] for s in stats]), axis=0),
-        "mean": mean,
-        "std": np.sqrt(variance),
-        "count": total,
-    }
-    for q in lerobot_stats.LEROBOT_QUANTILE_KEYS:
-        out[q] = (np.stack([s[q] for s in stats]) * counts).sum(axis=0) / total
-    return out
-
-
-def _as_recorded(feature: dict, row: dict[str, Any], name: str) -> dict[str, np.ndarray]:
-    """One episode's stats from its metadata row in the dtypes the recorder held them in:
-    min/max/mean/std in the values' type promoted to float32 at least (images: float32;
-    timestamps: float64, the recorder computes them as ``frame_index / fps``), quantiles
-    float64 (an episode of one frame: its mean's type), count int64."""
-    dtype = feature.get("dtype")
-    base = np.float32 if dtype in ("image", "video") else np.result_type(dtype, np.float32)
-    if name == "timestamp":
-        base = np.float64
-    count = np.asarray(row[f"stats/{name}/count"], dtype=np.int64)
-    out = {"count": count}
-    for k in STAT_KEYS:
-        if k == "count":
-            continue
-        exact = k in ("min", "max", "mean", "std") or int(count[0]) < 2
-        out[k] = np.asarray(row[f"stats/{name}/{k}"], dtype=base if exact else np.float64)
-    return out
-
-
-def lerobot_dataset_stats(info: dict, rows: list[dict[str, Any]]) -> dict[str, dict[str, list]]:
-    """stats.json as LeRobot's recorder writes it for these episodes (their metadata rows, in
-    order): after each episode ``stats = aggregate_stats([stats, episode_stats])``."""
-    feats = info.get("features") or {}
+def _columns(table: pa.Table, name: str) -> tuple[tuple[int, ...], dict[str, np.ndarray]]:
+    """The ``stats/NAME/*`` columns of an episodes table as ``(episodes, values)`` float64
+    arrays (count: int64), and the shape of one episode's value (``(3, 1, 1)`` for images)."""
+    shape: tuple[int, ...] = ()
     out = {}
-    for name in stats_features(info):
-        if not rows or any(f"stats/{name}/count" not in r for r in rows):
-            continue
-        acc = _as_recorded(feats[name], rows[0], name)
-        for row in rows[1:]:
-            acc = _aggregate(acc, _as_recorded(feats[name], row, name))
-        out[name] = {k: np.asarray(acc[k]).tolist() for k in STAT_KEYS}
+    for k in STAT_KEYS:
+        arr = table.column(f"stats/{name}/{k}").combine_chunks()
+        dims = []
+        while pa.types.is_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
+            lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+            if arr.null_count or len(lengths) == 0 or np.any(lengths != lengths[0]):
+                raise ValueError(f"stats/{name}/{k}: values of different shapes")
+            dims.append(int(lengths[0]))
+            arr = arr.flatten()
+        values = arr.to_numpy(zero_copy_only=False).reshape(table.num_rows, -1)
+        out[k] = values.astype(np.int64 if k == "count" else np.float64)
+        shape = shape or tuple(dims)
+    return shape, out
+
+
+def lerobot_dataset_stats(
+    info: dict, episodes: pa.Table | list[dict[str, Any]]
+) -> dict[str, dict[str, list]]:
+    """stats.json as LeRobot's recorder writes it for these episodes (a ``meta/episodes``
+    table, or its rows, in order): after each episode ``stats = aggregate_stats([stats,
+    episode_stats])``, its ``aggregate_feature_stats`` (0.4.x-0.6.1) bit for bit: count-weighted
+    mean and quantiles, parallel variance (each step squares the ``std`` the step before
+    wrote).
+
+    Each episode's stats are taken in the dtypes the recorder held them in: min/max/mean/std in
+    the values' type promoted to float32 at least (images float32; timestamps float64, the
+    recorder computes them as ``frame_index / fps``), quantiles float64 (an episode of one frame:
+    its mean's type), count int64. Every numpy step of LeRobot's promotes to float64 before it
+    rounds, so the recurrence runs in float64 over every feature's values at once (one step per
+    episode, not one per feature and episode); min and max are order-free, taken in one go."""
+    table = episodes if isinstance(episodes, pa.Table) else episodes_table(list(episodes))
+    feats = info.get("features") or {}
+    names = [n for n in stats_features(info) if f"stats/{n}/count" in table.column_names]
+    n = table.num_rows
+    if not n or not names:
+        return {}
+    parts = []
+    for name in names:
+        shape, cols = _columns(table, name)
+        dtype = feats[name].get("dtype")
+        base = np.float32 if dtype in ("image", "video") else np.result_type(dtype, np.float32)
+        base = np.float64 if name == "timestamp" else base
+        if cols["count"].shape[1] != 1:
+            raise ValueError(f"stats/{name}/count: one count per episode expected")
+        width = cols["mean"].shape[1]
+        count = np.repeat(cols["count"], width, axis=1)
+        held = {k: cols[k].astype(base) for k in ("min", "max", "mean", "std")}
+        single = count[:, :1] < 2  # an episode of one frame keeps its quantiles in its type
+        for q in lerobot_stats.LEROBOT_QUANTILE_KEYS:
+            held[q] = np.where(single, cols[q].astype(base).astype(np.float64), cols[q])
+        held["var"] = (held["std"] ** 2).astype(np.float64)  # squared in its type, as LeRobot
+        parts.append((name, shape, width, base, held, count))
+    # every feature side by side: one float64 row per episode
+    count = np.concatenate([p[5] for p in parts], axis=1)
+    keys = ("mean", "var", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
+    rows = {k: np.concatenate([p[4][k].astype(np.float64) for p in parts], axis=1) for k in keys}
+    acc = {k: rows[k][0] for k in keys}
+    acc["count"], acc["std"] = count[0], None
+    quantiles = lerobot_stats.LEROBOT_QUANTILE_KEYS
+    for i in range(1, n):
+        c_a, c_b = acc["count"], count[i]
+        total = c_a + c_b
+        m_a, m_b = acc["mean"], rows["mean"][i]
+        mean = (m_a * c_a + m_b * c_b) / total
+        v_a = acc["var"] if acc["std"] is None else acc["std"] ** 2
+        var = ((v_a + (m_a - mean) ** 2) * c_a + (rows["var"][i] + (m_b - mean) ** 2) * c_b) / total
+        acc = {q: (acc[q] * c_a + rows[q][i] * c_b) / total for q in quantiles}
+        acc.update(mean=mean, var=var, std=np.sqrt(var), count=total)
+    out = {}
+    at = 0
+    for name, shape, width, _, held, cnt in parts:
+        sl = slice(at, at + width)
+        at += width
+        if n == 1:  # nothing aggregated: the episode's own values, in their types
+            got = {k: held[k][0] for k in ("min", "max", "mean", "std", *quantiles)}
+            got["count"] = cnt[0, :1]
+        else:
+            got = {k: acc[k][sl] for k in ("mean", "std", *quantiles)}
+            got["min"], got["max"] = held["min"].min(axis=0), held["max"].max(axis=0)
+            got["count"] = acc["count"][sl][:1]
+        out[name] = {
+            k: (got[k] if k == "count" else got[k].reshape(shape or got[k].shape)).tolist()
+            for k in STAT_KEYS
+        }
     return out

@@ -259,3 +259,87 @@ def test_zero_levels():
     assert pp.zero_levels(memoryview(bytes([3]) + packed), 2, 8) == 3
     with pytest.raises(pp.NotAPage):
         pp.zero_levels(memoryview(bytes([5 << 1])), 1, 5)
+
+
+# LeRobot's recorder layout: every column dictionary-encoded (no bool), one row group per episode
+RECORDER = pa.schema([f for f in SCHEMA if f.name not in ("done", "image")])
+
+
+def _scan_both(monkeypatch, path) -> tuple[ps.Salvage, ps.Salvage, int]:
+    """``path`` scanned with the regular-group walk, and with the generic walk only; how many
+    row groups the regular walk read."""
+    template = ps.schema_template(RECORDER)
+    regular = ps._regular_group
+    taken = []
+
+    def counted(*args):
+        got = regular(*args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(ps, "_regular_group", counted)
+    fast = ps.scan(path, template)
+    monkeypatch.setattr(ps, "_is_regular", lambda group: False)
+    slow = ps.scan(path, template)
+    monkeypatch.undo()
+    return fast, slow, sum(taken)
+
+
+@pytest.mark.parametrize(
+    "lengths, writer, regular",
+    [
+        # every group but the first and the last (its last column is a list and no dictionary
+        # page follows it: the generic walk counts its rows from the levels)
+        ([25, 33, 41, 8, 60, 1], {}, 4),
+        ([25, 33, 3000, 41, 7], {"data_page_size": 4096}, 1),  # a group of several pages a chunk
+        ([20, 30, 40], {"write_page_checksum": True, "compression": "zstd"}, 1),
+    ],
+)
+def test_regular_groups_are_read_as_the_generic_walk_reads_them(
+    tmp_path, monkeypatch, lengths, writer, regular
+):
+    """The walk that reads a recorder's row group page after page (no chunk boundary searched)
+    finds, on the whole file and cut at offsets all over it, exactly what the generic walk
+    finds: the same row groups, footer entries, end and reason to stop."""
+    full = tmp_path / "full.parquet"
+    rng = np.random.default_rng(5)
+    with pq.ParquetWriter(full, RECORDER, **{"compression": "snappy", **writer}) as w:
+        start = 0
+        for ep, n in enumerate(lengths):
+            w.write_table(episode(ep, start, n, rng).select(RECORDER.names))
+            start += n
+    fast, slow, taken = _scan_both(monkeypatch, full)
+    assert fast == slow and len(fast.row_groups) == len(lengths)
+    assert taken >= regular  # (the regular walk did read groups)
+    data = full.read_bytes()
+    ends = row_group_ends(full)
+    src = tmp_path / "cut.parquet"
+    step = max(61, len(data) // 100)  # (about 100 cuts a file, a prime step apart at least)
+    for cut in sorted({*range(5, len(data), step), *(e + d for e in ends for d in (-1, 0, 1, 3))}):
+        src.write_bytes(data[:cut])
+        fast, slow, _ = _scan_both(monkeypatch, src)
+        assert fast == slow, cut
+        assert len(fast.row_groups) == sum(e <= cut for e in ends), cut
+
+
+def test_a_regular_group_whose_columns_disagree_on_its_rows_ends_the_walk(tmp_path, monkeypatch):
+    """One flat column of the second row group claims a row more than the others (its data
+    page header's num_values changed in place): both walks stop before that group."""
+    full = tmp_path / "full.parquet"
+    rng = np.random.default_rng(6)
+    with pq.ParquetWriter(full, RECORDER, compression="snappy") as w:
+        start = 0
+        for ep, n in enumerate([20, 33, 40, 25]):
+            w.write_table(episode(ep, start, n, rng).select(RECORDER.names))
+            start += n
+    meta = pq.read_metadata(full)
+    at = meta.row_group(2).column(RECORDER.names.index("timestamp")).data_page_offset
+    data = bytearray(full.read_bytes())
+    head = bytes(data[at : at + 40])
+    pos = at + head.rindex(bytes([0x15, 2 * 40]))  # DataPageHeader.num_values = 40 (zigzag)
+    data[pos + 1] = 2 * 41
+    src = tmp_path / "bad.parquet"
+    src.write_bytes(bytes(data))
+    fast, slow, taken = _scan_both(monkeypatch, src)
+    assert fast == slow and taken == 1  # the second group read page after page, not the third
+    assert len(fast.row_groups) == 2 and fast.stop == "column chunks do not line up"
