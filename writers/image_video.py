@@ -31,7 +31,6 @@ maps are refused (LeRobot encodes them as 12-bit HEVC after quantizing).
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,7 +288,7 @@ def _encode_key(key: str, shared: tuple) -> dict:
                 )
             first = pos != pos_now
             if first:  # an episode starts: in this file, or a new one past the limit
-                if writer is None or os.path.getsize(writer.path) >= limit:
+                if writer is None or writer.bytes >= limit:
                     if writer is not None:
                         writer.close()
                     file_no, in_file = file_no + 1, 0

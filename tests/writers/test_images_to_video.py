@@ -229,6 +229,10 @@ def test_a_stream_failing_verification_is_not_published(tmp_path, monkeypatch):
         def __init__(self, w):
             self.w, self.path, self.container = w, w.path, w.container
 
+        @property
+        def bytes(self):
+            return self.w.bytes
+
         def write(self, frames, keyframe_first=True):
             self.w.write(255 - frames, keyframe_first)
 
@@ -241,3 +245,50 @@ def test_a_stream_failing_verification_is_not_published(tmp_path, monkeypatch):
         edit(str(SRC), out, EditSpec(images_to_video=("all",)))
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name != "out"]
+
+
+def test_files_roll_over_at_the_video_size_limit(tmp_path):
+    """A small ``video_files_size_in_mb``: a new file once the current one reaches it (episodes
+    whole, each file's timestamps from 0), every frame still in place."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(SRC, src)
+    info = json.loads((src / "meta/info.json").read_text())
+    info["video_files_size_in_mb"] = 0.0006  # ~600 bytes (its video: ~4 KB): several files
+    (src / "meta/info.json").write_text(json.dumps(info, indent=4))
+    out = tmp_path / "out"
+    r = edit(str(src), out, EditSpec(images_to_video=("observation.images.top",)))
+    ds = open_dataset(str(out))
+    files = ds.column("videos/observation.images.top/file_index")
+    assert r.write.images_to_video["video_files"] == len(set(files.tolist())) >= 3
+    assert np.all(np.diff(files) >= 0)
+    start = ds.column("videos/observation.images.top/from_timestamp")
+    first_of_file = np.r_[True, files[1:] != files[:-1]]
+    assert np.all(start[first_of_file] == 0) and np.all(start[~first_of_file] > 0)
+    want, got = source_images("observation.images.top"), decoded(out, "observation.images.top")
+    assert sorted(got) == sorted(want)
+    assert min(psnr(got[k], want[k]) for k in want) >= 40
+    v = subprocess.run([*CLI, "validate", str(out), "--deep"], capture_output=True, text=True)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_killed_after_encoding_publishes_nothing_and_the_rerun_completes(tmp_path):
+    """kill -9 once the videos are encoded (while the staged stats are written): --out stays
+    as it was, the source untouched; the rerun removes the killed run's staging folder."""
+    from episodekit.core.atomic import KILL_HOOK_ENV
+    from tests.app.hostile import cli, copy_fixture, ok, tree
+
+    src = copy_fixture("img6", tmp_path / "src")
+    out = tmp_path / "out"
+    before = tree(src)
+    argv = ["edit", src, "--out", out, "--images-to-video"]
+    killed = cli(*argv, env={KILL_HOOK_ENV: "stats.json"})
+    assert killed.returncode == -9, killed.stderr
+    assert not out.exists() or not [p for p in out.iterdir() if p.name != ".episodekit.lock"]
+    staged = [p for p in tmp_path.iterdir() if ".episodekit-" in p.name]
+    assert len(staged) == 1 and list(staged[0].rglob("*.mp4"))  # killed after encoding
+    ok(cli(*argv))
+    assert (out / "meta/info.json").exists()
+    assert not [p for p in tmp_path.iterdir() if ".episodekit-" in p.name]
+    assert tree(src) == before
