@@ -93,6 +93,10 @@ def chosen_keys(ds: Dataset, requested: Sequence[str], removed: Sequence[str] = 
             raise ValueError(f"{where}: also given to --remove-feature")
         if is_depth_map(ds.features[k]):
             raise ValueError(f"{where}: a depth map (LeRobot encodes those as 12-bit HEVC)")
+    from episodekit.core.video import require_av
+
+    require_av()  # before anything is written: the encoder and Pillow are there
+    _pil()
     return tuple(k for k in ds.features if k in want)
 
 
@@ -245,10 +249,7 @@ def encode_images(
     tasks (``"ray"``: ``staging`` on a filesystem every node mounts); frame by frame, so memory
     is a batch of images whatever the episode."""
     from episodekit.core.executor import imap_files
-    from episodekit.core.video import require_av
 
-    require_av()
-    _pil()
     limit = float(info.get("video_files_size_in_mb") or 200) * MIB
     out = Encoded(tuple(keys))
     current().step(f"encoding {', '.join(keys)} as video (AV1, LeRobot's defaults)")
@@ -330,7 +331,8 @@ def _relpath(key: str, file_no: int, chunks_size: int) -> str:
 
 def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
     """PSNR of two uint8 images in dB (inf when equal)."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    d = (a.astype(np.int32) - b.astype(np.int32)).ravel()
+    mse = float(np.dot(d, d)) / max(d.size, 1)
     return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
@@ -360,6 +362,9 @@ def _verify_key(key: str, shared: tuple) -> tuple[float, float]:
     av = require_av()
     worst, worst_rgb = float("inf"), float("inf")
     frames = source_frames(plan, key)
+    # one conversion context each way (a new one per frame costs ~5x), FFmpeg's default
+    # conversion as frame.reformat's
+    to_yuv, to_rgb = (av.video.reformatter.VideoReformatter() for _ in range(2))
     for rel, pos in files[key].items():
         lengths = plan.length[pos]
         n = int(lengths.sum())
@@ -380,7 +385,7 @@ def _verify_key(key: str, shared: tuple) -> tuple[float, float]:
             for frame in container.decode(stream):
                 p, src = next(frames)
                 given = av.VideoFrame.from_ndarray(src, format="rgb24")
-                given = given.reformat(format=frame.format.name).to_ndarray()
+                given = to_yuv.reformat(given, format=frame.format.name, threads=1).to_ndarray()
                 got = frame.to_ndarray()
                 q = psnr_db(got, given) if got.shape == given.shape else 0.0
                 if q < MIN_PSNR_DB:
@@ -390,7 +395,8 @@ def _verify_key(key: str, shared: tuple) -> tuple[float, float]:
                         f"from its image in {frame.format.name} (< {MIN_PSNR_DB:g})"
                     )
                 worst = min(worst, q)
-                worst_rgb = min(worst_rgb, psnr_db(frame.to_ndarray(format="rgb24"), src))
+                rgb = to_rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
+                worst_rgb = min(worst_rgb, psnr_db(rgb, src))
                 j += 1
         if j != n:
             raise VerificationError(f"{rel}: {j} frames decoded, its episodes have {n}")
