@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodekit.core.dataset import Dataset
-from episodekit.core.errors import DatasetError, EnvironmentProblem
+from episodekit.core.errors import DatasetError
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.core.progress import current
 from episodekit.core.video_writer import EncodeOptions
@@ -202,8 +202,8 @@ def source_frames(plan: OutputPlan, key: str) -> Iterator[tuple[int, np.ndarray]
                         )
                     last, seen[kj] = kj, seen[kj] + 1
                     mask = plan.frames.get(int(run[kj]))
-                    if mask is not None and not mask[fj]:
-                        continue
+                    if mask is not None and (fj >= len(mask) or not mask[fj]):
+                        continue  # a row past the episode's end: counted, reported below
                     where = f"{path}: {key} (episode {int(keep[kj])} frame {fj})"
                     data = image_bytes(blobs[j], paths[j], ds.path, where)
                     try:
@@ -224,16 +224,19 @@ def source_frames(plan: OutputPlan, key: str) -> Iterator[tuple[int, np.ndarray]
             )
 
 
+MIN_SIDE = 4  # libsvtav1 refuses a smaller width or height
+
+
 def _writer(path: Path, shape: tuple, fps: float, key: str):
     from episodekit.core.video_writer import VideoWriter
 
     h, w = int(shape[0]), int(shape[1])
-    try:
-        return VideoWriter(path, w, h, int(round(fps)), LEROBOT_RGB)
-    except EnvironmentProblem:
-        raise
-    except Exception as exc:  # FFmpeg's errors (an encoder refusing the size...)
-        raise DatasetError(f"{key}: cannot encode {w}x{h} frames with libsvtav1: {exc}") from None
+    if min(h, w) < MIN_SIDE:
+        raise ValueError(
+            f"--images-to-video {key}: {w}x{h} images; libsvtav1 (LeRobot's AV1) needs at least "
+            f"{MIN_SIDE}x{MIN_SIDE}"
+        )
+    return VideoWriter(path, w, h, int(round(fps)), LEROBOT_RGB)
 
 
 def encode_images(
@@ -270,9 +273,12 @@ def encode_images(
 def _encode_key(key: str, shared: tuple) -> dict:
     """One image feature's video files (an executor job): size, files and ``videos/*``
     columns."""
+    from episodekit.core.video import require_av
+
     plan, staging, limit, chunks_size = shared
     staging = Path(staging)
     fps = float(plan.datasets[0].fps)
+    av = require_av()
     seq = np.full(plan.num_episodes, -1, dtype=np.int64)
     new_from = np.zeros(plan.num_episodes)
     new_to = np.zeros(plan.num_episodes)
@@ -297,7 +303,11 @@ def _encode_key(key: str, shared: tuple) -> dict:
                     (staging / rel).parent.mkdir(parents=True, exist_ok=True)
                     writer = _writer(staging / rel, size, fps, key)
                 seq[pos], new_from[pos], pos_now = file_no, in_file / fps, pos
-            writer.write(rgb[None], keyframe_first=first)  # type: ignore[union-attr]
+            try:
+                writer.write(rgb[None], keyframe_first=first)  # type: ignore[union-attr]
+            except av.error.FFmpegError as exc:  # the encoder refused these frames
+                msg = f"--images-to-video {key}: libsvtav1 cannot encode {size[1]}x{size[0]}"
+                raise ValueError(f"{msg} images ({exc})") from None
             in_file += 1
             new_to[pos] = in_file / fps
         if writer is not None:

@@ -292,3 +292,16 @@ def test_killed_after_encoding_publishes_nothing_and_the_rerun_completes(tmp_pat
     assert (out / "meta/info.json").exists()
     assert not [p for p in tmp_path.iterdir() if ".episodekit-" in p.name]
     assert tree(src) == before
+
+
+def test_images_too_small_for_the_encoder_are_one_line_exit_2(make_sample, tmp_path):
+    """The sample writer's 2x2 PNGs: libsvtav1 needs 4x4; one line naming the feature, no
+    encoder traceback, nothing published."""
+    src = make_sample(episodes=3, images=True, copy=False)
+    out = tmp_path / "out"
+    r = subprocess.run([*CLI, "edit", str(src), "--out", str(out), "--images-to-video"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "observation.images.wrist: 2x2 images" in last and "Traceback" not in r.stderr
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if ".episodekit-" in p.name]
