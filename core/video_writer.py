@@ -84,6 +84,7 @@ class VideoWriter:
         self.stream = stream
         self._av = av
         self._n = 0
+        self.bytes = 0  # encoded bytes muxed so far (a file's size as it grows, no flush lag)
 
     def write(self, frames: np.ndarray, keyframe_first: bool = True) -> None:
         """Append frames (N, H, W, 3 uint8); the first becomes a keyframe when asked."""
@@ -95,7 +96,7 @@ class VideoWriter:
             if j == 0 and keyframe_first:
                 frame.pict_type = av.video.frame.PictureType.I
             for packet in self.stream.encode(frame):
-                self.container.mux(packet)
+                self._mux(packet)
             self._n += 1
 
     def write_frame(self, frame: Any, pts: int, keyframe: bool) -> None:
@@ -110,12 +111,16 @@ class VideoWriter:
             av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
         )
         for packet in self.stream.encode(frame):
-            self.container.mux(packet)
+            self._mux(packet)
         self._n += 1
+
+    def _mux(self, packet: Any) -> None:
+        self.bytes += packet.size
+        self.container.mux(packet)
 
     def close(self) -> None:
         for packet in self.stream.encode():
-            self.container.mux(packet)
+            self._mux(packet)
         self.container.close()
 
     def __enter__(self) -> VideoWriter:

@@ -255,20 +255,26 @@ def scan_images(job: dict) -> dict[int, np.ndarray]:
             blobs = pc.struct_field(col, "bytes").to_pylist()
             paths = pc.struct_field(col, "path").to_pylist()
             for r, b, p in zip(idx[sel].tolist(), blobs, paths):
-                if b is None:
-                    if p is None:
-                        raise DatasetError(f"{job['feature']}: image with neither bytes nor path")
-                    try:
-                        safe = inside_root(job["root"], p)
-                    except UnsafePathError as exc:  # name the file, feature and row at fault
-                        raise UnsafePathError(
-                            f"{job['file']}: {job['feature']} (index {r}): {exc}"
-                        ) from None
-                    with open(safe, "rb") as fh:
-                        b = fh.read()
+                b = image_bytes(b, p, job["root"], f"{job['file']}: {job['feature']} (index {r})")
                 with image.open(io.BytesIO(b)) as im:
                     out[owner[r]] += pixel_histogram(np.asarray(im.convert("RGB"))[None])
     return out
+
+
+def image_bytes(blob: bytes | None, path: str | None, root: str, where: str) -> bytes:
+    """The bytes of one image cell (``struct{bytes, path}``): its bytes, else the file its
+    ``path`` names, which must lie inside ``root`` (hub data is untrusted); ``where`` names the
+    file, feature and row in the error."""
+    if blob is not None:
+        return blob
+    if path is None:
+        raise DatasetError(f"{where}: image with neither bytes nor path")
+    try:
+        safe = inside_root(root, path)
+    except UnsafePathError as exc:  # name the file, feature and row at fault
+        raise UnsafePathError(f"{where}: {exc}") from None
+    with open(safe, "rb") as fh:
+        return fh.read()
 
 
 def compute_image_stats(

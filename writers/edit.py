@@ -21,6 +21,7 @@ from episodekit.writers.frames import (
     range_masks,
     selection_digest,
 )
+from episodekit.writers.image_video import chosen_keys
 from episodekit.writers.sources import source_episodes
 from episodekit.writers.writer import WriteOptions, WriteResult, write_dataset
 
@@ -47,6 +48,8 @@ class EditSpec:
     # features added from files (name, path) and renamed (old, new): writers/features.py
     add_features: tuple[tuple[str, str], ...] = ()
     rename_features: tuple[tuple[str, str], ...] = ()
+    # image features encoded as video ("all": every one): writers/image_video.py
+    images_to_video: tuple[str, ...] = ()
 
 
 @dataclass
@@ -83,6 +86,7 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
         flagged=flagged,
     )
     changes = _feature_changes(ds, spec)
+    to_video = chosen_keys(ds, spec.images_to_video, spec.remove_features)
     masks, report = _frame_masks(ds, spec, kept)
     for e, info in report.items():
         if info.get("all"):
@@ -99,6 +103,7 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
         extra=extra + ((("video_cut", "lossless"),) if spec.lossless_only else ()),
         executor=spec.executor,
         changes=changes or None,
+        images_to_video=to_video,
     )
     sources = [
         replace(s, frames=masks[s.episode_index]) if s.episode_index in masks else s

@@ -75,6 +75,8 @@ class WriteOptions:
     # features added or renamed (writers/features.py FeatureChanges); the caller puts a digest
     # of them in ``extra`` (the recipe)
     changes: Any = None
+    # image features (stored in the data files) encoded as video (writers/image_video.py)
+    images_to_video: tuple[str, ...] = ()
 
 
 @dataclass
@@ -93,11 +95,14 @@ class WriteResult:
     stats: str = "carried over"  # or what fill_stats computed, and why
     # what a smart cut did (writers/smart_cut.py): frames copied/re-encoded, GOPs, worst PSNR
     video_cut: dict | None = None
+    # what --images-to-video encoded (writers/image_video.py): features, files, worst PSNR
+    images_to_video: dict | None = None
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
-        if d["video_cut"] is None:  # nothing was cut inside a GOP: the summary as before
-            del d["video_cut"]
+        for k in ("video_cut", "images_to_video"):
+            if d[k] is None:  # nothing of that kind was done: the summary as before
+                del d[k]
         return d
 
 
@@ -298,15 +303,25 @@ def _build(
     plan.changes = changes
     release_memory()  # thousands of footers read (v2.x): their freed memory back to the OS
     tasks, maps, ep_tasks = meta_mod.unify_tasks(plan, dict(options.rename_tasks))
-    schema = output_schema(plan, removed)
+    to_video = tuple(options.images_to_video)
+    schema = output_schema(plan, removed | set(to_video))  # images leave the data files
     if changes:
         schema = changes.schema(schema)
     say(f"writing {plural(plan.num_episodes, 'episode')}, {plural(plan.num_frames, 'frame')}")
     data = write_data(plan, staging, schema, maps, target, chunks, options.executor)
     lossless = dict(options.extra).get("video_cut") == "lossless"
+    kept_video = {k: v for k, v in features.items() if k not in to_video}
     video_cols, video_frames, result.video_cut = _videos(
-        plan, staging, features, info0, chunks, lossless
+        plan, staging, kept_video, info0, chunks, lossless
     )
+    encoded = None
+    if to_video:
+        from episodekit.writers.image_video import encode_images
+
+        encoded = encode_images(plan, staging, to_video, info0, chunks, options.executor)
+        video_cols.update(encoded.columns)
+        video_frames.update(encoded.frame_counts(plan))
+        features = encoded.features(features, float(datasets[0].fps))
     metas = [episode_meta(ds) for ds in datasets]
     episodes = meta_mod.episodes_table(
         plan, metas, ep_tasks, chunks, removed, data.tasks, video_cols, data_mb, features
@@ -340,6 +355,12 @@ def _build(
     try:
         verify_data(staging, plan, data, options.executor)
         verify_videos(staging, video_frames)
+        if encoded is not None:
+            from episodekit.writers.image_video import verify_encoded
+
+            say("decoding the new videos back: every frame against its image")
+            verify_encoded(staging, plan, encoded, options.executor)
+            result.images_to_video = encoded.summary(plan)
         verify_root(staging, plan)
         if plan.frames:
             from episodekit.writers.frame_rows import verify_frames

@@ -104,6 +104,15 @@ def say_written(d: dict) -> None:
     help="Cut videos by packet copy only: a cut off a keyframe is an error instead of a "
     "re-encoded group of pictures.",
 )
+@click.option(
+    "--images-to-video",
+    multiple=True,
+    is_flag=False,
+    flag_value="all",
+    metavar="[KEY]",
+    help="Encode image features stored in the data files as video (LeRobot's AV1 defaults, "
+    "verified frame by frame): every one, or KEY (repeatable).",
+)
 @target_option
 @executor_option
 @json_option
@@ -125,6 +134,7 @@ def edit_command(
     from_files: tuple[str, ...],
     rename_feature: tuple[str, ...],
     lossless_only: bool,
+    images_to_video: tuple[str, ...],
     target_mb: float,
     executor: str,
     as_json: bool,
@@ -181,6 +191,7 @@ def edit_command(
         lossless_only=lossless_only,
         add_features=tuple(zip(add_feature, from_files)),
         rename_features=tuple(select.parse_pairs(rename_feature, "--rename-feature")),
+        images_to_video=images_to_video,
     )
     d = edit(root, out, spec).as_dict()
     if as_json:

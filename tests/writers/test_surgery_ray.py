@@ -119,6 +119,23 @@ def test_frames_cut_and_features_added_on_ray_equal_local(ray_up, make_sample, t
     assert local == on_ray
 
 
+def test_images_to_video_on_ray_equals_local(ray_up, tmp_path):
+    """``--images-to-video``: each image feature encoded and read back as its own Ray task; the
+    same data, metadata and decoded quality as the local run."""
+    img6 = Path(__file__).parents[1] / "fixtures" / "lerobot" / "img6"
+    done = {}
+    for executor in ("local", "ray"):
+        spec = EditSpec(images_to_video=("all",), executor=executor)
+        done[executor] = edit(str(img6), tmp_path / f"i2v-{executor}", spec).write
+    local, on_ray = _tree(tmp_path / "i2v-local"), _tree(tmp_path / "i2v-ray")
+    assert sorted(local) == sorted(on_ray)
+    assert len([k for k in local if k.startswith("videos/")]) == 2
+    for k in local:
+        if k.startswith(("data/", "meta/info.json", "meta/tasks")):
+            assert local[k] == on_ray[k], k
+    assert done["ray"].images_to_video == done["local"].images_to_video
+
+
 def test_repair_on_ray_equals_local(ray_up, tmp_path):
     src = tmp_path / "src"
     shutil.copytree(Path(__file__).parents[1] / "fixtures" / "lerobot" / "crash_rec7", src)
