@@ -96,13 +96,13 @@ def sketched_source_stats(
         n not in sk.points or sk.points[n].shape[0] != d for n, d in features.items()
     ):
         return None
-    all_eps = ds.column("episode_index").astype(np.int64)
+    all_eps = ds.column("episode_index").astype(np.int64)  # sorted (the episodes table's order)
     want = all_eps if episodes is None else np.asarray(episodes, dtype=np.int64)
-    lengths = dict(zip(all_eps.tolist(), ds.column("length").astype(np.int64).tolist()))
+    own = np.minimum(np.searchsorted(all_eps, want), max(len(all_eps) - 1, 0))
     rows = np.minimum(np.searchsorted(sk.episode_index, want), max(len(sk.episode_index) - 1, 0))
     if not len(want) or not np.array_equal(sk.episode_index[rows], want):
         return None
-    if not np.array_equal(sk.length[rows], [lengths.get(int(e), -1) for e in want]):
+    if not np.array_equal(sk.length[rows], ds.column("length").astype(np.int64)[own]):
         return None
     moments = episode_moments(ds, features)
     if moments is None:
