@@ -323,7 +323,9 @@ def format_stats_report(report: dict, stats: dict | None = None) -> str:
     default="exact",
     show_default=True,
     help="exact: the exact order statistics (np.quantile's values) while the columns fit "
-    "--memory-mb; sketch: from the mergeable rank summary (rank-error bound recorded).",
+    "--memory-mb; sketch: from the mergeable rank summary (rank-error bound recorded). With "
+    "--mixture, sketch (or exact beyond --memory-mb) reads no data of a source whose "
+    "per-episode sketches are fresh (meta/episodekit_sketches.parquet).",
 )
 @click.option(
     "--memory-mb",

@@ -10,11 +10,16 @@ fractional repeats, the same formulas with fractional frame weights (``count`` i
 
 - mean/std: counts-weighted parallel merge (Chan et al.) of per-batch moments, exact up to
   float rounding; min/max over the selected frames (a weight changes neither);
-- quantiles: from the merged per-source rank summaries (:func:`stats.merge_stats`), never an
-  envelope. While the selected columns fit ``memory_mb`` every summary is the sorted data
-  itself and the quantiles are exact (``np.quantile``'s linear rule over the weighted frames);
-  beyond it each batch (about 64 MiB) is compacted to ``sketch_points`` (8192) order statistics
-  and the rank-error bound is recorded;
+- quantiles: from the merged per-source rank summaries (:func:`stats.merge_stats`), each
+  weighted by its source's ``quota / frames``, never an envelope. With ``quantiles="exact"``
+  while the selected columns fit ``memory_mb`` every summary is the sorted data itself and the
+  quantiles are exact (``np.quantile``'s linear rule over the weighted frames). Otherwise
+  (``"sketch"``, or beyond the budget) a source whose per-episode sketches are fresh
+  (``meta/episodekit_sketches.parquet``, :mod:`.sketched`) brings its selected episodes'
+  sketches and per-episode moments and none of its data is read (rank error < 1/256 of its
+  frames); a source without them (LeRobot-written) is read once, each batch (about 64 MiB)
+  compacted to ``sketch_points`` (8192) order statistics. The merged bound is recorded, and
+  each source's row says what was read (``read``: ``data`` or ``sketches``);
 - features: the mixture's names (``rename``, ``drop``, ``pad_to`` as the loader's FeatureMap
   applies them); numeric one-dimensional features only (images/videos have no mixture stats).
   A ``pad_to`` feature has ``pad_to`` dimensions; dimension ``d`` counts only the sources
@@ -49,6 +54,7 @@ from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_read import open_data_file
 from episodekit.core.words import plural
 from episodekit.core.world import rank_info
+from episodekit.metadata.mixture.sketched import sketched_source_stats
 from episodekit.metadata.mixture.spec import (
     MIXTURE_FILE,
     MixtureError,
@@ -330,8 +336,11 @@ def compute_mixture_stats(
     for i, s in enumerate(sources):
         own = {f["source_names"][i]: f["widths"][i] for f in feats.values()}
         eps = None if s.episodes == s.ds.num_episodes else s.episode_index
+        state = summary["sources"][i]["data_state"]
+        res = None if exact else sketched_source_stats(s.ds, own, eps, state)
+        summary["sources"][i]["read"] = "sketches" if res is not None else "data"
         try:
-            res = source_stats(s.ds, own, eps, exact, sketch_points, batch_rows)
+            res = res or source_stats(s.ds, own, eps, exact, sketch_points, batch_rows)
         except DatasetError as exc:
             raise MixtureError(f"{spec.where}: source {s.name!r}: {exc}") from exc
         per_source.append(res)
@@ -532,7 +541,8 @@ def load_mixture_stats(
 
 
 def format_mixture_stats(report: dict[str, Any]) -> str:
-    """Lines for the CLI: status, sources with quotas and repeats, features with their mode."""
+    """Lines for the CLI: status, sources with quotas, repeats and what was read (``data`` or
+    their ``sketches``), features with their mode."""
     head = f"{report['path']}: {report['status']}"
     reason = report["reason"]
     if report["status"] != "fresh" and reason and reason != f"no {MIXTURE_STATS_META}":
@@ -540,11 +550,12 @@ def format_mixture_stats(report: dict[str, Any]) -> str:
     lines = [
         head,
         f"  epoch {plural(report['epoch_frames'], 'frame')}, fingerprint {report['fingerprint']}",
-        f"  {'source':<16}{'frames':>12}{'quota':>12}{'repeats':>9}",
+        f"  {'source':<16}{'frames':>12}{'quota':>12}{'repeats':>9}  read",
     ]
     for s in report["sources"] or []:
         lines.append(
             f"  {s['name'][:16]:<16}{s['frames']:>12,}{s['quota']:>12,}{s['repeats']:>9.3f}"
+            f"  {s.get('read', 'data')}"
         )
     lines.append(f"  {'feature':<28} {'dims':>5} {'quantiles':>9} {'rank error':>11}")
     for name, f in (report["features"] or {}).items():
