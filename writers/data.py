@@ -275,11 +275,21 @@ def _file_job(f: int, shared: tuple) -> tuple:
     rel = data_relpath(f, chunks_size)
     path = Path(staging) / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    checksum, tasks = TableChecksum(), TaskValues()
     streamed = StreamedStats(plan.stream) if plan.stream else None
-    _write_file(plan, f, path, schema, task_maps, codec, marker, checksum, tasks, streamed)
+    seen = FileSeen(TableChecksum(), TaskValues(), streamed)
+    _write_file(plan, f, path, schema, task_maps, codec, marker, seen)
     release_memory()  # the file's decoded row groups: memory stays about one row group
-    return f, rel, checksum.digests(), tasks.pieces, streamed
+    return f, rel, seen.checksum.digests(), seen.tasks.pieces, streamed
+
+
+@dataclass
+class FileSeen:
+    """What one output file's rows leave behind as they are written: the checksums of its kept
+    rows, its task pieces and (when asked) the stats of its episodes."""
+
+    checksum: TableChecksum
+    tasks: TaskValues
+    streamed: StreamedStats | None = None
 
 
 def _write_file(
@@ -290,18 +300,17 @@ def _write_file(
     task_maps: list[np.ndarray],
     codec: str,
     marker: str,
-    checksum: TableChecksum,
-    tasks: TaskValues,
-    streamed: StreamedStats | None = None,
+    seen: FileSeen,
 ) -> None:
     checked = [n for n in schema.names if n not in RENUMBERED]
+    tasks = seen.tasks
 
     def on_group(group: pa.Table) -> None:
         # one checksum pass per row group, not per (small) source batch: the sums are over the
         # rows in order, so the result is the same
-        checksum.update(group.select(checked), contiguous=True)
-        if streamed is not None:  # a group holds whole episodes: their stats, no other read
-            streamed.add(group)
+        seen.checksum.update(group.select(checked), contiguous=True)
+        if seen.streamed is not None:  # a group holds whole episodes: their stats, no re-read
+            seen.streamed.add(group)
 
     encoding = Encoding(compression=codec, sorted_index=True)
     with RowGroupWriter(path, schema, plan.group_rows[f], encoding, marker, on_group) as writer:
