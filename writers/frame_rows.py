@@ -96,26 +96,23 @@ def verify_frames(staging: Path, plan: OutputPlan) -> None:
             raise VerificationError(f"episode {e}: frame_index or timestamp not renumbered")
 
 
-def cut_image_stats(staging: Path, episodes: pa.Table, cut: np.ndarray) -> pa.Table:
-    """The staged episodes table (rewritten, and returned) with the image/video stats of the
-    episodes ``cut`` inside computed from their sampled frames (their per-episode count is the
-    frames sampled, which must fit the episode); the other episodes keep theirs. When some
-    episode has none to keep (a source without them), every episode's are computed."""
+def cut_image_stats(staging: Path, episodes: pa.Table, cut: np.ndarray) -> pa.Table | None:
+    """The staged episodes table with the image/video stats of the episodes ``cut`` inside
+    computed from their sampled frames (their per-episode count is the frames sampled, which
+    must fit the episode); the other episodes keep theirs. When some episode has none to keep
+    (a source without them), every episode's are computed. None: no image/video features."""
     from episodekit.core.dataset import open_dataset
     from episodekit.metadata.image_stats import compute_image_stats, image_features
-    from episodekit.writers.meta import write_episodes
     from episodekit.writers.stream_stats import replace_rows
 
     ds = open_dataset(str(staging))
     feats = image_features(ds.info)
     if not feats:
-        return episodes
+        return None
     cols = [f"stats/{n}/{k}" for n in feats for k in ("min", "max", "mean", "std", "count")]
     whole = all(c in episodes.column_names and not episodes[c].null_count for c in cols)
     img = compute_image_stats(ds, episodes=cut if whole else None)
     if img is None:
-        return episodes
+        return None
     new = img.episode_columns(np.arange(len(img.episode_index)))
-    episodes = replace_rows(episodes, new, img.episode_index)
-    write_episodes(staging, episodes)
-    return episodes
+    return replace_rows(episodes, new, img.episode_index)

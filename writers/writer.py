@@ -327,7 +327,10 @@ def _build(
     if plan.frames:  # image/video stats of the episodes cut inside: their sampled frames
         from episodekit.writers.frame_rows import cut_image_stats
 
-        episodes = cut_image_stats(staging, episodes, np.array(sorted(plan.frames)))
+        patched = cut_image_stats(staging, episodes, np.array(sorted(plan.frames)))
+        if patched is not None:
+            episodes = patched
+            meta_mod.write_episodes(staging, episodes)
     fallback = _source_stats(datasets[0]) if len(datasets) == 1 else {}
     if changes:
         fallback = changes.stats(fallback)
