@@ -195,10 +195,15 @@ class ImageStats:
         }
 
 
-def _sample_plan(ds: Dataset) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """(sorted episode indices, their rows in ``ds.episodes``, each one's sampled frames)."""
+def _sample_plan(
+    ds: Dataset, episodes: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(sorted episode indices, their rows in ``ds.episodes``, each one's sampled frames), of
+    every episode or of ``episodes``."""
     ep = ds.column("episode_index")
     order = np.argsort(ep, kind="stable")
+    if episodes is not None:
+        order = order[np.isin(ep[order], np.asarray(episodes))]
     length = ds.column("length")[order]
     return ep[order], order, [sample_indices(int(n)) for n in length]
 
@@ -208,8 +213,8 @@ def _sampled_timestamps(ds: Dataset, rows: np.ndarray, picks: list[np.ndarray]) 
     start = ds.column("dataset_from_index")[rows]
     want = np.concatenate([s + p for s, p in zip(start, picks)]) if picks else np.zeros(0)
     ts = np.full(len(want), np.nan)
-    for rel in ds.data_files:
-        t = read_table(ds.fs, ds.join(rel), columns=["index", "timestamp"])
+    for f in sorted(set(ds.column("file_id")[rows].tolist())):  # the files holding them
+        t = read_table(ds.fs, ds.data_path(f), columns=["index", "timestamp"])
         idx = t["index"].to_numpy()
         if not len(idx):
             continue
@@ -278,18 +283,22 @@ def image_bytes(blob: bytes | None, path: str | None, root: str, where: str) -> 
 
 
 def compute_image_stats(
-    ds: Dataset, executor: str = "local", jobs: int | None = None
+    ds: Dataset,
+    executor: str = "local",
+    jobs: int | None = None,
+    episodes: np.ndarray | None = None,
 ) -> ImageStats | None:
     """Pixel histograms of the sampled frames of every image/video feature (None: there are
-    none). Videos: one job per mp4 (its episodes in timestamp order, one decoder); images in
-    parquet: one job per data file."""
+    none), of every episode or only of ``episodes`` (an edit's episodes cut inside). Videos:
+    one job per mp4 (its episodes in timestamp order, one decoder); images in parquet: one job
+    per data file."""
     feats = image_features(ds.info)
     if not feats:
         return None
     require_decoders(ds.info)
     if not ds.is_local:
         raise EnvironmentProblem("--images decodes local files: copy the root first")
-    ep, rows, picks = _sample_plan(ds)
+    ep, rows, picks = _sample_plan(ds, episodes)
     samples = np.array([len(p) for p in picks], dtype=np.int64)
     hist = {n: np.zeros((len(ep), 3, 256), np.int64) for n in feats}
     videos = [n for n, d in feats.items() if d == "video"]

@@ -2,6 +2,7 @@
 the packet copy of the rest plus re-encoding the GOPs the cuts fall in, not a re-encode of files.
 
     .venv/bin/python scripts/bench_smart_cut.py [--dir DIR] [--size-mb 500] [--rounds 3]
+                                                [--full-frames 20000]
 
 The root is built once (cached under --dir, default $EPISODEKIT_BENCH/smart_cut, else
 ./bench-data/smart_cut): vid24 (LeRobot's recorder: AV1, GOP 2, two cameras; from
@@ -11,14 +12,15 @@ this process (imports excluded), each into a fresh --out:
 
 - copy: `edit --drop-episodes E` (every other packet copied: the baseline, what any edit costs);
 - cut: `edit --drop-frames E:21-30` on the same episode (frames 21..30 of 120+; the rest resumes
-  at frame 31, off a keyframe: one GOP re-encoded per camera), with the seconds the cut spent
-  decoding, re-encoding and checking GOPs (`video_cut.reencode_seconds`);
-- full: decoding and re-encoding every frame of the one mp4 (per camera) that holds episode E,
-  with LeRobot's encoder settings (libsvtav1, crf 30, g 2, yuv420p): what a cut that re-encodes
-  the file would cost at least (LeRobot's editor re-encodes whole episodes' frames).
+  at frame 31, off a keyframe: one GOP re-encoded per camera). Its report splits the video stage
+  (`video_cut.video_seconds`) into re-encoding (`reencode_seconds`: decoding, re-encoding and
+  checking the GOPs) and the packet copy (the rest);
+- full: decoding and re-encoding the mp4 (per camera) that holds episode E, with LeRobot's encoder
+  settings (libsvtav1, crf 30, g 2, yuv420p): what a cut that re-encodes the file costs (LeRobot's
+  editor re-encodes whole episodes' frames). With --full-frames N only its first N frames are
+  re-encoded and the file's time is that rate times its frames (printed as such); 0: all.
 
-Prints one JSON line per run and medians: cut - copy is the smart cut's own cost, to be compared
-with the re-encode seconds and with full.
+Prints one JSON line per run and medians.
 """
 
 from __future__ import annotations
@@ -65,22 +67,26 @@ def episode_file(root: Path, episode: int, key: str) -> Path:
     return root / rel
 
 
-def full_reencode(src: Path, out: Path) -> tuple[float, int]:
-    """Decode every frame of ``src`` and encode it again (LeRobot's settings); seconds, frames."""
+def full_reencode(src: Path, out: Path, limit: int = 0) -> tuple[float, int, int]:
+    """Decode the frames of ``src`` (its first ``limit``; 0: all) and encode them again
+    (LeRobot's settings); seconds, frames re-encoded, frames in the file."""
     import av
 
     t0 = time.perf_counter()
     n = 0
     with av.open(str(src)) as inp, av.open(str(out), "w") as dst:
         s = inp.streams.video[0]
+        total = int(s.frames or 0)
         o = dst.add_stream("libsvtav1", rate=s.average_rate, options={"crf": "30", "g": "2"})
         o.width, o.height, o.pix_fmt = s.width, s.height, "yuv420p"
         for frame in inp.decode(s):
             frame.pict_type = av.video.frame.PictureType.NONE
             dst.mux(o.encode(frame))
             n += 1
+            if limit and n >= limit:
+                break
         dst.mux(o.encode(None))
-    return time.perf_counter() - t0, n
+    return time.perf_counter() - t0, n, max(total, n)
 
 
 def main() -> None:
@@ -89,6 +95,7 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=default)
     ap.add_argument("--size-mb", type=float, default=500)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--full-frames", type=int, default=0, help="frames of the full re-encode")
     args = ap.parse_args()
     from episodekit.core.dataset import open_dataset
     from episodekit.writers.edit import EditSpec, edit
@@ -103,19 +110,22 @@ def main() -> None:
     keys = ds.video_keys
     print(json.dumps({"root": str(root), "video_mb": round(video_mb, 1), "episodes":
                       ds.num_episodes, "frames": ds.num_frames, "episode": episode}))  # fmt: skip
-    times: dict[str, list[float]] = {"copy": [], "cut": [], "reencode": [], "full": []}
+    runs = ("copy", "cut", "packet_copy", "reencode", "full")
+    times: dict[str, list[float]] = {k: [] for k in runs}
     out = args.dir / "out"
     for r in range(args.rounds):
         for what in ("copy", "cut", "full"):
             shutil.rmtree(out, ignore_errors=True)
             if what == "full":
-                secs, frames = 0.0, 0
+                secs, done, frames = 0.0, 0, 0
                 for key in keys:
-                    s, n = full_reencode(episode_file(root, episode, key), args.dir / "full.mp4")
-                    secs, frames = secs + s, frames + n
+                    src = episode_file(root, episode, key)
+                    s, n, total = full_reencode(src, args.dir / "full.mp4", args.full_frames)
+                    secs, done, frames = secs + s * total / n, done + n, frames + total
                 times["full"].append(secs)
                 print(json.dumps({"round": r, "run": "full", "seconds": round(secs, 2),
-                                  "frames_reencoded": frames}))  # fmt: skip
+                                  "frames_reencoded": done, "frames_in_files": frames,
+                                  "extrapolated": done < frames}))  # fmt: skip
                 continue
             spec = (EditSpec(drop_episodes=(episode,)) if what == "copy"
                     else EditSpec(drop_frames=parse_frame_spec(f"{episode}:21-30")))  # fmt: skip
@@ -125,17 +135,21 @@ def main() -> None:
             times[what].append(secs)
             line = {"round": r, "run": what, "seconds": round(secs, 2)}
             if what == "cut":
-                line["video_cut"] = res.get("video_cut")
-                times["reencode"].append(res["video_cut"]["reencode_seconds"])
+                cut = res["video_cut"]
+                line["video_cut"], line["stats"] = cut, res["stats"]
+                times["reencode"].append(cut["reencode_seconds"])
+                times["packet_copy"].append(cut["video_seconds"] - cut["reencode_seconds"])
             print(json.dumps(line))
     shutil.rmtree(out, ignore_errors=True)
     (args.dir / "full.mp4").unlink(missing_ok=True)
     med = {k: statistics.median(v) for k, v in times.items() if v}
     print(
-        f"median seconds on {video_mb:.0f} MB of video: copy {med['copy']:.2f}, cut "
-        f"{med['cut']:.2f} (of which GOP re-encoding {med['reencode']:.3f}), cut - copy "
-        f"{med['cut'] - med['copy']:.2f}; re-encoding the episode's files instead: "
-        f"{med['full']:.2f} ({med['full'] / max(med['reencode'], 1e-9):.0f}x the GOPs)"
+        f"median seconds on {video_mb:.0f} MB of video: copy edit {med['copy']:.2f}; cut edit "
+        f"{med['cut']:.2f}, of which video {med['packet_copy'] + med['reencode']:.2f} = packet "
+        f"copy {med['packet_copy']:.2f} + GOP re-encoding {med['reencode']:.3f}; cut / copy "
+        f"{med['cut'] / med['copy']:.2f}x; re-encoding the episode's files instead: "
+        f"{med['full']:.1f} ({med['full'] / max(med['reencode'], 1e-9):.0f}x the GOPs, "
+        f"{med['full'] / med['cut']:.1f}x the whole cut)"
     )
 
 

@@ -24,6 +24,7 @@ SLOW = frozenset(
         "tests/app/test_cli_errors.py::test_every_reader_on_every_bad_root",
         "tests/app/test_cli_info.py::test_info_lists_the_video_files_of_each_camera",
         "tests/app/test_cli_info.py::test_one_of_everything_reads_in_the_singular",
+        "tests/app/test_drop_flagged_frames.py::test_drop_flagged_drops_exactly_the_flagged_frames",
         "tests/app/test_hints_run.py::test_hint_runs_and_fixes_what_it_names",
         "tests/app/test_hostile_inputs.py::test_a_report_of_another_dataset_is_refused",
         "tests/app/test_hostile_inputs.py::test_image_stats_keep_lerobots_shape_through_edit_and_merge",

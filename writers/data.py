@@ -29,6 +29,7 @@ from episodekit.core.parquet_write import Encoding, RowGroupPlanError, RowGroupW
 from episodekit.core.paths import DATA_PATH_V3, MIB
 from episodekit.writers.frame_rows import FrameCutter
 from episodekit.writers.plan import OutputPlan
+from episodekit.writers.stream_stats import StreamedStats
 
 RENUMBERED = ("index", "episode_index")  # checked structurally, not by checksum
 
@@ -74,6 +75,8 @@ class DataResult:
     schema: pa.Schema
     codec: str
     tasks: TaskValues
+    # stats of the episodes reduced while their rows were written (writers/stream_stats.py)
+    streamed: StreamedStats | None = None
 
 
 def data_relpath(file_seq: int, chunks_size: int) -> str:
@@ -248,29 +251,45 @@ def write_data(
     codec = "snappy" if codec == "none" else codec
     marker = make_marker(target_bytes / MIB, codec)
     result = DataResult({}, {}, schema, codec, TaskValues())
+    if plan.stream:
+        result.streamed = StreamedStats(plan.stream)
     shared = (plan, str(staging), schema, task_maps, codec, marker, chunks_size)
     files = np.unique(plan.file_seq).tolist()
     pieces: dict[int, dict] = {}
     workers = 1 if executor == "local" else None
     for _, done in imap_files(_file_job, files, executor, workers, shared=shared):
-        f, rel, digests, tasks = done
+        f, rel, digests, tasks, streamed = done
         result.files[f], result.checksums[f], pieces[f] = rel, digests, tasks
+        if streamed is not None:
+            result.streamed.merge(streamed)
     for f in sorted(pieces):  # in file order: an episode's pieces stay in row order
         for ep, parts in pieces[f].items():
             result.tasks.pieces.setdefault(ep, []).extend(parts)
     return result
 
 
-def _file_job(f: int, shared: tuple) -> tuple[int, str, dict[str, str], dict]:
-    """One output data file (an executor job): its path, checksums and task pieces."""
+def _file_job(f: int, shared: tuple) -> tuple:
+    """One output data file (an executor job): its path, checksums, task pieces and the stats
+    of the episodes reduced as they were written (None when none are)."""
     plan, staging, schema, task_maps, codec, marker, chunks_size = shared
     rel = data_relpath(f, chunks_size)
     path = Path(staging) / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    checksum, tasks = TableChecksum(), TaskValues()
-    _write_file(plan, f, path, schema, task_maps, codec, marker, checksum, tasks)
+    streamed = StreamedStats(plan.stream) if plan.stream else None
+    seen = FileSeen(TableChecksum(), TaskValues(), streamed)
+    _write_file(plan, f, path, schema, task_maps, codec, marker, seen)
     release_memory()  # the file's decoded row groups: memory stays about one row group
-    return f, rel, checksum.digests(), tasks.pieces
+    return f, rel, seen.checksum.digests(), seen.tasks.pieces, streamed
+
+
+@dataclass
+class FileSeen:
+    """What one output file's rows leave behind as they are written: the checksums of its kept
+    rows, its task pieces and (when asked) the stats of its episodes."""
+
+    checksum: TableChecksum
+    tasks: TaskValues
+    streamed: StreamedStats | None = None
 
 
 def _write_file(
@@ -281,15 +300,17 @@ def _write_file(
     task_maps: list[np.ndarray],
     codec: str,
     marker: str,
-    checksum: TableChecksum,
-    tasks: TaskValues,
+    seen: FileSeen,
 ) -> None:
     checked = [n for n in schema.names if n not in RENUMBERED]
+    tasks = seen.tasks
 
     def on_group(group: pa.Table) -> None:
         # one checksum pass per row group, not per (small) source batch: the sums are over the
         # rows in order, so the result is the same
-        checksum.update(group.select(checked), contiguous=True)
+        seen.checksum.update(group.select(checked), contiguous=True)
+        if seen.streamed is not None:  # a group holds whole episodes: their stats, no re-read
+            seen.streamed.add(group)
 
     encoding = Encoding(compression=codec, sorted_index=True)
     with RowGroupWriter(path, schema, plan.group_rows[f], encoding, marker, on_group) as writer:

@@ -10,7 +10,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.paths import DEFAULT_TARGET_MB
-from episodekit.validate.flagged import flagged_episodes
+from episodekit.validate.flagged import flagged_frames
 from episodekit.writers import select
 from episodekit.writers.features import FeatureChanges, check_renames, read_feature
 from episodekit.writers.frames import (
@@ -75,9 +75,11 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
     for old, _new in spec.rename_tasks:
         if old not in ds.task_strings():
             raise ValueError(f"--rename-task {old}=...: no task {old!r} in {root}")
-    flagged = None
-    if spec.drop_flagged:
-        flagged = flagged_episodes(root, list(spec.drop_flagged), spec.report, ds.fingerprint)
+    flagged, flagged_ranges = None, {}
+    if spec.drop_flagged:  # whole episodes, and the frames of frame-level findings
+        flagged, flagged_ranges = flagged_frames(
+            root, list(spec.drop_flagged), spec.report, ds.fingerprint
+        )
     kept, dropped = select.choose(
         ds,
         drop=list(spec.drop_episodes) if spec.drop_episodes is not None else None,
@@ -87,7 +89,7 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
     )
     changes = _feature_changes(ds, spec)
     to_video = chosen_keys(ds, spec.images_to_video, spec.remove_features)
-    masks, report = _frame_masks(ds, spec, kept)
+    masks, report = _frame_masks(ds, spec, kept, flagged_ranges)
     for e, info in report.items():
         if info.get("all"):
             dropped[e] = "all frames dropped by " + ",".join(info["by"])
@@ -124,12 +126,17 @@ def _feature_changes(ds: Dataset, spec: EditSpec) -> FeatureChanges:
 
 
 def _frame_masks(
-    ds: Dataset, spec: EditSpec, kept: np.ndarray
+    ds: Dataset, spec: EditSpec, kept: np.ndarray, flagged: dict | None = None
 ) -> tuple[dict[int, np.ndarray], dict[int, dict]]:
     """The kept-frame mask of every kept episode cut inside, and per such episode what went
     (``dropped`` frames, ``ranges`` [first, last], ``by`` which options, ``head``/``tail`` of
-    --trim-idle, ``all`` when nothing is left)."""
+    --trim-idle, ``flagged_by`` the checks of --drop-flagged, ``all`` when nothing is left).
+    ``flagged``: ``{episode: ([[first, last], ...], [check, ...])}`` of --drop-flagged."""
     parts: list[tuple[str, dict[int, np.ndarray]]] = []
+    if flagged:
+        rows = [(e, a, b + 1) for e, (ranges, _) in flagged.items() for a, b in ranges]
+        ranges = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+        parts.append(("--drop-flagged", range_masks(ds, ranges, False, "--drop-flagged")))
     if spec.drop_frames is not None:
         parts.append(("--drop-frames", range_masks(ds, spec.drop_frames, False, "--drop-frames")))
     if spec.keep_frames is not None:
@@ -148,6 +155,8 @@ def _frame_masks(
         by = [name for name, p in parts if e in p and not p[e].all()]
         info: dict = {"dropped": int(np.count_nonzero(~mask)), "ranges": dropped_ranges(mask)}
         info["by"] = by
+        if flagged and e in flagged and "--drop-flagged" in by:
+            info["flagged_by"] = flagged[e][1]
         if idle is not None and (e in idle.head or e in idle.tail):
             info["head"], info["tail"] = idle.head.get(e, 0), idle.tail.get(e, 0)
         if not mask.any():

@@ -96,16 +96,23 @@ def verify_frames(staging: Path, plan: OutputPlan) -> None:
             raise VerificationError(f"episode {e}: frame_index or timestamp not renumbered")
 
 
-def recompute_stats(staging: Path, images: bool = True, why: str = "frames were cut") -> str:
-    """The staged output's stats computed from its rows and frames (the exact path of
-    ``episodekit metadata stats --images``): per episode and for the dataset. Image and video
-    features too (``images``, when frames were cut: their per-episode count is the frames
-    sampled, which must fit the episode); otherwise those keep the stats carried over."""
+def cut_image_stats(staging: Path, episodes: pa.Table, cut: np.ndarray) -> pa.Table | None:
+    """The staged episodes table with the image/video stats of the episodes ``cut`` inside
+    computed from their sampled frames (their per-episode count is the frames sampled, which
+    must fit the episode); the other episodes keep theirs. When some episode has none to keep
+    (a source without them), every episode's are computed. None: no image/video features."""
     from episodekit.core.dataset import open_dataset
-    from episodekit.metadata.image_stats import image_features
-    from episodekit.metadata.stats import compute_stats, write_stats
+    from episodekit.metadata.image_stats import compute_image_stats, image_features
+    from episodekit.writers.stream_stats import replace_rows
 
     ds = open_dataset(str(staging))
-    images = images and bool(image_features(ds.info))
-    write_stats(compute_stats(ds, quantiles="exact", images=images), ds)
-    return f"recomputed ({why})"
+    feats = image_features(ds.info)
+    if not feats:
+        return None
+    cols = [f"stats/{n}/{k}" for n in feats for k in ("min", "max", "mean", "std", "count")]
+    whole = all(c in episodes.column_names and not episodes[c].null_count for c in cols)
+    img = compute_image_stats(ds, episodes=cut if whole else None)
+    if img is None:
+        return None
+    new = img.episode_columns(np.arange(len(img.episode_index)))
+    return replace_rows(episodes, new, img.episode_index)

@@ -7,6 +7,7 @@ the episodes' kept frame ranges (an episode not cut is one range: all packets co
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ def write_videos(
     cols: dict[str, pa.Array] = {}
     frames: dict[str, dict[str, int]] = {}
     stats = CutStats()
+    t0 = time.perf_counter()
     fps = float(plan.datasets[0].fps)
     for key in keys:
         ids, rels, frm, to = _sources(plan, key)
@@ -65,4 +67,5 @@ def write_videos(
         cols[f"videos/{key}/from_timestamp"] = pa.array(new_from)
         cols[f"videos/{key}/to_timestamp"] = pa.array(new_to)
     shutil.rmtree(staging / FETCHED, ignore_errors=True)
+    stats.video_seconds = time.perf_counter() - t0
     return cols, frames, stats

@@ -41,6 +41,8 @@ class OutputPlan:
     # output position -> kept-frame mask over its source episode (episodes cut inside)
     frames: dict[int, np.ndarray] = field(default_factory=dict)
     changes: Any = None  # added/renamed features (writers/features.py FeatureChanges)
+    # episodes whose stats the data stage computes as it writes them (writers/stream_stats.py)
+    stream: Any = None
 
     @property
     def num_episodes(self) -> int:

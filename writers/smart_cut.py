@@ -101,12 +101,14 @@ class CutStats:
     gops: int = 0
     min_psnr: float = float("inf")
     seconds: float = 0.0  # spent decoding, re-encoding and checking GOPs
+    video_seconds: float = 0.0  # the whole video stage: packet copy plus the above
 
     def as_dict(self) -> dict:
         worst = round(self.min_psnr, 2) if self.gops else None
         return {"frames_copied": self.copied, "frames_reencoded": self.reencoded,
                 "gops_reencoded": self.gops, "min_psnr_db": worst,
-                "reencode_seconds": round(self.seconds, 3)}  # fmt: skip
+                "reencode_seconds": round(self.seconds, 3),
+                "video_seconds": round(self.video_seconds, 3)}  # fmt: skip
 
 
 def _episode_packets(

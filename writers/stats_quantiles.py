@@ -1,26 +1,30 @@
-"""The output's dataset quantiles: from the kept episodes' sketches, never a mean of quantiles.
+"""The output's dataset quantiles: from the output episodes' sketches, never a mean of quantiles.
 
 LeRobot's editors (and ours, before) wrote a dataset's q01..q99 as the count-weighted mean of
 the episodes' quantiles: up to 0.15 away in rank from the data. Here every quantile key of a
 numeric feature in stats.json comes from the merged per-episode sketches
 (:mod:`episodekit.metadata.stats.episode_sketch`): a kept whole episode brings its source's
-sketch (``meta/episodekit_sketches.parquet``, fresh), so nothing is read again; a feature some
-source has no sketch for (LeRobot-written sources), an episode that was cut, and the columns the
-writer renumbers (``index``, ``episode_index``, ``task_index``) are computed exactly from the
-written output's columns (``compute_stats``, which reads only those columns). The output gets
-its own sidecar, so that the next edit of it reads nothing either. min, max, mean, std and count
-stay the exact merge of the episodes' stats (:func:`episodekit.writers.meta.dataset_stats`).
+sketch (``meta/episodekit_sketches.parquet``, fresh), so nothing is read again; the others (an
+episode cut inside, an added feature, a source without a sketch of the feature: LeRobot-written,
+and the columns the writer renumbers, ``index``, ``episode_index``, ``task_index``) are reduced
+while their rows stream through the writer (:mod:`episodekit.writers.stream_stats`, decided by
+:func:`stream_want` before the write): no other pass. Only a feature some episode still lacks a
+sketch of (a v2.x source) is computed from the written columns (``compute_stats``). The output
+gets its own sidecar, so that the next edit of it reads nothing either. min, max, mean, std and
+count stay the exact merge of the episodes' stats (:func:`episodekit.writers.meta.dataset_stats`);
+the per-episode stats of an episode cut inside, and of an added feature, are the streamed ones.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.dataset import open_dataset
+from episodekit.core.dataset import V3, open_dataset
 from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, data_state, numeric_features
 from episodekit.metadata.stats.episode_sketch import (
     POINTS,
@@ -30,48 +34,105 @@ from episodekit.metadata.stats.episode_sketch import (
     write_sketches,
 )
 from episodekit.writers.plan import OutputPlan
+from episodekit.writers.stream_stats import StreamedStats, StreamWant
 
 RENUMBERED = ("index", "episode_index", "task_index")  # the writer gives them new values
 
 
-def _from_sources(plan: OutputPlan, feats: dict[str, int]) -> tuple[EpisodeSketches | None, list]:
-    """The output episodes' sketches of the features every source's sidecar holds for whole
-    kept episodes (renumbered columns excluded), and the names of those features."""
-    names = [n for n in feats if n not in RENUMBERED]
-    parts = []
+@dataclass
+class SourceSketches:
+    """The sources' sketches the output reuses: per source dataset, the output positions of its
+    whole kept episodes with a fresh sidecar row and those rows; ``names``: output feature ->
+    the source's name (renamed features)."""
+
+    parts: list[tuple[np.ndarray, EpisodeSketches]] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
+
+    def have(self, name: str, dims: int, n: int) -> np.ndarray:
+        """Which of the ``n`` output episodes a source sketch of ``name`` covers."""
+        out = np.zeros(n, dtype=bool)
+        src = self.names.get(name, name)
+        for pos, sk in self.parts:
+            if name not in RENUMBERED and src in sk.points and sk.points[src].shape[0] == dims:
+                out[pos] = True
+        return out
+
+    def of(self, name: str) -> list[EpisodeSketches]:
+        """The reused sketches of ``name`` (episode_index: output positions)."""
+        src = self.names.get(name, name)
+        if name in RENUMBERED:  # the source's values, not the output's
+            return []
+        return [EpisodeSketches(pos, sk.length, {name: sk.points[src]}, sk.points_per_episode)
+                for pos, sk in self.parts if src in sk.points]  # fmt: skip
+
+
+def stream_want(plan: OutputPlan, features: dict) -> tuple[StreamWant, SourceSketches]:
+    """What the data stage reduces as it writes (see the module docstring), given the output
+    ``features`` (info.json's, after added and renamed ones), and the sources' sketches kept."""
+    feats = numeric_features({"features": features})
+    n = plan.num_episodes
+    cut = np.zeros(n, dtype=bool)
+    cut[list(plan.frames)] = True
+    changes = plan.changes
+    added = {a.name for a in changes.added} if changes else set()
+    sources = SourceSketches(names={v: k for k, v in (changes.renamed if changes else {}).items()})
+    quantiled = np.zeros(n, dtype=bool)  # episodes whose source carries quantiles (v3.0)
     for d, ds in enumerate(plan.datasets):
         pos = np.flatnonzero(plan.ds_id == d)
-        if not len(pos):
+        if not len(pos) or ds.version != V3:
             continue
+        quantiled[pos] = True
         sk = read_episode_sketches(ds)
-        if sk is None or sk.points_per_episode != POINTS:
-            return None, []
-        rows = np.searchsorted(sk.episode_index, plan.src_episode[pos])
-        rows = np.minimum(rows, len(sk.episode_index) - 1)
-        whole = np.array_equal(sk.episode_index[rows], plan.src_episode[pos]) and np.array_equal(
-            sk.length[rows], plan.length[pos]
-        )
-        if not whole:  # an episode cut or missing from the sidecar: compute them all
-            return None, []
-        names = [n for n in names if n in sk.points and sk.points[n].shape[0] == feats[n]]
-        parts.append((pos, sk.select(rows)))
-    if not parts or not names:
-        return None, []
-    out = [
-        EpisodeSketches(pos.astype(np.int64), p.length, {n: p.points[n] for n in names})
-        for pos, p in parts
-    ]
-    return concat(out), names
+        if sk is None or sk.points_per_episode != POINTS or not len(sk.episode_index):
+            continue
+        rows = np.minimum(np.searchsorted(sk.episode_index, plan.src_episode[pos]),
+                          len(sk.episode_index) - 1)  # fmt: skip
+        ok = (sk.episode_index[rows] == plan.src_episode[pos]) & ~cut[pos]
+        ok &= sk.length[rows] == plan.length[pos]
+        if ok.any():
+            sources.parts.append((pos[ok], sk.select(rows[ok])))
+    want, replace = {}, {}
+    for name, dims in feats.items():
+        if name in added:
+            want[name] = np.ones(n, dtype=bool)
+        else:
+            want[name] = cut | (quantiled & ~sources.have(name, dims, n))
+        replace[name] = np.flatnonzero(want[name] if name in added else cut)
+    return StreamWant(feats, want, replace), sources
+
+
+def _output_sketches(
+    name: str, n: int, streamed: StreamedStats | None, sources: SourceSketches | None
+) -> EpisodeSketches | None:
+    """Every output episode's sketch of ``name`` (reused or streamed); None when some lack one."""
+    parts = []
+    if streamed is not None and name in streamed.parts:
+        parts.append(streamed.sketches(name))
+    done = parts[0].episode_index if parts else np.zeros(0, np.int64)
+    for sk in sources.of(name) if sources is not None else []:  # where none was streamed
+        parts.append(sk.select(np.flatnonzero(~np.isin(sk.episode_index, done))))
+    parts = [p for p in parts if len(p.episode_index)]
+    if not parts:
+        return None
+    sk = concat(parts)
+    if not np.array_equal(sk.episode_index, np.arange(n)):
+        return None
+    return sk
 
 
 def write_stats_json(
-    staging: Path, plan: OutputPlan | None, stats: dict, executor: str = "local"
+    staging: Path,
+    plan: OutputPlan | None,
+    stats: dict,
+    executor: str = "local",
+    streamed: StreamedStats | None = None,
+    sources: SourceSketches | None = None,
 ) -> bool:
     """Write ``staging``'s meta/stats.json from ``stats`` (feature -> key -> list) with every
-    quantile key it holds of a numeric feature taken from the output episodes' sketches (from
-    the sources' sidecars through ``plan``, else computed from the written columns), and the
-    output's sketch sidecar; returns whether the sidecar was written. Keys ``stats`` does not
-    hold are not added (a v2.1 conversion's stats have no quantiles)."""
+    quantile key it holds of a numeric feature taken from the output episodes' sketches (reused
+    from ``sources``, reduced while writing in ``streamed``, else computed from the written
+    columns), and the output's sketch sidecar; returns whether the sidecar was written. Keys
+    ``stats`` does not hold are not added (a v2.1 conversion's stats have no quantiles)."""
     ds = open_dataset(str(staging))
     feats = {
         n: d
@@ -80,10 +141,15 @@ def write_stats_json(
     }
     sidecar = False
     if feats:
-        sketched, names = _from_sources(plan, feats) if plan is not None else (None, [])
-        rest = [n for n in feats if n not in names]
-        points = dict(sketched.points) if sketched is not None else {}
-        quantiles = {n: sketched.quantiles(n) for n in names} if sketched is not None else {}
+        points: dict[str, np.ndarray] = {}
+        quantiles: dict[str, np.ndarray] = {}
+        rest = []
+        for n in feats:
+            sk = _output_sketches(n, ds.num_episodes, streamed, sources)
+            if sk is None:
+                rest.append(n)
+                continue
+            points[n], quantiles[n] = sk.points[n], sk.quantiles(n)
         lengths = plan.length if plan is not None else None
         if rest:
             res = compute_stats(ds, features=rest, executor=executor)
@@ -102,6 +168,7 @@ def write_stats_json(
                 "data_state": data_state(ds),
                 "stats": "quantiles",
             }
+            points = {n: points[n] for n in feats if n in points}  # info.json's order
             write_sketches(staging, EpisodeSketches(index, lengths, points), ds.info, meta)
             sidecar = True
     atomic_write_text(staging / "meta/stats.json", json.dumps(stats, indent=4))

@@ -43,7 +43,8 @@ from episodekit.writers.plan import OutputPlan, plan_output
 from episodekit.writers.recipe import combined_key
 from episodekit.writers.recipe import recipe_key as _key
 from episodekit.writers.sources import SourceEpisode, episode_meta
-from episodekit.writers.stats_quantiles import write_stats_json
+from episodekit.writers.stats_quantiles import stream_want, write_stats_json
+from episodekit.writers.stream_stats import patch_episodes
 from episodekit.writers.verify import (
     VerificationError,
     verify_data,
@@ -301,6 +302,8 @@ def _build(
         features = changes.features(features)
     plan = plan_output(sources, target, data_mb)
     plan.changes = changes
+    want, reused = stream_want(plan, features)  # stats reduced while the rows are written
+    plan.stream = want if want else None
     release_memory()  # thousands of footers read (v2.x): their freed memory back to the OS
     tasks, maps, ep_tasks = meta_mod.unify_tasks(plan, dict(options.rename_tasks))
     to_video = tuple(options.images_to_video)
@@ -328,26 +331,30 @@ def _build(
     )
     if changes:
         episodes = changes.episodes(episodes)
+    if data.streamed is not None:  # episodes cut inside, added features: their new stats
+        episodes = patch_episodes(episodes, data.streamed)
     meta_mod.write_episodes(staging, episodes)
     del metas
     release_memory()
     write_table(meta_mod.tasks_table(tasks), staging / "meta/tasks.parquet")
     info = meta_mod.info_json(info0, plan, len(tasks), features)
     meta_mod.write_json(staging / "meta/info.json", info)
+    if plan.frames:  # image/video stats of the episodes cut inside: their sampled frames
+        from episodekit.writers.frame_rows import cut_image_stats
+
+        patched = cut_image_stats(staging, episodes, np.array(sorted(plan.frames)))
+        if patched is not None:
+            episodes = patched
+            meta_mod.write_episodes(staging, episodes)
     fallback = _source_stats(datasets[0]) if len(datasets) == 1 else {}
     if changes:
         fallback = changes.stats(fallback)
     stats = meta_mod.dataset_stats(episodes, features, fallback)
-    recompute = bool(plan.frames or (changes and changes.added))  # stale or missing stats
+    write_stats_json(staging, plan, stats, options.executor, data.streamed, reused)
+    recompute = bool(plan.frames or (changes and changes.added))
     if recompute:
-        from episodekit.writers.frame_rows import recompute_stats
-
-        meta_mod.write_json(staging / "meta/stats.json", stats)
-        why = "frames were cut" if plan.frames else "features were added"
-        result.stats = recompute_stats(staging, images=bool(plan.frames), why=why)
-    else:
-        write_stats_json(staging, plan, stats, options.executor)  # quantiles from sketches
-    if options.fill_stats and not recompute:
+        result.stats = _stream_summary(plan, changes)
+    elif options.fill_stats:
         from episodekit.writers.stats_fill import fill_missing_stats
 
         result.stats = fill_missing_stats(staging, complete=options.fill_stats == "complete")
@@ -374,6 +381,16 @@ def _build(
     result.tasks = len(tasks)
     result.data_files = len(data.files)
     result.video_files = sum(len(v) for v in video_frames.values())
+
+
+def _stream_summary(plan: OutputPlan, changes: Any) -> str:
+    """What the summary says of the stats of an edit that cut frames or added features."""
+    what = []
+    if plan.frames:
+        what.append(f"{plural(len(plan.frames), 'episode')} cut inside")
+    if changes and changes.added:
+        what.append(f"{plural(len(changes.added), 'added feature')}")
+    return f"computed while writing ({', '.join(what)}); the others' carried over"
 
 
 def _source_stats(ds: Dataset) -> dict:

@@ -42,8 +42,9 @@ def say_written(d: dict) -> None:
 @click.option(
     "--drop-flagged",
     metavar="CHECKS",
-    help="Drop the episodes these checks flag, e.g. quality.frozen,quality.duplicate "
-    "(from --flags-from REPORT, else a fresh validation run of those checks).",
+    help="Drop what these checks flag, e.g. quality.frozen,quality.duplicate (from "
+    "--flags-from REPORT, else a fresh validation run of those checks): the frames a "
+    "frame-level finding names (frozen, frozen_run, jump, out_of_range), else the episode.",
 )
 @click.option(
     "--flags-from",
@@ -214,6 +215,8 @@ def _frames_line(info: dict) -> str:
     line = f"dropped {plural(info['dropped'], 'frame')} ({ranges}{more}) by {', '.join(info['by'])}"
     if "head" in info:
         line += f": head {info['head']}, tail {info['tail']}"
+    if "flagged_by" in info:
+        line += f" ({', '.join(info['flagged_by'])})"
     return line
 
 

@@ -74,6 +74,11 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
     out["edit"] = tmp / "edit"
     cli("edit", str(ours), "--drop-episodes", "0,5", "--out", str(tmp / "edit-sketched"))
     out["edit-from-sketches"] = tmp / "edit-sketched"
+    cut = ("--drop-frames", "3:11-20,9:40-46,30:0-99")
+    cli("edit", str(tmp / "rec40"), *cut, "--out", str(tmp / "edit-cut"))
+    out["edit-frames"] = tmp / "edit-cut"
+    cli("edit", str(ours), *cut, "--out", str(tmp / "edit-cut-sketched"))
+    out["edit-frames-from-sketches"] = tmp / "edit-cut-sketched"
     cli("split", str(tmp / "edited35"), "--out", str(tmp / "split"), "--fractions", "a=0.6,b=0.4")
     out["split-a"], out["split-b"] = tmp / "split/a", tmp / "split/b"
     cli("merge", str(ours), str(tmp / "edited35"), "--out", str(tmp / "merged"))
@@ -90,6 +95,8 @@ WRITTEN = [
     "prepare-recompute",
     "edit",
     "edit-from-sketches",
+    "edit-frames",
+    "edit-frames-from-sketches",
     "split-a",
     "split-b",
     "merge",
@@ -132,16 +139,18 @@ def test_validate_deep_warns_on_lerobot_quantiles(outputs):
     assert "rank" in action["message"] and action["value"] > 0.1
 
 
-@pytest.mark.parametrize("what", ["edit", "edit-from-sketches", "merge", "split-a", "repair"])
+@pytest.mark.parametrize(
+    "what", ["edit", "edit-from-sketches", "edit-frames", "merge", "split-a", "repair"]
+)
 def test_validate_deep_finds_nothing_on_our_outputs(outputs, what):
     code, findings = _deep(outputs[what])
     assert code == 0
     assert [f for f in findings if f["check"] in ("stats.quantile_rank", "stats.recompute")] == []
 
 
-def test_edit_with_sketches_reads_only_the_renumbered_columns(outputs, tmp_path, monkeypatch):
-    """With fresh sketches in the source, edit computes stats only of the columns it renumbers;
-    the other quantiles come from the kept episodes' sketches."""
+def test_edit_with_sketches_reads_no_column_again(outputs, tmp_path, monkeypatch):
+    """With fresh sketches in the source, edit reads no data column for its stats: the kept
+    episodes' sketches are the source's, the renumbered columns' are made while written."""
     from episodekit.writers import stats_quantiles
     from episodekit.writers.edit import EditSpec, edit
 
@@ -155,7 +164,7 @@ def test_edit_with_sketches_reads_only_the_renumbered_columns(outputs, tmp_path,
     src = outputs["metadata-stats"]
     assert read_episode_sketches(open_dataset(str(src))) is not None
     edit(str(src), tmp_path / "out", EditSpec(drop_episodes=(1, 2)))
-    assert computed == [["episode_index", "index", "task_index"]]
+    assert computed == []  # the renumbered columns too were reduced while written
     errors = exact_rank_errors(tmp_path / "out")
     assert max(errors.values()) <= BOUND
 

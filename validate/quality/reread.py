@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from episodekit.core import interrupt
 from episodekit.core.words import plural
+from episodekit.validate.quality.frames import FRAME_CHECKS, finding_frames
 from episodekit.validate.quality.merge import Merged
 from episodekit.validate.quality.scan import (
     BATCH_ROWS,
@@ -212,11 +213,15 @@ def _signal(x: np.ndarray, at: int | None) -> list[float]:
     return out
 
 
-def attach_signals(raw: RawRoot, cands: list[Candidate]) -> None:
-    """Frame position and a short signal for per-episode findings with a feature (re-reads only
-    the flagged episodes)."""
+def attach_signals(raw: RawRoot, cands: list[Candidate], signals: bool = True) -> None:
+    """Frame position and a short signal for per-episode findings with a feature, and the
+    frames a frame-level finding points at (``details.frames``, :mod:`.frames`); re-reads only
+    the flagged episodes. ``signals=False``: the frames only (the findings past the cap)."""
     need = [c for c in cands if c.episode is not None and c.feature and c.file]
-    need = [c for c in need if "signal" not in c.details]  # drift: its own per-episode signal
+    if signals:  # drift: its own per-episode signal
+        need = [c for c in need if "signal" not in c.details]
+    else:
+        need = [c for c in need if c.check in FRAME_CHECKS]
     if not need:
         return
     wanted: dict[str, set[int]] = {}
@@ -226,16 +231,22 @@ def attach_signals(raw: RawRoot, cands: list[Candidate]) -> None:
         cols.add(c.feature)
     vals = read_episode_values(raw, wanted, cols)
     for c in need:
-        x = vals.get(c.episode, {}).get(c.feature)
-        if x is None:
+        full = vals.get(c.episode, {}).get(c.feature)
+        if full is None:
             continue
         if c.dimension is not None:
-            x = x[:, c.dimension]
+            x = full[:, c.dimension]
         elif c.feature == "timestamp":
-            x = np.diff(x[:, 0]) * (raw.fps or 1.0) if len(x) > 1 else x[:, 0]
+            x = np.diff(full[:, 0]) * (raw.fps or 1.0) if len(full) > 1 else full[:, 0]
         else:
-            x = x[:, 0]
+            x = full[:, 0]
         at = _locate(c, x)
+        if c.check in FRAME_CHECKS:
+            frames = finding_frames(c.check, full, c.dimension, c.limits, at)
+            if frames is not None:
+                c.details["frames"] = frames
+        if not signals:
+            continue
         if at is not None:
             c.details["frame"] = at
             c.message += f" at frame {at}"

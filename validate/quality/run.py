@@ -14,6 +14,7 @@ from episodekit.validate.quality.episode_checks import (
     task_checks,
     timing_checks,
 )
+from episodekit.validate.quality.frames import merge_frames
 from episodekit.validate.quality.reread import (
     attach_signals,
     confirm_duplicates,
@@ -85,6 +86,7 @@ def _to_findings(raw: RawRoot, cands: list[Candidate]) -> list[Finding]:
         if len(items) > MAX_PER_CHECK:
             rest[check] = items[MAX_PER_CHECK:]
     attach_signals(raw, kept)
+    attach_signals(raw, [c for items in rest.values() for c in items], signals=False)
     release_memory()  # the re-read rows' Arrow buffers
     out = []
     for c in kept:
@@ -115,7 +117,20 @@ def _to_findings(raw: RawRoot, cands: list[Candidate]) -> list[Finding]:
                     if eps
                     else ""
                 ),
-                details={"more": len(items), "episodes": eps},
+                details=_rest_details(items, eps),
             )
         )
+    return out
+
+
+def _rest_details(items: list[Candidate], eps: list[int]) -> dict:
+    """A summary finding's details: how many more, their episodes and, for a frame-level
+    check, each episode's frames (``{"episode": [[first, last], ...]}``)."""
+    out: dict = {"more": len(items), "episodes": eps}
+    frames: dict[int, list] = {}
+    for c in items:
+        if c.episode is not None and "frames" in c.details:
+            frames.setdefault(c.episode, []).extend(c.details["frames"])
+    if frames:
+        out["frames"] = {str(e): merge_frames(r) for e, r in sorted(frames.items())}
     return out

@@ -29,6 +29,7 @@ class Candidate:
     score: float = 0.0  # how far past the threshold (worst first)
     locate: str | None = None  # how to find the frame: "step", "max", "min", "extreme"
     details: dict = field(default_factory=dict)
+    limits: tuple[float, ...] | None = None  # the check's limit(s) on the value (frame ranges)
 
 
 def dim_label(raw: RawRoot, feature: str, j: int) -> str:
@@ -112,6 +113,7 @@ def _jumps(raw: RawRoot, m: Merged, th: dict, name: str, c: dict, s: dict) -> li
                 value=v,
                 score=v / float(limit[j]) if limit[j] > 0 else math.inf,
                 locate="step",
+                limits=(float(limit[j]),),
                 **episode_of(m, i),
             )
         )
@@ -141,6 +143,7 @@ def _out_of_range(
                 value=v,
                 score=dev / th["range_sigmas"] if th["range_sigmas"] else math.inf,
                 locate="max" if over[i, j] else "min",
+                limits=(float(lo_lim[j]), float(hi_lim[j])),
                 **episode_of(m, i),
             )
         )
