@@ -182,7 +182,10 @@ def test_one_key_with_frames_cut(tmp_path):
         new_e += 1
     assert sorted(got) == sorted(expect)
     assert min(psnr(got[k], expect[k]) for k in expect) >= 40
-    assert r.write.stats.startswith("recomputed")
+    assert r.write.stats.startswith("computed while writing (1 episode cut inside)")
+    stats = json.loads((out / "meta/stats.json").read_text())["observation.images.top"]
+    assert np.asarray(stats["mean"]).shape == (3, 1, 1)
+    assert 0 < np.asarray(stats["mean"]).min() and np.asarray(stats["max"]).max() <= 1
 
 
 @pytest.mark.parametrize(
