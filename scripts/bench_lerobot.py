@@ -14,10 +14,11 @@ a subprocess of that venv.
 2. **Measure**, in ``--rounds`` interleaved rounds (every case once per round, each in a fresh
    subprocess; start-up and the first item or batch are not timed), samples per second of:
    - ``LeRobot ds[i]``: ``LeRobotDataset(root)[i]`` on random indices, one process;
-   - ``LeRobot DataLoader 2``: ``DataLoader(LeRobotDataset(root), batch_size, shuffle order,
-     num_workers=2)``;
+   - ``LeRobot DataLoader 2``: ``DataLoader(LeRobotDataset(root), batch_size, random order,
+     num_workers=2)``, timed after each worker's first batch (its start-up);
    - ``ours ds[i]``: ``FrameDataset(root)[i]`` on the same indices (video decoded by default);
-   - ``ours make_loader 2``: ``make_loader(root, None, batch_size, 2, access="random")``;
+   - ``ours make_loader 2``: ``make_loader(root, None, batch_size, 2, access="random")``, timed
+     the same way (``--loader-samples`` samples for both loaders);
    - ``decode limit``: PyAV decoding every frame of every mp4 in order to RGB with one thread,
      in samples per second (a sample needs one frame per camera): what one core can give at
      best, random access included.
@@ -48,6 +49,7 @@ H, W = 480, 640
 CAMERAS = ("observation.images.top", "observation.images.wrist")
 NUMERIC = ("index", "episode_index", "frame_index", "timestamp", "task_index", "action")
 TASKS = ["pick up the red cube", "open the drawer", "fold the towel"]
+WARM = 2  # loaders: batches before the clock starts (each of the 2 workers' first)
 CASES = ("LeRobot ds[i]", "LeRobot DataLoader 2", "ours ds[i]", "ours make_loader 2")
 
 
@@ -119,11 +121,11 @@ def lerobot_measure(root: Path, mode: str, idx: list[int], batch: int, dump: str
         return {"rate": (len(idx) - 1) / (time.perf_counter() - t), "backend": backend}
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, sampler=idx, num_workers=2)
     n, t = 0, None
-    for b in dl:
-        if t is None:
-            t = time.perf_counter()  # after the first batch (workers started)
-            continue
-        n += len(b["index"])
+    for i, b in enumerate(dl):
+        if i == WARM - 1:
+            t = time.perf_counter()  # after each worker's first batch (its start-up)
+        elif i >= WARM:
+            n += len(b["index"])
     return {"rate": n / (time.perf_counter() - t), "backend": backend}
 
 
@@ -149,13 +151,13 @@ def ours_measure(root: Path, mode: str, idx: list[int], batch: int, dump: str | 
 
     n, t = 0, None
     with make_loader(root, None, batch, 2, access="random", speed="memory") as loader:
-        for b in loader:
-            if t is None:
-                t = time.perf_counter()
-                continue
-            n += len(b["index"])
-            if n >= len(idx) - batch:
-                break
+        for i, b in enumerate(loader):
+            if i == WARM - 1:
+                t = time.perf_counter()  # after each worker's first batch (its start-up)
+            elif i >= WARM:
+                n += len(b["index"])
+                if n >= len(idx) - WARM * batch:
+                    break
     return {"rate": n / (time.perf_counter() - t)}
 
 
@@ -223,7 +225,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=12)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--samples", type=int, default=48, help="random samples per case and round")
+    ap.add_argument("--samples", type=int, default=48, help="random ds[i] per case and round")
+    ap.add_argument("--loader-samples", type=int, default=160, help="per loader case and round")
     ap.add_argument("--batch", type=int, default=8, help="batch size of both loaders")
     ap.add_argument("--check", type=int, default=12, help="samples compared pixel for pixel")
     a = ap.parse_args()
@@ -247,14 +250,16 @@ def main() -> None:
     rates: dict[str, list[float]] = {c: [] for c in (*CASES, "decode limit")}
     ratios: dict[str, list[float]] = {c: [] for c in rates}
     for r in range(a.rounds):
-        idx = np.random.default_rng(100 + r).choice(total, a.samples + 1, replace=False).tolist()
+        rng = np.random.default_rng(100 + r)
+        idx = rng.choice(total, a.samples + 1, replace=False).tolist()
         ij = json.dumps(idx)
+        lj = json.dumps(rng.choice(total, a.loader_samples, replace=False).tolist())
         dumps = (f"{a.dir}/lerobot_{r}.npz", f"{a.dir}/ours_{r}.npz") if r == 0 else (None, None)
         got = {
             CASES[0]: run(lr, "_measure", "lerobot", "item", root, ij, a.batch),
-            CASES[1]: run(lr, "_measure", "lerobot", "loader", root, ij, a.batch),
+            CASES[1]: run(lr, "_measure", "lerobot", "loader", root, lj, a.batch),
             CASES[2]: run(ours, "_measure", "ours", "item", root, ij, a.batch),
-            CASES[3]: run(ours, "_measure", "ours", "loader", root, ij, a.batch),
+            CASES[3]: run(ours, "_measure", "ours", "loader", root, lj, a.batch),
             "decode limit": run(ours, "_measure", "limit", "-", root, "[]", 0),
         }
         if r == 0:
