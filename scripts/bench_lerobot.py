@@ -53,6 +53,31 @@ WARM = 2  # loaders: batches before the clock starts (each of the 2 workers' fir
 CASES = ("LeRobot ds[i]", "LeRobot DataLoader 2", "ours ds[i]", "ours make_loader 2")
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds so far of these processes (Linux /proc; 0 elsewhere)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+class Clock:
+    """Wall and CPU seconds (this process and ``pids``) from :meth:`start` to :meth:`result`."""
+
+    def start(self, pids: list[int] = ()) -> None:
+        self.pids = [os.getpid(), *pids]
+        self.t, self.c = time.perf_counter(), cpu_seconds(self.pids)
+
+    def result(self, n: int, **extra: object) -> dict:
+        wall, cpu = time.perf_counter() - self.t, cpu_seconds(self.pids) - self.c
+        return {"rate": n / wall, "per_cpu": n / max(cpu, 1e-9), **extra}
+
+
 # --- in the LeRobot venv ------------------------------------------------------------------------
 
 
@@ -115,18 +140,21 @@ def lerobot_measure(root: Path, mode: str, idx: list[int], batch: int, dump: str
                 out[cam] = np.moveaxis(np.round(f).astype(np.uint8), 1, -1)
             np.savez(dump, **out)
         ds[idx[0]]
-        t = time.perf_counter()
+        clock = Clock()
+        clock.start()
         for i in idx[1:]:
             ds[i]
-        return {"rate": (len(idx) - 1) / (time.perf_counter() - t), "backend": backend}
+        return clock.result(len(idx) - 1, backend=backend)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, sampler=idx, num_workers=2)
-    n, t = 0, None
-    for i, b in enumerate(dl):
-        if i == WARM - 1:
-            t = time.perf_counter()  # after each worker's first batch (its start-up)
+    n, clock, it = 0, Clock(), iter(dl)
+    for i, b in enumerate(it):
+        if i == WARM - 1:  # after each worker's first batch (its start-up)
+            clock.start([int(w.pid) for w in it._workers])
         elif i >= WARM:
             n += len(b["index"])
-    return {"rate": n / (time.perf_counter() - t), "backend": backend}
+            if i == len(dl) - 1:  # (read the workers' CPU before they exit)
+                return clock.result(n, backend=backend)
+    raise RuntimeError(f"too few samples for {WARM + 1} batches")
 
 
 # --- in our venv --------------------------------------------------------------------------------
@@ -143,22 +171,23 @@ def ours_measure(root: Path, mode: str, idx: list[int], batch: int, dump: str | 
             out = {k: np.stack([np.asarray(r[k]) for r in rows]) for k in (*NUMERIC, *CAMERAS)}
             np.savez(dump, **out)
         ds[idx[0]]
-        t = time.perf_counter()
+        clock = Clock()
+        clock.start()
         for i in idx[1:]:
             ds[i]
-        return {"rate": (len(idx) - 1) / (time.perf_counter() - t)}
+        return clock.result(len(idx) - 1)
     from episodekit.loaders.torch import make_loader
 
-    n, t = 0, None
+    n, clock = 0, Clock()
     with make_loader(root, None, batch, 2, access="random", speed="memory") as loader:
         for i, b in enumerate(loader):
-            if i == WARM - 1:
-                t = time.perf_counter()  # after each worker's first batch (its start-up)
+            if i == WARM - 1:  # after each worker's first batch (its start-up)
+                clock.start(loader.pool.pids)
             elif i >= WARM:
                 n += len(b["index"])
                 if n >= len(idx) - WARM * batch:
                     break
-    return {"rate": n / (time.perf_counter() - t)}
+        return clock.result(n)
 
 
 def decode_limit(root: Path) -> dict:
@@ -166,7 +195,8 @@ def decode_limit(root: Path) -> dict:
     import av
 
     files = sorted(root.glob("videos/*/*/*.mp4"))
-    frames, t = 0, time.perf_counter()
+    frames, clock = 0, Clock()
+    clock.start()
     for f in files:
         with av.open(str(f)) as c:
             s = c.streams.video[0]
@@ -174,7 +204,7 @@ def decode_limit(root: Path) -> dict:
             for fr in c.decode(s):
                 fr.to_ndarray(format="rgb24")
                 frames += 1
-    return {"rate": frames / len(CAMERAS) / (time.perf_counter() - t)}
+    return clock.result(frames // len(CAMERAS))
 
 
 # --- the driver ---------------------------------------------------------------------------------
@@ -249,6 +279,7 @@ def main() -> None:
     ours, lr = sys.executable, a.lerobot_python
     rates: dict[str, list[float]] = {c: [] for c in (*CASES, "decode limit")}
     ratios: dict[str, list[float]] = {c: [] for c in rates}
+    cpu_ratios: dict[str, list[float]] = {c: [] for c in rates}
     for r in range(a.rounds):
         rng = np.random.default_rng(100 + r)
         idx = rng.choice(total, a.samples + 1, replace=False).tolist()
@@ -269,20 +300,27 @@ def main() -> None:
             print(f"pixels: {compare(*dumps)}; LeRobot's video backend: {got[CASES[0]]['backend']}")
             for f in dumps:
                 os.remove(f)
-        base = got[CASES[0]]["rate"]
+        base, base_cpu = got[CASES[0]]["rate"], got[CASES[0]]["per_cpu"]
         line = []
         for c, v in got.items():
             rates[c].append(v["rate"])
             ratios[c].append(v["rate"] / base)
-            line.append(f"{c} {v['rate']:.1f} ({v['rate'] / base:.2f}x)")
+            cpu_ratios[c].append(v["per_cpu"] / base_cpu)
+            line.append(
+                f"{c} {v['rate']:.1f} ({v['rate'] / base:.2f}x; per CPU-s {v['per_cpu']:.1f}, "
+                f"{v['per_cpu'] / base_cpu:.2f}x)"
+            )
         load = os.getloadavg()[0]
         print(f"round {r + 1} (load {load:.1f}), samples/s: " + ", ".join(line), flush=True)
-    print(f"\nmedian of {a.rounds} rounds (samples/s; x LeRobot ds[i]; x the decode limit):")
+    print(
+        f"\nmedian of {a.rounds} rounds: samples/s, x LeRobot ds[i], x the decode limit; "
+        "samples per CPU-second x LeRobot ds[i]'s"
+    )
     for c in rates:
         lim = [v / d for v, d in zip(rates[c], rates["decode limit"])]
         print(
             f"  {c:<22} {statistics.median(rates[c]):>8.1f}  {statistics.median(ratios[c]):>6.2f}x"
-            f"  {statistics.median(lim):>5.2f}x"
+            f"  {statistics.median(lim):>5.2f}x  {statistics.median(cpu_ratios[c]):>6.2f}x"
         )
 
 
