@@ -261,6 +261,7 @@ def main() -> None:
     ap.add_argument("--check", type=int, default=12, help="samples compared pixel for pixel")
     a = ap.parse_args()
     root = Path(a.dir) / "lr480"
+    root.parent.mkdir(parents=True, exist_ok=True)
     if not (root / "meta/info.json").exists():
         t = time.perf_counter()
         cmd = [a.lerobot_python, os.path.abspath(__file__), "_record", root, a.episodes, a.seed]
