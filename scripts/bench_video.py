@@ -1,18 +1,9 @@
-"""Benchmark decoded video in the loader and the stream (issue 15's bars), ratios in one run.
+"""Benchmark decoded video in the stream (issue 15's bar), ratios in one run.
 
-loader: random ``ds[i]`` with a 2-frame window on one camera plus the current frame of a second
-  camera, on a LeRobot-style AV1 sample (GOP 2, 96x128, several episodes per mp4):
-  ``FrameDataset(..., video_backend="pyav")`` against LeRobot's ``decode_video_frames_pyav``
-  (huggingface/lerobot@7427f318, src/lerobot/datasets/video_utils.py), re-implemented here step for
-  step because lerobot cannot be installed next to this environment (it pins torch < 2.12 and
-  numpy < 2.3, and its datasets package imports ``datasets``): one call per camera and item, each
-  opening the file, seeking 1 tick before the first query, decoding forward to the last and
-  converting every decoded frame to a CHW torch tensor, then the closest frame within tolerance
-  and float32 / 255. Its queries are precomputed (LeRobot's parquet/``datasets`` work per item is
-  not timed: the baseline is faster than LeRobotDataset); ours is timed end to end. Torch runs one
-  thread (as in DataLoader workers); the baseline with FFmpeg's default decoder threads and with
-  one. The variants run interleaved in rounds so that load on the shared machine hits all alike.
-  Bar: >= 5x the faster baseline.
+The random-access loader against LeRobot is ``scripts/bench_lerobot.py``: it runs LeRobot 0.6.1
+itself (``LeRobotDataset``, its DataLoader) on video LeRobot recorded, instead of the
+re-implementation of its decoder this script had.
+
 stream: one epoch of ``ShardedLoader`` (one camera, 640x480; AV1 GOP 2 and h264 GOP 250) with
   ``PyAVBackend(episode_cache_mb=E)``: each episode of a pool decoded once, in one sequential pass,
   frames served shuffled from memory; against a per-frame loop over the same frames in the same
@@ -22,7 +13,7 @@ stream: one epoch of ``ShardedLoader`` (one camera, 640x480; AV1 GOP 2 and h264 
   every frame of the file once, in order, without conversion (no stream can beat it).
   Bar: >= 5x.
 
-    .venv/bin/python scripts/bench_video.py [--part loader|stream|all] [--samples 1000]
+    .venv/bin/python scripts/bench_video.py [--episodes 6] [--loop-frames 300]
 """
 
 from __future__ import annotations
@@ -33,7 +24,6 @@ from pathlib import Path
 
 import av
 import numpy as np
-import torch
 
 from episodekit.core.video import decode_all
 from episodekit.loaders.frames import FrameDataset
@@ -41,37 +31,6 @@ from episodekit.loaders.video import STREAM_EPISODE_CACHE_MB
 from episodekit.sample import write_sample
 
 CAM0, CAM1 = "observation.images.cam0", "observation.images.cam1"
-
-
-def lerobot_decode(path: str, timestamps: list[float], tolerance_s: float, threads: int | None):
-    """LeRobot's ``decode_video_frames_pyav`` (lerobot@7427f318), step for step; ``threads``
-    sets the decoder's thread count (None: PyAV's default, as LeRobot leaves it)."""
-    first_ts, last_ts = min(timestamps), max(timestamps)
-    loaded_frames, loaded_ts = [], []
-    with av.open(path) as container:
-        stream = container.streams.video[0]
-        if threads is not None:
-            stream.codec_context.thread_count = threads
-        container.seek(
-            round(first_ts / stream.time_base) - 1, backward=True, any_frame=False, stream=stream
-        )
-        for frame in container.decode(stream):
-            if frame.pts is None:
-                continue
-            current_ts = float(frame.pts * stream.time_base)
-            arr = frame.to_ndarray(format="rgb24")
-            loaded_frames.append(torch.from_numpy(arr).permute(2, 0, 1).contiguous())
-            loaded_ts.append(current_ts)
-            if current_ts >= last_ts:
-                break
-    query_ts = torch.tensor(timestamps)
-    loaded_ts_t = torch.tensor(loaded_ts)
-    dist = torch.cdist(query_ts[:, None], loaded_ts_t[:, None], p=1)
-    min_, argmin_ = dist.min(1)
-    if not (min_ <= tolerance_s).all():
-        raise RuntimeError("FrameTimestampError")
-    closest_frames = torch.stack([loaded_frames[idx] for idx in argmin_])
-    return closest_frames.type(torch.float32) / 255
 
 
 class Clock:
@@ -95,69 +54,6 @@ class Clock:
     @property
     def cpu_rate(self) -> float:
         return self.n / self.cpu
-
-
-def bench_loader(base: Path, n: int, rounds: int) -> None:
-    root = base / "loader_av1_gop2_96x128"
-    if not (root / "meta/info.json").exists():
-        write_sample(
-            root,
-            episodes=200,
-            mean_length=100,
-            videos=2,
-            video_size=(96, 128),
-            video_files_size_in_mb=1.2,
-            seed=3,
-        )
-    n_files = len(list(root.glob("videos/*/*/*.mp4")))
-    window = {CAM0: [-1 / 30, 0.0]}
-    plain = FrameDataset(root, delta_timestamps=window, speed=False)
-    idx = np.random.default_rng(0).integers(0, len(plain), n)
-    queries = []
-    for i in idx.tolist():
-        s = plain[i]
-        queries.append(
-            (
-                s[CAM0]["path"],
-                s[CAM0]["timestamp"].tolist(),
-                s[CAM1]["path"],
-                [float(s[CAM1]["timestamp"])],
-            )
-        )
-    torch.set_num_threads(1)
-    fds = FrameDataset(root, delta_timestamps=window, speed=False, video_backend="pyav")
-
-    def baseline(part, threads):
-        for p0, t0s, p1, t1s in part:
-            lerobot_decode(p0, t0s, 1e-4, threads)
-            lerobot_decode(p1, t1s, 1e-4, threads)
-
-    def ours(part):
-        for i in part:
-            fds[i]
-
-    clocks = {"default": Clock(), "one": Clock(), "ours": Clock()}
-    for r in range(rounds):
-        sl = slice(r * n // rounds, (r + 1) * n // rounds)
-        m = sl.stop - sl.start
-        clocks["default"].run(m, baseline, queries[sl], None)
-        clocks["one"].run(m, baseline, queries[sl], 1)
-        clocks["ours"].run(m, ours, idx[sl].tolist())
-    d, o, mine = clocks["default"], clocks["one"], clocks["ours"]
-    best = max(d.rate, o.rate)
-    best_cpu = max(d.cpu_rate, o.cpu_rate)
-    print(
-        f"loader: {len(plain)} frames, 200 episodes, {n_files} mp4s (AV1 GOP 2, 96x128), "
-        f"{n} random ds[i] (2-frame window on cam0 + cam1 current), {rounds} interleaved rounds, "
-        f"torch 1 thread:\n"
-        f"  LeRobot decode_video_frames_pyav per camera: {d.rate:.1f} samples/s (FFmpeg default "
-        f"threads), {o.rate:.1f} (1 decoder thread)\n"
-        f"  FrameDataset(video_backend='pyav'): {mine.rate:.1f} samples/s  ->  "
-        f"{mine.rate / d.rate:.1f}x the default-thread baseline, {mine.rate / o.rate:.1f}x the "
-        f"one-thread baseline; {mine.rate / best:.1f}x the faster (bar >= 5x)\n"
-        f"  CPU time: baseline {d.cpu_rate:.1f} / {o.cpu_rate:.1f}, ours {mine.cpu_rate:.1f} "
-        f"samples per CPU-second -> {mine.cpu_rate / best_cpu:.1f}x"
-    )
 
 
 def per_frame_loop(path_of, seconds: np.ndarray, frames: np.ndarray, threads: int | None) -> int:
@@ -266,9 +162,6 @@ def bench_stream(base: Path, episodes: int, loop_frames: int, cache_mb: float, r
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--part", choices=("loader", "stream", "all"), default="all")
-    p.add_argument("--samples", type=int, default=1000)
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (loader)")
     p.add_argument("--episodes", type=int, default=6, help="episodes of the stream samples")
     p.add_argument("--loop-frames", type=int, default=300, help="frames of the per-frame loop")
     p.add_argument(
@@ -281,10 +174,7 @@ def main() -> None:
     p.add_argument("--dir", default="/tmp/bench_video")
     a = p.parse_args()
     base = Path(a.dir)
-    if a.part in ("loader", "all"):
-        bench_loader(base, a.samples, a.rounds)
-    if a.part in ("stream", "all"):
-        bench_stream(base, a.episodes, a.loop_frames, a.episode_cache_mb, a.stream_rounds)
+    bench_stream(base, a.episodes, a.loop_frames, a.episode_cache_mb, a.stream_rounds)
 
 
 if __name__ == "__main__":

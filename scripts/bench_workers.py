@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/bench_data.py big10m store-big10m video-av1   # the roots, once
     .venv/bin/python scripts/bench_workers.py [--dir bench-data] [--repeat 2] [--only numeric]
+    .venv/bin/python scripts/bench_workers.py --documented ROOT [--repeat 5] [--prefetch 2,4]
 
 - **numeric**: random access on ``big10m`` through its frame store (``store-big10m``), batches
   of 256 with a 50-frame ``action`` window and a 3-frame ``observation.state`` window, the
@@ -12,6 +13,15 @@
 - **video**: ``video-av1`` (two AV1 cameras at 240x320, LeRobot's encoding: libsvtav1, GOP 2),
   random access with ``video_backend="pyav"`` (each frame decoded, both cameras), batches of 64;
   in-process and ``DataLoader`` as for numeric.
+
+- **documented** (``--documented ROOT``, issue 38's case): the use the docs show, on a prepared
+  root with its frame store (``episodekit sample ROOT -n 2500 --seed 5`` then ``episodekit
+  prepare ROOT --world-size 1 --workers 2 --frames``: ~680k frames, 32 MiB row groups, a plan
+  for 2 workers); ``make_loader(ROOT, None, 256, 2, ...)`` in a guarded script against
+  ``num_workers=0``, random access (the docs' example: 50-frame ``action`` and 3-frame state
+  windows) and the stream of the 2-worker plan (same windows); each round runs in-process then
+  2 workers (one per ``--prefetch`` value), and the ratios of the round are printed with their
+  median over the rounds, after the first batch and after every worker's first batch.
 
 Each figure is frames/s after ``--warm`` batches (worker start-up excluded, reported apart),
 and frames per CPU-second of the training process and its workers over the same batches (what
@@ -138,6 +148,61 @@ def run_rounds(name: str, cases: dict, repeat: int) -> None:
             print(f"  round {r + 1} {name} vs in-process: {ratios}", flush=True)
 
 
+def documented(root: str, rounds: int, batches: int, prefetch: list[int]) -> None:
+    """In-process vs ``make_loader`` with 2 workers on ``root`` (see the module docstring)."""
+    import statistics
+
+    from episodekit.loaders.torch import make_loader
+    from episodekit.metadata.plans.load import load_plan
+
+    plan = load_plan(root, 1, 2)
+    forms = {
+        "random": dict(access="random", delta_timestamps=DELTAS),
+        "stream": dict(plan=plan, delta_timestamps=DELTAS),
+    }
+
+    def one(form: dict, n: int, p: int) -> tuple[float, float, float, float]:
+        """(frames/s after batch 1, after batch 2, per CPU-s after batch 2, first batch s)"""
+        kw = dict(form)
+        plan_arg = kw.pop("plan", None)
+        t0 = time.perf_counter()
+        with make_loader(root, plan_arg, 256, n, seed=0, prefetch=p, **kw) as loader:
+            ts, frames = [], 0
+            for i, b in enumerate(loader):
+                ts.append(time.perf_counter())
+                if i == 1:
+                    pids = [os.getpid(), *(loader.pool.pids if loader.pool else [])]
+                    cpu0 = cpu_seconds(pids)
+                if i >= 2:
+                    frames += len(b["index"])
+                if i + 1 >= batches:
+                    break
+            cpu = cpu_seconds(pids) - cpu0
+        after1 = (frames + 256) / (ts[-1] - ts[0])
+        after2 = frames / (ts[-1] - ts[1])
+        return after1, after2, frames / max(cpu, 1e-9), ts[0] - t0
+
+    for name, form in forms.items():
+        print(f"\n## documented, {name}: {root}, batches of 256, {batches} batches per case")
+        ratios: dict[str, list[float]] = {}
+        for r in range(rounds):
+            base = one(form, 0, 2)
+            line = [f"in-process {base[1]:,.0f} frames/s (first batch {base[3]:.1f} s)"]
+            for p in prefetch:
+                got = one(form, 2, p)
+                for k, j in (("after 1st", 0), ("after 2nd", 1), ("per CPU-s", 2)):
+                    ratios.setdefault(f"prefetch {p} {k}", []).append(got[j] / base[j])
+                line.append(
+                    f"2 workers prefetch {p} {got[1]:,.0f} ({got[0] / base[0]:.2f}x after the "
+                    f"1st batch, {got[1] / base[1]:.2f}x after the 2nd, {got[2] / base[2]:.2f}x "
+                    f"per CPU-s; first batch {got[3]:.1f} s)"
+                )
+            print(f"  round {r + 1} (load {os.getloadavg()[0]:.1f}): " + "; ".join(line))
+        for k, v in ratios.items():
+            each = ", ".join(f"{x:.2f}" for x in v)
+            print(f"  median {k}: {statistics.median(v):.2f}x  ({each})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--dir", default=os.environ.get("EPISODEKIT_BENCH", "bench-data"))
@@ -146,7 +211,14 @@ def main() -> None:
     ap.add_argument("--video-batches", type=int, default=24, help="video batches timed per case")
     ap.add_argument("--warm", type=int, default=4, help="batches before the clock starts")
     ap.add_argument("--only", choices=["numeric", "video"])
+    ap.add_argument("--documented", metavar="ROOT", help="only the documented case on ROOT")
+    ap.add_argument("--prefetch", default="2", help="documented: prefetch values, e.g. 2,4")
     args = ap.parse_args()
+    if args.documented:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
+        prefetch = [int(p) for p in args.prefetch.split(",")]
+        documented(args.documented, args.repeat, args.batches, prefetch)
+        return
     d = Path(args.dir)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
     if args.only in (None, "numeric"):
