@@ -263,14 +263,17 @@ def compute_stats(
         for i, r in imap_files(scan_file, todo, executor, jobs):
             if episodes is not None:
                 r = _keep_episodes(r, np.asarray(episodes))
-            sketch_spill.add(  # on disk as it comes: one file's points in memory at a time
-                EpisodeSketches(
-                    np.asarray(r["episodes"], np.int64),
-                    np.asarray(r["count"], np.int64),
-                    {n: r["features"][n].pop("points") for n in feats},
-                    blocks.POINTS,
+            ep, count = np.asarray(r["episodes"], np.int64), np.asarray(r["count"], np.int64)
+            points = {n: r["features"][n].pop("points") for n in feats}
+            start = 0
+            for b, m in enumerate(r["block_episodes"]):  # on disk as it comes: a group a block
+                part = {n: p[b] for n, p in points.items()}
+                end = start + m
+                sketch_spill.add(
+                    EpisodeSketches(ep[start:end], count[start:end], part, blocks.POINTS)
                 )
-            )
+                start = end
+            del points
             fold.add(i, r)
             del r  # folded: its memory (in Ray's object store) can go
         per = fold.finish()

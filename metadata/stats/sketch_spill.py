@@ -6,9 +6,9 @@ dimension is 512 bytes an episode: 33 dimensions of 100,000 episodes would be 1.
 sidecar's own format (:mod:`.episode_sketch`), with the sidecar's metadata already in it, in a
 temporary folder it owns; :meth:`SketchSpill.finish` puts the groups in episode order (the
 executor's jobs finish in any order) and returns :class:`SpilledSketches`, which
-:func:`~episodekit.metadata.stats.episode_sketch.write_sketches` publishes by a copy (or a
-row-group-at-a-time rewrite when the metadata differs). Its ``points`` reads them all back, for
-the callers that want them in memory (surgery's few renumbered columns).
+:func:`~episodekit.metadata.stats.episode_sketch.write_sketches` publishes by a hard link or a
+copy (or a row-group-at-a-time rewrite when the metadata differs). Its ``points`` reads them all
+back, for the callers that want them in memory (surgery's few renumbered columns).
 """
 
 from __future__ import annotations
@@ -58,11 +58,16 @@ class SpilledSketches:
         return self.load().points
 
     def write(self, dest: str | os.PathLike, meta: dict[str, object]) -> None:
-        """``dest`` as the sidecar with ``meta`` (fingerprint, data state, ...): a copy when the
-        spilled file already records it, else rewritten one row group at a time."""
+        """``dest`` (a new name) as the sidecar with ``meta`` (fingerprint, data state, ...):
+        when the spilled file already records it, a hard link on the same file system (no
+        byte copied; nothing writes either name in place) or a copy; else rewritten one row
+        group at a time."""
         record = sketch_record(self.points_per_episode, self.record["features"], meta)
         if record == self.record:
-            shutil.copyfile(self.path, dest)
+            try:
+                os.link(self.path, dest)
+            except OSError:  # another file system (or no hard links there)
+                shutil.copyfile(self.path, dest)
             return
         _copy_groups(self.path, dest, record, order=None)
 
