@@ -137,6 +137,12 @@ def test_published_sidecar_is_the_same_from_spill_or_memory(multi_file_root, tmp
     c = read_episode_sketches(ds)
     for n in a.points:
         np.testing.assert_array_equal(c.points[n], a.points[n])
+    write_sketches(multi_file_root, res.sketches, res.info, meta)  # linked (same file system)
+    del res
+    gc.collect()  # the spill folder goes: the published sidecar stays whole
+    d = read_episode_sketches(ds)
+    for n in a.points:
+        np.testing.assert_array_equal(d.points[n], a.points[n])
 
 
 def test_a_version_1_sidecar_is_still_read(multi_file_root):
