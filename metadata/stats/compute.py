@@ -22,7 +22,7 @@ from episodekit.metadata.image_stats import (
     compute_image_stats,
     require_decoders,
 )
-from episodekit.metadata.stats.episode_sketch import EpisodeSketches, concat
+from episodekit.metadata.stats.episode_sketch import EpisodeSketches
 from episodekit.metadata.stats.keys import (
     BLOCK_BYTES,
     DEFAULT_MEMORY_MB,
@@ -37,6 +37,7 @@ from episodekit.metadata.stats.sketch import (
     FeatureStats,
     Sketch,
 )
+from episodekit.metadata.stats.sketch_spill import SketchSpill, SpilledSketches
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ class StatsResult:
     state: str = ""
     info: dict = field(default_factory=dict)
     images: ImageStats | None = None  # image/video stats (``images=True``), else kept as they are
-    sketches: EpisodeSketches | None = None  # per-episode quantile sketches (the sidecar)
+    # per-episode quantile sketches (the sidecar), spilled to a temporary file as they came
+    sketches: SpilledSketches | None = None
 
     def lerobot_stats(self) -> dict[str, dict[str, list]]:
         out = {n: self.dataset[n].to_lerobot() for n in self.features}
@@ -235,7 +237,19 @@ def compute_stats(
             memory_mb,
         )
         exact = False
-    with tempfile.TemporaryDirectory(prefix="episodekit-stats-", dir=opts.spill_dir) as tmp:
+    if episodes is not None:
+        ds = _subset(ds, np.asarray(episodes))
+    state = data_state(ds)  # before the pass: what the sidecar spilled as it goes records
+    with (
+        tempfile.TemporaryDirectory(prefix="episodekit-stats-", dir=opts.spill_dir) as tmp,
+        SketchSpill(
+            feats,
+            ds.info,
+            {"fingerprint": ds.fingerprint, "data_state": state},
+            blocks.POINTS,  # the size the scan keeps (what the sidecar records)
+            opts.spill_dir,
+        ) as sketch_spill,
+    ):
         spill = tmp if exact and executor == "local" else None
         common = {
             "root": ds.root,
@@ -245,21 +259,21 @@ def compute_stats(
             "spill": spill,
         }
         todo = [{**common, "rel": r, "file_id": i} for r, i in zip(rels, ids)]
-        if episodes is not None:
-            ds = _subset(ds, np.asarray(episodes))
         fold = EpisodeFold(ds.column("episode_index"), feats, len(todo), opts.spill_dir)
-        sketch_parts: list[EpisodeSketches] = []
         for i, r in imap_files(scan_file, todo, executor, jobs):
             if episodes is not None:
                 r = _keep_episodes(r, np.asarray(episodes))
-            sketch_parts.append(
-                EpisodeSketches(
-                    np.asarray(r["episodes"], np.int64),
-                    np.asarray(r["count"], np.int64),
-                    {n: r["features"][n].pop("points") for n in feats},
-                    blocks.POINTS,  # the size the scan kept (what the sidecar records)
+            ep, count = np.asarray(r["episodes"], np.int64), np.asarray(r["count"], np.int64)
+            points = {n: r["features"][n].pop("points") for n in feats}
+            start = 0
+            for b, m in enumerate(r["block_episodes"]):  # on disk as it comes: a group a block
+                part = {n: p[b] for n, p in points.items()}
+                end = start + m
+                sketch_spill.add(
+                    EpisodeSketches(ep[start:end], count[start:end], part, blocks.POINTS)
                 )
-            )
+                start = end
+            del points
             fold.add(i, r)
             del r  # folded: its memory (in Ray's object store) can go
         per = fold.finish()
@@ -270,6 +284,7 @@ def compute_stats(
         elif exact:
             exact_quantiles(ds.root, rels, feats, dataset, executor, jobs, batch_rows)
         del fold
+        sketches = sketch_spill.finish()
     mode = {n: "exact" if exact else "sketch" for n in feats}
     return StatsResult(
         features=feats,
@@ -280,10 +295,10 @@ def compute_stats(
         mode=mode,
         rank_error={n: dataset[n].quantile_error / max(dataset[n].count, 1) for n in feats},
         fingerprint=ds.fingerprint,
-        state=data_state(ds),
+        state=state,
         info=ds.info,
         images=compute_image_stats(ds, executor, jobs) if images else None,
-        sketches=concat(sketch_parts) if sketch_parts else None,
+        sketches=sketches,
     )
 
 

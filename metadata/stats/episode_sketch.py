@@ -5,19 +5,22 @@ of its order statistics: those of 1-based ranks ``ceil(j n / k)``, ``j = 1..k`` 
 ``n <= POINTS``). Each point stands for the ranks since the previous one, at most
 ``ceil(n / POINTS)``, so an episode's sketch counts ``x <= v`` within ``ceil(n / POINTS) - 1``
 and any union of episodes' sketches within the sum of theirs: less than ``N / POINTS`` of its
-``N`` frames (0.39% at 256 points). Quantiles read from the merged points aim at the middle of
-that interval, so a quantile of any set of whole episodes is within ``1 / (2 POINTS)`` in rank
-(0.2%) plus one point's weight. The points are made by the stats pass from the per-episode sort
-it already does (no other pass), and stored in ``meta/episodekit_sketches.parquet`` (one row per
-episode: ``episode_index``, ``length``, and per feature ``points/{feature}``, a list of ``D * k``
-values, dimension after dimension, in the feature's float dtype); LeRobot reads no such file.
-``edit``, ``split`` and ``merge`` take the kept episodes' rows from it instead of reading the
-data again.
+``N`` frames. Quantiles read from the merged points aim at the middle of that interval, so a
+quantile of any set of whole episodes is within ``1 / (2 POINTS)`` in rank plus one point's
+weight. ``POINTS`` is picked from the bound every stats.json we write promises, 0.005 in rank:
+``1 / (2 * 128) = 0.0039`` leaves room for the point's weight. The points are made by the stats
+pass from the per-episode sort it already does (no other pass), and stored in
+``meta/episodekit_sketches.parquet`` (one row per episode: ``episode_index``, ``length``, and per
+feature and dimension ``points/{feature}/{d}``, a list of ``k`` ascending values in the
+feature's float dtype; version 1 files held one ``points/{feature}`` list of ``D * k`` values,
+dimension after dimension, and are still read); LeRobot reads no such file. ``edit``, ``split``
+and ``merge`` take the kept episodes' rows from it instead of reading the data again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +32,15 @@ from episodekit.core.atomic import atomic_path
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
 from episodekit.core.parquet_read import read_schema, read_table
-from episodekit.core.parquet_write import write_table
+from episodekit.core.parquet_write import Encoding, RowGroupWriter
 from episodekit.metadata.stats.keys import QUANTILE_KEYS, QUANTILES
 from episodekit.metadata.stats.sketch import Sketch, lerp_quantile, order_indices
 
 SKETCHES_FILE = "meta/episodekit_sketches.parquet"
 SKETCHES_KEY = b"episodekit_sketches"
-SKETCHES_VERSION = 1
-POINTS = 256  # order statistics kept per episode and dimension (at most)
+SKETCHES_VERSION = 2  # 1: one packed ``points/{feature}`` column (still read)
+READABLE_VERSIONS = (1, 2)
+POINTS = 128  # order statistics kept per episode and dimension (at most): 1/256 rank bound
 
 
 def sketch_ranks(lengths: np.ndarray, points: int = POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -128,38 +132,54 @@ class EpisodeSketches:
         )
 
     def table(self, dtypes: dict[str, str]) -> pa.Table:
-        """The sidecar's rows (``dtypes``: feature -> info.json dtype; float32 stays float32)."""
-        start, k = self._spans()
+        """The sidecar's rows (``dtypes``: feature -> info.json dtype; float32 stays float32):
+        one ``points/{feature}/{d}`` list column per dimension, each row an episode's ``k``
+        points (the ``(D, sum k)`` arrays' rows as they are: no reordering)."""
+        _, k = self._spans()
+        offsets = pa.array(np.r_[0, np.cumsum(k)].astype(np.int32))
         cols: dict[str, pa.Array] = {
             "episode_index": pa.array(self.episode_index, pa.int64()),
             "length": pa.array(self.length, pa.int64()),
         }
         for n, pts in self.points.items():
-            dims = pts.shape[0]
-            flat = pts.reshape(-1)[_layout(start, k, dims, pts.shape[1])]
             typ = pa.float32() if dtypes.get(n) == "float32" else pa.float64()
-            offsets = pa.array(np.r_[0, np.cumsum(k * dims)].astype(np.int32))
-            cols[f"points/{n}"] = pa.ListArray.from_arrays(offsets, pa.array(flat, type=typ))
+            for d, row in enumerate(pts):
+                values = pa.array(row, type=typ)
+                cols[f"points/{n}/{d}"] = pa.ListArray.from_arrays(offsets, values)
         return pa.table(cols)
 
     @classmethod
-    def from_table(cls, t: pa.Table, features: dict[str, int], points: int) -> EpisodeSketches:
+    def from_table(
+        cls,
+        t: pa.Table,
+        features: dict[str, int],
+        points: int,
+        version: int = SKETCHES_VERSION,
+    ) -> EpisodeSketches:
         length = t["length"].to_numpy().astype(np.int64)
         k = np.minimum(length, points)
         start = np.cumsum(k) - k
         out = {}
         for n, dims in features.items():
-            col = t[f"points/{n}"].combine_chunks()
-            flat = col.flatten().to_numpy(zero_copy_only=False)
-            pts = np.empty((dims, int(k.sum())), flat.dtype)
-            pts.reshape(-1)[_layout(start, k, dims, pts.shape[1])] = flat
+            if version == 1:  # one packed column, each episode's (D, k) points dimension-major
+                flat = _values(t[f"points/{n}"])
+                pts = np.empty((dims, int(k.sum())), flat.dtype)
+                pts.reshape(-1)[_layout(start, k, dims, pts.shape[1])] = flat
+            else:
+                rows = [_values(t[f"points/{n}/{d}"]) for d in range(dims)]
+                pts = np.stack(rows) if rows else np.empty((0, int(k.sum())))
             out[n] = pts
         return cls(t["episode_index"].to_numpy().astype(np.int64), length, out, points)
 
 
+def _values(col: pa.ChunkedArray) -> np.ndarray:
+    """A list column's values, concatenated."""
+    return col.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+
+
 def _layout(start: np.ndarray, k: np.ndarray, dims: int, total: int) -> np.ndarray:
-    """Positions in a flattened ``(D, total)`` points array of the stored order: episode after
-    episode, each one's ``(D, k)`` points dimension-major."""
+    """Positions in a flattened ``(D, total)`` points array of version 1's stored order:
+    episode after episode, each one's ``(D, k)`` points dimension-major."""
     kd = k * dims
     e = np.repeat(np.arange(len(k)), kd)
     within = np.arange(int(kd.sum()), dtype=np.int64) - np.repeat(np.cumsum(kd) - kd, kd)
@@ -186,23 +206,53 @@ def concat(parts: list[EpisodeSketches]) -> EpisodeSketches:
     return merged.select(np.argsort(ep, kind="stable"))
 
 
-def write_sketches(
-    root: str | Path, sk: EpisodeSketches, info: dict, meta: dict[str, object]
-) -> None:
-    """``meta/episodekit_sketches.parquet`` under a local ``root``, atomically; ``meta`` (the
-    fingerprint, data state, ...) goes into its key-value metadata with the points and bound."""
-    feats = info.get("features") or {}
-    dtypes = {n: str((feats.get(n) or {}).get("dtype")) for n in sk.points}
-    record = {
+GROUP_EPISODES = 4096  # episodes per row group of a sidecar written from memory
+ENCODING = Encoding(compression="zstd", dictionary=False, page_index=False)
+
+
+def sketch_record(points: int, features: dict[str, int], meta: dict[str, object]) -> dict:
+    """The sidecar's key-value metadata: format, points, ``{feature: dims}``, bound, ``meta``."""
+    return {
         "version": SKETCHES_VERSION,
-        "points": sk.points_per_episode,
-        "features": {n: int(p.shape[0]) for n, p in sk.points.items()},
+        "points": int(points),
+        "features": {n: int(d) for n, d in features.items()},
         "rank_error_bound": "a union of episodes counts x <= v within sum(ceil(n/points) - 1)",
         **meta,
     }
-    table = sk.table(dtypes).replace_schema_metadata({SKETCHES_KEY: json.dumps(record)})
+
+
+def point_dtypes(info: dict, names) -> dict[str, str]:
+    """info.json dtype of each feature whose points are stored (float32 stays float32)."""
+    feats = info.get("features") or {}
+    return {n: str((feats.get(n) or {}).get("dtype")) for n in names}
+
+
+def write_sketches(root: str | Path, sk, info: dict, meta: dict[str, object]) -> None:
+    """``meta/episodekit_sketches.parquet`` under a local ``root``, atomically; ``meta`` (the
+    fingerprint, data state, ...) goes into its key-value metadata with the points and bound.
+    ``sk``: an :class:`EpisodeSketches` in memory, or the stats pass's spilled ones
+    (:class:`~episodekit.metadata.stats.sketch_spill.SpilledSketches`), copied or streamed
+    row group by row group (memory: one group)."""
     with atomic_path(Path(root) / SKETCHES_FILE) as tmp:
-        write_table(table, tmp, compression="zstd")
+        if not isinstance(sk, EpisodeSketches):
+            sk.write(tmp, meta)
+            return
+        dims = {n: int(p.shape[0]) for n, p in sk.points.items()}
+        record = sketch_record(sk.points_per_episode, dims, meta)
+        write_sketches_file(tmp, sk, point_dtypes(info, sk.points), record)
+
+
+def write_sketches_file(
+    path: str | os.PathLike, sk: EpisodeSketches, dtypes: dict[str, str], record: dict
+) -> None:
+    """``sk`` as a sidecar-format file at ``path`` (not atomic: the caller's temporary) with
+    ``record`` as its metadata, :data:`GROUP_EPISODES` episodes per row group."""
+    table = sk.table(dtypes)
+    schema = table.schema.with_metadata({SKETCHES_KEY: json.dumps(record)})
+    with RowGroupWriter(path, schema, encoding=ENCODING) as w:
+        for off in range(0, table.num_rows, GROUP_EPISODES):
+            w.write_group(table.slice(off, GROUP_EPISODES))
+        w.finish()
 
 
 def read_sketches_meta(ds: Dataset) -> dict | None:
@@ -213,7 +263,9 @@ def read_sketches_meta(ds: Dataset) -> dict | None:
         meta = json.loads((schema.metadata or {}).get(SKETCHES_KEY, b"null"))
     except (DatasetError, OSError, ValueError):
         return None
-    return meta if isinstance(meta, dict) and meta.get("version") == SKETCHES_VERSION else None
+    if isinstance(meta, dict) and meta.get("version") in READABLE_VERSIONS:
+        return meta
+    return None
 
 
 def read_episode_sketches(ds: Dataset, fingerprint: str | None = None) -> EpisodeSketches | None:
@@ -227,7 +279,9 @@ def read_episode_sketches(ds: Dataset, fingerprint: str | None = None) -> Episod
         t = read_table(ds.fs, full)
     except (DatasetError, OSError):
         return None
-    return EpisodeSketches.from_table(t, meta["features"], int(meta["points"]))
+    return EpisodeSketches.from_table(
+        t, meta["features"], int(meta["points"]), int(meta["version"])
+    )
 
 
 __all__ = [

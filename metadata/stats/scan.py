@@ -60,8 +60,9 @@ def scan_file(job: dict) -> dict:
     ``job``: root, rel, features ``{name: dims}``, points, batch_rows, and optionally spill (a
     folder) and file_id: every block's sorted columns are appended to one file there (``runs``:
     per feature, records of :class:`Spill`). Returns ``episodes`` (episode_index in file
-    order), ``count`` per episode and per feature ``min, max, mean, m2, q`` (5 x episodes x D)
-    and ``sketch`` parts [(values, weights)]."""
+    order), ``count`` per episode, ``block_episodes`` (episodes per block) and per feature
+    ``min, max, mean, m2, q`` (5 x episodes x D), ``sketch`` parts [(values, weights)] and
+    ``points``: per block the episodes' sketch points (D x their points)."""
     feats: dict[str, int] = job["features"]
     pf = _open_parquet(job["root"], job["rel"])
     columns = list(dict.fromkeys(["episode_index", *feats]))
@@ -112,6 +113,7 @@ def scan_file(job: dict) -> dict:
         "runs": {n: [r for p in parts for r in p[n]["runs"]] for n in feats},
         "episodes": np.concatenate(eps) if eps else np.zeros(0, np.int64),
         "count": np.concatenate(counts) if counts else np.zeros(0, np.int64),
+        "block_episodes": [len(e) for e in eps],
         "features": {},
     }
     for n, d in feats.items():
@@ -123,9 +125,7 @@ def scan_file(job: dict) -> dict:
             np.concatenate([p[n]["q"] for p in parts], axis=1) if parts else np.zeros((5, 0, d))
         )
         f["sketch"] = [p[n]["sketch"] for p in parts]
-        f["points"] = (
-            np.concatenate([p[n]["points"] for p in parts], axis=1) if parts else np.zeros((d, 0))
-        )
+        f["points"] = [p[n]["points"] for p in parts]  # per block: not copied together
         out["features"][n] = f
     return out
 
