@@ -16,8 +16,8 @@ fractional repeats, the same formulas with fractional frame weights (``count`` i
   quantiles are exact (``np.quantile``'s linear rule over the weighted frames). Otherwise
   (``"sketch"``, or beyond the budget) a source whose per-episode sketches are fresh
   (``meta/episodekit_sketches.parquet``, :mod:`.sketched`) brings its selected episodes'
-  sketches and per-episode moments and none of its data is read (rank error < 1/256 of its
-  frames); a source without them (LeRobot-written) is read once, each batch (about 64 MiB)
+  sketches and per-episode moments and none of its data is read (rank error about 1/256 of
+  its frames plus one point's weight); a source without them (LeRobot-written) is read once, each batch (about 64 MiB)
   compacted to ``sketch_points`` (8192) order statistics. The merged bound is recorded, and
   each source's row says what was read (``read``: ``data`` or ``sketches``);
 - features: the mixture's names (``rename``, ``drop``, ``pad_to`` as the loader's FeatureMap

@@ -110,7 +110,7 @@ def test_mixture_quantiles_from_sketches_within_bound(sources, monkeypatch):
         errs = _weighted_rank_errors(x, w, got)
         assert max(errs.values()) <= BOUND, (name, errs)
         bound = res.meta["features"][name]["rank_error"]
-        assert res.meta["features"][name]["quantiles"] == "sketch" and 0 < bound < 1 / 256
+        assert res.meta["features"][name]["quantiles"] == "sketch" and 0 < bound < BOUND
         mean = (w[:, None] * x).sum(0) / w.sum()
         std = np.sqrt((w[:, None] * (x - mean) ** 2).sum(0) / w.sum())
         np.testing.assert_allclose(got["mean"], mean, rtol=1e-9, atol=1e-9)
