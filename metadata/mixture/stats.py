@@ -17,9 +17,9 @@ fractional repeats, the same formulas with fractional frame weights (``count`` i
   (``"sketch"``, or beyond the budget) a source whose per-episode sketches are fresh
   (``meta/episodekit_sketches.parquet``, :mod:`.sketched`) brings its selected episodes'
   sketches and per-episode moments and none of its data is read (rank error about 1/256 of
-  its frames plus one point's weight); a source without them (LeRobot-written) is read once, each batch (about 64 MiB)
-  compacted to ``sketch_points`` (8192) order statistics. The merged bound is recorded, and
-  each source's row says what was read (``read``: ``data`` or ``sketches``);
+  its frames plus one point's weight); a source without them (LeRobot-written) is read once,
+  each batch (about 64 MiB) compacted to ``sketch_points`` (8192) order statistics. The merged
+  bound is recorded, and each source's row says what was read (``read``: ``data`` or ``sketches``);
 - features: the mixture's names (``rename``, ``drop``, ``pad_to`` as the loader's FeatureMap
   applies them); numeric one-dimensional features only (images/videos have no mixture stats).
   A ``pad_to`` feature has ``pad_to`` dimensions; dimension ``d`` counts only the sources
