@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from episodekit.core.parquet_read import open_data_file, read_table
 from episodekit.core.parquet_write import RowGroupWriter
@@ -74,14 +75,26 @@ class SpilledSketches:
 
 def _copy_groups(src: str, dest: str | os.PathLike, record: dict, order) -> None:
     """``src``'s row groups (in ``order``, default as they are) written to ``dest`` with
-    ``record`` as the sidecar's metadata, one group in memory at a time."""
+    ``record`` as the sidecar's metadata, one group in memory at a time. The lists keep the
+    child name the spill wrote (``item``; read back they are ``element``): the same sketches
+    give the same bytes whichever way they were published (a run whose files finished in
+    another order, on Ray or with more jobs, must write the same sidecar)."""
     with open_data_file(src) as df:
-        schema = df.schema.with_metadata({SKETCHES_KEY: json.dumps(record)})
+        plain = pa.schema([_item_lists(f) for f in df.schema])
+        schema = plain.with_metadata({SKETCHES_KEY: json.dumps(record)})
         groups = range(df.parquet.metadata.num_row_groups) if order is None else order
         with RowGroupWriter(dest, schema, encoding=ENCODING) as w:
             for g in groups:
-                w.write_group(df.read_row_group(int(g)).replace_schema_metadata(None))
+                group = df.read_row_group(int(g)).replace_schema_metadata(None)
+                w.write_group(group.cast(plain))
             w.finish()
+
+
+def _item_lists(field: pa.Field) -> pa.Field:
+    """``field`` with a list type's child named ``item`` (Arrow's default name)."""
+    if pa.types.is_list(field.type):
+        return field.with_type(pa.list_(field.type.value_field.with_name("item")))
+    return field
 
 
 class SketchSpill:

@@ -105,6 +105,24 @@ def test_files_finishing_out_of_order_come_back_in_episode_order(tmp_path, order
     np.testing.assert_array_equal(got.load().points["x"], np.concatenate(want, axis=1))
 
 
+def test_the_published_sidecar_has_the_same_bytes_whatever_order_files_finished(tmp_path):
+    """Files finishing in another order (more jobs, Ray) must not change the sidecar's bytes:
+    the in-order spill is published as it is, an out-of-order one is rewritten in order (its
+    lists once came back with another child name: 12 bytes more, and prepare on Ray differed
+    from local)."""
+    info = {"features": {"x": {"dtype": "float32", "shape": [2]}}}
+    published = []
+    for n, order in enumerate(([1, 2, 0], [0, 1, 2], [2, 0, 1])):
+        with SketchSpill({"x": 2}, info, {"fingerprint": "f"}, 8, str(tmp_path)) as spill:
+            for i in order:
+                spill.add(_parts()[i])
+            got = spill.finish()
+        dest = tmp_path / f"sidecar{n}.parquet"
+        got.write(dest, {"fingerprint": "f"})
+        published.append(dest.read_bytes())
+    assert published[0] == published[1] == published[2]
+
+
 def test_episodes_interleaved_between_files_are_sorted(tmp_path):
     parts = _parts()
     info = {"features": {"x": {"dtype": "float32", "shape": [2]}}}
