@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_workers import cpu_seconds  # stdlib only: imports in LeRobot's venv too
 
 FPS = 30
 H, W = 480, 640
@@ -51,19 +52,6 @@ NUMERIC = ("index", "episode_index", "frame_index", "timestamp", "task_index", "
 TASKS = ["pick up the red cube", "open the drawer", "fold the towel"]
 WARM = 2  # loaders: batches before the clock starts (each of the 2 workers' first)
 CASES = ("LeRobot ds[i]", "LeRobot DataLoader 2", "ours ds[i]", "ours make_loader 2")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds so far of these processes (Linux /proc; 0 elsewhere)."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
 
 
 class Clock:
@@ -79,6 +67,16 @@ class Clock:
 
 
 # --- in the LeRobot venv ------------------------------------------------------------------------
+
+
+def time_items(ds, idx: list[int], **extra: object) -> dict:
+    """``ds[i]`` over ``idx``, the first untimed (its start-up): :meth:`Clock.result`."""
+    ds[idx[0]]
+    clock = Clock()
+    clock.start()
+    for i in idx[1:]:
+        ds[i]
+    return clock.result(len(idx) - 1, **extra)
 
 
 def frame_images(ep: int, i: int, base: np.ndarray) -> dict[str, np.ndarray]:
@@ -139,12 +137,7 @@ def lerobot_measure(root: Path, mode: str, idx: list[int], batch: int, dump: str
                 f = np.stack([r[cam].numpy() for r in rows]) * 255.0
                 out[cam] = np.moveaxis(np.round(f).astype(np.uint8), 1, -1)
             np.savez(dump, **out)
-        ds[idx[0]]
-        clock = Clock()
-        clock.start()
-        for i in idx[1:]:
-            ds[i]
-        return clock.result(len(idx) - 1, backend=backend)
+        return time_items(ds, idx, backend=backend)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, sampler=idx, num_workers=2)
     n, clock, it = 0, Clock(), iter(dl)
     for i, b in enumerate(it):
@@ -170,12 +163,7 @@ def ours_measure(root: Path, mode: str, idx: list[int], batch: int, dump: str | 
             rows = [ds[i] for i in idx]
             out = {k: np.stack([np.asarray(r[k]) for r in rows]) for k in (*NUMERIC, *CAMERAS)}
             np.savez(dump, **out)
-        ds[idx[0]]
-        clock = Clock()
-        clock.start()
-        for i in idx[1:]:
-            ds[i]
-        return clock.result(len(idx) - 1)
+        return time_items(ds, idx)
     from episodekit.loaders.torch import make_loader
 
     n, clock = 0, Clock()
