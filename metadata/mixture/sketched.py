@@ -10,7 +10,7 @@ Otherwise :func:`sketched_source_stats` returns None and the caller reads the da
 - count, mean, std (Chan's merge of the episodes' moments), min, max: exact, as exact as the
   per-episode stats (``metadata stats`` writes them in float64 from the data);
 - the rank summary is the episodes' sketch points with their weights: a union of whole episodes
-  counts ``x <= v`` within ``sum(ceil(n / 256) - 1) < N / 256`` (see
+  counts ``x <= v`` within ``sum(ceil(n / POINTS) - 1) < N / POINTS`` (``POINTS`` = 128; see
   :mod:`episodekit.metadata.stats.episode_sketch`), which :class:`FeatureStats` carries as its
   ``quantile_error``, so the mixture's merge and its recorded bound stay the same as for data.
 """
@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from episodekit.core.dataset import V3, Dataset, DatasetError, episodes_files, read_parquet
 from episodekit.core.parquet_read import read_schema
-from episodekit.metadata.stats import QUANTILES, FeatureStats, data_state
+from episodekit.metadata.stats import FeatureStats, data_state
 from episodekit.metadata.stats.episode_sketch import read_episode_sketches, read_sketches_meta
 
 MOMENT_KEYS = ("count", "mean", "std", "min", "max")
@@ -113,7 +113,7 @@ def sketched_source_stats(
         return None
     picked = sk.select(rows)
     out = {}
-    for n, dims in features.items():
+    for n in features:
         m = {k: v[at] for k, v in per[n].items()}
         count = m["count"][:, 0]
         if not np.array_equal(count, picked.length):
@@ -121,20 +121,8 @@ def sketched_source_stats(
         total = float(count.sum())
         mean = (m["mean"] * count[:, None]).sum(0) / total
         m2 = (count[:, None] * (m["std"] ** 2 + (m["mean"] - mean) ** 2)).sum(0)
-        sketches = picked.sketches(n)
-        fs = FeatureStats(
-            count=int(total),
-            mass=total,
-            mean=mean,
-            m2=m2,
-            min=m["min"].min(0),
-            max=m["max"].max(0),
-            quantiles=np.zeros((len(QUANTILES), dims)),
-            sketches=sketches,
-            quantile_error=max(s.rank_error for s in sketches),
-        )
-        fs.quantiles = fs.sketch_quantiles()
-        out[n] = fs
+        moments = (mean, m2, m["min"].min(0), m["max"].max(0))
+        out[n] = FeatureStats.from_sketches(int(total), total, moments, picked.sketches(n))
     return out
 
 

@@ -28,7 +28,6 @@ from episodekit.metadata.stats.keys import (
     DEFAULT_MEMORY_MB,
     DEFAULT_SKETCH_POINTS,
     QUANTILE_MODES,
-    QUANTILES,
     numeric_features,
 )
 from episodekit.metadata.stats.scan import scan_file
@@ -127,26 +126,13 @@ def _dataset_stats(feats, per: EpisodeStats, fold: EpisodeFold) -> dict[str, Fea
     total = int(per.count.sum())
     w = per.count.astype(np.float64)[:, None]
     for n, d in feats.items():
-        mean, m2, lo, hi = _moments(per, n, w, total)
         sketches = []
         for j in range(d):
             values, weights, error = fold.summary(n, j)
             order = np.argsort(values, kind="stable")
             sketches.append(Sketch(values[order], weights[order], error).compact(SKETCH_CAP))
-        error = max(s.rank_error for s in sketches)
-        fs = FeatureStats(
-            count=total,
-            mass=float(total),
-            mean=mean,
-            m2=m2,
-            min=lo,
-            max=hi,
-            quantiles=np.zeros((len(QUANTILES), d)),
-            sketches=sketches,
-            quantile_error=error,
-        )
-        fs.quantiles = fs.sketch_quantiles()
-        out[n] = fs
+        moments = _moments(per, n, w, total)
+        out[n] = FeatureStats.from_sketches(total, float(total), moments, sketches)
     return out
 
 

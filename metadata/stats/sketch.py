@@ -112,6 +112,27 @@ class FeatureStats:
     sketches: list[Sketch]
     quantile_error: float = 0.0  # rank-error bound of ``quantiles`` (in units of mass)
 
+    @classmethod
+    def from_sketches(
+        cls, count: int, mass: float, moments: tuple[np.ndarray, ...], sketches: list[Sketch]
+    ) -> FeatureStats:
+        """The stats of ``moments`` (mean, m2, min, max) with quantiles read from ``sketches``
+        and their largest rank-error bound."""
+        mean, m2, lo, hi = moments
+        fs = cls(
+            count=count,
+            mass=mass,
+            mean=mean,
+            m2=m2,
+            min=lo,
+            max=hi,
+            quantiles=np.zeros((len(QUANTILES), len(sketches))),
+            sketches=sketches,
+            quantile_error=max(s.rank_error for s in sketches),
+        )
+        fs.quantiles = fs.sketch_quantiles()
+        return fs
+
     @property
     def std(self) -> np.ndarray:
         return np.sqrt(np.maximum(self.m2 / self.mass, 0.0))
@@ -181,17 +202,7 @@ def merge_stats(
             )
             for d in range(dims)
         ]
-        merged = FeatureStats(
-            count=int(sum(f.count for f in fs)),
-            mass=float(total),
-            mean=mean,
-            m2=m2,
-            min=np.min(np.stack([f.min for f in fs]), 0),
-            max=np.max(np.stack([f.max for f in fs]), 0),
-            quantiles=np.zeros((len(QUANTILES), dims)),
-            sketches=sketches,
-            quantile_error=max(s.rank_error for s in sketches),
-        )
-        merged.quantiles = merged.sketch_quantiles()
-        out[name] = merged
+        lo, hi = np.min(np.stack([f.min for f in fs]), 0), np.max(np.stack([f.max for f in fs]), 0)
+        count = int(sum(f.count for f in fs))
+        out[name] = FeatureStats.from_sketches(count, float(total), (mean, m2, lo, hi), sketches)
     return out
