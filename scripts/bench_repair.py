@@ -17,12 +17,13 @@ rows never written. The same child writes the same rows through a closed writer:
 
 Measured alternately, each in a fresh process (after its imports), --rounds times (the machine
 is shared and noisy: every ratio is the median of the per-round ratios): `pq.read_table(intact
-copy)` and `repair(ROOT, RepairOptions(out=OUT))` (inspection, salvage, rebuilt rows, copy, stats
-with exact quantiles and the sketch sidecar, verification by decoding every row again, publish),
+copy)` and `repair(ROOT, RepairOptions(out=OUT))` (inspection, salvage, rebuilt rows, copy,
+verification by decoding every row again while counting each feature's values over its range,
+stats.json with exact quantiles selected in one more pass, publish),
 and with --baseline the same repair run by another interpreter (one whose episodekit is an older
 checkout: before/after in one run). Reported: wall time and CPU time (user + sys, every thread)
-of each; the share of repair's stats step (``write_stats_json``: exact quantiles, sketches; timed
-apart inside the repair process); each process's peak RSS above its RSS after the imports, and
+of each; the share of repair's stats step (``build_stats``: the exact quantiles' selection pass;
+timed apart inside the repair process); each process's peak RSS above its RSS after the imports, and
 repair's peak before its stats step, next to the largest row group (uncompressed) and the file
 size. Writes under --dir (default: $EPISODEKIT_BENCH/repair, else ./bench-data/repair).
 """
@@ -126,15 +127,15 @@ from episodekit.writers.repair import RepairOptions, repair
 start = rss("VmRSS:")
 what, path, out = sys.argv[1], sys.argv[2], sys.argv[3]
 stats = {}
-inner = repair_build.write_stats_json
-def timed(*args, **kwargs):  # repair's stats step (exact quantiles, sketches): timed apart
+inner = repair_build.build_stats
+def timed(*args, **kwargs):  # repair's stats step (the exact quantiles' selection): timed apart
     stats["peak_before"] = rss("VmHWM:")
     t, c = time.perf_counter(), cpu()
     try:
         return inner(*args, **kwargs)
     finally:
         stats.update(seconds=time.perf_counter() - t, cpu=cpu() - c)
-repair_build.write_stats_json = timed
+repair_build.build_stats = timed
 t0, c0 = time.perf_counter(), cpu()
 if what == "read":
     rows = pq.read_table(path).num_rows
@@ -226,7 +227,7 @@ def main() -> None:
     print(
         f"repair / pq.read_table, median of {args.rounds} rounds: wall {ratio('repair', 'read')}, "
         f"CPU {ratio('repair', 'read', 'cpu')} (bar <= 2x); of the wall ratio, its stats step "
-        f"(exact quantiles, sketches) {stats:.2f}x and the rest {rest:.2f}x"
+        f"(the exact quantiles' selection pass) {stats:.2f}x and the rest {rest:.2f}x"
     )
     if args.baseline:
         print(

@@ -87,17 +87,31 @@ def _renumbered(n: str, found: list[Finding]) -> list[Finding]:
     return [Finding("stats.recompute", WARNING, msg, found[0].file, found[0].episode)]
 
 
-def _recompute_lerobot(raw, ds, feats, dataset, ep, episodes, ours: bool) -> list[Finding]:
+def _exact_quantiles(ds, names: list[str], executor: str) -> dict[str, np.ndarray] | None:
+    """The data's exact quantiles (5 x D) of features ``names`` (None when they cannot be
+    computed: the LeRobot-way findings stand)."""
+    try:
+        res = compute_stats(ds, features=names, quantiles="exact", executor=executor)
+    except (DatasetError, OSError, ValueError, pa.ArrowException):
+        return None
+    return {n: res.dataset[n].quantiles for n in names}
+
+
+def _recompute_lerobot(
+    raw, ds, feats, dataset, ep, episodes, ours: bool, executor: str = "local"
+) -> list[Finding]:
     """``--deep`` on stats episodekit did not write: recompute them LeRobot's way (see
     metadata/lerobot_stats.py) and compare; the dataset's quantiles may be LeRobot 0.4.4's
-    count-weighted mean of the episodes' or its later envelope. ``ours``: the dataset's
-    quantiles came from the episodes' sketches (edit, split, merge, repair): judged by their
-    rank (``stats.quantile_rank``), not here."""
+    count-weighted mean of the episodes' or its later envelope, or the data's exact quantiles
+    (``repair`` writes those; computed only for a feature whose quantiles are neither of
+    LeRobot's). ``ours``: the dataset's quantiles came from the episodes' sketches (edit,
+    split, merge): judged by their rank (``stats.quantile_rank``), not here."""
     try:
         per = _lerobot_episode_stats(ds, feats)
     except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
         return [Finding("stats.recompute", ERROR, f"cannot recompute: {exc}")]
     out = []
+    exact_q: dict[str, np.ndarray | None] = {}
     how = f"recomputed LeRobot's way, tolerance float32 rounding + {ORDER_TOLERANCE}"
     for n in feats:
         if not per[n] or set(per[n]) != set(ep.tolist()):
@@ -122,6 +136,11 @@ def _recompute_lerobot(raw, ds, feats, dataset, ep, episodes, ours: bool) -> lis
             good = _lerobot_close(k, v, agg[k].astype(np.float64), agg)
             if k in env:
                 good |= _lerobot_close(k, v, env[k], agg)
+            if not np.all(good) and k in QUANTILE_KEYS:
+                if n not in exact_q:
+                    exact_q.update(_exact_quantiles(ds, [n], executor) or {n: None})
+                if exact_q[n] is not None:
+                    good |= close_enough(v, exact_q[n][QUANTILE_KEYS.index(k)], scale)
             if not np.all(good):
                 j = int(np.flatnonzero(~good)[0])
                 msg = (
@@ -143,7 +162,7 @@ def recompute_findings(raw: RawRoot, feats, dataset, ep, episodes, executor: str
     if meta is None:
         sk = read_sketches_meta(ds) or {}
         ours = sk.get("fingerprint") == ds.fingerprint and sk.get("stats") == "quantiles"
-        return _recompute_lerobot(raw, ds, feats, dataset, ep, episodes, ours)
+        return _recompute_lerobot(raw, ds, feats, dataset, ep, episodes, ours, executor)
     mode = "sketch" if "sketch" in (meta.get("quantiles") or {}).values() else "exact"
     try:
         res = compute_stats(ds, features=list(feats), quantiles=mode, executor=executor)

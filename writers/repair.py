@@ -49,6 +49,7 @@ from episodekit.core.lock import LOCK_NAME, remove_if_only_lock, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_read import DataFile, open_data_file
 from episodekit.core.progress import current
+from episodekit.metadata.stats.range_counts import RangeCounts, counted
 from episodekit.writers import repair_build
 from episodekit.writers.repair_inspect import inspect_root
 from episodekit.writers.repair_plan import RepairPlan, plan_repair
@@ -187,9 +188,11 @@ def _stage(
         else:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
-    repair_build.build_stats(plan, staging, staged, episodes)
+    stats = repair_build.lerobot_stats(plan, episodes)
     say("verifying the repaired root")
-    verify(plan, staging, options.executor)
+    counts = verify(plan, staging, options.executor, repair_build.value_ranges(plan, stats))
+    repair_build.build_stats(plan, staging, staged, stats, counts)
+    _verify_videos(plan, staging)
     return staged
 
 
@@ -401,18 +404,24 @@ def _undo(root: Path, backup: Path, manifest: dict) -> None:
 # Verification
 
 
-def _verify_file(job: tuple[str, int, list[int], list[int]], staging: str) -> None:
+def _verify_file(
+    job: tuple[str, int, list[int], list[int]], shared: tuple[str, dict | None]
+) -> dict[str, RangeCounts] | None:
     """One output data file decoded whole: ``index`` consecutive from its first, its episodes
-    (``episode_index`` runs) and their lengths as planned."""
+    (``episode_index`` runs) and their lengths as planned; with ``ranges`` (feature -> lo, hi
+    per dimension), each feature's values counted over them from the same decoded rows (the
+    first pass of the exact quantiles: :func:`verify`)."""
+    staging, ranges = shared
     rel, first, episodes, lengths = job
     expect = np.repeat(np.asarray(episodes, np.int64), lengths)
+    counts = {n: RangeCounts.over(lo, hi) for n, (lo, hi) in (ranges or {}).items()}
     at = 0
     with open_data_file(os.path.join(staging, rel), shared_footer=False) as pf:
         meta = pf.metadata
         rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         if meta.num_rows != sum(rows):
             raise RepairVerificationError(f"{rel}: its footer counts rows differently")
-        for batch in _row_group_batches(pf, rows):
+        for batch in counted(_row_group_batches(pf, rows), counts):
             n = batch.num_rows
             idx = batch.column("index").to_numpy()
             ep = batch.column("episode_index").to_numpy()
@@ -423,6 +432,7 @@ def _verify_file(job: tuple[str, int, list[int], list[int]], staging: str) -> No
             at += n
     if at != len(expect):
         raise RepairVerificationError(f"{rel}: {at} rows, the plan has {len(expect)}")
+    return counts if ranges is not None else None
 
 
 def _row_group_batches(pf: DataFile, rows: list[int]):
@@ -439,9 +449,14 @@ def _row_group_batches(pf: DataFile, rows: list[int]):
             group, total = [], 0
 
 
-def verify(plan: RepairPlan, staging: Path, executor: str = "local") -> None:
-    """Check the staged root against the plan (module docstring); raise
-    :class:`RepairVerificationError` naming the first difference."""
+def verify(
+    plan: RepairPlan, staging: Path, executor: str = "local", ranges: dict | None = None
+) -> dict[str, RangeCounts] | None:
+    """Check the staged data against the plan (module docstring); raise
+    :class:`RepairVerificationError` naming the first difference. With ``ranges`` (feature ->
+    lo, hi per dimension), also return each feature's values counted over them
+    (:class:`~episodekit.metadata.stats.range_counts.RangeCounts`), from the rows the check
+    decodes: the exact quantiles' first pass costs no read of its own."""
     try:
         ds = open_dataset(str(staging))
     except DatasetError as exc:
@@ -454,9 +469,18 @@ def verify(plan: RepairPlan, staging: Path, executor: str = "local") -> None:
         rel, f, eps, ns = jobs.get(e.data.rel, (e.data.rel, e.first_index, [], []))
         jobs[rel] = (rel, f, [*eps, e.index], [*ns, e.length])
     workers = 1 if executor == "local" else None
-    for _ in imap_files(_verify_file, list(jobs.values()), executor, workers, shared=str(staging)):
-        pass
-    _verify_videos(plan, staging)
+    counts: dict[str, RangeCounts] | None = None
+    for _, part in imap_files(
+        _verify_file, list(jobs.values()), executor, workers, shared=(str(staging), ranges)
+    ):
+        if part is None:
+            continue
+        if counts is None:
+            counts = part
+        else:
+            for name, rc in part.items():
+                counts[name].merge(rc)
+    return counts
 
 
 def _verify_videos(plan: RepairPlan, staging: Path) -> None:

@@ -24,14 +24,15 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core import parquet_salvage as ps
-from episodekit.core.atomic import atomic_path
+from episodekit.core.atomic import atomic_path, atomic_write_text
+from episodekit.core.dataset import open_dataset
 from episodekit.core.parquet_read import read_table
 from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
-from episodekit.metadata.stats.episode_sketch import SKETCHES_FILE
+from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, numeric_features
+from episodekit.metadata.stats.range_counts import RangeCounts, exact_from_counts
 from episodekit.writers import meta as meta_mod
 from episodekit.writers import repair_meta, repair_schema
 from episodekit.writers.repair_plan import Episode, RepairPlan
-from episodekit.writers.stats_quantiles import write_stats_json
 
 INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
 
@@ -196,16 +197,58 @@ def build_tables(plan: RepairPlan, staging: Path, staged: Staged) -> None:
         staged.written[INFO] = "totals and splits"
 
 
-def build_stats(plan: RepairPlan, staging: Path, staged: Staged, episodes: pa.Table) -> None:
-    """stats.json (also when the old one agrees with the kept episodes): what LeRobot's recorder
-    writes for them (its aggregation of their per-episode stats, episode after episode, which
-    is also what ``validate --deep`` checks LeRobot's per-episode stats against), except the
-    quantiles: those of the kept data, exact (:mod:`episodekit.writers.stats_quantiles`)."""
-    info = plan.inventory.info
-    stats = repair_schema.lerobot_dataset_stats(info, episodes)
-    _dest(staging, STATS).parent.mkdir(parents=True, exist_ok=True)
-    if write_stats_json(staging, None, stats):  # quantiles exact, with the episodes' sketches
-        staged.written[SKETCHES_FILE] = "the kept episodes' quantile sketches"
+def lerobot_stats(plan: RepairPlan, episodes: pa.Table) -> dict:
+    """What LeRobot's recorder writes in stats.json for the kept episodes: its aggregation of
+    their per-episode stats, episode after episode (also what ``validate --deep`` checks
+    LeRobot's per-episode stats against). Its quantiles are replaced by :func:`build_stats`."""
+    return repair_schema.lerobot_dataset_stats(plan.inventory.info, episodes)
+
+
+def value_ranges(plan: RepairPlan, stats: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per numeric feature with quantile keys, the kept episodes' min and max per dimension
+    (from their own stats): the range the verification counts its values over. A feature
+    whose range is not finite is left out (its quantiles come from a pass of their own)."""
+    out = {}
+    for name, dims in numeric_features(plan.inventory.info).items():
+        st = stats.get(name) or {}
+        if not any(k in st for k in QUANTILE_KEYS) or "min" not in st or "max" not in st:
+            continue
+        lo = np.asarray(st["min"], np.float64).reshape(-1)
+        hi = np.asarray(st["max"], np.float64).reshape(-1)
+        if len(lo) == len(hi) == dims and np.isfinite(lo).all() and np.isfinite(hi).all():
+            out[name] = (lo, np.maximum(lo, hi))
+    return out
+
+
+def build_stats(
+    plan: RepairPlan,
+    staging: Path,
+    staged: Staged,
+    stats: dict,
+    counts: dict[str, RangeCounts] | None = None,
+) -> None:
+    """stats.json (also when the old one agrees with the kept episodes): ``stats``
+    (:func:`lerobot_stats`) with every quantile key of a numeric feature exact over the kept
+    data: selected in one pass from the verification's ``counts``
+    (:mod:`episodekit.metadata.stats.range_counts`); a feature they lack (a range that is
+    not finite, NaN values) by the stats pass (``compute_stats``). No sketch sidecar: it
+    would cost a sort of every episode (``episodekit metadata stats`` writes one)."""
+    feats = {
+        n: d
+        for n, d in numeric_features(plan.inventory.info).items()
+        if any(k in (stats.get(n) or {}) for k in QUANTILE_KEYS)
+    }
+    rels = sorted({e.data.rel for e in plan.kept})
+    quantiles = exact_from_counts(str(staging), rels, counts or {}) if feats else {}
+    rest = [n for n in feats if n not in quantiles]
+    if rest:
+        res = compute_stats(open_dataset(str(staging)), features=rest)
+        quantiles.update({n: res.dataset[n].quantiles for n in rest})
+    for n, q in quantiles.items():
+        for i, key in enumerate(QUANTILE_KEYS):
+            if key in stats[n]:
+                stats[n][key] = q[i].tolist()
+    atomic_write_text(_dest(staging, STATS), json.dumps(stats, indent=4))
     staged.written[STATS] = (
         f"recomputed for the {len(plan.kept)} kept episodes"
         if plan.stats_reason
@@ -215,7 +258,7 @@ def build_stats(plan: RepairPlan, staging: Path, staged: Staged, episodes: pa.Ta
 
 def build(plan: RepairPlan, staging: Path) -> tuple[Staged, pa.Table]:
     """Every changed file of the output under ``staging``, except stats.json (see
-    :func:`build_stats`, which needs the whole staged root)."""
+    :func:`build_stats`, which needs the verified root)."""
     staged = Staged()
     build_data(plan, staging, staged)
     episodes = build_episodes(plan, staging, staged)

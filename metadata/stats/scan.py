@@ -20,19 +20,19 @@ from episodekit.metadata.stats.keys import (
 from episodekit.metadata.stats.spill import Spill
 
 
-def _open_parquet(root: str, rel: str) -> DataFile:
+def open_parquet(root: str, rel: str) -> DataFile:
     """One data file of ``root``, opened through the data-file layer (its errors name the file);
-    :func:`_batches` closes it."""
+    :func:`batches` closes it."""
     fs, path = resolve_root(root)
     return open_data_file(posixpath.join(path, rel), fs)
 
 
-def _batches(df: DataFile, columns: list[str], rows: int):
+def batches(df: DataFile, columns: list[str], rows: int, threads: bool = False):
     """The file's rows in blocks of at most ``rows`` rows: consecutive row groups that fit are
     decoded together (whole row groups decode faster than record batches, and LeRobot's
     one-group-per-episode files do not become one block per episode); a larger row group is
-    cut into record batches. Single-threaded (these run as executor jobs); the file is closed
-    at the end, or when the caller stops early."""
+    cut into record batches. Single-threaded unless ``threads`` (these run as executor jobs);
+    the file is closed at the end, or when the caller stops early."""
     with df:
         missing = [c for c in columns if c not in df.schema.names]
         if missing:
@@ -41,17 +41,17 @@ def _batches(df: DataFile, columns: list[str], rows: int):
         with parquet_errors(df.path):
             for i, n in enumerate(df.row_group_rows().tolist()):
                 if groups and held + n > rows:
-                    yield pf.read_row_groups(groups, columns=columns, use_threads=False)
+                    yield pf.read_row_groups(groups, columns=columns, use_threads=threads)
                     groups, held = [], 0
                 if n > rows:
                     yield from pf.iter_batches(
-                        batch_size=rows, row_groups=[i], columns=columns, use_threads=False
+                        batch_size=rows, row_groups=[i], columns=columns, use_threads=threads
                     )
                     continue
                 groups.append(i)
                 held += n
             if groups:
-                yield pf.read_row_groups(groups, columns=columns, use_threads=False)
+                yield pf.read_row_groups(groups, columns=columns, use_threads=threads)
 
 
 def scan_file(job: dict) -> dict:
@@ -64,7 +64,7 @@ def scan_file(job: dict) -> dict:
     ``min, max, mean, m2, q`` (5 x episodes x D), ``sketch`` parts [(values, weights)] and
     ``points``: per block the episodes' sketch points (D x their points)."""
     feats: dict[str, int] = job["features"]
-    pf = _open_parquet(job["root"], job["rel"])
+    pf = open_parquet(job["root"], job["rel"])
     columns = list(dict.fromkeys(["episode_index", *feats]))
     parts: list[dict] = []
     eps: list[np.ndarray] = []
@@ -84,7 +84,7 @@ def scan_file(job: dict) -> dict:
         )
 
     try:
-        for batch in _batches(pf, columns, job["batch_rows"]):
+        for batch in batches(pf, columns, job["batch_rows"]):
             ep = batch.column("episode_index").to_numpy().astype(np.int64, copy=False)
             if not len(ep):
                 continue
@@ -134,10 +134,10 @@ def refine_file(job: dict) -> dict:
     """Pass 2 over one data file (exact quantiles): per feature and bracket ``(lo, hi)`` (5 x D
     each), how many values are ``<= lo`` and the values strictly inside ``(lo, hi)``."""
     feats: dict[str, int] = job["features"]
-    pf = _open_parquet(job["root"], job["rel"])
+    pf = open_parquet(job["root"], job["rel"])
     below = {n: np.zeros((len(QUANTILES), d), np.int64) for n, d in feats.items()}
     found: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {n: [] for n in feats}
-    for batch in _batches(pf, list(feats), job["batch_rows"]):
+    for batch in batches(pf, list(feats), job["batch_rows"]):
         for n, d in feats.items():
             x = feature_values(batch.column(n), d, n).astype(np.float64)
             for i in range(len(QUANTILES)):
@@ -149,7 +149,7 @@ def refine_file(job: dict) -> dict:
     return {
         "below": below,
         "inside": {
-            n: _run_length(*(np.concatenate([f[i] for f in parts]) for i in range(3)))
+            n: run_length(*(np.concatenate([f[i] for f in parts]) for i in range(3)))
             if parts
             else (np.zeros(0, np.int8), np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64))
             for n, parts in found.items()
@@ -157,7 +157,7 @@ def refine_file(job: dict) -> dict:
     }
 
 
-def _run_length(qi: np.ndarray, dim: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, ...]:
+def run_length(qi: np.ndarray, dim: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, ...]:
     """Candidates as distinct (quantile, dimension, value) with their counts: a tie (a constant
     or few-valued dimension) travels as one entry, not as every frame that holds it."""
     if not len(val):
@@ -177,9 +177,9 @@ def count_file(job: dict) -> dict:
     ``job["edges"]`` (5 x D x B+1), how many values are ``<=`` it, NaN counted as
     :func:`refine_file` counts it (a few KiB back)."""
     feats: dict[str, int] = job["features"]
-    pf = _open_parquet(job["root"], job["rel"])
+    pf = open_parquet(job["root"], job["rel"])
     cum = {n: np.zeros(job["edges"][n].shape, np.int64) for n in feats}
-    for batch in _batches(pf, list(feats), job["batch_rows"]):
+    for batch in batches(pf, list(feats), job["batch_rows"]):
         for n, d in feats.items():
             x = np.sort(feature_values(batch.column(n), d, n).astype(np.float64), axis=0)
             nan = np.isnan(x).sum(axis=0)

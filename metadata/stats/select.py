@@ -18,7 +18,7 @@ from episodekit.metadata.stats.sketch import (
 from episodekit.metadata.stats.spill import Run, RunReader
 
 
-def _brackets(fs: FeatureStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+def brackets(fs: FeatureStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
     """Per quantile and dimension, values ``lo < x_(k0) <= x_(k1) <= hi`` from the summary, the
     order statistics k0, k1 and an upper bound on the candidates inside the brackets."""
     dims = len(fs.sketches)
@@ -39,7 +39,7 @@ def _brackets(fs: FeatureStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return lo, hi, np.array(k0s), np.array(k1s), bound
 
 
-def _select(
+def select_candidates(
     fs: FeatureStats, brackets: tuple, below: np.ndarray, inside: tuple[np.ndarray, ...]
 ) -> None:
     """Exact quantiles from the bracket counts and the sorted candidates (in place).
@@ -72,7 +72,7 @@ def _select(
 def exact_from_runs(runs: list[Run], fs: FeatureStats) -> None:
     """Exact quantiles by selection over the spilled sorted runs: per run and bracket, two
     searches (one window read each) and the values inside the bracket."""
-    br = _brackets(fs)
+    br = brackets(fs)
     lo, hi = br[0], br[1]
     below = np.zeros(lo.shape, np.int64)
     found = []
@@ -105,7 +105,7 @@ def exact_from_runs(runs: list[Run], fs: FeatureStats) -> None:
         np.concatenate([f[k] for f in found]) if found else np.zeros(0, t)
         for k, t in enumerate((np.int8, np.int32, np.float64))
     )
-    _select(fs, br, below, inside)
+    select_candidates(fs, br, below, inside)
 
 
 def exact_quantiles(
@@ -125,13 +125,13 @@ def exact_quantiles(
     returns a histogram of its values inside each bracket, :data:`REFINE_BINS` bins: a few KiB)
     until it fits or stops shrinking (ties), and the candidates travel run-length encoded.
     Still exact: only where the wanted order statistics lie is narrowed down."""
-    brackets = {n: _brackets(dataset[n]) for n in feats}
+    brs = {n: brackets(dataset[n]) for n in feats}
     for _ in range(REFINE_ROUNDS):
-        bound = sum(b[4] for b in brackets.values())
+        bound = sum(b[4] for b in brs.values())
         if bound <= REFINE_CANDIDATES:
             break
-        brackets = _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows)
-        if sum(b[4] for b in brackets.values()) > bound / 2:
+        brs = _narrow(root, rels, feats, dataset, brs, executor, jobs, batch_rows)
+        if sum(b[4] for b in brs.values()) > bound / 2:
             break  # what is left are ties: they travel run-length encoded
     todo = [
         {
@@ -139,8 +139,8 @@ def exact_quantiles(
             "rel": rel,
             "features": feats,
             "batch_rows": batch_rows,
-            "lo": {n: b[0] for n, b in brackets.items()},
-            "hi": {n: b[1] for n, b in brackets.items()},
+            "lo": {n: b[0] for n, b in brs.items()},
+            "hi": {n: b[1] for n, b in brs.items()},
         }
         for rel in rels
     ]
@@ -148,7 +148,7 @@ def exact_quantiles(
     for n in feats:
         below = sum(r["below"][n] for r in results)
         inside = tuple(np.concatenate([r["inside"][n][k] for r in results]) for k in range(4))
-        _select(dataset[n], brackets[n], below, inside)
+        select_candidates(dataset[n], brs[n], below, inside)
 
 
 REFINE_CANDIDATES = 2_000_000  # candidate values gathered at most (~26 MB), else narrow first
@@ -160,7 +160,7 @@ def _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows):
     """One counting round: per feature, quantile and dimension, a histogram of the values
     inside ``(lo, hi]`` over :data:`REFINE_BINS` equal bins; the new bracket is the bins that
     hold the order statistics ``k0`` and ``k1``. Returns the new brackets (same shape as
-    :func:`_brackets`' with the bound now an exact count)."""
+    :func:`brackets`' with the bound now an exact count)."""
     edges = {}
     for n, (lo, hi, _k0, _k1, _) in brackets.items():
         base = np.where(np.isfinite(lo), lo, np.nextafter(dataset[n].min[None, :], -np.inf))

@@ -323,12 +323,11 @@ def _feature_file(src: Path, tmp: Path) -> Path:
         ("drop-frames-video", "vid24", "stats.json"),  # after the smart cut wrote its mp4s
         ("add-feature", "rec40", "info.json"),
         ("repair", "crash_rec7", "stats.json"),
-        ("repair", "crash_rec7", "episodekit_sketches"),
     ],
 )
 def test_newer_write_paths_killed_publish_nothing(tmp_path, case, fixture, hook):
     """kill -9 just before one of the newer write paths' files is published (frame cuts,
-    smart-cut video, an added feature, repair's stats and sketches): --out stays empty, the
+    smart-cut video, an added feature, repair's stats): --out stays empty, the
     source is unchanged, only our marked staging is left, and the rerun completes and removes
     it."""
     src = copy_fixture(fixture, tmp_path / "src")

@@ -651,12 +651,12 @@ def test_narrowed_brackets_give_numpys_quantiles(make_sample, monkeypatch, candi
 
 
 def test_candidates_travel_run_length_encoded():
-    from episodekit.metadata.stats.scan import _run_length
+    from episodekit.metadata.stats.scan import run_length
 
     qi = np.array([0, 0, 0, 1, 1, 0], np.int8)
     dim = np.array([2, 2, 2, 2, 2, 1], np.int32)
     val = np.array([5.0, 5.0, 3.0, 5.0, 5.0, 5.0])
-    got = _run_length(qi, dim, val)
+    got = run_length(qi, dim, val)
     assert [a.tolist() for a in got] == [
         [0, 0, 0, 1],
         [1, 2, 2, 2],
