@@ -20,8 +20,8 @@ from episodekit.metadata.stats import (
     QUANTILE_KEYS,
     STAT_KEYS,
 )
+from episodekit.metadata.stats.episode_merge import MERGED_KEYS, EpisodeMerge
 from episodekit.validate.raw import ERROR, Finding, RawRoot
-from episodekit.validate.stats_merge import MERGED_KEYS, EpisodeMerge
 from episodekit.validate.stats_rules import (
     ORDER_TOLERANCE,
     missing_finding,

@@ -17,10 +17,10 @@ from episodekit.metadata.stats import (
     STATS_FILE,
     read_summary_meta,
 )
+from episodekit.metadata.stats.episode_merge import MERGED_KEYS, EpisodeMerge
 from episodekit.validate.artifacts import dataset_from_raw
 from episodekit.validate.raw import ERROR, Finding, RawRoot
 from episodekit.validate.stats_episodes import order_rows
-from episodekit.validate.stats_merge import MERGED_KEYS, EpisodeMerge
 from episodekit.validate.stats_rules import (
     LEROBOT_BINS,
     LEROBOT_PAD,

@@ -12,8 +12,8 @@ from episodekit.metadata.stats import (
     QUANTILE_KEYS,
     STATS_FILE,
 )
+from episodekit.metadata.stats.episode_merge import MERGED_KEYS
 from episodekit.validate.raw import ERROR, WARNING, Finding
-from episodekit.validate.stats_merge import MERGED_KEYS
 
 RTOL = 1e-6
 ATOL = 1e-9

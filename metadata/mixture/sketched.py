@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from episodekit.core.dataset import V3, Dataset, DatasetError, episodes_files, read_parquet
 from episodekit.core.parquet_read import read_schema
 from episodekit.metadata.stats import FeatureStats, data_state
+from episodekit.metadata.stats.episode_merge import EpisodeMerge
 from episodekit.metadata.stats.episode_sketch import read_episode_sketches, read_sketches_meta
 
 MOMENT_KEYS = ("count", "mean", "std", "min", "max")
@@ -118,10 +119,12 @@ def sketched_source_stats(
         count = m["count"][:, 0]
         if not np.array_equal(count, picked.length):
             return None  # the episodes' stats are not of these episodes' frames
-        total = float(count.sum())
-        mean = (m["mean"] * count[:, None]).sum(0) / total
-        m2 = (count[:, None] * (m["std"] ** 2 + (m["mean"] - mean) ** 2)).sum(0)
-        moments = (mean, m2, m["min"].min(0), m["max"].max(0))
+        merge = EpisodeMerge()
+        merge.add(m)
+        if merge.mean is None:
+            return None  # no frames to weigh
+        moments = (merge.mean, merge.m2, merge.min, merge.max)
+        total = merge.count
         out[n] = FeatureStats.from_sketches(int(total), total, moments, picked.sketches(n))
     return out
 

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.metadata.stats import STATS_FILE, ensure_stats, numeric_features
+from episodekit.metadata.stats.episode_merge import EpisodeMerge
 from episodekit.validate import stats as checks_stats
 from episodekit.validate.raw import read_raw
 from episodekit.validate.stats_episodes import episode_part
-from episodekit.validate.stats_merge import EpisodeMerge
 
 SPEC = {"episodes": 24, "tasks": 3, "seed": 11, "data_files_size_in_mb": 0.06}
 

@@ -1,6 +1,7 @@
 """The counts-weighted merge of per-episode stats (min, max, mean, std, count), folded one chunk
-of episodes at a time (an episodes file), so that ``stats.consistent`` holds a few vectors per
-feature instead of every episode's stats.
+of episodes at a time (an episodes file): ``validate``'s ``stats.consistent`` holds a few vectors
+per feature instead of every episode's stats, and a mixture's sketched source
+(:mod:`episodekit.metadata.mixture.sketched`) takes its moments from its episodes' stats.
 
 Each chunk becomes ``(n, mean, M2)`` exactly as the merge of all episodes would compute it
 restricted to the chunk (``n = sum(count)``, ``mean = sum(count * mean) / n``,
