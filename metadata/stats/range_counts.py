@@ -155,6 +155,7 @@ def threaded(
             yield batch
             for f in pending:
                 f.result()
+            pa.default_memory_pool().release_unused()
             pending = [pool.submit(run, g, batch) for g in groups]
         for f in pending:
             f.result()
