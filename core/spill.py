@@ -3,21 +3,23 @@
 The stats pass spills to local disk (sorted runs, per-episode stats, the sketches) in folders
 made by :func:`spill_folder` under ``dir`` (``spill_dir``; default the system's temporary
 folder, ``TMPDIR``). Each holds :data:`SPILL_MARKER`, a small JSON file naming its owner: pid,
-the process's start time (``/proc/<pid>/stat``), the boot id and the host. The folder goes when
-its owner is done with it (the ``with`` block ends, on an error or Ctrl-C too, or the object
-holding it is collected); a ``kill -9`` (or an OOM kill) leaves it behind, so before making a
-folder :func:`remove_stale` lists the same parent and removes a sibling only when ALL hold:
+the process's start time (``/proc/<pid>/stat``), the boot id, the pid namespace and the host.
+The folder goes when its owner is done with it (the ``with`` block ends, on an error or Ctrl-C
+too, or the object holding it is collected); a ``kill -9`` (or an OOM kill) leaves it behind,
+so before making a folder :func:`remove_stale` lists the same parent and removes a sibling only
+when ALL hold:
 
 - its name starts with one of our :data:`PREFIXES`, and it is a real folder (not a link) of
   this user;
-- it holds our marker (a regular file, valid JSON with the fields above) naming this host;
+- it holds our marker (a regular file, valid JSON with the fields above) naming this host and
+  this pid namespace (a container sharing the folder has pids of its own);
 - its owner is provably gone: another boot, no such pid (or a zombie), or the pid now belongs to
   a process started at another time (reused).
 
 Anything else stays: a look-alike ``episodekit-stats-x`` without our marker, a folder of a live
-run (another process's, or this one's), another machine's on a shared disk, a folder we may not
-remove (a read-only parent: the run goes on without removing it). Never a pattern: one listing,
-each entry checked by itself.
+run (another process's, or this one's), another machine's or container's on a shared disk, a
+folder we may not remove (a read-only parent: the run goes on without removing it). Never a
+pattern: one listing, each entry checked by itself.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ PREFIXES = ("episodekit-stats-", "episodekit-sketches-", "episodekit-episode-sta
 MARKER_MAX = 4096  # bytes of a marker read at most (ours are ~150)
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # a marker is read without following a link (nor blocking on a FIFO planted under its name)
+OPTIONAL = ("start", "boot", "pidns")  # marker fields that may be null (no /proc)
 READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
@@ -64,6 +67,14 @@ def _boot_id() -> str | None:
         return None
 
 
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (``pid:[inode]``): pids mean something only inside it."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def owner_record(pid: int | None = None) -> dict:
     """The marker's content for process ``pid`` (default this one)."""
     pid = os.getpid() if pid is None else pid
@@ -72,6 +83,7 @@ def owner_record(pid: int | None = None) -> dict:
         "pid": pid,
         "start": st[1] if st else None,
         "boot": _boot_id(),
+        "pidns": _pid_namespace(),
         "host": socket.gethostname(),
     }
 
@@ -81,6 +93,8 @@ def owner_gone(doc: dict) -> bool:
     whenever it cannot be told (another host, no start time and the pid alive, ...)."""
     if doc.get("host") != socket.gethostname():
         return False
+    if doc.get("pidns") != _pid_namespace():
+        return False  # another container's pids (a shared /tmp): not ours to judge
     pid = doc["pid"]
     boot = _boot_id()
     if doc.get("boot") and boot and doc["boot"] != boot:
@@ -123,7 +137,7 @@ def read_marker(folder: str) -> dict | None:
     pid = doc.get("pid")
     if type(pid) is not int or pid <= 0:
         return None
-    if any(doc.get(k) is not None and not isinstance(doc[k], str) for k in ("start", "boot")):
+    if any(doc.get(k) is not None and not isinstance(doc[k], str) for k in OPTIONAL):
         return None
     return doc
 

@@ -179,6 +179,7 @@ def test_only_marked_folders_of_gone_owners_are_removed(tmp_path, holder):
         "bad marker": marked(spill, dead, "episodekit-stats-bad"),
         "no pid": marked(spill, {**dead, "pid": None}, "episodekit-stats-nopid"),
         "other host": marked(spill, {**dead, "host": "elsewhere"}, "episodekit-stats-host"),
+        "other pidns": marked(spill, {**dead, "pidns": "pid:[1]"}, "episodekit-stats-ns"),
         "other prefix": marked(spill, dead, "episodekit-other-x"),
         "marker link": spill / "episodekit-stats-mlink",
         "link": spill / "episodekit-stats-link",
