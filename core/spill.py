@@ -42,8 +42,8 @@ SPILL_MARKER = ".episodekit-spill"  # inside every spill folder: whose it is
 PREFIXES = ("episodekit-stats-", "episodekit-sketches-", "episodekit-episode-stats-")
 MARKER_MAX = 4096  # bytes of a marker read at most (ours are ~150)
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-# a marker is read without following a link (nor blocking on a FIFO planted under its name)
 OPTIONAL = ("start", "boot", "pidns")  # marker fields that may be null (no /proc)
+# a marker is read without following a link (nor blocking on a FIFO planted under its name)
 READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
@@ -118,7 +118,7 @@ def owner_gone(doc: dict) -> bool:
 
 def read_marker(folder: str) -> dict | None:
     """The owner record in ``folder``'s marker, or None unless it is a regular file (not a link)
-    holding a JSON object with an int pid, a host and start/boot strings (or null)."""
+    holding a JSON object with an int pid, a host and start/boot/pidns strings (or null)."""
     path = os.path.join(folder, SPILL_MARKER)
     try:
         fd = os.open(path, READ_FLAGS)

@@ -92,7 +92,7 @@ def dead_record() -> dict:
 
 
 @pytest.fixture
-def holder(tmp_path):
+def holder():
     """holder(prefix, parent) -> (process, its live spill folder); closed at the end."""
     procs = []
 
