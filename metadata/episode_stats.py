@@ -16,12 +16,12 @@ spilled per file too and read back one dimension at a time.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 
 import numpy as np
 
 from episodekit.core.dataset import DatasetError
+from episodekit.core.spill import spill_folder
 
 QUANTILE_KEYS = ("q01", "q10", "q50", "q90", "q99")
 MOMENT_KEYS = ("min", "max", "mean", "m2")
@@ -83,7 +83,7 @@ class EpisodeFold:
         self.runs: list[dict | None] = [None] * files
         self.extra: list[tuple[np.ndarray, np.ndarray, dict]] = []
         self.dup: list[int] = []
-        self.tmp = tempfile.TemporaryDirectory(prefix="episodekit-episode-stats-", dir=spill_dir)
+        self.tmp = spill_folder("episodekit-episode-stats-", spill_dir)
         self.paths = {}
         for i, (n, d) in enumerate(feats.items()):
             self.paths[n] = os.path.join(self.tmp.name, f"{i}.npy")

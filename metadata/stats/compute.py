@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,6 +15,7 @@ import pyarrow as pa
 import episodekit.metadata.stats.blocks as blocks
 from episodekit.core.dataset import V3, Dataset, DatasetError, as_dataset
 from episodekit.core.executor import imap_files
+from episodekit.core.spill import spill_folder
 from episodekit.metadata.episode_stats import EpisodeFold, EpisodeStats
 from episodekit.metadata.image_stats import (
     ImageStats,
@@ -227,7 +227,7 @@ def compute_stats(
         ds = _subset(ds, np.asarray(episodes))
     state = data_state(ds)  # before the pass: what the sidecar spilled as it goes records
     with (
-        tempfile.TemporaryDirectory(prefix="episodekit-stats-", dir=opts.spill_dir) as tmp,
+        spill_folder("episodekit-stats-", opts.spill_dir) as tmp,
         SketchSpill(
             feats,
             ds.info,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ import pyarrow as pa
 
 from episodekit.core.parquet_read import open_data_file, read_table
 from episodekit.core.parquet_write import RowGroupWriter
+from episodekit.core.spill import spill_folder
 from episodekit.metadata.stats.episode_sketch import (
     ENCODING,
     SKETCHES_KEY,
@@ -114,7 +114,7 @@ class SketchSpill:
         self.dtypes = point_dtypes(info, features)
         self.record = sketch_record(points, features, meta)
         self.points = points
-        self.tmp = tempfile.TemporaryDirectory(prefix="episodekit-sketches-", dir=spill_dir)
+        self.tmp = spill_folder("episodekit-sketches-", spill_dir)
         self.path = os.path.join(self.tmp.name, "sketches.parquet")
         self.writer: RowGroupWriter | None = None
         self.episode_index: list[np.ndarray] = []
