@@ -123,7 +123,7 @@ class _ZigZag(dict):
 
 
 SMALL, LOW_BITS = 1 << 13, 1 << 14
-BIG = 1 << 27  # numbers from here are encoded by a loop (their zigzag takes over 4 bytes)
+ZBIG = 1 << 28  # zigzag values from here are encoded by a loop (they take over 4 bytes)
 
 
 class Codes(NamedTuple):
@@ -158,7 +158,7 @@ def _zz(n: int, codes: Codes) -> bytes:
     z = n << 1
     if z < LOW_BITS:
         return codes.varint14[z]
-    if n < BIG:
+    if z < ZBIG:
         return codes.low14[z & 0x3FFF] + codes.varint14[z >> 14]
     out = bytearray()
     while z > 0x7F:
@@ -284,7 +284,7 @@ class RegularWalk:
                 z = offset << 1
                 out += (
                     low14[z & 0x3FFF] + varint14[z >> 14]
-                    if LOW_BITS <= z < BIG
+                    if LOW_BITS <= z < ZBIG
                     else _zz(offset, codes)
                 )
             if stats is None:
@@ -299,8 +299,8 @@ class RegularWalk:
         if rows < 0 or not flat and not _dictionary_page_at(reader, pos):
             return None  # (a last column of lists ends only where a dictionary page follows)
         for delta, value in ((1, total), (1, rows), (2, start), (1, total_compressed)):
-            tc.put_field(out, delta, tc.I64)  # RowGroup fields 2, 3, 5, 6
-            tc.put_int(out, value)
+            out.append(delta << 4 | tc.I64)  # RowGroup fields 2, 3, 5, 6
+            out += _zz(value, codes)
         out.append(0)
         return pos, rows, bytes(out)
 
