@@ -4,8 +4,9 @@ from the page headers alone (sizes, offsets, value counts, encodings, statistics
 
 A file has thousands of column chunks and most of a salvage's time went into encoding them, so
 what every chunk of a column shares (its type, encodings, path and codec; its encoding stats) is
-made once per column and pages' (kind, encoding)s (:class:`ColumnTemplate`), and each chunk appends
-only its numbers and statistics to the group's bytes.
+made once per column and pages' (kind, encoding)s (:class:`ColumnTemplate`), and each chunk
+appends only its numbers and statistics to the group's bytes (a regular row group's chunks:
+:mod:`episodekit.core.parquet_regular`, around the same templates).
 """
 
 from __future__ import annotations

@@ -242,8 +242,9 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
     """:func:`parse_header` for the layout writers use (short field headers; numbers, flags and
-    a statistics struct of binaries and numbers), in one loop: most of a salvage's time is
-    here. None for any other layout (the generic parser decides); :class:`CutShort` when the
+    a statistics struct of binaries and numbers), in one loop (the generic walk's; a regular
+    row group's headers are matched in :mod:`episodekit.core.parquet_regular`). None for any
+    other layout (the generic parser decides); :class:`CutShort` when the
     bytes end inside it."""
     I32, STRUCT, BINARY = tc.I32, tc.STRUCT, tc.BINARY  # locals: the loop reads them often
     try:
