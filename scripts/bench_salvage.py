@@ -116,7 +116,7 @@ def report(ours: list[dict], base: list[dict] | None) -> None:
     for f in FILES:
         for key in ("first", "scan", "footer"):
             line = f"{f:8} {key:6} this checkout {statistics.median(r[f][key] for r in ours):.3f} s"
-            if base:
+            if base and key in base[0][f]:
                 b = statistics.median(r[f][key] for r in base)
                 ratio = statistics.median(x[f][key] / y[f][key] for x, y in zip(base, ours))
                 line += f"  baseline {b:.3f} s  ratio {ratio:.2f}x"
@@ -125,6 +125,8 @@ def report(ours: list[dict], base: list[dict] | None) -> None:
     print(f"row groups: {groups}")
     if base:
         for key, what in (("scan", "best"), ("first", "first, cold")):
+            if key not in base[0][FILES[0]]:
+                continue
             ratios = [total(x, key) / total(y, key) for x, y in zip(base, ours)]
             rounds = ", ".join(f"{r:.2f}" for r in ratios)
             print(
