@@ -4,8 +4,9 @@ from the page headers alone (sizes, offsets, value counts, encodings, statistics
 
 A file has thousands of column chunks and most of a salvage's time went into encoding them, so
 what every chunk of a column shares (its type, encodings, path and codec; its encoding stats) is
-made once per column and pages' (kind, encoding)s (:class:`_Template`), and each chunk appends
-only its numbers and statistics to the group's bytes.
+made once per column and pages' (kind, encoding)s (:class:`ColumnTemplate`), and each chunk
+appends only its numbers and statistics to the group's bytes (a regular row group's chunks:
+:mod:`episodekit.core.parquet_regular`, around the same templates).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def _put_zz(out: bytearray, n: int) -> None:
 I64_NEXT, I64_SKIP1 = 1 << 4 | tc.I64, 2 << 4 | tc.I64
 
 
-class _Template(NamedTuple):
+class ColumnTemplate(NamedTuple):
     """What every chunk of one column with the same pages' (kind, encoding)s shares:
     :func:`_meta_head`, and :func:`_meta_tail` by the field before it (9, 11 or 12)."""
 
@@ -119,13 +120,13 @@ class _Template(NamedTuple):
     tails: dict[int, bytes]
 
 
-def _template(leaf: Leaf, codec: int, kinds: tuple[tuple[int, int], ...]) -> _Template:
+def column_template(leaf: Leaf, codec: int, kinds: tuple[tuple[int, int], ...]) -> ColumnTemplate:
     counts: dict[tuple[int, int], int] = {}
     for k in kinds:
         counts[k] = counts.get(k, 0) + 1
     pairs = tuple(counts.items())
     head = _meta_head(leaf, codec, tuple(counts))
-    return _Template(head, {last: _meta_tail(pairs, last) for last in (9, 11, 12)})
+    return ColumnTemplate(head, {last: _meta_tail(pairs, last) for last in (9, 11, 12)})
 
 
 def _column_meta(out: bytearray, chunk: Chunk, codec: int, heads: dict) -> tuple[int, int]:
@@ -138,7 +139,7 @@ def _column_meta(out: bytearray, chunk: Chunk, codec: int, heads: dict) -> tuple
     key = (id(chunk.leaf), kinds)
     t = heads.get(key)
     if t is None:
-        t = heads[key] = _template(chunk.leaf, codec, kinds)
+        t = heads[key] = column_template(chunk.leaf, codec, kinds)
     num_values = uncompressed = 0
     first_data = None
     for p in pages:
@@ -195,4 +196,4 @@ def group_meta(g: RowGroup, codec: int, heads: dict) -> bytes:
 CHUNK_HEAD = bytes([2 << 4 | tc.I64, 0, 1 << 4 | tc.STRUCT])
 
 
-__all__ = ["group_meta"]
+__all__ = ["ColumnTemplate", "column_template", "group_meta"]

@@ -26,6 +26,7 @@ CODECS = {0: None, 1: "snappy", 2: "gzip", 4: "brotli", 6: "zstd", 7: "lz4_raw"}
 ENCODINGS = range(0, 10)  # PLAIN .. BYTE_STREAM_SPLIT
 UINT_CONVERTED = (11, 12, 13, 14)  # UINT_8 .. UINT_64
 WINDOW = 1 << 20  # bytes read at a time while walking headers
+HEADROOM = 4096  # bytes after an offset :meth:`PageReader.window` holds (a header's, at most)
 MAX_HEADER = 16 << 20  # a page header larger than this is not one
 # PageHeader's fields and their types: anything else (the footer, garbage) stops at once
 HEADER_TYPES = {1: tc.I32, 2: tc.I32, 3: tc.I32, 4: tc.I32, 5: tc.STRUCT, 6: tc.STRUCT,
@@ -160,6 +161,15 @@ class PageReader:
         self._at = pos
         return memoryview(self._buf)[:n]
 
+    def window(self, pos: int) -> tuple[bytes, int]:
+        """The read window and ``pos``'s offset in it, with :data:`HEADROOM` bytes from there
+        (fewer at the end of the file): headers are matched in it without a copy."""
+        at, buf = self._at, self._buf
+        if pos < at or pos + HEADROOM > at + len(buf) and at + len(buf) < self.size:
+            buf = self._buf = os.pread(self.fd, WINDOW, pos)
+            self._at = at = pos
+        return buf, pos - at
+
     def page(self, pos: int) -> Page:
         """The page at ``pos``; :class:`NotAPage` when there is none, complete, there."""
         if self._last is not None and self._last[0] == pos:
@@ -232,8 +242,9 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 def _fast_header(buf: bytes, off: int, start: int) -> Page | None:
     """:func:`parse_header` for the layout writers use (short field headers; numbers, flags and
-    a statistics struct of binaries and numbers), in one loop: most of a salvage's time is
-    here. None for any other layout (the generic parser decides); :class:`CutShort` when the
+    a statistics struct of binaries and numbers), in one loop (the generic walk's; a regular
+    row group's headers are matched in :mod:`episodekit.core.parquet_regular`). None for any
+    other layout (the generic parser decides); :class:`CutShort` when the
     bytes end inside it."""
     I32, STRUCT, BINARY = tc.I32, tc.STRUCT, tc.BINARY  # locals: the loop reads them often
     try:

@@ -30,6 +30,7 @@ import pyarrow as pa
 from episodekit.core import thrift_compact as tc
 from episodekit.core.parquet_footer import group_meta
 from episodekit.core.parquet_pages import (
+    DATA_PAGE,
     DICTIONARY_PAGE,
     END,
     MAGIC,
@@ -42,6 +43,7 @@ from episodekit.core.parquet_pages import (
     leaves,
 )
 from episodekit.core.parquet_read import DataFile, FileMetaData
+from episodekit.core.parquet_regular import RegularWalk
 from episodekit.core.parquet_write import Encoding, RowGroupWriter
 
 MISFIT = "pages do not fit the schema's column types"
@@ -179,19 +181,21 @@ def scan(path: str | os.PathLike, template: tc.Struct, codec: int | None = None)
                 codec = detect_codec(reader, reader.page(pos))
             except NotAPage as exc:
                 return Salvage(size, [], 0, exc.reason)
+        walk = RegularWalk(reader, cols, codec)
         regular = False  # the row group before was one of :func:`_regular_group`'s
         while True:
-            group = _regular_group(reader, pos, cols, codec) if regular else None
-            if group is None:
+            found = _regular_group(walk, pos) if regular else None
+            if found is None:
                 try:  # the first row group's pages are checked against the template's types
                     group = _row_group(reader, pos, cols, codec, check=not groups)
                 except NotAPage as exc:
                     stop = exc.reason
                     break
                 regular = _is_regular(group)
-            meta = group_meta(group, codec, heads)
-            groups.append(Group(group.start, group.end, group.num_rows, meta))
-            pos = group.end
+                meta = group_meta(group, codec, heads)
+                found = Group(group.start, group.end, group.num_rows, meta)
+            groups.append(found)
+            pos = found.end
         return Salvage(size, groups, codec, stop)
     finally:
         os.close(fd)
@@ -211,51 +215,25 @@ def _row_group(
 
 
 def _is_regular(group: RowGroup) -> bool:
-    """Whether every chunk of ``group`` is one dictionary page and one data page, and a column
-    is flat (LeRobot's recorder, and pyarrow's defaults for small row groups)."""
+    """Whether every chunk of ``group`` is one dictionary page and one v1 data page, and a
+    column is flat (LeRobot's recorder, and pyarrow's defaults for small row groups): the next
+    group is then tried as :func:`_regular_group`."""
     return any(c.leaf.max_rep == 0 for c in group.chunks) and all(
-        len(c.pages) == 2 and c.pages[0].kind == DICTIONARY_PAGE for c in group.chunks
+        len(c.pages) == 2 and c.pages[0].kind == DICTIONARY_PAGE and c.pages[1].kind == DATA_PAGE
+        for c in group.chunks
     )
 
 
-def _regular_group(reader: PageReader, pos: int, cols: list[Leaf], codec: int) -> RowGroup | None:
-    """The row group at ``pos`` when it is laid out as :func:`_is_regular` says: read page
-    after page, no chunk boundary searched. Such a group is exactly what :func:`_row_group`
-    finds there (a chunk of one data page followed by a dictionary page ends there, whatever
-    its column; its flat columns agree on the rows; the last chunk is followed by the next
-    group's dictionary page or is flat and holds the rows). None for anything else, also a
-    group cut off: :func:`_row_group` then decides, and says why."""
-    chunks: list[Chunk] = []
-    rows = None
-    try:
-        for i, leaf in enumerate(cols):
-            first = reader.page(pos)
-            if first.kind != DICTIONARY_PAGE:
-                return None
-            data = reader.page(first.end)
-            if not data.is_data:
-                return None
-            pos = data.end
-            nxt = _next_page(reader, pos)
-            ends = nxt is not None and nxt.kind == DICTIONARY_PAGE
-            if leaf.max_rep == 0:
-                n = reader.rows(data, leaf, codec)
-                if rows is None:
-                    rows = n
-                elif n != rows:
-                    return None
-            elif not ends:
-                return None
-            if not ends and i < len(cols) - 1:
-                return None
-            chunks.append(Chunk(leaf, [first, data]))
-    except NotAPage:
-        return None
-    if rows is None:
-        return None
-    for c in chunks:
-        c.rows = rows
-    return RowGroup(chunks, rows)
+def _regular_group(walk: RegularWalk, pos: int) -> Group | None:
+    """The row group at ``pos`` when it is laid out as :func:`_is_regular` says, read page
+    after page with no chunk boundary searched (:class:`~episodekit.core.parquet_regular.
+    RegularWalk`). Such a group is exactly what :func:`_row_group` finds there (a chunk of one
+    data page followed by a dictionary page ends there, whatever its column; its flat columns
+    agree on the rows; the last chunk is followed by the next group's dictionary page or is
+    flat and holds the rows). None for anything else, also a group cut off: :func:`_row_group`
+    then decides, and says why."""
+    found = walk.group(pos)
+    return None if found is None else Group(pos, *found)
 
 
 def _next_page(reader: PageReader, pos: int) -> Page | None:

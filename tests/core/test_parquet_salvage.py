@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.core import parquet_pages as pp
+from episodekit.core import parquet_regular as pr
 from episodekit.core import parquet_salvage as ps
 from episodekit.core import thrift_compact as tc
 
@@ -343,3 +344,71 @@ def test_a_regular_group_whose_columns_disagree_on_its_rows_ends_the_walk(tmp_pa
     fast, slow, taken = _scan_both(monkeypatch, src)
     assert fast == slow and taken == 1  # the second group read page after page, not the third
     assert len(fast.row_groups) == 2 and fast.stop == "column chunks do not line up"
+
+
+def test_regular_walk_steps_over_string_statistics_and_leaves_long_ones_to_the_generic_walk(
+    tmp_path, monkeypatch
+):
+    """A column of strings has statistics of no fixed width: the regular walk steps over them
+    (short strings) or hands the group to the generic walk (a min or max of 128 bytes or more,
+    whose length takes two bytes); either way the same footer entries, whole and cut."""
+    full = tmp_path / "full.parquet"
+    rng = np.random.default_rng(7)
+    with pq.ParquetWriter(full, RECORDER, compression="snappy") as w:
+        start = 0
+        for ep, n in enumerate([20, 30, 25, 40, 22]):
+            t = episode(ep, start, n, rng).select(RECORDER.names)
+            if ep == 3:  # one group whose tags' statistics are 200 bytes long
+                tags = pa.array([["z" * 200, "a"] for _ in range(n)], RECORDER.field("tags").type)
+                t = t.set_column(RECORDER.names.index("tags"), "tags", tags)
+            w.write_table(t)
+            start += n
+    fast, slow, taken = _scan_both(monkeypatch, full)
+    assert fast == slow and len(fast.row_groups) == 5
+    assert taken == 2  # groups 1 and 2; group 3 is the generic walk's, then group 4 again
+    assert pq.read_metadata(full).row_group(3).column(6).statistics.max == "z" * 200
+    data = full.read_bytes()
+    src = tmp_path / "cut.parquet"
+    for cut in range(len(data) - 400, len(data), 7):
+        src.write_bytes(data[:cut])
+        fast, slow, _ = _scan_both(monkeypatch, src)
+        assert fast == slow, cut
+
+
+def test_a_regular_group_with_a_bad_checksum_ends_the_walk(tmp_path, monkeypatch):
+    """A page of the third row group whose bytes no longer match its CRC: neither walk keeps
+    that group (the regular walk checks checksums as the generic one does)."""
+    full = tmp_path / "full.parquet"
+    rng = np.random.default_rng(8)
+    with pq.ParquetWriter(full, RECORDER, compression="zstd", write_page_checksum=True) as w:
+        start = 0
+        for ep, n in enumerate([20, 33, 40, 25]):
+            w.write_table(episode(ep, start, n, rng).select(RECORDER.names))
+            start += n
+    col = pq.read_metadata(full).row_group(2).column(RECORDER.names.index("index"))
+    data = bytearray(full.read_bytes())
+    data[col.data_page_offset + col.total_compressed_size // 2 - 30] ^= 0xFF  # in its page
+    src = tmp_path / "bad.parquet"
+    src.write_bytes(bytes(data))
+    fast, slow, taken = _scan_both(monkeypatch, src)
+    assert fast == slow and taken == 1
+    assert len(fast.row_groups) == 2 and fast.stop == pp.BAD_CRC
+
+
+def test_varint_tables_encode_and_decode_as_the_compact_protocol_does():
+    """The regular walk's lookup tables (numbers decoded from header bytes, footer numbers
+    encoded) agree with the Thrift codec, at every table's edges and beyond."""
+    codes = pr.codes()
+    edges = [0, 1, 63, 64, 127, 128, 8191, 8192, 8193, (1 << 13) + 5, (1 << 14) - 1, 1 << 14]
+    edges += [(1 << 20) + 3, (1 << 27) - 1, 1 << 27, (1 << 27) + 1, 1 << 40, (1 << 62) + 7]
+    for n in edges:
+        want = bytearray()
+        tc.put_int(want, n)
+        assert pr._zz(n, codes) == bytes(want), n
+        for value in (n, -n, -n - 1):
+            raw = bytearray()
+            tc.put_int(raw, value)
+            if -(1 << 63) <= value < 1 << 63:
+                assert codes.zigzag[bytes(raw)] == value, value
+    small = [bytes([tc.I64 | 1 << 4]) + pr._zz(n, codes) for n in range(pr.SMALL)]
+    assert codes.next_small == small
