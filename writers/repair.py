@@ -437,16 +437,20 @@ def _verify_file(
 
 def _row_group_batches(pf: DataFile, rows: list[int]):
     """Every column of every row group, whole groups of about ``READ_BATCH`` rows at a time
-    (memory: one such read; freed decode buffers handed back to the system between reads)."""
+    (memory: about one such read, whatever the file; the decode buffers the pool keeps for the
+    next read are handed back to the system at the end, not between reads: that cost 0.1 s
+    on a 1M-frame file for 40 MB less peak)."""
     group: list[int] = []
     total = 0
-    for i, n in enumerate(rows):
-        group.append(i)
-        total += n
-        if total >= READ_BATCH or i == len(rows) - 1:
-            yield pf.read_row_groups(group)
-            pa.default_memory_pool().release_unused()
-            group, total = [], 0
+    try:
+        for i, n in enumerate(rows):
+            group.append(i)
+            total += n
+            if total >= READ_BATCH or i == len(rows) - 1:
+                yield pf.read_row_groups(group)
+                group, total = [], 0
+    finally:
+        pa.default_memory_pool().release_unused()
 
 
 def verify(

@@ -155,10 +155,10 @@ def threaded(
             yield batch
             for f in pending:
                 f.result()
-            pa.default_memory_pool().release_unused()
             pending = [pool.submit(run, g, batch) for g in groups]
         for f in pending:
             f.result()
+    pa.default_memory_pool().release_unused()  # the decode buffers kept for the next batch
 
 
 def counted(batches: Iterable[pa.Table], counts: dict[str, RangeCounts]) -> Iterator[pa.Table]:
