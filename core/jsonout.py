@@ -57,12 +57,16 @@ def to_jsonable(v: Any) -> Any:
 
 
 def nonfinite_text(v: Any) -> str | None:
-    """``"nan"``/``"inf"``/``"-inf"`` for a non-finite real scalar (null in JSON), else None."""
+    """``"nan"``/``"inf"``/``"-inf"`` for a non-finite real scalar (null in JSON), the complex
+    number's text for a non-finite complex one, else None (a complex value is not cast to float:
+    numpy warns that the imaginary part is lost)."""
     try:
-        f = float(v)
+        c = complex(v)
     except (TypeError, ValueError, OverflowError):
         return None
-    return None if math.isfinite(f) else repr(f)
+    if math.isfinite(c.real) and math.isfinite(c.imag):
+        return None
+    return repr(c.real) if c.imag == 0 else repr(c)
 
 
 def dumps(obj: Any, **kwargs: Any) -> str:

@@ -288,6 +288,7 @@ DTYPES = [
 ]  # fmt: skip
 
 
+@pytest.mark.filterwarnings("error::numpy.exceptions.ComplexWarning")  # no value cast lossily
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     arr=st.sampled_from(DTYPES).flatmap(
