@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.dataset import V3, open_dataset
+from episodekit.core.dataset import V3, DatasetError, open_dataset, read_json
+from episodekit.core.errors import EnvironmentProblem
 from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, data_state, numeric_features
 from episodekit.metadata.stats.episode_sketch import (
     POINTS,
@@ -33,6 +34,7 @@ from episodekit.metadata.stats.episode_sketch import (
     read_episode_sketches,
     write_sketches,
 )
+from episodekit.metadata.stats.range_counts import exact_from_counts
 from episodekit.writers.plan import OutputPlan
 from episodekit.writers.stream_stats import StreamedStats, StreamWant
 
@@ -91,14 +93,47 @@ def stream_want(plan: OutputPlan, features: dict) -> tuple[StreamWant, SourceSke
         ok &= sk.length[rows] == plan.length[pos]
         if ok.any():
             sources.parts.append((pos[ok], sk.select(rows[ok])))
-    want, replace = {}, {}
+    want, replace, counted = {}, {}, {}
     for name, dims in feats.items():
         if name in added:
             want[name] = np.ones(n, dtype=bool)
         else:
-            want[name] = cut | (quantiled & ~sources.have(name, dims, n))
+            lacking = quantiled & ~cut & ~sources.have(name, dims, n)
+            rng = None
+            if lacking.any() and quantiled.all() and name not in RENUMBERED:
+                rng = _recorded_range(plan, sources.names.get(name, name), dims)
+            if rng is not None:  # exact quantiles from counts: only the cut episodes reduced
+                counted[name] = rng
+                want[name] = cut
+            else:
+                want[name] = cut | lacking
         replace[name] = np.flatnonzero(want[name] if name in added else cut)
-    return StreamWant(feats, want, replace), sources
+    if counted:  # no sidecar then: the renumbered columns counted too (their ranges are known)
+        tasks = sum(int(ds.info.get("total_tasks") or 1) for ds in plan.datasets)
+        top = {"index": plan.num_frames, "episode_index": n, "task_index": tasks}
+        for name in RENUMBERED:
+            if name in feats and name not in added and feats[name] == 1:
+                counted[name] = (np.zeros(1), np.array([float(max(top[name] - 1, 0))]))
+                want[name] = cut
+    return StreamWant(feats, want, replace, counted), sources
+
+
+def _recorded_range(plan: OutputPlan, src_name: str, dims: int) -> tuple | None:
+    """The union of the sources' recorded min and max of a feature (their stats.json), per
+    dimension; None when a source has none that fits. Only how many values the selection
+    gathers depends on it, never the quantiles (values outside are counted apart)."""
+    lo, hi = np.full(dims, np.inf), np.full(dims, -np.inf)
+    for ds in plan.datasets:
+        try:
+            st = read_json(ds.fs, ds.join("meta/stats.json"))[src_name]
+            a = np.asarray(st["min"], np.float64).reshape(-1)
+            b = np.asarray(st["max"], np.float64).reshape(-1)
+        except (DatasetError, EnvironmentProblem, KeyError, TypeError, ValueError):
+            return None
+        if len(a) != dims or len(b) != dims or not (np.isfinite(a).all() and np.isfinite(b).all()):
+            return None
+        lo, hi = np.minimum(lo, a), np.maximum(hi, b)
+    return lo, np.maximum(lo, hi)
 
 
 def _output_sketches(
@@ -144,7 +179,12 @@ def write_stats_json(
         points: dict[str, np.ndarray] = {}
         quantiles: dict[str, np.ndarray] = {}
         rest = []
+        counts = {n: c for n, c in (streamed.counts if streamed else {}).items() if n in feats}
+        if counts:  # exact, selected in one pass over the written files
+            quantiles.update(exact_from_counts(str(staging), list(ds.data_files), counts))
         for n in feats:
+            if n in quantiles:
+                continue
             sk = _output_sketches(n, ds.num_episodes, streamed, sources)
             if sk is None:
                 rest.append(n)
@@ -161,7 +201,7 @@ def write_stats_json(
             for i, key in enumerate(QUANTILE_KEYS):
                 if key in stats[n]:
                     stats[n][key] = q[i].tolist()
-        if lengths is not None:
+        if lengths is not None and any(n in points for n in feats):
             index = np.arange(len(lengths), dtype=np.int64)
             meta = {
                 "fingerprint": ds.fingerprint,

@@ -22,6 +22,7 @@ import pyarrow as pa
 from episodekit.metadata.stats.blocks import block_stats, episode_segments, feature_values
 from episodekit.metadata.stats.episode_sketch import POINTS, EpisodeSketches
 from episodekit.metadata.stats.keys import DEFAULT_SKETCH_POINTS, QUANTILE_KEYS, STAT_KEYS
+from episodekit.metadata.stats.range_counts import RangeCounts
 
 MOMENTS = ("min", "max", "mean", "m2")
 
@@ -35,9 +36,12 @@ class StreamWant:
     features: dict[str, int]
     want: dict[str, np.ndarray]
     replace: dict[str, np.ndarray] = field(default_factory=dict)
+    # features whose dataset quantiles come from range counts of every written row (name ->
+    # lo, hi per dimension), not from sketches: some output episode has no source sketch
+    counted: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return any(w.any() for w in self.want.values())
+        return bool(self.counted) or any(w.any() for w in self.want.values())
 
 
 @dataclass
@@ -55,10 +59,17 @@ class StreamedStats:
 
     want: StreamWant
     parts: dict[str, list[_Part]] = field(default_factory=dict)
+    counts: dict[str, RangeCounts] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, (lo, hi) in self.want.counted.items():
+            self.counts.setdefault(name, RangeCounts.over(lo, hi))
 
     def add(self, group: pa.Table) -> None:
         """Reduce the wanted episodes of one written row group (whole episodes, output
-        ``episode_index``)."""
+        ``episode_index``), and count the values of the counted features."""
+        for name, rc in self.counts.items():
+            rc.add(feature_values(group.column(name), self.want.features[name], name))
         ep = group.column("episode_index").to_numpy().astype(np.int64, copy=False)
         for name, dims in self.want.features.items():
             sel = self.want.want[name][ep]
@@ -76,9 +87,11 @@ class StreamedStats:
             self.parts.setdefault(name, []).append(_Part(eps[starts], lens, keep))
 
     def merge(self, other: StreamedStats) -> None:
-        """Take ``other``'s parts (another output file's)."""
+        """Take ``other``'s parts and counts (another output file's)."""
         for name, parts in other.parts.items():
             self.parts.setdefault(name, []).extend(parts)
+        for name, rc in other.counts.items():
+            self.counts[name].merge(rc)
 
     def _order(self, name: str) -> tuple[list[_Part], np.ndarray]:
         parts = self.parts.get(name, [])

@@ -319,7 +319,7 @@ def _feature_file(src: Path, tmp: Path) -> Path:
     "case, fixture, hook",
     [
         ("drop-frames", "rec40", "stats.json"),
-        ("drop-frames", "rec40", "episodekit_sketches"),
+        ("drop-frames", "rec40+stats", "episodekit_sketches"),  # a source with a sidecar
         ("drop-frames-video", "vid24", "stats.json"),  # after the smart cut wrote its mp4s
         ("add-feature", "rec40", "info.json"),
         ("repair", "crash_rec7", "stats.json"),
@@ -330,7 +330,9 @@ def test_newer_write_paths_killed_publish_nothing(tmp_path, case, fixture, hook)
     smart-cut video, an added feature, repair's stats): --out stays empty, the
     source is unchanged, only our marked staging is left, and the rerun completes and removes
     it."""
-    src = copy_fixture(fixture, tmp_path / "src")
+    src = copy_fixture(fixture.removesuffix("+stats"), tmp_path / "src")
+    if fixture.endswith("+stats"):
+        ok(cli("metadata", "stats", src))
     out = tmp_path / "out"
     argv = {
         "drop-frames": ["edit", src, "--out", out, "--drop-frames", "3:5-10,7:0-4"],

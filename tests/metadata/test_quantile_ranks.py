@@ -105,14 +105,24 @@ WRITTEN = [
 ]
 
 
+SIDECAR = {
+    "metadata-stats",
+    "prepare-recompute",
+    "edit-from-sketches",
+    "edit-frames-from-sketches",
+    "convert-complete",
+}
+
+
 @pytest.mark.parametrize("what", WRITTEN)
 def test_every_written_quantile_is_within_the_bound(outputs, what):
     errors = exact_rank_errors(outputs[what])
     assert errors, "no quantile keys"
     bad = {k: round(v, 4) for k, v in errors.items() if v > BOUND}
     assert not bad, bad
-    if what != "repair":  # exact quantiles, no sidecar (tests/writers/test_repair_quantiles.py)
-        assert (outputs[what] / SKETCHES_FILE).is_file()  # the next edit reads the sketches
+    # a source with sketches gives its output a sidecar (the next edit reads the sketches); one
+    # without (LeRobot-written) gives exact quantiles, counted while writing, and none
+    assert (outputs[what] / SKETCHES_FILE).is_file() == (what in SIDECAR), what
 
 
 def test_lerobot_quantiles_are_what_the_bound_is_about(outputs):
