@@ -1,18 +1,28 @@
-"""The output's dataset quantiles: from the output episodes' sketches, never a mean of quantiles.
+"""The output's dataset quantiles: exact, or from the output episodes' sketches; never a mean
+of quantiles.
 
 LeRobot's editors (and ours, before) wrote a dataset's q01..q99 as the count-weighted mean of
-the episodes' quantiles: up to 0.15 away in rank from the data. Here every quantile key of a
-numeric feature in stats.json comes from the merged per-episode sketches
-(:mod:`episodekit.metadata.stats.episode_sketch`): a kept whole episode brings its source's
-sketch (``meta/episodekit_sketches.parquet``, fresh), so nothing is read again; the others (an
-episode cut inside, an added feature, a source without a sketch of the feature: LeRobot-written,
-and the columns the writer renumbers, ``index``, ``episode_index``, ``task_index``) are reduced
-while their rows stream through the writer (:mod:`episodekit.writers.stream_stats`, decided by
-:func:`stream_want` before the write): no other pass. Only a feature some episode still lacks a
-sketch of (a v2.x source) is computed from the written columns (``compute_stats``). The output
-gets its own sidecar, so that the next edit of it reads nothing either. min, max, mean, std and
-count stay the exact merge of the episodes' stats (:func:`episodekit.writers.meta.dataset_stats`);
-the per-episode stats of an episode cut inside, and of an added feature, are the streamed ones.
+the episodes' quantiles: up to 0.15 away in rank from the data. Here, per numeric feature
+(decided by :func:`stream_want` before the write):
+
+- every output episode has a fresh source sketch (``meta/episodekit_sketches.parquet``) or is
+  cut inside: the quantiles come from the merged per-episode sketches
+  (:mod:`episodekit.metadata.stats.episode_sketch`); a kept whole episode brings its source's
+  sketch, so nothing is read again, a cut one is reduced while its rows stream through the
+  writer (:mod:`episodekit.writers.stream_stats`), and the output gets its own sidecar so that
+  the next edit reads nothing either;
+- some episode has none (a LeRobot-written source): every written value is counted in range
+  bins while it streams (the sources' recorded min and max; the renumbered ``index``,
+  ``episode_index``, ``task_index`` too, their ranges are known) and the quantiles are selected
+  exactly in one pass over the output (:mod:`episodekit.metadata.stats.range_counts`): sorting
+  every episode for sketches cost 3.7x the old edit's CPU at 10M frames. Only the cut episodes
+  are reduced; no sidecar holds such a feature;
+- an added feature: every episode reduced while it streams.
+
+Only a feature some episode still lacks both for (a v2.x source, NaN values) is computed from
+the written columns (``compute_stats``). min, max, mean, std and count stay the exact merge of
+the episodes' stats (:func:`episodekit.writers.meta.dataset_stats`); the per-episode stats of an
+episode cut inside, and of an added feature, are the streamed ones.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ sketch points (:mod:`~episodekit.metadata.stats.episode_sketch`). Which episodes
 feature, is decided before the write (:class:`StreamWant`, see
 :func:`episodekit.writers.stats_quantiles.stream_want`): the episodes cut inside (their stats
 changed), every episode of an added feature, and the episodes whose source has no sketch of a
-feature (LeRobot-written sources: their sketches give the dataset quantiles). Everything else
-keeps the stats and sketches its source carries.
+feature when the dataset quantiles come from sketches. Everything else keeps the stats and
+sketches its source carries. The features whose dataset quantiles are exact instead
+(``StreamWant.counted``) have every written value counted in range bins
+(:class:`~episodekit.metadata.stats.range_counts.RangeCounts`), a few KiB per feature.
 """
 
 from __future__ import annotations
