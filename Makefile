@@ -15,8 +15,8 @@ DEMO_EPISODES ?= 2500
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when pyproject.toml changes.
-$(BASE_STAMP): pyproject.toml | $(BIN)/python
+# Reinstall only when pyproject.toml or setup.py (the package discovery) changes.
+$(BASE_STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(PIP) -e .
 	touch $(BASE_STAMP)
 

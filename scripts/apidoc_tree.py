@@ -1,7 +1,7 @@
 """Lay out the package as one folder tree for the API reference: build/apidoc/episodekit/.
 
 The repository maps folders to subpackages (``app/`` -> ``episodekit``, ``core/`` ->
-``episodekit.core``, ...; see pyproject.toml), which a static reader such as mkdocstrings' griffe
+``episodekit.core``, ...; see setup.py), which a static reader such as mkdocstrings' griffe
 cannot follow. This makes a tree of symbolic links in the import layout; ``mkdocs.yml`` points
 the python handler at it (``make docs`` and ``make test`` run this first).
 """

@@ -65,6 +65,7 @@ SLOW = frozenset(
         "tests/metadata/test_speed_concurrency.py::test_eight_processes_leave_one_valid_file",
         "tests/metadata/test_speed_concurrency.py::test_torch_distributed_only_rank0_writes",
         "tests/prep/test_video_target.py::test_prepare_videos_gop_settles_and_leaves_lerobot_video_alone",
+        "tests/repo/test_packaging.py::test_sdist_and_wheel_install_and_run_in_a_fresh_venv",
         "tests/validate/test_declared.py::test_samples_with_images_and_videos_have_none",
         "tests/validate/test_lerobot_corruptions.py::test_json_on_every_exit_path",
         "tests/writers/test_surgery_ray.py::test_edit_merge_convert_on_ray_equal_local",
