@@ -18,6 +18,7 @@ PACKAGE_DIR = {
     "episodekit.validate": "validate",
     "episodekit.writers": "writers",
     "episodekit.sample": "sample",
+    "episodekit.importers": "importers",
 }
 
 

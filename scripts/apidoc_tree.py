@@ -12,7 +12,9 @@ import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("core", "prep", "metadata", "loaders", "validate", "writers", "sample")
+SUBPACKAGES = (
+    "core", "prep", "metadata", "loaders", "validate", "writers", "sample", "importers",
+)  # fmt: skip
 
 
 def build(out: Path = REPO / "build" / "apidoc") -> Path:

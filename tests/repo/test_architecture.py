@@ -20,6 +20,7 @@ FOLDERS = {  # folder -> layer (package)
     "validate": "validate",
     "writers": "writers",
     "sample": "sample",
+    "importers": "importers",
     "app": "top",
 }
 ALLOWED = {
@@ -30,11 +31,16 @@ ALLOWED = {
     "validate": {"core", "prep", "metadata", "validate"},
     # writers (episodekit.writers): new datasets from old ones (edit, split, merge, convert,
     # repair), with LeRobot's stats and validation's findings: above validate, below the app
-    "writers": {"core", "prep", "metadata", "validate", "writers"},
+    "writers": {"core", "prep", "metadata", "validate", "importers", "writers"},
     # sample (episodekit.sample): synthetic LeRobot datasets, the test data of tests, demo and
     # benchmarks; written through core's data-file layer, stats LeRobot's way (metadata)
     "sample": {"core", "metadata", "sample"},
-    "top": {"core", "prep", "metadata", "loaders", "validate", "writers", "sample", "top"},
+    # importers (episodekit.importers): readers of other formats (RLDS, HDF5, zarr, ROS bags)
+    # and the import map; on core only (the writers' import pipeline feeds them to the sink)
+    "importers": {"core", "importers"},
+    "top": {
+        "core", "prep", "metadata", "loaders", "validate", "writers", "sample", "importers", "top",
+    },  # fmt: skip
 }
 GUARD_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
@@ -52,6 +58,7 @@ def layer_of_module(name: str) -> str | None:
         "validate",
         "writers",
         "sample",
+        "importers",
     ):
         return parts[1]
     return "top"

@@ -75,6 +75,7 @@ PACKAGE_ROOTS = {  # repository folder -> the package it installs as (setup.py's
     "validate": "episodekit.validate",
     "writers": "episodekit.writers",
     "sample": "episodekit.sample",
+    "importers": "episodekit.importers",
 }
 FIXTURES = REPO / "tests" / "fixtures" / "lerobot"
 NOT_SOURCE = (".venv", ".git", "build", "dist", "site", "demo-data", "__pycache__", "*.egg-info")
