@@ -129,6 +129,8 @@ def _new(out: Path, kind: str, operation: str) -> Path:
             crashpoint.reached("staging: mark")
             _write_marker(path, out, token)
         except BaseException as exc:
+            if isinstance(exc, FileNotFoundError) and path.parent.is_dir() and not path.exists():
+                continue  # removed as empty by another run's clean-up before it was marked
             remove_marked(path)
             with contextlib.suppress(OSError):
                 path.rmdir()  # (empty: the marker could not be written)
