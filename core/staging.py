@@ -5,17 +5,21 @@ A command that replaces a whole folder (``--out`` of the dataset writers, ``prep
 --out``, ``prepare --out``, ``sample``, the frame store) builds it in a hidden sibling
 ``.<out>.episodekit-<kind>-<token>`` (``kind`` is ``partial`` for a build, ``old`` for the
 output it replaces; ``token`` is random, 32 hex digits) holding :data:`STAGING_MARKER`, a small
-JSON file naming the token, the output and the writer (pid, host). Clean-up lists the parent
-folder and removes an entry only when its name has exactly that form for this output AND its
-marker holds the same token and output name AND its writer is gone: never by pattern, so a
-user's ``out.old-backup`` or ``.out.episodekit-partial-<hex>`` without our marker is never
-touched. :func:`publish` swaps the staging folder into place (one ``renameat2(RENAME_EXCHANGE)``
-where the filesystem has it, else two renames), so the final name holds the old output or the
-new one, never a partial one.
+JSON file naming the token, the output and the writer (pid, its start time, the boot id, the
+pid namespace and the host: :func:`episodekit.core.spill.owner_record`). Clean-up lists the
+parent folder and removes an entry only when its name has exactly that form for this output
+AND its marker holds the same token and output name AND its writer is provably gone (dead,
+a zombie, its pid reused, another boot: :func:`episodekit.core.spill.owner_gone`): never by
+pattern, so a user's ``out.old-backup`` or ``.out.episodekit-partial-<hex>`` without our marker
+is never touched. A folder is removed contents first and its marker last, then the folder
+itself (:func:`remove_marked`): a removal cut short (a signal, ``kill -9``) leaves a folder that
+is still marked, which the next run removes. :func:`publish` swaps the staging folder into
+place (one ``renameat2(RENAME_EXCHANGE)`` where the filesystem has it, else two renames), so
+the final name holds the old output or the new one, never a partial one.
 
 An in-place repair keeps the files it replaced in a ``backup`` folder of the same form
-(:func:`new_backup`): the user's way back (``repair ROOT --restore``), so clean-up never
-removes one; only a restore does.
+(:func:`new_backup`, made whole under a ``partial`` name, then renamed): the user's way back
+(``repair ROOT --restore``), so clean-up never removes one; only a restore does.
 """
 
 from __future__ import annotations
@@ -28,22 +32,26 @@ import os
 import re
 import shutil
 import socket
+import stat
 import uuid
 from pathlib import Path
 
-from episodekit.core import interrupt
+from episodekit.core import crashpoint, interrupt
 from episodekit.core.errors import EnvironmentProblem
+from episodekit.core.spill import owner_gone, owner_record
 
 STAGING_MARKER = ".episodekit-staging"  # inside every staging/backup folder: whose it is
 KINDS = ("partial", "old", "backup")
 STALE_KINDS = ("partial", "old")  # what a killed run leaves; a backup is kept for the user
 _NAME = re.compile(r"^episodekit-(partial|old|backup)-([0-9a-f]{32})$")
+_MARKER_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
 # Test-only crash hook: when set and its value occurs in the output's path, the process kills
-# itself (SIGKILL) right after the swap, before the replaced output is deleted.
+# itself (SIGKILL) right after the swap, before the replaced output is deleted (for a sweep
+# over every step: core/crashpoint.py).
 KILL_AFTER_SWAP_ENV = "EPISODEKIT_TEST_KILL_AFTER_SWAP"
 
 
@@ -62,12 +70,16 @@ def staging_path(out: Path, kind: str, token: str) -> Path:
 
 
 def _marker_text(out: Path, token: str) -> str:
-    who = {"token": token, "out": out.name, "pid": os.getpid(), "host": socket.gethostname()}
-    return json.dumps(who) + "\n"
+    return json.dumps({"token": token, "out": out.name, **owner_record()}) + "\n"
 
 
 def _write_marker(folder: Path, out: Path, token: str) -> None:
-    (folder / STAGING_MARKER).write_text(_marker_text(out, token))
+    """Write the marker in one ``write`` (a ``kill -9`` leaves it whole or empty, never cut)."""
+    fd = os.open(folder / STAGING_MARKER, _MARKER_FLAGS, 0o644)
+    try:
+        os.write(fd, _marker_text(out, token).encode())
+    finally:
+        os.close(fd)
 
 
 def new_staging(out: str | os.PathLike) -> Path:
@@ -82,23 +94,52 @@ def new_staging(out: str | os.PathLike) -> Path:
     return _new(out, "partial", "create the staging folder")
 
 
-def new_backup(out: str | os.PathLike) -> Path:
-    """Create a fresh, marked backup folder next to ``out`` (kept until the user restores or
-    deletes it: :func:`remove_stale` leaves it alone)."""
-    return _new(Path(out), "backup", "create the backup folder")
+def new_backup(out: str | os.PathLike, files: dict[str, str] | None = None) -> Path:
+    """Create a fresh, marked backup folder next to ``out`` holding ``files`` (name -> text,
+    e.g. its manifest), kept until the user restores or deletes it (:func:`remove_stale`
+    leaves it alone). It is made under a ``partial`` name and renamed when whole: a backup
+    never lacks those files, and one cut short is a staging folder the next run removes."""
+    out = Path(out)
+    path = _new(out, "partial", "create the backup folder")
+    backup = path.with_name(path.name.replace("-partial-", "-backup-", 1))
+    try:
+        for name, text in (files or {}).items():
+            crashpoint.reached("backup: write")
+            (path / name).write_text(text)
+        crashpoint.reached("backup: rename")
+        os.rename(path, backup)
+    except BaseException as exc:
+        discard(path, out)
+        if isinstance(exc, OSError):
+            raise _problem(exc, path, "create the backup folder") from exc
+        raise
+    return backup
 
 
 def _new(out: Path, kind: str, operation: str) -> Path:
-    token = uuid.uuid4().hex
-    path = staging_path(out, kind, token)
-    try:
-        path.mkdir()
-        _write_marker(path, out, token)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(path)
-        raise _problem(exc, path, operation) from exc
-    return path
+    """A new folder of ``out``'s of ``kind``, marked. Made by ``mkdir`` then the marker: a
+    ``kill -9`` in between leaves it empty (or with an empty marker), which :func:`remove_stale`
+    removes as nothing's; so once marked it is checked to be still there (else made again)."""
+    for _ in range(10):
+        token = uuid.uuid4().hex
+        path = staging_path(out, kind, token)
+        try:
+            crashpoint.reached("staging: create")
+            path.mkdir()
+            crashpoint.reached("staging: mark")
+            _write_marker(path, out, token)
+        except BaseException as exc:
+            if isinstance(exc, FileNotFoundError) and path.parent.is_dir() and not path.exists():
+                continue  # removed as empty by another run's clean-up before it was marked
+            remove_marked(path)
+            with contextlib.suppress(OSError):
+                path.rmdir()  # (empty: the marker could not be written)
+            if isinstance(exc, OSError):
+                raise _problem(exc, path, operation) from exc
+            raise
+        if (_marker(path) or {}).get("token") == token:
+            return path
+    raise EnvironmentProblem(f"cannot {operation}: other processes keep removing it", str(out))
 
 
 def _problem(exc: OSError, path: Path, operation: str) -> EnvironmentProblem:
@@ -151,50 +192,181 @@ def is_backup(folder: str | os.PathLike, out: str | os.PathLike) -> bool:
     return bool(named) and named[0] == "backup" and owned(folder, out)
 
 
+def backups(out: str | os.PathLike) -> list[Path]:
+    """The backup folders of ``out`` next to it (:func:`is_backup`), oldest name first."""
+    out = Path(out)
+    try:
+        names = sorted(os.listdir(out.parent))
+    except OSError:
+        return []
+    return [out.parent / n for n in names if is_backup(out.parent / n, out)]
+
+
+def writer_gone(folder: str | os.PathLike) -> bool:
+    """Whether the writer named in ``folder``'s marker is provably gone (see below)."""
+    return _writer_gone(_marker(Path(folder)) or {})
+
+
+def retire_backup(backup: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Remove a backup that has been put back: first it becomes a staging folder of this
+    process (its marker rewritten, then renamed from ``backup`` to ``partial``, the same
+    token), then it is removed marker last; a run killed on the way leaves a folder the next
+    run removes, never a backup that is no longer one."""
+    backup, out = Path(backup), Path(out)
+    named = _named(backup.name, out)
+    if named is None or named[0] != "backup" or not owned(backup, out):
+        raise ValueError(f"{backup} is not a backup folder of {out}")
+    token = named[1]
+    partial = staging_path(out, "partial", token)
+    with interrupt.deferred():
+        crashpoint.reached("backup: take over")
+        tmp = backup / f"{STAGING_MARKER}.new"
+        tmp.write_text(_marker_text(out, token))
+        os.replace(tmp, backup / STAGING_MARKER)
+        crashpoint.reached("backup: retire")
+        os.rename(backup, partial)
+        remove_marked(partial)
+
+
 def _writer_gone(doc: dict) -> bool:
-    if doc.get("host") != socket.gethostname():
-        return False  # another machine's writer: we cannot tell; leave it
+    """Whether the writer a marker names is provably gone (:func:`~episodekit.core.spill.
+    owner_gone`: no such process, a zombie, its pid reused, another boot). A marker of an older
+    version (pid and host only): no such pid."""
     pid = doc.get("pid")
-    if not isinstance(pid, int) or pid == os.getpid():
-        return False  # unreadable, or this very process: in use
+    if type(pid) is not int or pid <= 0 or not isinstance(doc.get("host"), str):
+        return False  # unreadable: leave it
+    if "pidns" in doc:
+        return owner_gone(doc)
+    if doc["host"] != socket.gethostname() or pid == os.getpid():
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except PermissionError:
+    except OSError:
         return False
     return False
 
 
+def _empty(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing, or only an empty marker (a ``kill -9`` between the
+    ``mkdir`` and the marker's write leaves that: nothing of anyone's is in it)."""
+    try:
+        names = os.listdir(folder)
+        return not names or (
+            names == [STAGING_MARKER] and os.lstat(folder / STAGING_MARKER).st_size == 0
+        )
+    except OSError:
+        return False
+
+
+def remove_marked(folder: str | os.PathLike) -> bool:
+    """Remove ``folder`` (a real folder; a link is never followed) its contents first, its
+    marker last, then itself, so that a removal cut short (a signal, ``kill -9``, an error)
+    leaves a folder still marked, which the next run removes; SIGINT/SIGTERM are held until
+    it is done. True when it is gone."""
+    folder = Path(folder)
+    with interrupt.deferred():
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return not os.path.lexists(folder)
+        whole = True
+        for entry in entries:
+            if entry.name == STAGING_MARKER:
+                continue
+            crashpoint.reached("remove: entry")
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                whole = False
+        if not whole:
+            return False  # (what is left keeps its marker)
+        crashpoint.reached("remove: marker")
+        with contextlib.suppress(FileNotFoundError, OSError):
+            os.unlink(folder / STAGING_MARKER)
+        crashpoint.reached("remove: folder")
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return not os.path.lexists(folder)
+
+
 def remove_stale(out: str | os.PathLike) -> list[Path]:
     """Remove ``out``'s staging folders (and replaced outputs) whose writer is gone (a killed
-    run's); return them. Only :func:`owned` folders are candidates; anything else next to
-    ``out`` stays, and so do backups (the user's way back)."""
+    run's); return them. Only :func:`owned` folders are candidates, and folders of that exact
+    name that hold nothing (a run killed while making one); anything else next to ``out``
+    stays, and so do backups (the user's way back). A marker a killed publish left inside
+    ``out`` itself (:func:`publish`) goes too; and where a publish by two renames was killed
+    between them (``out`` missing), the output it had moved aside is put back first."""
     out = Path(out)
     try:
         names = os.listdir(out.parent)
     except OSError:
         return []
     removed = []
+    if not os.path.lexists(out):
+        _put_back_replaced(out, names)
     for name in sorted(names):
         p = out.parent / name
         named = _named(name, out)
-        if named is None or named[0] not in STALE_KINDS or not owned(p, out):
+        if named is None or p.is_symlink() or not p.is_dir():
             continue
-        if _writer_gone(_marker(p) or {}):
-            shutil.rmtree(p, ignore_errors=True)
+        if _empty(p):
+            if remove_marked(p):
+                removed.append(p)
+            continue
+        if named[0] not in STALE_KINDS or not owned(p, out):
+            continue
+        if _writer_gone(_marker(p) or {}) and remove_marked(p):
             removed.append(p)
+    stray = _marker(out) if out.is_dir() and not out.is_symlink() else None
+    if stray is not None and stray.get("out") == out.name and _writer_gone(stray):
+        with contextlib.suppress(OSError):
+            os.unlink(out / STAGING_MARKER)
+    elif out.is_dir() and not out.is_symlink() and _empty_marker(out):
+        with contextlib.suppress(OSError):
+            os.unlink(out / STAGING_MARKER)
     return removed
+
+
+def _put_back_replaced(out: Path, names: list[str]) -> None:
+    """``out`` missing, and the output it held moved aside by a publish killed between its two
+    renames (where there is no exchange): put it back, as it was."""
+    old = [
+        out.parent / n
+        for n in names
+        if (_named(n, out) or ("",))[0] == "old" and owned(out.parent / n, out)
+    ]
+    if len(old) == 1 and _writer_gone(_marker(old[0]) or {}):
+        with contextlib.suppress(OSError):
+            os.rename(old[0], out)
+            os.unlink(out / STAGING_MARKER)
+
+
+def _empty_marker(folder: Path) -> bool:
+    try:
+        st = os.lstat(folder / STAGING_MARKER)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
 def discard(staging: str | os.PathLike, out: str | os.PathLike) -> None:
     """Remove a staging folder this run created (only when it still is one of ours)."""
     if owned(staging, out):
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_marked(staging)
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    """Swap two paths atomically (``renameat2(RENAME_EXCHANGE)``); False where unsupported
+    (and in tests that set :data:`~episodekit.core.crashpoint.NO_EXCHANGE_ENV`)."""
+    if os.environ.get(crashpoint.NO_EXCHANGE_ENV):
+        return False
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
@@ -222,24 +394,20 @@ def publish(staging: str | os.PathLike, out: str | os.PathLike, attempts: int = 
     caller checked is ours), and delete the replaced one. ``out`` holds the old content or the
     new, never a mix; a run killed in between leaves only marked folders :func:`remove_stale`
     removes. Concurrent publishers of one ``out`` (frame stores) retry; the last one wins.
-    SIGINT/SIGTERM cannot cut the swap (:func:`episodekit.core.interrupt.deferred`): one that
-    arrives during it is raised once the new output is in place."""
+    SIGINT/SIGTERM cannot cut the swap nor the removal of the replaced output
+    (:func:`episodekit.core.interrupt.deferred`): one that arrives during them is raised once
+    the new output is in place and the old one gone."""
     staging, out = Path(staging), Path(out)
     named = _named(staging.name, out)
     if named is None or named[0] != "partial":
         raise ValueError(f"{staging} is not a staging folder of {out}")
     token = named[1]
-    swapped = False
-    try:
-        with interrupt.deferred():  # a signal in the swap is raised once the new output is in
-            _swap(staging, out, token, attempts)
-            swapped = True
-    finally:
-        if swapped:  # (also when that signal is being raised: the replaced output goes)
-            _maybe_die_after_swap(out)
-            for p in (staging, staging_path(out, "old", token)):
-                if p.is_dir() and not p.is_symlink():  # the replaced output, ours by its marker
-                    shutil.rmtree(p, ignore_errors=True)
+    with interrupt.deferred():  # a signal in the swap is raised once the new output is in
+        _swap(staging, out, token, attempts)
+        _maybe_die_after_swap(out)
+        for p in (staging, staging_path(out, "old", token)):
+            if p.is_dir() and not p.is_symlink():  # the replaced output, ours by its marker
+                remove_marked(p)
 
 
 def _swap(staging: Path, out: Path, token: str, attempts: int) -> None:
@@ -250,15 +418,20 @@ def _swap(staging: Path, out: Path, token: str, attempts: int) -> None:
         for _ in range(attempts):
             if out.is_dir() and not out.is_symlink():
                 # the replaced output takes a marked name: a kill before it is deleted leaves
-                # a folder the next run recognizes as ours
+                # a folder the next run recognizes as ours (and a kill before the swap, a
+                # marker in ``out`` that the next run removes: remove_stale)
+                crashpoint.reached("publish: mark the replaced output")
                 _write_marker(out, out, token)
+                crashpoint.reached("publish: exchange")
                 if _exchange(staging, out):
                     break
                 old = staging_path(out, "old", token)
                 if old.is_dir():  # replaced in an earlier attempt of this call
-                    shutil.rmtree(old, ignore_errors=True)
+                    remove_marked(old)
+                crashpoint.reached("publish: move the replaced output aside")
                 with contextlib.suppress(FileNotFoundError):
                     os.rename(out, old)
+            crashpoint.reached("publish: rename")
             try:
                 os.rename(staging, out)
             except OSError as exc:
@@ -271,6 +444,7 @@ def _swap(staging: Path, out: Path, token: str, attempts: int) -> None:
     except OSError as exc:
         raise _problem(exc, out, "publish") from exc
     _fsync_dir(out.parent)
+    crashpoint.reached("publish: unmark the new output")
     with contextlib.suppress(OSError):
         (out / STAGING_MARKER).unlink()  # the new output's staging marker: it is published
 

@@ -23,6 +23,10 @@ SLOW = frozenset(
     {
         "tests/app/test_cli_errors.py::test_every_reader_on_every_bad_root",
         "tests/app/test_cli_info.py::test_info_lists_the_video_files_of_each_camera",
+        "tests/app/test_crash_sweep.py::test_repair_in_place_stopped_at_every_step",
+        "tests/app/test_crash_sweep.py::test_repair_new_out_stopped_at_every_step",
+        "tests/app/test_crash_sweep.py::test_repair_out_swap_stopped_at_every_step",
+        "tests/app/test_crash_sweep.py::test_repair_restore_stopped_at_every_step",
         "tests/app/test_cli_info.py::test_one_of_everything_reads_in_the_singular",
         "tests/app/test_drop_flagged_frames.py::test_drop_flagged_drops_exactly_the_flagged_frames",
         "tests/app/test_hints_run.py::test_hint_runs_and_fixes_what_it_names",

@@ -12,14 +12,19 @@ frames in its mp4s), then publishes it:
   staged root (unchanged files copied) is swapped into DIR under DIR's writer lock
   (:mod:`episodekit.core.staging`: a killed run's staging folder is removed by the next run).
   ROOT is only read. A rerun on the same ROOT finds the key it recorded and does nothing.
-- ``--in-place``: the new files are staged next to ROOT (as above) and verified; then, in one
-  step that SIGINT/SIGTERM cannot cut (:func:`episodekit.core.interrupt.deferred`), each file
-  it replaces is kept in a backup folder next to ROOT (``.ROOT.episodekit-backup-<token>``,
-  marked as episodekit's, with a manifest; a hard link, else a copy) and replaced atomically
-  by the new one, and the files it removes (staged PNGs) are moved there. An interrupt ends
-  the run with ROOT as it was (before that step) or fully repaired (during it: the backup is
-  named on stderr); an error during it puts ROOT back as it was. :func:`restore` puts a
-  backup back, also one a ``kill -9`` left half-made (its manifest says so).
+- ``--in-place``: ROOT's writer lock is taken before ROOT is inspected (a second run waits,
+  then finds nothing to repair); the new files are staged next to ROOT's real folder (as
+  above) and verified; then a backup folder next to ROOT (``.ROOT.episodekit-backup-<token>``,
+  marked as episodekit's) is made whole with its manifest (the files replaced, created and
+  removed, each one's sha256 before and after), and in one step that SIGINT/SIGTERM cannot
+  cut (:func:`episodekit.core.interrupt.deferred`) each file it replaces is kept there (a hard
+  link, else a copy) and replaced atomically by the new one, and the files it removes (staged
+  PNGs) are moved there. An interrupt ends the run with ROOT as it was (before that step) or
+  fully repaired (during it, or after: the backup is named on stderr on every way out); an
+  error during it puts ROOT back as it was. A ``kill -9`` during it leaves ROOT half repaired
+  and the backup: the next run refuses until :func:`restore` has put it back.
+- ``--restore``: :func:`restore` puts a backup back, only over files unchanged since the repair
+  (the manifest's hashes), with every manifest path confined to ROOT.
 - ``--dry-run``: the plan only.
 
 A healthy root is "nothing to repair" (exit 0, nothing written); a root where no episode can
@@ -28,6 +33,7 @@ be recovered raises :class:`NothingRecoverable` (exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,22 +46,30 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from episodekit.core import interrupt, staging
+from episodekit.core import crashpoint, staging
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import open_dataset
-from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
+from episodekit.core.errors import DatasetError, EnvironmentProblem
 from episodekit.core.executor import imap_files
-from episodekit.core.lock import LOCK_NAME, remove_if_only_lock, writer_lock
+from episodekit.core.lock import remove_if_only_lock, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_read import DataFile, open_data_file
 from episodekit.core.progress import current
 from episodekit.metadata.stats.range_counts import RangeCounts, counted
 from episodekit.writers import repair_build
+from episodekit.writers.repair_backup import (  # noqa: F401 - restore, undo_hint: the API
+    MANIFEST,
+    backup_note,
+    commit,
+    manifest_of,
+    refuse_unfinished,
+    restore,
+    undo_hint,
+)
 from episodekit.writers.repair_inspect import inspect_root
 from episodekit.writers.repair_plan import RepairPlan, plan_repair
 
 RECIPE = ".episodekit-repair.json"
-MANIFEST = "manifest.json"
 FORMAT = 1
 READ_BATCH = 64 * 1024
 
@@ -127,11 +141,37 @@ def repair(root: str | os.PathLike, options: RepairOptions | None = None) -> Rep
     out = None
     if options.out and not options.dry_run:  # the one rule: never ROOT, inside it or around it
         out = check_output_dir(options.out, sources=[root])
+    local = "://" not in os.fspath(root) and os.path.isdir(root)
+    if local:
+        refuse_unfinished(root)
+    locked = local and options.in_place and not options.dry_run
+    box: list[RepairResult] = []
+    try:
+        # --in-place: ROOT's lock before the plan (a second run waits, then finds it repaired)
+        with writer_lock(root) if locked else contextlib.nullcontext():
+            if locked:
+                staging.remove_stale(os.path.realpath(root))  # a killed run's folders
+                refuse_unfinished(root)
+            result = _run(root, options, out, box)
+        result.seconds = time.perf_counter() - t0
+        return result
+    except BaseException:
+        if box and box[0].backup:  # ROOT repaired, then the run stopped: name the way back
+            print(backup_note(root, box[0].backup), file=sys.stderr, flush=True)
+        raise
+
+
+def _run(
+    root: str | os.PathLike, options: RepairOptions, out: Path | None, box: list[RepairResult]
+) -> RepairResult:
+    """Inspect, plan and do what ``options`` say; the result goes into ``box`` at once (the
+    caller names a backup even when this raises)."""
     say = current().step
     say(f"inspecting {root}")
     inv = inspect_root(root, options.executor)
     plan = plan_repair(inv, options.keep_partial)
     result = describe(plan, str(root))
+    box.append(result)
     if plan.healthy:
         result.status = "nothing to repair"
     elif not plan.kept:
@@ -154,7 +194,6 @@ def repair(root: str | os.PathLike, options: RepairOptions | None = None) -> Rep
         _to_out(plan, out, result, options)
     else:
         _in_place(plan, result, options)
-    result.seconds = time.perf_counter() - t0
     return result
 
 
@@ -267,137 +306,16 @@ def _recorded_key(out: Path) -> str | None:
 
 
 def _in_place(plan: RepairPlan, result: RepairResult, options: RepairOptions) -> None:
-    root = plan.inventory.root
-    lock_existed = (root / LOCK_NAME).exists()
-    with writer_lock(root):
-        staging.remove_stale(root)  # a killed run's staging folder (never a backup)
-        work = staging.new_staging(root)
-        try:
-            staged = _stage(plan, work, options, link=True)
-            replaced = [rel for rel in staged.written if (root / rel).exists()]
-            manifest = {
-                "format": FORMAT,
-                "root": str(root.resolve()),
-                "replaced": replaced,
-                "created": [rel for rel in staged.written if rel not in replaced]
-                + ([] if lock_existed else [LOCK_NAME]),
-                "removed": staged.removed,
-                "complete": False,
-            }
-            backup = _commit(root, work, staged, manifest)
-        finally:
-            staging.discard(work, root)
-    result.status, result.files, result.removed = "repaired", staged.written, staged.removed
-    result.backup = str(backup)
-
-
-def _commit(root: Path, work: Path, staged: repair_build.Staged, manifest: dict) -> Path:
-    """Replace ROOT's files by the staged ones, each kept in a new backup folder first; returns
-    the backup. One deferred section: a signal during it is raised once ROOT is fully repaired
-    (the backup named on stderr, as the result would name it); an error puts ROOT back as it
-    was and removes the backup."""
-    backup = None
+    """Stage and verify next to ROOT, then :func:`_commit` (the caller holds ROOT's lock)."""
+    root = Path(os.path.realpath(plan.inventory.root))  # next to the real folder (a link's
+    work = staging.new_staging(root)  # parent may be another filesystem), where restore looks
     try:
-        with interrupt.deferred():
-            backup = staging.new_backup(root)
-            _write_manifest(backup, manifest)
-            files = backup / "files"
-            for rel in manifest["replaced"]:  # kept first (a link), then replaced atomically
-                repair_build.link_or_copy(root / rel, files / rel)
-            for rel in staged.written:
-                _move(work / rel, root / rel)
-            for rel in manifest["removed"]:
-                _move(root / rel, files / rel)
-            manifest["complete"] = True
-            _write_manifest(backup, manifest)
-    except BaseException as exc:
-        if backup is None:
-            raise
-        if manifest["complete"]:  # a signal, raised once the section was done
-            print(f"{root} was repaired in place before the interrupt; the files it replaced "
-                  f"or removed are in {backup} ({undo_hint(root, backup)})",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            raise
-        try:  # an error (or, outside the CLI, a KeyboardInterrupt) half-way: ROOT put back
-            with interrupt.deferred():
-                _undo(root, backup, manifest)
-            shutil.rmtree(backup)
-        except Exception:
-            raise EnvironmentProblem(
-                f"could not repair in place ({exc}) nor put every file back; {backup} holds "
-                f"the originals ({undo_hint(root, backup)})",
-                str(root),
-            ) from exc
-        raise
-    return backup
-
-
-def undo_hint(root: str | os.PathLike, backup: str | os.PathLike) -> str:
-    """How to undo an ``--in-place`` repair of ``root`` (named wherever the backup is)."""
-    return f"undo: episodekit repair {root} --restore {backup}"
-
-
-def _write_manifest(backup: Path, manifest: dict) -> None:
-    atomic_write_text(backup / MANIFEST, json.dumps(manifest, indent=2))
-
-
-def _move(src: Path, dst: Path) -> None:
-    try:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, dst)
-    except OSError as exc:
-        raise os_problem(exc, src, "move") from exc
-
-
-def restore(backup: str | os.PathLike, expect_root: str | os.PathLike | None = None) -> str:
-    """Put an ``--in-place`` repair's backup back: the root is again what it was before it
-    (files it created removed, files it replaced or removed moved back); the backup folder is
-    removed. A backup a killed run left half-made (its manifest is not complete) puts back
-    what it holds: the files it lacks were never replaced. ``expect_root``: refuse a backup of
-    another root. Returns the root."""
-    folder = Path(os.path.abspath(backup))
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        root = Path(manifest["root"])
-        if not all(isinstance(manifest[k], list) for k in ("replaced", "created", "removed")):
-            raise ValueError("its manifest lists no files")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EnvironmentProblem(f"not a repair backup ({exc})", str(backup)) from exc
-    named = folder.parent / root.name
-    if not staging.is_backup(folder, named) or named.resolve() != root.resolve():
-        raise EnvironmentProblem(
-            f"not a repair backup of {root} (not named and marked as one, next to it)",
-            str(backup),
-        )
-    if expect_root is not None and Path(expect_root).resolve() != root.resolve():
-        raise EnvironmentProblem(f"a backup of {root}, not of {expect_root}", str(backup))
-    if not root.is_dir():
-        raise EnvironmentProblem(f"{root}, the root it was made from, is gone", str(backup))
-    with writer_lock(root), interrupt.deferred():  # a signal cannot leave ROOT half restored
-        _undo(root, folder, manifest)
-    if LOCK_NAME in manifest["created"]:  # (the repair made it; removed once released)
-        (root / LOCK_NAME).unlink(missing_ok=True)
-    shutil.rmtree(folder)
-    return str(root)
-
-
-def _undo(root: Path, backup: Path, manifest: dict) -> None:
-    """ROOT as before the repair the manifest describes (see :func:`restore`), but for the
-    writer lock file (held while this runs)."""
-    files = backup / "files"
-    back = [*manifest["replaced"], *manifest["removed"]]
-    if manifest.get("complete", True):
-        missing = [rel for rel in back if not (files / rel).is_file()]
-        if missing:
-            raise EnvironmentProblem(
-                f"the backup lacks {missing[0]}; nothing was restored", str(backup)
-            )
-    for rel in manifest["created"]:
-        if rel != LOCK_NAME:
-            (root / rel).unlink(missing_ok=True)
-    for rel in back:
-        if (files / rel).is_file():  # (else never replaced nor removed: a half-made backup)
-            _move(files / rel, root / rel)
+        staged = _stage(plan, work, options, link=True)
+        crashpoint.reached("in-place: staged")
+        commit(root, work, staged, manifest_of(root, work, staged), result)
+        result.status, result.files, result.removed = "repaired", staged.written, staged.removed
+    finally:
+        staging.discard(work, root)
 
 
 # --------------------------------------------------------------------------------------------

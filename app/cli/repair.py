@@ -73,7 +73,8 @@ def say_repair(d: dict) -> None:
     "--restore",
     metavar="BACKUP",
     type=click.Path(exists=True, file_okay=False),
-    help="Undo an --in-place repair of ROOT: put back the files from its backup folder.",
+    help="Undo an --in-place repair of ROOT: put back the files from its backup folder "
+    "(refused, naming them, when files it wrote were changed since).",
 )
 @executor_option
 @json_option
@@ -118,8 +119,16 @@ def repair_command(
     if not (out or in_place or dry_run):
         raise click.UsageError("give --out DIR (a new folder), --in-place or --dry-run")
     options = RepairOptions(out, in_place, dry_run, keep_partial, executor)
-    d = repair(root, options).as_dict()
-    if as_json:
-        click.echo(jsonout.dumps(d, indent=2))
-        return
-    say_repair(d)
+    result = repair(root, options)
+    try:
+        d = result.as_dict()
+        if as_json:
+            click.echo(jsonout.dumps(d, indent=2))
+            return
+        say_repair(d)
+    except BaseException:
+        if result.backup:  # ROOT was repaired: its way back is named on every way out
+            from episodekit.writers.repair import backup_note
+
+            click.echo(backup_note(root, result.backup), err=True)
+        raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,12 +20,13 @@ import pytest
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
 
 
-def cli(*args) -> subprocess.CompletedProcess:
+def cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "episodekit.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -155,3 +157,154 @@ def test_in_place_signalled_at_any_moment(tmp_path, sig):
         assert files(src) == before and not backup.exists(), where
         outcomes.add("repaired")
     assert "as before" in outcomes  # most moments came before the replacing
+
+
+# -- issue 48: --restore never throws data away; no hidden leftovers ----------------------------
+
+UNDO = re.compile(r"\(undo: episodekit repair (\S+) --restore (\S+)\)")
+HOLD = """
+import sys, time
+from episodekit.core.lock import writer_lock
+with writer_lock(sys.argv[1]):
+    print("HELD", flush=True)
+    sys.stdin.read()
+"""
+
+
+def in_place(src: Path) -> Path:
+    """``repair SRC --in-place``; the backup it names."""
+    p = cli("repair", src, "--in-place")
+    assert p.returncode == 0, p.stderr
+    (found,) = UNDO.findall(p.stdout)
+    return Path(found[1])
+
+
+def test_restore_refuses_files_changed_since_the_repair(tmp_path):
+    """Bytes appended after the repair to a file it replaced and to one it created: --restore
+    exits 2 naming both, and changes nothing (neither file lost, the backup kept); once they
+    are as the repair left them, it restores."""
+    src = copy("crash_rec7", tmp_path)
+    before = tree(src)
+    backup = in_place(src)
+    replaced = "data/chunk-000/file-001.parquet"
+    created = "meta/episodes/chunk-000/file-001.parquet"
+    originals = {rel: (src / rel).read_bytes() for rel in (replaced, created)}
+    for rel in (replaced, created):
+        with open(src / rel, "ab") as fh:
+            fh.write(b"the user's own bytes")
+    changed, kept = tree(src), tree(backup)
+    line = one_error(cli("repair", src, "--restore", backup), 2)
+    assert replaced in line and created in line and "changed since the repair" in line, line
+    assert tree(src) == changed and tree(backup) == kept
+    for rel, data in originals.items():
+        (src / rel).write_bytes(data)
+    assert cli("repair", src, "--restore", backup).returncode == 0
+    assert tree(src) == before and not backup.exists()
+
+
+def test_restore_refuses_manifest_paths_outside_the_root(tmp_path):
+    """A manifest edited to name a file outside ROOT (``..``, an absolute path, a path through
+    a symlink in ROOT), with that file's true hash: refused, the file intact, ROOT unchanged."""
+    src = copy("crash_rec7", tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not episodekit's")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "x.txt").write_text("not episodekit's either")
+    (src / "linked").symlink_to(outside)
+    backup = in_place(src)
+    manifest = json.loads((backup / "manifest.json").read_text())
+    for rel, target in (
+        ("../victim.txt", victim),
+        (str(victim), victim),
+        ("linked/x.txt", outside / "x.txt"),
+    ):
+        edited = dict(manifest, created=[*manifest["created"], rel])
+        digest = hashlib.sha256(target.read_bytes()).hexdigest()
+        edited["after"] = {**manifest["after"], rel: digest}
+        (backup / "manifest.json").write_text(json.dumps(edited))
+        repaired = tree(src)
+        line = one_error(cli("repair", src, "--restore", backup), 2)
+        assert rel in line, line
+        assert target.exists() and tree(src) == repaired, rel
+
+
+def test_undo_of_a_symlinked_root_works_as_printed(tmp_path):
+    """ROOT given as a symlink: the backup lies next to the real folder, and the undo command
+    the run prints works as printed."""
+    real = copy("crash_rec7", tmp_path / "disk")
+    link = tmp_path / "rec"
+    link.symlink_to(real)
+    before = tree(real)
+    p = cli("repair", link, "--in-place")
+    assert p.returncode == 0, p.stderr
+    ((root, backup),) = UNDO.findall(p.stdout)
+    assert root == str(link) and Path(backup).parent == real.parent
+    p = cli("repair", root, "--restore", backup)
+    assert p.returncode == 0, p.stderr
+    assert tree(real) == before and sorted(os.listdir(real.parent)) == ["crash_rec7"]
+
+
+def test_two_concurrent_in_place_runs_make_one_backup(tmp_path):
+    """Two --in-place runs at once (both queued behind a writer of ROOT): the lock is taken
+    before the plan, so one repairs and the other then finds nothing to repair."""
+    src = copy("crash_rec7", tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(src)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "HELD"
+    argv = [sys.executable, "-m", "episodekit.cli", "repair", str(src), "--in-place"]
+    runs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]  # fmt: skip
+    for run in runs:  # both wait for the lock
+        assert "waiting for another episodekit process" in run.stderr.readline()
+    holder.communicate("")
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    said = sorted("nothing to repair" in out for out, _ in outputs)
+    assert said == [False, True], outputs
+    backups = [p for p in tmp_path.iterdir() if ".episodekit-backup-" in p.name]
+    assert len(backups) == 1 and cli("validate", src).returncode == 0
+
+
+def test_killed_in_place_leaves_no_lock_and_a_half_repair_is_refused(tmp_path):
+    """kill -9 while staging: ROOT as it was, not even a lock file in it; kill -9 half-way
+    through the replacing: the next --in-place refuses, naming the --restore that puts ROOT
+    back, which then works."""
+    from episodekit.core.atomic import KILL_HOOK_ENV
+    from episodekit.core.crashpoint import CRASH_ENV, LOG_ENV
+
+    src = copy("crash_rec7", tmp_path / "a")
+    before = tree(src)
+    p = cli("repair", src, "--in-place", env={KILL_HOOK_ENV: "stats.json"})
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert tree(src) == before  # no .episodekit.lock
+    log = tmp_path / "points"
+    ref = copy("crash_rec7", tmp_path / "ref")
+    assert cli("repair", ref, "--in-place", env={LOG_ENV: str(log)}).returncode == 0
+    steps = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+    n = steps.index("in-place: replace")
+    src = copy("crash_rec7", tmp_path / "b")
+    p = cli("repair", src, "--in-place", env={CRASH_ENV: f"KILL:{n + 2}"})  # after one file
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert tree(src) not in (before, tree(ref))  # half repaired
+    line = one_error(cli("repair", src, "--in-place"), 2)
+    (found,) = UNDO.findall(line)
+    assert cli("repair", *found[:1], "--restore", found[1]).returncode == 0
+    assert tree(src) == before
+    assert cli("repair", src, "--in-place").returncode == 0
+
+
+def test_killed_out_leaves_no_folder(tmp_path):
+    """kill -9 while --out is staged: --out does not exist (its lock lives next to it, not in
+    it), and the next run leaves nothing but --out next to ROOT."""
+    from episodekit.core.atomic import KILL_HOOK_ENV
+
+    src = copy("crash_rec7", tmp_path)
+    out = tmp_path / "out"
+    p = cli("repair", src, "--out", out, env={KILL_HOOK_ENV: "stats.json"})
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert not out.exists()
+    assert cli("repair", src, "--out", out).returncode == 0
+    assert sorted(os.listdir(tmp_path)) == ["crash_rec7", "out"]

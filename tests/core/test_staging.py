@@ -34,6 +34,7 @@ def _orphan(out: Path, kind: str = "partial") -> Path:
 
 def test_only_marked_folders_of_dead_writers_are_removed(tmp_path):
     out = tmp_path / "out"
+    out.mkdir()  # (missing, a dead writer's "old" folder would be put back: a test below)
     dead = [_orphan(out), _orphan(out, "old")]
     live = staging.new_staging(out)  # this process: alive
     lookalikes = [
@@ -44,11 +45,18 @@ def test_only_marked_folders_of_dead_writers_are_removed(tmp_path):
     ]
     for p in lookalikes:
         p.mkdir()
+        (p / "notes.txt").write_text("mine")
     wrong = _orphan(out)
     (wrong / staging.STAGING_MARKER).write_text(
         json.dumps({"token": "0" * 32, "out": "out", "pid": _dead_pid()})
     )  # a marker copied from elsewhere: its token is not the folder's
-    assert sorted(staging.remove_stale(out)) == sorted(dead)
+    # our exact name holding nothing (or an empty marker): a run killed between its mkdir and
+    # its marker's write; nothing of anyone's is in it
+    empty = [staging.staging_path(out, "partial", uuid.uuid4().hex) for _ in range(2)]
+    for p in empty:
+        p.mkdir()
+    (empty[1] / staging.STAGING_MARKER).write_text("")
+    assert sorted(staging.remove_stale(out)) == sorted(dead + empty)
     assert live.is_dir() and wrong.is_dir() and all(p.is_dir() for p in lookalikes)
 
 
@@ -194,3 +202,64 @@ def test_a_backup_is_never_stale(tmp_path):
         staging.publish(backup, out)
     made = staging.new_backup(out)
     assert made.name.startswith(".out.episodekit-backup-") and staging.is_backup(made, out)
+
+
+def test_a_removal_cut_short_leaves_the_folder_marked(tmp_path, monkeypatch):
+    """Whatever entry a removal is cut at (a signal, an error), the folder left still holds
+    its marker, and the next run removes it once its writer is gone (issue 48)."""
+    out = tmp_path / "out"
+    real_unlink = os.unlink
+    for cut in range(1, 12):
+        work = staging.new_staging(out)
+        for i in range(8):
+            (work / f"f{i}.bin").write_text("x")
+            (work / f"d{i}").mkdir()
+            (work / f"d{i}" / "g").write_text("y")
+        calls = []
+
+        def unlink(path, *args, cut=cut, calls=calls, **kwargs):
+            calls.append(path)
+            if len(calls) == cut:
+                raise KeyboardInterrupt
+            return real_unlink(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "unlink", unlink)
+        with pytest.raises(KeyboardInterrupt):
+            staging.discard(work, out)
+        monkeypatch.setattr(os, "unlink", real_unlink)
+        assert work.is_dir() and (work / staging.STAGING_MARKER).is_file(), cut
+        doc = json.loads((work / staging.STAGING_MARKER).read_text())
+        doc["pid"] = _dead_pid()  # its writer gone
+        (work / staging.STAGING_MARKER).write_text(json.dumps(doc))
+        assert staging.remove_stale(out) == [work]
+
+
+def test_a_folder_whose_pid_was_reused_is_removed(tmp_path):
+    """A killed writer's pid now belongs to another live process (started at another time):
+    its folder goes; a live writer's stays (core/spill.py's owner record)."""
+    out = tmp_path / "out"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        reused = staging.new_staging(out)
+        doc = json.loads((reused / staging.STAGING_MARKER).read_text())
+        doc.update(pid=other.pid, start="1")  # that pid, but not the process that wrote it
+        (reused / staging.STAGING_MARKER).write_text(json.dumps(doc))
+        live = staging.new_staging(out)
+        doc = json.loads((live / staging.STAGING_MARKER).read_text())
+        (live / staging.STAGING_MARKER).write_text(json.dumps(dict(doc, pid=other.pid,
+                                                                   start=None)))  # fmt: skip
+        assert staging.remove_stale(out) == [reused] and live.is_dir()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_an_output_moved_aside_by_a_killed_two_rename_publish_is_put_back(tmp_path):
+    """Where there is no exchange, a publish killed between its two renames leaves ``out``
+    missing and the old output under a marked name: the next run puts it back, as it was."""
+    out = tmp_path / "out"
+    old = _orphan(out, "old")  # the replaced output, marked by the swap, its writer gone
+    (old / "n.txt").write_text("old")
+    staging.remove_stale(out)
+    assert (out / "n.txt").read_text() == "old" and sorted(os.listdir(out)) == ["n.txt"]
+    assert os.listdir(tmp_path) == ["out"]

@@ -414,7 +414,7 @@ def test_in_place_interrupted_during_the_commit_finishes_it(tmp_path, monkeypatc
     import time
 
     from episodekit.core import interrupt
-    from episodekit.writers import repair as repair_mod
+    from episodekit.writers import repair_backup as repair_mod
 
     want = _repaired(tmp_path, "crash_vid5")
     src = copy("crash_vid5", tmp_path)
@@ -472,7 +472,7 @@ def test_in_place_error_during_the_commit_puts_root_back(tmp_path, monkeypatch):
     removed, and the error says so much (exit 2)."""
     import errno
 
-    from episodekit.writers import repair as repair_mod
+    from episodekit.writers import repair_backup as repair_mod
 
     src = copy("crash_vid5", tmp_path)
     before = snapshot(src)
@@ -505,14 +505,14 @@ def test_in_place_killed_during_the_commit_is_restored_from_its_backup(tmp_path)
     before = snapshot(src)
     code = (
         "import os, signal, sys\n"
-        "from episodekit.writers import repair as r\n"
-        "real, n = r._move, []\n"
+        "from episodekit.writers import repair as r, repair_backup as b\n"
+        "real, n = b._move, []\n"
         "def move(a, b):\n"
         "    n.append(b)\n"
         "    if len(n) == 3:\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
         "    real(a, b)\n"
-        "r._move = move\n"
+        "b._move = move\n"
         "r.repair(sys.argv[1], r.RepairOptions(in_place=True))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True)
@@ -560,6 +560,57 @@ def test_out_staging_follows_the_staging_rules(tmp_path, monkeypatch):
     (stale / staging.STAGING_MARKER).write_text(json.dumps(doc))
     lookalike = tmp_path / f".out.episodekit-partial-{uuid.uuid4().hex}"  # no marker
     lookalike.mkdir()
+    (lookalike / "notes.txt").write_text("mine")
     assert repair_mod.repair(src, RepairOptions(out=str(out))).status == "repaired"
     assert not stale.exists() and lookalike.is_dir()
     assert sorted(os.listdir(tmp_path)) == sorted(["crash_rec7", "out", lookalike.name])
+
+
+def test_in_place_interrupted_in_its_final_clean_up_names_the_backup(tmp_path, monkeypatch, capsys):
+    """SIGINT while the staging folder is removed, ROOT already repaired: the run ends 130 and
+    still names the backup and the command that undoes the repair (issue 48)."""
+    import os
+    import signal
+    import time
+
+    from episodekit.core import interrupt, staging
+
+    src = copy("crash_rec7", tmp_path)
+    before = snapshot(src)
+    real_discard = staging.discard
+
+    def signal_then_discard(work, out):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handler runs here
+        real_discard(work, out)
+
+    monkeypatch.setattr(staging, "discard", signal_then_discard)
+    assert interrupt.run_command(lambda: repair(src, RepairOptions(in_place=True)) and 0) == 130
+    backup = _backup(tmp_path)
+    err = capsys.readouterr().err
+    assert f"are in {backup} (undo: episodekit repair {src} --restore {backup})" in err
+    monkeypatch.setattr(staging, "discard", real_discard)
+    restore(backup)
+    assert snapshot(src) == before
+
+
+def test_restore_puts_back_only_what_a_killed_repair_replaced(tmp_path):
+    """A backup whose repair was killed after its manifest was written but before any file
+    changed: the hashes say nothing was replaced; restore changes nothing and removes it."""
+    from episodekit.core import staging
+    from episodekit.writers import repair as repair_mod
+
+    src = copy("crash_rec7", tmp_path)
+    before = snapshot(src)
+    result = repair(copy("crash_rec7", tmp_path / "ref"), RepairOptions(in_place=True))
+    manifest = json.loads((Path(result.backup) / "manifest.json").read_text())
+    manifest.update(root=str(src.resolve()), complete=False)
+    staging.new_backup(src, {repair_mod.MANIFEST: json.dumps(manifest)})
+    backup = _backup(tmp_path)
+    doc = json.loads((backup / staging.STAGING_MARKER).read_text())
+    doc["pid"] = 2**22 + 12345  # its writer gone (killed)
+    (backup / staging.STAGING_MARKER).write_text(json.dumps(doc))
+    with pytest.raises(EnvironmentProblem, match="--restore"):  # a repair waits for it
+        repair(src, RepairOptions(in_place=True))
+    restore(backup, expect_root=src)
+    assert snapshot(src) == before and _ours(tmp_path) == []
