@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core.errors import DatasetError
+from episodekit.core.words import noun_for
 from episodekit.writers import repair_schema
 from episodekit.writers.repair_inspect import DataFile, Inventory, VideoState
 
@@ -238,11 +239,30 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
             dropped.append(Dropped(ep, n, why))
             continue
         kept.append(e)
+    lost = [e.index for e in kept if e.rebuilt and e.source_row is None]
+    if lost:  # whatever the footers say: every file may be whole (the writer rolled over)
+        damages.append(("meta/episodes", _no_rows(lost)))
     plan = RepairPlan(inv, damages, kept, dropped, recovered, [], {})
     _tasks_and_totals(plan, tasks)
     _staged(plan)
     _info_and_stats(plan)
     return plan
+
+
+def _no_rows(episodes: list[int]) -> str:
+    """The damage of kept episodes whose metadata rows never reached the disk."""
+    runs: list[list[int]] = []
+    for ep in episodes:
+        if runs and ep == runs[-1][1] + 1:
+            runs[-1][1] = ep
+        else:
+            runs.append([ep, ep])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:8])
+    more = f", ... {len(runs) - 8} more" if len(runs) > 8 else ""
+    return (
+        f"no metadata row for {noun_for(len(episodes), 'episode')} {shown}{more} (the recorder "
+        "buffers them and died before writing them): rebuilt from their rows"
+    )
 
 
 def episode_rows(inv: Inventory, df: DataFile, r: int, columns: list[str]) -> pa.Table:

@@ -68,6 +68,24 @@ def test_repair_then_validate_deep(tmp_path):
     assert p.returncode == 0 and "already repaired" in p.stdout, p.stdout
 
 
+def test_rollover_crash_is_repaired_and_validates(tmp_path):
+    """Every file has a footer (the recorder died right after the data file rolled over), yet
+    four metadata rows are missing: repair says so and rebuilds them; validate passes after."""
+    src = copy("crash_rollover", tmp_path)
+    assert cli("validate", src).returncode == 1
+    p = cli("repair", src, "--dry-run", "--json")
+    d = json.loads(p.stdout)
+    assert p.returncode == 0 and d["status"] == "planned" and d["rebuilt"] == [10, 11, 12, 13]
+    out = tmp_path / "out"
+    p = cli("repair", src, "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert "1 damage(s) found" in p.stdout and "no metadata row for episodes 10-13" in p.stdout
+    p = cli("validate", out, "--deep")
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = cli("repair", out, "--dry-run")
+    assert p.returncode == 0 and "nothing to repair" in p.stdout, p.stdout
+
+
 def test_json_and_dry_run(tmp_path):
     src = copy("crash_vid3_saving", tmp_path)
     before = tree(tmp_path)

@@ -32,6 +32,7 @@ CRASHED = {
     "crash_img5": (5, 5),
     "crash_vid5": (5, 5),
     "crash_vid3_saving": (3, 4),
+    "crash_rollover": (14, 14),
 }
 
 
@@ -196,6 +197,24 @@ def test_in_place_and_restore(tmp_path):
     restore(backup)
     assert snapshot(src) == before
     assert not backup.exists()
+
+
+def test_rollover_crash_with_every_footer_whole(tmp_path):
+    """Killed inside save_episode right after the data file rolled over (crash_rollover): the
+    data file and the meta/episodes file were both closed (footers whole), but the metadata
+    rows of episodes 10-13 were still buffered. That is damage, never "nothing to repair"."""
+    src = copy("crash_rollover", tmp_path)
+    plan = repair(src, RepairOptions(dry_run=True))
+    assert plan.status == "planned" and plan.rebuilt == [10, 11, 12, 13]
+    damages = {d["file"]: d["damage"] for d in plan.damages}
+    assert "no metadata row for episodes 10-13" in damages["meta/episodes"]
+    out = tmp_path / "out"
+    result = repair(src, RepairOptions(out=str(out)))
+    assert result.status == "repaired" and result.episodes == 14
+    assert result.files["meta/episodes/chunk-000/file-001.parquet"] == "4 rows (4 rebuilt)"
+    check_against_reference(out, "crash_rollover", 14, result.rebuilt)
+    placed = episodes_of(out)  # where LeRobot would have flushed them: the next file
+    assert placed["meta/episodes/file_index"].to_pylist() == [0] * 10 + [1] * 4
 
 
 def test_dry_run_writes_nothing(tmp_path):
