@@ -49,14 +49,17 @@ from episodekit.core.lock import LOCK_NAME, remove_if_only_lock, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_read import DataFile, open_data_file
 from episodekit.core.progress import current
+from episodekit.core.version import __version__
 from episodekit.metadata.stats.range_counts import RangeCounts, counted
 from episodekit.writers import repair_build
+from episodekit.writers.recipe import local_identity
 from episodekit.writers.repair_inspect import inspect_root
 from episodekit.writers.repair_plan import RepairPlan, plan_repair
 
 RECIPE = ".episodekit-repair.json"
 MANIFEST = "manifest.json"
 FORMAT = 1
+KEY_FORMAT = 2  # --out's rerun key; 2: files by identity (size, mtime, ctime, inode), version
 READ_BATCH = 64 * 1024
 
 
@@ -159,15 +162,18 @@ def repair(root: str | os.PathLike, options: RepairOptions | None = None) -> Rep
 
 
 def source_key(plan: RepairPlan, options: RepairOptions) -> str:
-    """What the output depends on: every file of ROOT (path, size, mtime) and the options."""
+    """What the output depends on: the tool version, the options and every file of ROOT, each
+    by the identity edit's key gives a file (:func:`~episodekit.writers.recipe.local_identity`:
+    size, mtime, ctime, inode; a rewrite that keeps size and mtime still changes the key)."""
     root = plan.inventory.root
     h = hashlib.sha256(b"episodekit-repair\0")
-    files = []
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and not p.name.startswith(".episodekit"):
-            st = p.stat()
-            files.append([p.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns])
-    body = {"format": FORMAT, "root": str(root.resolve()), "files": files}
+    files = [
+        local_identity(p.relative_to(root).as_posix(), p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith(".episodekit")
+    ]
+    body = {"format": KEY_FORMAT, "version": __version__, "root": str(root.resolve())}
+    body["files"] = files
     body["keep_partial"] = options.keep_partial
     h.update(json.dumps(body, sort_keys=True).encode())
     return h.hexdigest()[:32]

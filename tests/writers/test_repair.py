@@ -160,6 +160,28 @@ def test_recorded_crash_comes_back(name, tmp_path):
     assert repair(out, RepairOptions(dry_run=True)).status == "nothing to repair"
 
 
+def test_out_rerun_sees_a_rewrite_that_keeps_size_and_mtime(tmp_path):
+    """The --out rerun key identifies ROOT's files as edit's does (size, mtime, ctime, inode):
+    a file rewritten in place with its size and mtime kept (a copy tool, a user's touch -r)
+    makes the rerun repair again, never "unchanged" with an output of the old content."""
+    import os
+
+    src = copy("crash_rec7", tmp_path)
+    out = tmp_path / "out"
+    assert repair(src, RepairOptions(out=str(out))).status == "repaired"
+    assert repair(src, RepairOptions(out=str(out))).status == "unchanged"
+    info = src / "meta/info.json"
+    st = info.stat()
+    text = info.read_bytes()
+    changed = text.replace(b'"robot_type": "aloha"', b'"robot_type": "koch1"')  # the same size
+    assert changed != text and len(changed) == len(text)
+    info.write_bytes(changed)
+    os.utime(info, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (info.stat().st_size, info.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert repair(src, RepairOptions(out=str(out))).status == "repaired"
+    assert json.loads((out / "meta/info.json").read_text())["robot_type"] == "koch1"
+
+
 def test_keep_partial_keeps_the_episode_being_saved(tmp_path):
     """Killed inside save_episode: rows and both cameras' frames of episode 3 are on disk, its
     metadata row and info.json never were. Dropped by default (with its task and the mp4 tail),
