@@ -28,12 +28,15 @@ be recovered raises :class:`NothingRecoverable` (exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -151,14 +154,54 @@ def repair(root: str | os.PathLike, options: RepairOptions | None = None) -> Rep
                 str(root),
             )
         result.out = str(out)
-        _renumbered(plan, out, result, options)
+        with _nothing_published(out, f"nothing was published to {out}"):
+            _renumbered(plan, out, result, options)
     elif out is not None:
         result.out = str(out)
-        _to_out(plan, out, result, options)
+        with _nothing_published(out, f"nothing was published to {out}"):
+            _to_out(plan, out, result, options)
     else:
-        _in_place(plan, result, options)
+        root = plan.inventory.root
+        with _nothing_published(root, f"{root} was not changed", staged_only=True):
+            _in_place(plan, result, options)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+@contextlib.contextmanager
+def _nothing_published(dest: Path, said: str, staged_only: bool = False) -> Iterator[None]:
+    """An environment error (a full disk, a read-only folder) while the repaired files are
+    staged, told as one line about the file under ``dest`` it was going to be (the hidden
+    staging folder is no name a user knows), ending with ``said`` (what was left as it was).
+    ``staged_only``: only errors about a staged file (the in-place replacing has its own)."""
+    try:
+        yield
+    except OSError as exc:
+        problem = os_problem(exc, exc.filename or dest, "write")
+        if not isinstance(problem, EnvironmentProblem):
+            raise
+        told = _told(problem, dest, said, staged_only)
+        if told is None:
+            raise
+        raise told from exc
+    except EnvironmentProblem as exc:
+        told = _told(exc, dest, said, staged_only)
+        if told is None:
+            raise
+        raise told from exc
+
+
+def _told(exc: EnvironmentProblem, dest: Path, said: str, staged_only: bool):
+    """``exc`` with every staging path of ``dest`` named as ``dest`` and ``said`` added (None:
+    leave it as it is)."""
+    name = re.escape(f".{dest.name}.episodekit-partial-")
+    staged = re.compile(r"(?:[^\s:'\"]*/)?" + name + "[0-9a-f]{32}")
+    text = str(exc)
+    if not staged.search(text) and (staged_only or getattr(exc, "errno", None) is None):
+        return None
+    new = EnvironmentProblem(f"{staged.sub(lambda _: str(dest), text)} ({said})")
+    new.errno = getattr(exc, "errno", None)  # type: ignore[attr-defined]
+    return new
 
 
 def source_key(plan: RepairPlan, options: RepairOptions) -> str:

@@ -191,8 +191,9 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
         what = m.damage()
         if what:
             damages.append((m.rel, what))
+    no_file = ("meta/episodes", "no episodes file (the recorder never flushed one)")
     if not inv.episodes:
-        damages.append(("meta/episodes", "no episodes file (the recorder never flushed one)"))
+        damages.append(no_file)
     runs = _data_runs(inv, damages)
     recovered = _recovered(inv)
     rows: dict[int, int] = {}
@@ -248,7 +249,9 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
         kept.append(e)
     lost = [e.index for e in kept if e.rebuilt and e.source_row is None]
     if lost:  # whatever the footers say: every file may be whole (the writer rolled over)
-        damages.append(("meta/episodes", _no_rows(lost)))
+        if no_file in damages:  # one line says both
+            damages.remove(no_file)
+        damages.append(("meta/episodes", _no_rows(lost, no_file[1] if not inv.episodes else "")))
     plan = RepairPlan(inv, damages, kept, dropped, recovered, [], {})
     _tasks_and_totals(plan, tasks)
     _staged(plan)
@@ -288,8 +291,9 @@ def _saved_from_stats(
     return 0 if count == 0 else None
 
 
-def _no_rows(episodes: list[int]) -> str:
-    """The damage of kept episodes whose metadata rows never reached the disk."""
+def _no_rows(episodes: list[int], no_file: str = "") -> str:
+    """The damage of kept episodes whose metadata rows never reached the disk (``no_file``:
+    that no episodes file exists, said first)."""
     runs: list[list[int]] = []
     for ep in episodes:
         if runs and ep == runs[-1][1] + 1:
@@ -298,9 +302,12 @@ def _no_rows(episodes: list[int]) -> str:
             runs.append([ep, ep])
     shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:8])
     more = f", ... {len(runs) - 8} more" if len(runs) > 8 else ""
+    eps = f"{noun_for(len(episodes), 'episode')} {shown}{more}"
+    if no_file:
+        return f"{no_file}: the metadata rows of {eps} rebuilt from their rows"
     return (
-        f"no metadata row for {noun_for(len(episodes), 'episode')} {shown}{more} (the recorder "
-        "buffers them and died before writing them): rebuilt from their rows"
+        f"no metadata row for {eps} (the recorder buffers them and died before writing them): "
+        "rebuilt from their rows"
     )
 
 

@@ -591,7 +591,7 @@ def test_out_staging_follows_the_staging_rules(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(staging, "publish", fail_publish)
-    with pytest.raises(OSError):
+    with pytest.raises(EnvironmentProblem, match=f"nothing was published to {out}"):
         repair(src, RepairOptions(out=str(out)))
     assert not out.exists() and not seen[0].exists()
     monkeypatch.setattr(staging, "publish", real_publish)
