@@ -9,7 +9,8 @@
   (:mod:`episodekit.writers.repair_meta`), each file written whole;
 - an mp4 with frames after its last kept episode (the unsaved one's, or a cut-off tail) is cut
   by packet copy (:func:`~episodekit.prep.remux.remux`);
-- info.json totals and splits, tasks.parquet without tasks no kept episode uses, stats.json
+- info.json totals and splits (and the keys :mod:`~episodekit.writers.repair_info` rebuilt;
+  never a number that is not finite), tasks.parquet without tasks no kept episode uses, stats.json
   when the old one disagrees with the kept episodes (LeRobot's aggregation of their stats).
 """
 

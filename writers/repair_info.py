@@ -393,15 +393,19 @@ def check_info(
     data_files: list[str],
     schema: tuple[pa.Schema, str] | None,
     files: list[str],
+    episodes_schema: pa.Schema | None = None,
 ) -> CheckedInfo:
     """info.json checked key by key (module docstring) before repair reads anything with it.
 
     ``on_disk``: info.json as read (None when it is not a JSON object: ``problem`` says why);
     ``data_files``: the data files (relative); ``schema``: the schema of a data file with a
     footer and that file, when one has; ``files``: every data, episodes and video file
-    (relative), for the chunk layout. fps is checked here but derived later (the timestamps are
-    read with the data): :attr:`CheckedInfo.fps_problem`. Raises :class:`InfoRefused` (one line
-    naming the key) when a damaged key cannot be rebuilt, ``ValueError`` for another version."""
+    (relative), for the chunk layout; ``episodes_schema``: that of a ``meta/episodes`` file
+    with a footer, when one has (its ``videos/K/...`` columns say which cameras the episodes
+    have: a folder of ``videos/`` they do not name is not one of them). fps is checked here
+    but derived later (the timestamps are read with the data): :attr:`CheckedInfo.fps_problem`.
+    Raises :class:`InfoRefused` (one line naming the key) when a damaged key cannot be rebuilt,
+    ``ValueError`` for another version."""
     given = on_disk if on_disk is not None else {}
     k = _Keys(root, given, dict(given), CheckedInfo(info={}, on_disk=on_disk))
     if on_disk is None:
@@ -417,6 +421,8 @@ def check_info(
     cams = sorted(
         p.name for p in (root / "videos").glob("*") if p.is_dir() and any(p.glob("*/*.mp4"))
     )
+    if episodes_schema is not None:
+        cams = [c for c in cams if f"videos/{c}/chunk_index" in episodes_schema.names]
     _check_features(k, schema, cams, problem)
     size, why = _chunks_size(given.get("chunks_size"), files, k.path)
     if why:

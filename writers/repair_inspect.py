@@ -9,7 +9,9 @@ first half of ``episodekit repair`` (:mod:`episodekit.writers.repair_plan` decid
 - videos: each mp4's frames from its sample tables, counting only frames whose bytes are in
   the file (a copy cut short keeps its index but not its tail);
 - what the recorder staged: PNGs under ``images/`` and episode mp4s in ``tmp*/`` folders;
-- info.json, tasks.parquet and stats.json as they are.
+- info.json checked key by key, each damaged key rebuilt from the data or refused
+  (:mod:`episodekit.writers.repair_info`; fps from the timestamps, read with the data);
+- tasks.parquet and stats.json as they are.
 """
 
 from __future__ import annotations
@@ -410,6 +412,7 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
         [s.rel for s in data],
         _first_schema(base, data),
         [s.rel for s in data] + rels + mp4s,
+        (_first_schema(base, episodes) or (None,))[0],
     )
     info = checked.info
     tasks = tasks_raw = None
@@ -461,10 +464,10 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
     )
 
 
-def _first_schema(root: Path, data: list[DataFile]) -> tuple[pa.Schema, str] | None:
-    """The Arrow schema (with its ``huggingface`` metadata) of the first data file with a
-    footer, and that file; None when none has one."""
-    for s in data:
+def _first_schema(root: Path, files: list) -> tuple[pa.Schema, str] | None:
+    """The Arrow schema (with its key-value metadata: ``huggingface`` for data files) of the
+    first of ``files`` with a footer, and that file; None when none has one."""
+    for s in files:
         if s.intact:
             meta = parquet_read.read_footer(str(root / s.rel))
             return meta.schema.to_arrow_schema(), s.rel
