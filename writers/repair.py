@@ -199,6 +199,8 @@ def _told(exc: EnvironmentProblem, dest: Path, said: str, staged_only: bool):
     text = str(exc)
     if not staged.search(text) and (staged_only or getattr(exc, "errno", None) is None):
         return None
+    if staged_only and ".episodekit-backup-" in text:  # the replacing failed: its own words
+        return None
     new = EnvironmentProblem(f"{staged.sub(lambda _: str(dest), text)} ({said})")
     new.errno = getattr(exc, "errno", None)  # type: ignore[attr-defined]
     return new
