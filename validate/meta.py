@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from episodekit.core.dataset import SUPPORTED_VERSIONS, V2, is_local, list_files
 from episodekit.core.paths import UnsafePathError, format_template, inside_root
-from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot, repair_hint
+from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot, has_footer, repair_hint
 
 INFO = "meta/info.json"
 MAX_PER_KIND = 50  # findings of one kind beyond this are summarized in one line
@@ -271,21 +271,10 @@ def check_unreferenced(raw: RawRoot) -> list[Finding]:
     out = []
     for f in sorted(found - referenced):
         msg = "data file is not referenced by any episode"
-        if not _has_footer(raw, f):  # the recorder's open file: its episodes were never flushed
+        if not has_footer(raw, f):  # the recorder's open file: its episodes were never flushed
             msg += f" and has no parquet footer ({repair_hint(raw.root)})"
         out.append(Finding("info.unreferenced", ERROR, msg, f))
     return out
-
-
-def _has_footer(raw: RawRoot, rel: str) -> bool:
-    """Whether a parquet file ends with the magic bytes of its footer."""
-    try:
-        with raw.fs.open(raw.join(rel), "rb") as fh:
-            size = fh.seek(0, 2)
-            fh.seek(max(0, size - 4))
-            return fh.read(4) == b"PAR1"
-    except OSError:
-        return True  # unreadable for another reason: not this hint's business
 
 
 def _scalar_ok(t: pa.DataType, dtype: str) -> bool:

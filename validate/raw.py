@@ -26,6 +26,7 @@ from episodekit.core.dataset import (
     data_file_names,
     episode_task_index,
     episodes_files,
+    list_files,
     read_episodes_file,
     read_episodes_v2,
     read_tasks_table,
@@ -54,6 +55,31 @@ def unreadable_parquet(exc: BaseException, root: str) -> str:
     footer (its writer was never closed)."""
     text = str(exc)
     return f"{text}; {repair_hint(root)}" if NO_FOOTER in text.lower() else text
+
+
+def has_footer(raw: RawRoot, rel: str) -> bool:
+    """Whether a parquet file ends with the magic bytes of its footer."""
+    try:
+        with raw.fs.open(raw.join(rel), "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - 4))
+            return fh.read(4) == b"PAR1"
+    except OSError:
+        return True  # unreadable for another reason: not this hint's business
+
+
+def no_episodes_files(raw: RawRoot) -> str:
+    """Why a v3.0 root has no episodes file: a data file without footer means the recorder
+    was killed before its first metadata flush (every episode's row was still buffered)."""
+    data = [raw.rel(p) for p in list_files(raw.fs, raw.join("data"), 2, ".parquet")]
+    open_ = [rel for rel in data if not has_footer(raw, rel)]
+    if not open_:
+        return "no episodes parquet files"
+    return (
+        f"no episodes parquet files, and {open_[0]} has no parquet footer: a recording killed "
+        "before its first metadata flush leaves this; `episodekit repair "
+        f"{raw.root} --out DIR` rebuilds the metadata of its saved episodes"
+    )
 
 
 class CannotValidate(DatasetError):
@@ -211,7 +237,7 @@ def _read_episodes(raw: RawRoot) -> pa.Table | None:
 def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
     files = episodes_files(raw.fs, raw.path)
     if not files:
-        _add(raw, "episodes.read", "no episodes parquet files", "meta/episodes")
+        _add(raw, "episodes.read", no_episodes_files(raw), "meta/episodes")
         return None
     tables = []
     for f in files:

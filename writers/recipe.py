@@ -64,15 +64,21 @@ def video_files(ds: Dataset) -> list[str]:
     return sorted(out)
 
 
+def local_identity(rel: str, full: str | os.PathLike) -> list[Any]:
+    """``[rel, size, mtime, ctime, inode]`` of a local file (ns; ``[rel, None]``: missing): any
+    write to it changes its ctime, even one that keeps its size and mtime."""
+    try:
+        st = os.stat(full)
+    except OSError:
+        return [rel, None]
+    return [rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
 def file_identity(ds: Dataset, rel: str) -> list[Any]:
     """``[rel, ...]``: what pins the content of one input file (None: the file is missing)."""
     full = ds.join(rel)
     if ds.is_local:
-        try:
-            st = os.stat(full)
-        except OSError:
-            return [rel, None]
-        return [rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        return local_identity(rel, full)
     try:
         info = ds.fs.info(full)
     except (OSError, ValueError):

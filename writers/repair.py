@@ -37,9 +37,11 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,14 +51,16 @@ import pyarrow as pa
 from episodekit.core import crashpoint, staging
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import open_dataset
-from episodekit.core.errors import DatasetError, EnvironmentProblem
+from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
 from episodekit.core.executor import imap_files
 from episodekit.core.lock import remove_if_only_lock, writer_lock
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_read import DataFile, open_data_file
 from episodekit.core.progress import current
+from episodekit.core.version import __version__
 from episodekit.metadata.stats.range_counts import RangeCounts, counted
 from episodekit.writers import repair_build
+from episodekit.writers.recipe import local_identity
 from episodekit.writers.repair_backup import (  # noqa: F401 - restore, undo_hint: the API
     MANIFEST,
     backup_note,
@@ -71,6 +75,7 @@ from episodekit.writers.repair_plan import RepairPlan, plan_repair
 
 RECIPE = ".episodekit-repair.json"
 FORMAT = 1
+KEY_FORMAT = 2  # --out's rerun key; 2: files by identity (size, mtime, ctime, inode), version
 READ_BATCH = 64 * 1024
 
 
@@ -188,25 +193,70 @@ def _run(
                 str(root),
             )
         result.out = str(out)
-        _renumbered(plan, out, result, options)
+        with _nothing_published(out, f"nothing was published to {out}"):
+            _renumbered(plan, out, result, options)
     elif out is not None:
         result.out = str(out)
-        _to_out(plan, out, result, options)
+        with _nothing_published(out, f"nothing was published to {out}"):
+            _to_out(plan, out, result, options)
     else:
-        _in_place(plan, result, options)
+        root = plan.inventory.root
+        with _nothing_published(root, f"{root} was not changed", staged_only=True):
+            _in_place(plan, result, options)
     return result
 
 
+@contextlib.contextmanager
+def _nothing_published(dest: Path, said: str, staged_only: bool = False) -> Iterator[None]:
+    """An environment error (a full disk, a read-only folder) while the repaired files are
+    staged, told as one line about the file under ``dest`` it was going to be (the hidden
+    staging folder is no name a user knows), ending with ``said`` (what was left as it was).
+    ``staged_only``: only errors about a staged file (the in-place replacing has its own)."""
+    try:
+        yield
+    except OSError as exc:
+        problem = os_problem(exc, exc.filename or dest, "write")
+        if not isinstance(problem, EnvironmentProblem):
+            raise
+        told = _told(problem, dest, said, staged_only)
+        if told is None:
+            raise
+        raise told from exc
+    except EnvironmentProblem as exc:
+        told = _told(exc, dest, said, staged_only)
+        if told is None:
+            raise
+        raise told from exc
+
+
+def _told(exc: EnvironmentProblem, dest: Path, said: str, staged_only: bool):
+    """``exc`` with every staging path of ``dest`` named as ``dest`` and ``said`` added (None:
+    leave it as it is)."""
+    name = re.escape(f".{dest.name}.episodekit-partial-")
+    staged = re.compile(r"(?:[^\s:'\"]*/)?" + name + "[0-9a-f]{32}")
+    text = str(exc)
+    if not staged.search(text) and (staged_only or getattr(exc, "errno", None) is None):
+        return None
+    if staged_only and ".episodekit-backup-" in text:  # the replacing failed: its own words
+        return None
+    new = EnvironmentProblem(f"{staged.sub(lambda _: str(dest), text)} ({said})")
+    new.errno = getattr(exc, "errno", None)  # type: ignore[attr-defined]
+    return new
+
+
 def source_key(plan: RepairPlan, options: RepairOptions) -> str:
-    """What the output depends on: every file of ROOT (path, size, mtime) and the options."""
+    """What the output depends on: the tool version, the options and every file of ROOT, each
+    by the identity edit's key gives a file (:func:`~episodekit.writers.recipe.local_identity`:
+    size, mtime, ctime, inode; a rewrite that keeps size and mtime still changes the key)."""
     root = plan.inventory.root
     h = hashlib.sha256(b"episodekit-repair\0")
-    files = []
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and not p.name.startswith(".episodekit"):
-            st = p.stat()
-            files.append([p.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns])
-    body = {"format": FORMAT, "root": str(root.resolve()), "files": files}
+    files = [
+        local_identity(p.relative_to(root).as_posix(), p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith(".episodekit")
+    ]
+    body = {"format": KEY_FORMAT, "version": __version__, "root": str(root.resolve())}
+    body["files"] = files
     body["keep_partial"] = options.keep_partial
     h.update(json.dumps(body, sort_keys=True).encode())
     return h.hexdigest()[:32]

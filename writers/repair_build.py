@@ -9,7 +9,8 @@
   (:mod:`episodekit.writers.repair_meta`), each file written whole;
 - an mp4 with frames after its last kept episode (the unsaved one's, or a cut-off tail) is cut
   by packet copy (:func:`~episodekit.prep.remux.remux`);
-- info.json totals and splits, tasks.parquet without tasks no kept episode uses, stats.json
+- info.json totals and splits (and the keys :mod:`~episodekit.writers.repair_info` rebuilt;
+  never a number that is not finite), tasks.parquet without tasks no kept episode uses, stats.json
   when the old one disagrees with the kept episodes (LeRobot's aggregation of their stats).
 """
 
@@ -31,7 +32,7 @@ from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
 from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, numeric_features
 from episodekit.metadata.stats.range_counts import RangeCounts, exact_from_counts
 from episodekit.writers import meta as meta_mod
-from episodekit.writers import repair_meta, repair_schema
+from episodekit.writers import repair_info, repair_meta, repair_schema
 from episodekit.writers.repair_plan import Episode, RepairPlan
 
 INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
@@ -183,18 +184,29 @@ def build_tables(plan: RepairPlan, staging: Path, staged: Staged) -> None:
     else:
         write_table(meta_mod.tasks_table(plan.tasks), _dest(staging, TASKS))
         staged.written[TASKS] = f"{len(plan.tasks)} tasks (rebuilt)"
-    info = dict(inv.info)
+    info = dict(inv.info)  # damaged keys already rebuilt (repair_info)
     info.update(
         total_episodes=len(plan.kept),
         total_frames=plan.frames,
         total_tasks=len(plan.tasks),
         splits={"train": f"0:{len(plan.kept)}"},
     )
-    if info == inv.info:
+    old = inv.info_on_disk
+    if info == old:
         staged.unchanged.append(INFO)
-    else:
-        _dest(staging, INFO).write_text(json.dumps(info, indent=4))
-        staged.written[INFO] = "totals and splits"
+        return
+    atomic_write_text(_dest(staging, INFO), repair_info.info_json(info))
+    if old is None:
+        staged.written[INFO] = "rebuilt from the data (every key)"
+        return
+    changed = [k for k in info if k not in old or old[k] != info[k]]
+    changed += [k for k in old if k not in info]
+    totals = {"total_episodes", "total_frames", "total_tasks", "splits"}
+    others = [k for k in changed if k not in totals]
+    how = f"rebuilt {', '.join(others)}" if others else ""
+    if len(others) < len(changed):
+        how = f"{how}; totals and splits" if how else "totals and splits"
+    staged.written[INFO] = how
 
 
 def lerobot_stats(plan: RepairPlan, episodes: pa.Table) -> dict:

@@ -9,7 +9,9 @@ first half of ``episodekit repair`` (:mod:`episodekit.writers.repair_plan` decid
 - videos: each mp4's frames from its sample tables, counting only frames whose bytes are in
   the file (a copy cut short keeps its index but not its tail);
 - what the recorder staged: PNGs under ``images/`` and episode mp4s in ``tmp*/`` folders;
-- info.json, tasks.parquet and stats.json as they are.
+- info.json checked key by key, each damaged key rebuilt from the data or refused
+  (:mod:`episodekit.writers.repair_info`; fps from the timestamps, read with the data);
+- tasks.parquet and stats.json as they are.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from episodekit.core import thrift_compact as tc
 from episodekit.core.dataset import read_tasks_table, resolve_root
 from episodekit.core.errors import DatasetError, EnvironmentProblem
 from episodekit.core.executor import imap_files
-from episodekit.writers import repair_schema
+from episodekit.writers import repair_info, repair_schema
 
 CHUNK_FILE = re.compile(r"chunk-(\d+)/file-(\d+)\.(?:parquet|mp4)$")
 STAGED_PNG = re.compile(r"images/(.+)/episode-(\d+)/[^/]+\.png$")
@@ -153,6 +155,8 @@ class Inventory:
     staged_png: dict[int, dict[str, int]]  # episode -> camera -> PNG files
     temp_videos: dict[int, dict[str, str]]  # episode -> camera -> relative path
     other: list[str]  # files repair leaves as they are (README, ...)
+    info_on_disk: dict | None = None  # info.json as read (None: not a JSON object)
+    info_damages: list[tuple[str, str]] = field(default_factory=list)  # info.json's keys rebuilt
 
 
 def _chunk_file(rel: str) -> tuple[int, int]:
@@ -394,14 +398,23 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
     base = Path(root)
     if not base.is_dir():
         raise EnvironmentProblem("root does not exist or is not a folder", str(root))
-    info, problem = _json(base, "meta/info.json")
-    if info is None:
+    on_disk, problem = _json(base, repair_info.INFO)
+    if problem == "missing":
         raise DatasetError(f"meta/info.json is {problem}: repair needs its features", str(root))
-    if info.get("codebase_version") != "v3.0":
-        raise ValueError(
-            f"{root}: codebase_version {info.get('codebase_version')!r}: repair reads LeRobot "
-            "v3.0 roots (what LeRobot's recorder writes); convert a v2.x root first"
-        )
+    data = [_parquet_state(base, rel, DataFile) for rel in _files(base, "data/*/*.parquet")]
+    rels = _files(base, "meta/episodes/*/*.parquet")
+    episodes = [_parquet_state(base, rel, MetaFile) for rel in rels]
+    mp4s = _files(base, "videos/*/*/*.mp4")
+    checked = repair_info.check_info(
+        base,
+        on_disk,
+        problem,
+        [s.rel for s in data],
+        _first_schema(base, data),
+        [s.rel for s in data] + rels + mp4s,
+        (_first_schema(base, episodes) or (None,))[0],
+    )
+    info = checked.info
     tasks = tasks_raw = None
     tasks_problem = ""
     try:
@@ -412,13 +425,12 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
         tasks_problem = _first_line(exc) if tasks_raw is None else str(exc).split("\n")[0]
     stats, stats_problem = _json(base, "meta/stats.json")
     png, temp = _staged(base)
-    data = [_parquet_state(base, rel, DataFile) for rel in _files(base, "data/*/*.parquet")]
-    rels = _files(base, "meta/episodes/*/*.parquet")
-    episodes = [_parquet_state(base, rel, MetaFile) for rel in rels]
     jobs = _damaged(base, data, lambda: repair_schema.data_schema(info))
     jobs += _damaged(base, episodes, lambda: repair_schema.episodes_schema(info))
     _salvage_all(base, jobs, executor)
     inspect_data(base, data)
+    if checked.fps_problem:
+        _derive_fps(base, data, checked)
     inspect_episodes(base, episodes)
     videos = inspect_videos(base, info)
     handled = {"meta/info.json", "meta/stats.json", "meta/tasks.parquet"}
@@ -447,4 +459,39 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
         staged_png=png,
         temp_videos=temp,
         other=other,
+        info_on_disk=checked.on_disk,
+        info_damages=checked.damages,
     )
+
+
+def _first_schema(root: Path, files: list) -> tuple[pa.Schema, str] | None:
+    """The Arrow schema (with its key-value metadata: ``huggingface`` for data files) of the
+    first of ``files`` with a footer, and that file; None when none has one."""
+    for s in files:
+        if s.intact:
+            meta = parquet_read.read_footer(str(root / s.rel))
+            return meta.schema.to_arrow_schema(), s.rel
+    return None
+
+
+def _derive_fps(root: Path, data: list[DataFile], checked: repair_info.CheckedInfo) -> None:
+    """info.json's fps from the timestamps of the first readable data file
+    (:func:`~episodekit.writers.repair_info.derive_fps`)."""
+    why = checked.fps_problem
+    for s in data:
+        if not (s.intact or s.salvage is not None):
+            continue
+        ts, fi = [], []
+        with s.open(root) as pf:
+            for batch in pf.batches(RUN_BATCH, ["timestamp", "frame_index"]):
+                ts.append(batch.column(0).to_numpy())
+                fi.append(batch.column(1).to_numpy())
+        if ts:
+            fps = repair_info.derive_fps(np.concatenate(ts), np.concatenate(fi), why, root)
+            checked.info["fps"] = fps
+            if checked.on_disk is not None:
+                said = f"{why}: rebuilt as {fps} from the timestamps (frame_index / fps)"
+                checked.damages.append((repair_info.INFO, said))
+            return
+    path = str(root / repair_info.INFO)
+    raise repair_info.InfoRefused(f"{why}, and no data file can be read to tell it", path)

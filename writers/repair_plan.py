@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core.errors import DatasetError
+from episodekit.core.words import noun_for
 from episodekit.writers import repair_schema
 from episodekit.writers.repair_inspect import DataFile, Inventory, VideoState
 
@@ -185,13 +186,14 @@ def _cut_off(f: VideoState, end: int) -> str:
 
 def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     """Decide what to keep, rebuild and drop (see the module docstring)."""
-    damages: list[tuple[str, str]] = []
+    damages: list[tuple[str, str]] = list(inv.info_damages)
     for m in inv.episodes:
         what = m.damage()
         if what:
             damages.append((m.rel, what))
+    no_file = ("meta/episodes", "no episodes file (the recorder never flushed one)")
     if not inv.episodes:
-        damages.append(("meta/episodes", "no episodes file (the recorder never flushed one)"))
+        damages.append(no_file)
     runs = _data_runs(inv, damages)
     recovered = _recovered(inv)
     rows: dict[int, int] = {}
@@ -201,7 +203,9 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
             rows.setdefault(int(ep), i)
         wanted = [*PLAN_COLUMNS, *(c for c in recovered.column_names if c.startswith("videos/"))]
         columns = {c: recovered[c].to_pylist() for c in wanted if c in recovered.column_names}
-    saved_count = int(inv.info.get("total_episodes") or 0)
+    saved_count = _count(inv.info.get("total_episodes"))
+    if saved_count is None:  # info.json cut short (LeRobot rewrites it in place) or damaged
+        saved_count = _saved_from_stats(inv, runs, columns.get("length"), rows)
     tasks = inv.tasks["task"].to_pylist() if inv.tasks is not None else []
     kept: list[Episode] = []
     dropped: list[Dropped] = []
@@ -215,8 +219,13 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
             continue
         df, r = runs[ep]
         n = int(df.rows[r])
-        if row is None and ep >= saved_count and not keep_partial:
+        if row is None and (saved_count is None or ep >= saved_count) and not keep_partial:
             why = "never saved: the recorder died while saving it (--keep-partial keeps it)"
+            if saved_count is None:
+                why = (
+                    "no metadata row, and info.json's total_episodes cannot tell whether it "
+                    "was saved (--keep-partial keeps it)"
+                )
             dropped.append(Dropped(ep, n, why))
             continue
         if row is not None and n < row["length"] and not df.intact:
@@ -238,11 +247,68 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
             dropped.append(Dropped(ep, n, why))
             continue
         kept.append(e)
+    lost = [e.index for e in kept if e.rebuilt and e.source_row is None]
+    if lost:  # whatever the footers say: every file may be whole (the writer rolled over)
+        if no_file in damages:  # one line says both
+            damages.remove(no_file)
+        damages.append(("meta/episodes", _no_rows(lost, no_file[1] if not inv.episodes else "")))
     plan = RepairPlan(inv, damages, kept, dropped, recovered, [], {})
     _tasks_and_totals(plan, tasks)
     _staged(plan)
     _info_and_stats(plan)
     return plan
+
+
+def _count(value: object) -> int | None:
+    """A count info.json holds (None when it holds no count: missing, not an integer)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return int(value) if ok else None
+
+
+def _saved_from_stats(
+    inv: Inventory, runs: dict[int, tuple[DataFile, int]], lengths: list | None, rows: dict
+) -> int | None:
+    """How many episodes the recorder saved, from stats.json when info.json does not say: it
+    rewrites stats.json after info.json for every saved episode, so its ``count`` is the frames
+    of the episodes saved (the first ``k`` whose lengths add up to it). None when it does not
+    tell."""
+    counts = [
+        (inv.stats.get(name) or {}).get("count")
+        for name in ("index", "frame_index", "episode_index")
+        if inv.stats is not None
+    ]
+    count = next((c[0] for c in counts if isinstance(c, list) and len(c) == 1), None)
+    if not isinstance(count, int) or isinstance(count, bool):
+        return None
+    total = 0
+    for k, ep in enumerate(sorted(set(runs) | set(rows))):
+        if ep != k or total >= count:
+            break
+        df, r = runs[ep] if ep in runs else (None, 0)
+        total += int(df.rows[r]) if df is not None else int((lengths or [0])[rows[ep]] or 0)
+        if total == count:
+            return k + 1
+    return 0 if count == 0 else None
+
+
+def _no_rows(episodes: list[int], no_file: str = "") -> str:
+    """The damage of kept episodes whose metadata rows never reached the disk (``no_file``:
+    that no episodes file exists, said first)."""
+    runs: list[list[int]] = []
+    for ep in episodes:
+        if runs and ep == runs[-1][1] + 1:
+            runs[-1][1] = ep
+        else:
+            runs.append([ep, ep])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:8])
+    more = f", ... {len(runs) - 8} more" if len(runs) > 8 else ""
+    eps = f"{noun_for(len(episodes), 'episode')} {shown}{more}"
+    if no_file:
+        return f"{no_file}: the metadata rows of {eps} rebuilt from their rows"
+    return (
+        f"no metadata row for {eps} (the recorder buffers them and died before writing them): "
+        "rebuilt from their rows"
+    )
 
 
 def episode_rows(inv: Inventory, df: DataFile, r: int, columns: list[str]) -> pa.Table:
@@ -332,12 +398,13 @@ def _info_and_stats(plan: RepairPlan) -> None:
         "total_frames": plan.frames,
         "total_tasks": len(plan.tasks),
     }
-    for key, value in want.items():
-        if info.get(key) != value:
-            what = f"{key} is {info.get(key)}, the data has {value}"
-            plan.damages.append(("meta/info.json", what))
-    if info.get("splits") != {"train": f"0:{len(plan.kept)}"}:
-        plan.damages.append(("meta/info.json", f"splits is {info.get('splits')}"))
+    if inv.info_on_disk is not None:  # (else its one damage says every key is rebuilt)
+        for key, value in want.items():
+            if info.get(key) != value:
+                what = f"{key} is {info.get(key)}, the data has {value}"
+                plan.damages.append(("meta/info.json", what))
+        if info.get("splits") != {"train": f"0:{len(plan.kept)}"}:
+            plan.damages.append(("meta/info.json", f"splits is {info.get('splits')}"))
     if inv.stats is None:
         plan.stats_reason = f"meta/stats.json is {inv.stats_problem}"
     else:

@@ -70,6 +70,24 @@ def test_repair_then_validate_deep(tmp_path):
     assert p.returncode == 0 and "already repaired" in p.stdout, p.stdout
 
 
+def test_rollover_crash_is_repaired_and_validates(tmp_path):
+    """Every file has a footer (the recorder died right after the data file rolled over), yet
+    four metadata rows are missing: repair says so and rebuilds them; validate passes after."""
+    src = copy("crash_rollover", tmp_path)
+    assert cli("validate", src).returncode == 1
+    p = cli("repair", src, "--dry-run", "--json")
+    d = json.loads(p.stdout)
+    assert p.returncode == 0 and d["status"] == "planned" and d["rebuilt"] == [10, 11, 12, 13]
+    out = tmp_path / "out"
+    p = cli("repair", src, "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert "1 damage(s) found" in p.stdout and "no metadata row for episodes 10-13" in p.stdout
+    p = cli("validate", out, "--deep")
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = cli("repair", out, "--dry-run")
+    assert p.returncode == 0 and "nothing to repair" in p.stdout, p.stdout
+
+
 def test_json_and_dry_run(tmp_path):
     src = copy("crash_vid3_saving", tmp_path)
     before = tree(tmp_path)
@@ -308,3 +326,67 @@ def test_killed_out_leaves_no_folder(tmp_path):
     assert not out.exists()
     assert cli("repair", src, "--out", out).returncode == 0
     assert sorted(os.listdir(tmp_path)) == ["crash_rec7", "out"]
+
+
+FULL_DISK = (
+    "import errno, sys\n"
+    "from episodekit.core import parquet_salvage as ps\n"
+    "def full(src, dst, *a, **k):\n"
+    "    raise OSError(errno.ENOSPC, 'No space left on device', str(dst))\n"
+    "ps.write_salvaged = full\n"
+    "from episodekit.cli import main\n"
+    "sys.argv = ['episodekit', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def test_full_disk_says_nothing_was_published(tmp_path):
+    """The disk fills while the repaired files are staged: one line naming the file under
+    --out DIR it was going to be (never the hidden staging folder) and that nothing was
+    published (--out) or changed (--in-place); exit 2; nothing left behind."""
+    src = copy("crash_rec7", tmp_path)
+    before = tree(src)
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, "repair", src, "--out", out],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    line = one_error(p, 2)
+    assert f"{out}/data/chunk-000/file-001.parquet: cannot write: " in line, line
+    assert line.endswith(f"(nothing was published to {out})"), line
+    assert ".episodekit-partial" not in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["crash_rec7"]
+    p = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, "repair", src, "--in-place"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    line = one_error(p, 2)
+    assert f"{src}/data/chunk-000/file-001.parquet: cannot write: " in line, line
+    assert line.endswith(f"({src} was not changed)") and ".episodekit-" not in p.stderr, line
+    assert {k: v for k, v in tree(src).items() if k != ".episodekit.lock"} == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["crash_rec7"]
+
+
+def test_validate_before_the_first_metadata_flush_names_the_open_data_file(tmp_path):
+    """Killed before the recorder flushed any meta/episodes row (no episodes file, the data
+    file without footer): validate names that data file and the repair command to run, whose
+    option exists; run as printed, it gives a root that validates."""
+    src = copy("crash_vid5", tmp_path)
+    shutil.rmtree(src / "meta/episodes")  # as a crash before the first flush leaves it
+    p = cli("validate", src)
+    assert p.returncode == 1
+    hint = f"`episodekit repair {src} --out DIR`"
+    assert "data/chunk-000/file-000.parquet has no parquet footer" in p.stdout, p.stdout
+    assert hint in p.stdout, p.stdout
+    assert "--out DIR" in cli("repair", "--help").stdout
+    out = tmp_path / "out"
+    p = cli("repair", src, "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert "no episodes file (the recorder never flushed one): the metadata rows of episodes " \
+        "0-4 rebuilt" in p.stdout, p.stdout  # fmt: skip
+    p = cli("validate", out, "--deep")
+    assert p.returncode == 0, p.stdout + p.stderr

@@ -32,6 +32,7 @@ CRASHED = {
     "crash_img5": (5, 5),
     "crash_vid5": (5, 5),
     "crash_vid3_saving": (3, 4),
+    "crash_rollover": (14, 14),
 }
 
 
@@ -159,6 +160,28 @@ def test_recorded_crash_comes_back(name, tmp_path):
     assert repair(out, RepairOptions(dry_run=True)).status == "nothing to repair"
 
 
+def test_out_rerun_sees_a_rewrite_that_keeps_size_and_mtime(tmp_path):
+    """The --out rerun key identifies ROOT's files as edit's does (size, mtime, ctime, inode):
+    a file rewritten in place with its size and mtime kept (a copy tool, a user's touch -r)
+    makes the rerun repair again, never "unchanged" with an output of the old content."""
+    import os
+
+    src = copy("crash_rec7", tmp_path)
+    out = tmp_path / "out"
+    assert repair(src, RepairOptions(out=str(out))).status == "repaired"
+    assert repair(src, RepairOptions(out=str(out))).status == "unchanged"
+    info = src / "meta/info.json"
+    st = info.stat()
+    text = info.read_bytes()
+    changed = text.replace(b'"robot_type": "aloha"', b'"robot_type": "koch1"')  # the same size
+    assert changed != text and len(changed) == len(text)
+    info.write_bytes(changed)
+    os.utime(info, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (info.stat().st_size, info.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert repair(src, RepairOptions(out=str(out))).status == "repaired"
+    assert json.loads((out / "meta/info.json").read_text())["robot_type"] == "koch1"
+
+
 def test_keep_partial_keeps_the_episode_being_saved(tmp_path):
     """Killed inside save_episode: rows and both cameras' frames of episode 3 are on disk, its
     metadata row and info.json never were. Dropped by default (with its task and the mp4 tail),
@@ -196,6 +219,24 @@ def test_in_place_and_restore(tmp_path):
     restore(backup)
     assert snapshot(src) == before
     assert not backup.exists()
+
+
+def test_rollover_crash_with_every_footer_whole(tmp_path):
+    """Killed inside save_episode right after the data file rolled over (crash_rollover): the
+    data file and the meta/episodes file were both closed (footers whole), but the metadata
+    rows of episodes 10-13 were still buffered. That is damage, never "nothing to repair"."""
+    src = copy("crash_rollover", tmp_path)
+    plan = repair(src, RepairOptions(dry_run=True))
+    assert plan.status == "planned" and plan.rebuilt == [10, 11, 12, 13]
+    damages = {d["file"]: d["damage"] for d in plan.damages}
+    assert "no metadata row for episodes 10-13" in damages["meta/episodes"]
+    out = tmp_path / "out"
+    result = repair(src, RepairOptions(out=str(out)))
+    assert result.status == "repaired" and result.episodes == 14
+    assert result.files["meta/episodes/chunk-000/file-001.parquet"] == "4 rows (4 rebuilt)"
+    check_against_reference(out, "crash_rollover", 14, result.rebuilt)
+    placed = episodes_of(out)  # where LeRobot would have flushed them: the next file
+    assert placed["meta/episodes/file_index"].to_pylist() == [0] * 10 + [1] * 4
 
 
 def test_dry_run_writes_nothing(tmp_path):
@@ -550,7 +591,7 @@ def test_out_staging_follows_the_staging_rules(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(staging, "publish", fail_publish)
-    with pytest.raises(OSError):
+    with pytest.raises(EnvironmentProblem, match=f"nothing was published to {out}"):
         repair(src, RepairOptions(out=str(out)))
     assert not out.exists() and not seen[0].exists()
     monkeypatch.setattr(staging, "publish", real_publish)
