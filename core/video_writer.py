@@ -3,6 +3,7 @@ with the encoder settings in :class:`EncodeOptions`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -123,6 +124,16 @@ class VideoWriter:
             self._mux(packet)
         self.container.close()
 
+    def abort(self) -> None:
+        """Close after an error (the file is discarded): the encoder is still told that the
+        stream ended, else libsvtav1 prints ``Svt[error]: deinit called without sending EOS!``
+        under the error message; whatever fails here is dropped, the first error stands."""
+        with contextlib.suppress(Exception):
+            for _packet in self.stream.encode():
+                pass
+        with contextlib.suppress(Exception):
+            self.container.close()
+
     def __enter__(self) -> VideoWriter:
         return self
 
@@ -130,4 +141,4 @@ class VideoWriter:
         if exc_type is None:
             self.close()
         else:
-            self.container.close()
+            self.abort()

@@ -156,8 +156,9 @@ def kept_batches(
             mask = keep[k] == ep
             if not mask.all():
                 batch, k = batch.filter(pa.array(mask)), k[mask]
-            if changes:
-                batch = changes.apply(batch, path)
+            if changes:  # added values looked up by source frame, needed for kept rows only
+                need = cutter.kept_rows(batch, k, path) if cutter is not None else None
+                batch = changes.apply(batch, path, need)
             if cutter is not None:
                 batch, k = cutter.apply(batch, k, path)
             n = batch.num_rows

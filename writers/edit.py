@@ -3,6 +3,7 @@ place), written by :func:`~episodekit.writers.writer.write_dataset`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field, replace
 
@@ -10,9 +11,10 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, open_dataset
 from episodekit.core.paths import DEFAULT_TARGET_MB
+from episodekit.core.words import plural
 from episodekit.validate.flagged import flagged_frames
 from episodekit.writers import select
-from episodekit.writers.features import FeatureChanges, check_renames, read_feature
+from episodekit.writers.features import FeatureChanges, feature_changes
 from episodekit.writers.frames import (
     DEFAULT_IDLE_THRESHOLD,
     combine,
@@ -50,6 +52,8 @@ class EditSpec:
     rename_features: tuple[tuple[str, str], ...] = ()
     # image features encoded as video ("all": every one): writers/image_video.py
     images_to_video: tuple[str, ...] = ()
+    # added values may be NaN or inf (written as given; validate then reports data.nan)
+    allow_nan: bool = False
 
 
 @dataclass
@@ -60,12 +64,15 @@ class EditResult:
     write: WriteResult
     dropped: dict[int, str] = field(default_factory=dict)
     frames: dict[int, dict] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the user should know (--allow-nan)
 
     def as_dict(self) -> dict:
         d = self.write.as_dict()
         d["dropped"] = {str(k): v for k, v in sorted(self.dropped.items())}
         if self.frames:  # only when frames were cut inside episodes: the summary as before
             d["frames_dropped"] = {str(k): v for k, v in sorted(self.frames.items())}
+        if self.notes:
+            d["notes"] = list(self.notes)
         return d
 
 
@@ -94,6 +101,7 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
         if info.get("all"):
             dropped[e] = "all frames dropped by " + ",".join(info["by"])
     kept = np.array([e for e in kept.tolist() if e not in dropped], dtype=np.int64)
+    changes.require(kept, masks, spec.allow_nan)  # the kept frames' values: before any write
     extra = (("frames", selection_digest(masks)),) if masks else ()
     if changes:
         extra += (("features", changes.digest()),)
@@ -111,18 +119,25 @@ def edit(root: str, out: str | os.PathLike, spec: EditSpec) -> EditResult:
         replace(s, frames=masks[s.episode_index]) if s.episode_index in masks else s
         for s in source_episodes(ds, kept)
     ]
-    result = write_dataset(sources, out, options)
-    return EditResult(result, dropped, {e: r for e, r in report.items() if not r.get("all")})
+    notes = [
+        f"--add-feature {a.name}: {plural(a.nonfinite, 'kept frame')} with NaN or inf written "
+        "as given (--allow-nan): its stats hold NaN, validate reports data.nan and stats.finite"
+        for a in changes.added
+        if a.nonfinite
+    ]
+    # NaN values allowed: numpy's warnings on their stats (NaN, as LeRobot computes them) are noise
+    quiet = np.errstate(all="ignore") if notes else contextlib.nullcontext()
+    with quiet:
+        result = write_dataset(sources, out, options)
+    frames = {e: r for e, r in report.items() if not r.get("all")}
+    return EditResult(result, dropped, frames, notes)
 
 
 def _feature_changes(ds: Dataset, spec: EditSpec) -> FeatureChanges:
     """The features ``spec`` adds (values read and checked now) and renames."""
-    renamed = check_renames(ds, list(spec.rename_features))
-    names = [n for n, _ in spec.add_features]
-    if len(set(names)) != len(names) or set(names) & set(renamed.values()):
-        raise ValueError("--add-feature: each new feature needs a name of its own")
-    added = [read_feature(ds, name, path) for name, path in spec.add_features]
-    return FeatureChanges(added, renamed)
+    return feature_changes(
+        ds, list(spec.add_features), list(spec.rename_features), spec.remove_features
+    )
 
 
 def _frame_masks(

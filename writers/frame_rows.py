@@ -42,13 +42,11 @@ class FrameCutter:
         ranks = [np.cumsum(m) - 1 for m in masks]
         self.new = np.concatenate(ranks) if ranks else np.zeros(0, dtype=np.int64)
 
-    def apply(self, batch: pa.RecordBatch, k: np.ndarray, path: str) -> tuple:
-        """``(batch, k)`` (``k``: each row's position in ``pos``) without the dropped frames,
-        ``frame_index`` and ``timestamp`` of the cut episodes' rows renumbered."""
+    def _rows(self, batch: pa.RecordBatch, k: np.ndarray, path: str) -> tuple:
+        """``(cut, fi, flat, keep)`` per row: in an episode cut inside, its source frame_index,
+        its place in the flat masks, kept."""
         base = self.base[k]
         cut = base >= 0
-        if not cut.any():
-            return batch, k
         fi = batch.column("frame_index").to_numpy(zero_copy_only=False).astype(np.int64)
         bad = cut & ((fi < 0) | (fi >= self.size[k]))
         if bad.any():
@@ -58,7 +56,20 @@ class FrameCutter:
                 path,
             )
         flat = np.where(cut, base + fi, 0)
-        keep = ~cut | self.keep[flat]
+        return cut, fi, flat, ~cut | self.keep[flat]
+
+    def kept_rows(self, batch: pa.RecordBatch, k: np.ndarray, path: str) -> np.ndarray:
+        """Which rows of ``batch`` :meth:`apply` keeps (a bool per row)."""
+        if not (self.base[k] >= 0).any():
+            return np.ones(batch.num_rows, dtype=bool)
+        return self._rows(batch, k, path)[3]
+
+    def apply(self, batch: pa.RecordBatch, k: np.ndarray, path: str) -> tuple:
+        """``(batch, k)`` (``k``: each row's position in ``pos``) without the dropped frames,
+        ``frame_index`` and ``timestamp`` of the cut episodes' rows renumbered."""
+        if not (self.base[k] >= 0).any():
+            return batch, k
+        cut, fi, flat, keep = self._rows(batch, k, path)
         new_fi = np.where(cut, self.new[flat], fi)[keep]
         cut, k = cut[keep], k[keep]
         batch = batch.filter(pa.array(keep))

@@ -36,6 +36,7 @@ def write_videos(
     t0 = time.perf_counter()
     fps = float(plan.datasets[0].fps)
     for key in keys:
+        cam = CutStats()
         ids, rels, frm, to = _sources(plan, key)
         est = _byte_estimates(plan, key, ids, rels, frm, to)
         for i, mask in plan.frames.items():  # a cut episode's share of its bytes
@@ -58,7 +59,7 @@ def write_videos(
                 video_key=key, chunk_index=f // chunks_size, file_index=f % chunks_size
             )
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            placed = smart_remux(pieces, staging / rel, fps, lossless_only, stats)
+            placed = smart_remux(pieces, staging / rel, fps, lossless_only, cam)
             for i, p in zip(sel, placed):
                 new_from[i], new_to[i] = p.from_ts, p.to_ts
             frames[key][rel] = int(plan.length[sel].sum())
@@ -66,6 +67,7 @@ def write_videos(
         cols[f"videos/{key}/file_index"] = pa.array(seq % chunks_size)
         cols[f"videos/{key}/from_timestamp"] = pa.array(new_from)
         cols[f"videos/{key}/to_timestamp"] = pa.array(new_to)
+        stats.add(key, cam)
     shutil.rmtree(staging / FETCHED, ignore_errors=True)
     stats.video_seconds = time.perf_counter() - t0
     return cols, frames, stats

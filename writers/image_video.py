@@ -113,6 +113,7 @@ class Encoded:
     # against its source image in RGB (what LeRobot's loader returns: 4:2:0 chroma included)
     min_psnr_db: float | None = None
     min_rgb_psnr_db: float | None = None
+    psnr: dict[str, tuple[float, float]] = field(default_factory=dict)  # the same, per key
 
     def frame_counts(self, plan: OutputPlan) -> dict[str, dict[str, int]]:
         """``{key: {rel: frames}}`` (what :func:`~episodekit.writers.verify.verify_videos`
@@ -153,6 +154,10 @@ class Encoded:
             "encoder": "libsvtav1 yuv420p gop 2 crf 30 preset 12 (LeRobot 0.6.1's defaults)",
             "min_psnr_db": db(self.min_psnr_db),
             "min_rgb_psnr_db": db(self.min_rgb_psnr_db),
+            "cameras": {
+                k: {"frames": plan.num_frames, "min_psnr_db": db(q), "min_rgb_psnr_db": db(r)}
+                for k, (q, r) in self.psnr.items()
+            },
         }
 
 
@@ -315,7 +320,7 @@ def _encode_key(key: str, shared: tuple) -> dict:
             writer = None
     finally:
         if writer is not None:  # an error half-way: the staging folder is discarded
-            writer.container.close()
+            writer.abort()
     if (seq < 0).any():
         e = int(plan.src_episode[np.flatnonzero(seq < 0)[0]])
         raise DatasetError(f"{key}: episode {e} has no image to encode")
@@ -339,6 +344,17 @@ def _relpath(key: str, file_no: int, chunks_size: int) -> str:
     )
 
 
+def planes(frame) -> np.ndarray:
+    """Every sample of an 8-bit planar frame (Y, then U and V: ``(w + 1) // 2`` wide at an odd
+    width), flat: what PyAV's ``to_ndarray`` gives for an even size, which it refuses for an
+    odd one (libsvtav1 encodes odd sizes, as LeRobot's recorder asks for them)."""
+    out = []
+    for p in frame.planes:
+        rows = np.frombuffer(p, dtype=np.uint8).reshape(p.height, p.line_size)
+        out.append(rows[:, : p.width].ravel())
+    return np.concatenate(out)
+
+
 def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
     """PSNR of two uint8 images in dB (inf when equal)."""
     d = (a.astype(np.int32) - b.astype(np.int32)).ravel()
@@ -355,8 +371,10 @@ def verify_encoded(staging: Path, plan: OutputPlan, enc: Encoded, executor: str 
     shared = (plan, str(staging), enc.files)
     workers = 1 if executor == "local" else None
     worst, worst_rgb = float("inf"), float("inf")
-    for _, (q, r) in imap_files(_verify_key, list(enc.keys), executor, workers, shared=shared):
+    for i, (q, r) in imap_files(_verify_key, list(enc.keys), executor, workers, shared=shared):
         worst, worst_rgb = min(worst, q), min(worst_rgb, r)
+        enc.psnr[enc.keys[i]] = (q, r)
+    enc.psnr = {k: enc.psnr[k] for k in enc.keys}  # feature order, whatever order jobs ended
     enc.min_psnr_db, enc.min_rgb_psnr_db = worst, worst_rgb
 
 
@@ -395,8 +413,8 @@ def _verify_key(key: str, shared: tuple) -> tuple[float, float]:
             for frame in container.decode(stream):
                 p, src = next(frames)
                 given = av.VideoFrame.from_ndarray(src, format="rgb24")
-                given = to_yuv.reformat(given, format=frame.format.name, threads=1).to_ndarray()
-                got = frame.to_ndarray()
+                given = planes(to_yuv.reformat(given, format=frame.format.name, threads=1))
+                got = planes(frame)
                 q = psnr_db(got, given) if got.shape == given.shape else 0.0
                 if q < MIN_PSNR_DB:
                     e = int(plan.src_episode[p])

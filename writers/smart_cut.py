@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -102,13 +102,28 @@ class CutStats:
     min_psnr: float = float("inf")
     seconds: float = 0.0  # spent decoding, re-encoding and checking GOPs
     video_seconds: float = 0.0  # the whole video stage: packet copy plus the above
+    cameras: dict[str, CutStats] = field(default_factory=dict)  # the same, per video key
 
-    def as_dict(self) -> dict:
+    def add(self, key: str, cam: CutStats) -> None:
+        """Count camera ``key``'s cut (its own stats) in the totals."""
+        self.cameras[key] = cam
+        self.copied += cam.copied
+        self.reencoded += cam.reencoded
+        self.gops += cam.gops
+        self.min_psnr = min(self.min_psnr, cam.min_psnr)
+        self.seconds += cam.seconds
+
+    def counts(self) -> dict:
         worst = round(self.min_psnr, 2) if self.gops else None
         return {"frames_copied": self.copied, "frames_reencoded": self.reencoded,
-                "gops_reencoded": self.gops, "min_psnr_db": worst,
-                "reencode_seconds": round(self.seconds, 3),
-                "video_seconds": round(self.video_seconds, 3)}  # fmt: skip
+                "gops_reencoded": self.gops, "min_psnr_db": worst}  # fmt: skip
+
+    def as_dict(self) -> dict:
+        d = {**self.counts(), "reencode_seconds": round(self.seconds, 3),
+             "video_seconds": round(self.video_seconds, 3)}  # fmt: skip
+        if self.cameras:
+            d["cameras"] = {k: c.counts() for k, c in self.cameras.items()}
+        return d
 
 
 def _episode_packets(

@@ -415,9 +415,9 @@ def _videos(
         return {}, {}, None
     from episodekit.writers.video import write_videos
 
-    current().step(f"copying the video packets of {plural(len(keys), 'camera')}")
     limit = float(info.get("video_files_size_in_mb") or 200)
     if not plan.frames:
+        current().step(f"copying the video packets of {plural(len(keys), 'camera')}")
         try:
             cols, frames, _reencoded = write_videos(plan, staging, keys, limit, chunks)
             return cols, frames, None
@@ -428,5 +428,10 @@ def _videos(
             shutil.rmtree(staging / "videos", ignore_errors=True)  # this run's partial copies
     from episodekit.writers.frame_video import write_videos as cut_videos
 
+    if plan.frames:
+        current().step(
+            f"cutting the video of {plural(len(keys), 'camera')}: packets copied, except in a "
+            "group of pictures a cut splits (re-encoded)"
+        )
     cols, frames, cut = cut_videos(plan, staging, keys, limit, chunks, lossless)
     return cols, frames, cut.as_dict()

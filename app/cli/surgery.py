@@ -97,6 +97,12 @@ def say_written(d: dict) -> None:
     help="--add-feature's values: parquet, jsonl or npy keyed by episode_index, frame_index.",
 )
 @click.option(
+    "--allow-nan",
+    is_flag=True,
+    help="--add-feature: write NaN and inf values as given (refused otherwise; `validate` "
+    "then reports data.nan and stats.finite).",
+)
+@click.option(
     "--rename-feature", multiple=True, metavar="OLD=NEW", help="Rename a (non-video) feature."
 )
 @click.option(
@@ -133,6 +139,7 @@ def edit_command(
     idle_threshold: float,
     add_feature: tuple[str, ...],
     from_files: tuple[str, ...],
+    allow_nan: bool,
     rename_feature: tuple[str, ...],
     lossless_only: bool,
     images_to_video: tuple[str, ...],
@@ -162,6 +169,8 @@ def edit_command(
         raise click.UsageError("give --drop-episodes or --keep-episodes, not both")
     if len(add_feature) != len(from_files):
         raise click.UsageError("give one --from FILE for each --add-feature NAME")
+    if allow_nan and not add_feature:
+        raise click.UsageError("--allow-nan is read for --add-feature; give --add-feature NAME")
     flagged = tuple(c.strip() for c in (drop_flagged or "").split(",") if c.strip())
     if drop_flagged is not None and not flagged:
         raise click.UsageError("--drop-flagged: no checks given (e.g. quality.frozen)")
@@ -193,6 +202,7 @@ def edit_command(
         add_features=tuple(zip(add_feature, from_files)),
         rename_features=tuple(select.parse_pairs(rename_feature, "--rename-feature")),
         images_to_video=images_to_video,
+        allow_nan=allow_nan,
     )
     d = edit(root, out, spec).as_dict()
     if as_json:
@@ -203,6 +213,34 @@ def edit_command(
     for e, info in d.get("frames_dropped", {}).items():
         click.echo(f"episode {e}: {_frames_line(info)}")
     say_written(d)
+    for line in _video_lines(d):
+        click.echo(line)
+    for note in d.get("notes", []):
+        click.echo(note)
+
+
+def _video_lines(d: dict) -> list[str]:
+    """Per camera, what became of its frames when any was encoded (a cut re-encoded a group of
+    pictures, or images were encoded as video), with the worst PSNR measured; nothing when
+    the videos were copied as packets."""
+    lines = []
+    for key, c in (d.get("video_cut") or {}).get("cameras", {}).items():
+        if c["frames_reencoded"]:
+            lines.append(
+                f"{key}: {plural(c['frames_reencoded'], 'frame')} re-encoded "
+                f"({plural(c['gops_reencoded'], 'group')} of pictures a cut fell in, worst "
+                f"frame {c['min_psnr_db']:.1f} dB PSNR), {plural(c['frames_copied'], 'frame')} "
+                "copied as packets"
+            )
+        else:
+            lines.append(f"{key}: {plural(c['frames_copied'], 'frame')} copied as packets")
+    for key, c in (d.get("images_to_video") or {}).get("cameras", {}).items():
+        lines.append(
+            f"{key}: {plural(c['frames'], 'frame')} encoded from images (AV1, LeRobot's "
+            f"defaults), worst frame {c['min_psnr_db']:.1f} dB PSNR against the encoder's "
+            f"input, {c['min_rgb_psnr_db']:.1f} dB in RGB against the image"
+        )
+    return lines
 
 
 def _frames_line(info: dict) -> str:

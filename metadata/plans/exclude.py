@@ -63,6 +63,8 @@ def _range_rows(doc: object, where: str) -> list[tuple[int, int, int]]:
             raise ValueError(f"{where}: range {i} is not [episode, start, end]")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in r):
             raise ValueError(f"{where}: range {i} has a value that is not an integer: {r}")
+        if max(r) > MAX_INDEX:  # JSON integers have no bound; int64 has
+            raise ValueError(f"{where}: range {i} has a number larger than any index: {r}")
         if r[1] < 0 or r[2] <= r[1]:
             raise ValueError(f"{where}: range {i} [{r[1]}, {r[2]}) is empty or negative")
         out.append((int(r[0]), int(r[1]), int(r[2])))
