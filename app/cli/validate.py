@@ -310,15 +310,15 @@ def _report_specs(
 def _read_baseline(
     root: str, baseline: str | None, write_baseline: str | None, as_json: bool
 ) -> list | None:
-    """The baseline's entries (None without one); a baseline that does not exist yet is fine
-    when this run writes it (--write-baseline names the same file)."""
+    """The baseline's entries (None without one); a baseline that does not exist yet is none
+    when this run writes it (--write-baseline names the same file: its first write)."""
     if baseline is None:
         return None
     from episodekit.validate.baseline import BaselineError, load
 
     if not Path(baseline).exists() and write_baseline:
         if Path(write_baseline).resolve() == Path(baseline).resolve():
-            return []
+            return None
     try:
         return load(baseline)
     except BaselineError as exc:
