@@ -93,7 +93,7 @@ def load(path: str | Path) -> list[Entry]:
     except (OSError, ValueError) as exc:
         raise BaselineError(f"{p}: cannot read a baseline: {exc}") from exc
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
-        raise BaselineError(f"{p}: not a baseline written by `episodekit validate`")
+        raise BaselineError(f"{p}: not a baseline (--write-baseline writes one)")
     if doc.get("version") != VERSION:
         raise BaselineError(f"{p}: baseline version {doc.get('version')!r}, expected {VERSION}")
     out = []

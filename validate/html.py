@@ -464,7 +464,7 @@ def format_html(report: Report, plots: bool = True) -> tuple[str, str]:
         body.append(f'<p class="note">No plots: {_e(INFO_FILE)} unreadable.</p>')
     page = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>episodekit validate: {_e(report.root)}</title><style>{CSS}</style></head>\n"
+        f"<title>Validation report: {_e(report.root)}</title><style>{CSS}</style></head>\n"
         "<body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
     return page, note
