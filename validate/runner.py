@@ -4,10 +4,14 @@
 and returns a :class:`Report` of :class:`Finding` s, each with a check id, a severity, a message
 and, where relevant, the file (relative to the root) and the episode. It reads the root piece by
 piece instead of through ``open_dataset`` so that a broken root yields *all* its problems, and it
-never writes: files are opened read-only and duckdb runs in memory.
+never writes: files are opened read-only and duckdb runs in memory. The checks are the
+registry's (:mod:`episodekit.validate.checks`); the passes that report them, in run order, are
+:mod:`episodekit.validate.passes`; every output format reads the one :class:`Report`
+(:mod:`episodekit.validate.outputs`).
 
-Exit codes (:meth:`Report.exit_code`): 0 clean (warnings allowed unless strict), 1 findings that
-fail, 2 could not run (raised as :class:`CannotValidate`, or a bad ``checks`` selection).
+Exit codes (:meth:`Report.exit_code`): 0 clean (warnings allowed unless strict, findings a
+baseline holds pass), 1 findings that fail, 2 could not run (raised as :class:`CannotValidate`,
+or a bad ``checks`` selection).
 """
 
 from __future__ import annotations
