@@ -34,19 +34,6 @@ from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 
 DEFAULT_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
 
-CHECKS: dict[str, str] = {
-    "video.readable": "every referenced mp4 opens and demuxes (warning when PyAV is missing)",
-    "video.codec": "the stream's codec matches info.json video.codec",
-    "video.fps": "the stream's frame rate matches info.json video.fps and fps",
-    "video.size": "the stream's width/height match info.json video.width/video.height",
-    "video.pix_fmt": "the stream's pixel format matches info.json video.pix_fmt",
-    "video.frames": "frames in [from_timestamp, to_timestamp) == length for every episode, camera",
-    "video.timestamps": "from_timestamp + frame_index/fps lands on a frame within tolerance_s",
-    "video.decode": "(--deep) every frame of every video decodes",
-}
-DEEP_ONLY = ("video.decode",)
-
-
 def video_features(raw: RawRoot) -> dict[str, dict]:
     return {
         k: f for k, f in raw.features.items() if isinstance(f, dict) and f.get("dtype") == "video"
