@@ -8,14 +8,17 @@ and carrying on with what could be read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from episodekit.core.dataset import (
     SUPPORTED_VERSIONS,
@@ -26,13 +29,19 @@ from episodekit.core.dataset import (
     data_file_names,
     episode_task_index,
     episodes_files,
+    is_local,
+    parquet_from_bytes,
     read_episodes_file,
     read_episodes_v2,
+    read_parquet,
+    read_schema,
     read_tasks_table,
     resolve_root,
 )
 from episodekit.core.jsonout import nonfinite_text, to_jsonable
-from episodekit.core.paths import INFO_FILE, UnsafePathError
+from episodekit.core.parquet_read import arrow_buffer, parquet_errors
+from episodekit.core.paths import EPISODES_PATH_V3, INFO_FILE, UnsafePathError
+from episodekit.core.remote import is_http
 
 ERROR = "error"
 WARNING = "warning"
@@ -113,6 +122,8 @@ class RawRoot:
     tasks: pa.Table | None = None
     episodes: pa.Table | None = None
     findings: list[Finding] = field(default_factory=list)
+    listable: bool = True  # False: an HTTP root without folder pages (info.unreferenced waits)
+    _bytes: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def version(self) -> str:
@@ -131,6 +142,49 @@ class RawRoot:
 
     def join(self, rel: str) -> str:
         return posixpath.join(self.path, rel)
+
+    def remote_bytes(self, full: str) -> bytes | None:
+        """The bytes of the metadata file ``full`` of a remote root, fetched once (one request)
+        and kept for the run; None on the local disk (read it by path). Every reader of a
+        remote ``meta/episodes`` file shares them: its per-episode stats are most of it."""
+        if is_local(self.fs):
+            return None
+        data = self._bytes.get(full)
+        if data is None:
+            data = self._bytes[full] = bytes(self.fs.cat_file(full))
+        return data
+
+    def read_bytes(self, full: str) -> bytes:
+        """The whole metadata file ``full`` (a remote one read once: :meth:`remote_bytes`)."""
+        data = self.remote_bytes(full)
+        if data is None:
+            with self.fs.open(full, "rb") as fh:
+                data = fh.read()
+        return data
+
+    def meta_schema(self, full: str) -> pa.Schema:
+        """The schema of the metadata parquet file ``full`` (see :meth:`remote_bytes`)."""
+        data = self.remote_bytes(full)
+        if data is None:
+            return read_schema(self.fs, full)
+        with parquet_errors(full):
+            return pq.read_schema(pa.BufferReader(data))
+
+    def meta_table(self, full: str, columns: list[str] | None = None) -> pa.Table:
+        """``columns`` of the metadata parquet file ``full`` (see :meth:`remote_bytes`)."""
+        data = self.remote_bytes(full)
+        if data is None:
+            return read_parquet(self.fs, full, columns=columns)
+        with parquet_errors(full):
+            return parquet_from_bytes(data, columns=columns)
+
+    def meta_parquet(self, full: str) -> contextlib.AbstractContextManager[pq.ParquetFile]:
+        """The metadata parquet file ``full`` opened (a ``with`` block closes it)."""
+        data = self.remote_bytes(full)
+        if data is None:
+            return _open_local(full, self.fs)
+        with parquet_errors(full):
+            return contextlib.closing(pq.ParquetFile(pa.BufferReader(arrow_buffer(data))))
 
     def rel(self, full: str) -> str:
         full = str(full)
@@ -156,6 +210,14 @@ class RawRoot:
             return None
 
 
+@contextlib.contextmanager
+def _open_local(full: str, fs: fsspec.AbstractFileSystem) -> Iterator[pq.ParquetFile]:
+    from episodekit.core.parquet_read import open_data_file  # noqa: PLC0415
+
+    with open_data_file(full, fs) as df:
+        yield df.parquet
+
+
 def _add(raw: RawRoot, check: str, message: str, file: str | None = None, episode=None) -> None:
     raw.findings.append(Finding(check, ERROR, message, file, episode))
 
@@ -165,6 +227,8 @@ def read_raw(root: str) -> RawRoot:
     try:
         fs, path = resolve_root(root)
         exists = fs.exists(path) and fs.isdir(path)
+        if not exists and is_http(fs):  # a server without folder pages: the root is its files
+            exists = fs.exists(posixpath.join(path, INFO_FILE))
     except Exception as exc:  # any fsspec/backend failure means we cannot even start
         raise CannotValidate(f"cannot open root ({exc})", str(root)) from exc
     if not exists:
@@ -210,6 +274,9 @@ def _read_episodes(raw: RawRoot) -> pa.Table | None:
 
 def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
     files = episodes_files(raw.fs, raw.path)
+    if not files and is_http(raw.fs):  # no folder pages: the files in LeRobot's numbering
+        files = _numbered_episodes_files(raw)
+        raw.listable = False
     if not files:
         _add(raw, "episodes.read", "no episodes parquet files", "meta/episodes")
         return None
@@ -217,7 +284,7 @@ def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
     for f in files:
         rel = raw.rel(f)
         try:
-            t = read_episodes_file(raw.fs, f)
+            t = read_episodes_file(raw.fs, f, raw.remote_bytes(f))
         except (DatasetError, pa.ArrowException, OSError) as exc:
             msg = f"unreadable episodes file: {unreadable_parquet(exc, raw.root)}"
             _add(raw, "episodes.read", msg, rel)
@@ -229,6 +296,24 @@ def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
     del tables
     pa.default_memory_pool().release_unused()  # the files' decoded pages (see core.dataset)
     return table
+
+
+def _numbered_episodes_files(raw: RawRoot) -> list[str]:
+    """The episodes files of a root that cannot be listed (an HTTP server without folder pages),
+    found by their names: ``chunk-000/file-000.parquet`` on, the next file in the same chunk,
+    else the first of the next chunk, until neither exists (one HEAD request each). A gap in the
+    numbering ends the walk: files past it are not seen."""
+    out: list[str] = []
+    chunk, file = 0, 0
+    while True:
+        name = raw.join(EPISODES_PATH_V3.format(chunk_index=chunk, file_index=file))
+        if not raw.fs.exists(name):
+            if file == 0:
+                return out
+            chunk, file = chunk + 1, 0
+            continue
+        out.append(name)
+        file += 1
 
 
 def _add_derived(raw: RawRoot, table: pa.Table) -> pa.Table:

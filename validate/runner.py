@@ -26,6 +26,15 @@ from episodekit.validate.declared import DEEP_ONLY as DECLARED_DEEP_ONLY
 from episodekit.validate.language import CHECKS as LANGUAGE_CHECKS
 from episodekit.validate.quality import CHECKS as QUALITY_CHECKS
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
+from episodekit.validate.scope import (
+    DEFAULT_SEED,
+    FULL,
+    Scope,
+    partial_checks,
+    scan_sample,
+    skipped_checks,
+)
+from episodekit.validate.scope import sample_episodes as pick_sample
 from episodekit.validate.video import CHECKS as VIDEO_CHECKS
 from episodekit.validate.video import DEEP_ONLY as VIDEO_DEEP_ONLY
 
@@ -169,6 +178,14 @@ class Report:
     seconds: float = 0.0
     strict: bool = False
     fingerprint: str | None = None  # the episodes judged (None: unreadable episodes table)
+    # What was read (:mod:`episodekit.validate.scope`): the mode, the sampled episodes, the
+    # checks not run and the ones run in part (id -> why), and notes on what was not judged.
+    scope: str = FULL
+    seed: int | None = None
+    sample: list[int] | None = None
+    checks_skipped: dict[str, str] = field(default_factory=dict)
+    checks_partial: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Finding]:
@@ -184,7 +201,7 @@ class Report:
         return 1 if self.errors or (strict and self.warnings) else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "version": JSON_VERSION,
             "root": self.root,
             "fingerprint": self.fingerprint,
@@ -196,6 +213,12 @@ class Report:
             "checks_run": list(self.checks_run),
             "findings": [f.to_dict() for f in self.findings],
         }
+        if self.scope != FULL:  # a full run's document is unchanged
+            out["scope"] = {"mode": self.scope, "seed": self.seed, "sample_episodes": self.sample}
+        for key in ("checks_skipped", "checks_partial", "notes"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out
 
     def to_json(self) -> str:
         """The report as JSON (schema: see :meth:`to_dict`)."""
@@ -214,6 +237,9 @@ def validate(
     executor: str = "local",
     progress: Callable[[str], None] | None = None,
     quality_thresholds: dict[str, float] | None = None,
+    metadata_only: bool = False,
+    sample_episodes: int | None = None,
+    sample_seed: int = DEFAULT_SEED,
 ) -> Report:
     """Validate ``root`` (local path or fsspec URL) and its artifacts; never modifies it.
 
@@ -222,6 +248,9 @@ def validate(
     (the data scan and the ``quality.*`` pass).
     ``quality_thresholds`` overrides :data:`episodekit.validate.quality.DEFAULTS` for the
     ``quality.*`` checks (warnings).
+    ``metadata_only``: read meta/, the parquet footers and the mp4 boxes only (no data page, no
+    video frame); ``sample_episodes`` N: that, plus the data pages of N episodes chosen with
+    ``sample_seed`` (:mod:`episodekit.validate.scope`). The checks not run are in the report.
     Raises :class:`CannotValidate` when the root or its info.json cannot be read.
     """
     from episodekit.validate import artifacts as checks_artifacts
@@ -236,13 +265,22 @@ def validate(
     say = progress or _noop
     t0 = time.perf_counter()
     selected = select_checks(checks, deep=deep)
-    want = set(selected)
+    scope = Scope(metadata_only, sample_episodes, sample_seed)
+    skipped = skipped_checks(scope, selected)
+    want = set(selected) - set(skipped)
+    notes: list[str] = []
 
     def wants(*prefixes: str) -> bool:
         return any(c.startswith(prefixes) for c in want)
 
     say(f"reading metadata of {root}")
     raw: RawRoot = read_raw(root)
+    if not raw.listable and "info.unreferenced" in want:
+        skipped["info.unreferenced"] = "the root cannot be listed (no folder pages)"
+        want.discard("info.unreferenced")
+    sample = []
+    if scope.sample is not None and raw.episodes is not None:
+        sample = pick_sample(raw.episodes["episode_index"].to_numpy(), scope.sample, scope.seed)
     found: list[Finding] = list(raw.findings)
     found += checks_meta.check_version(raw)
     found += checks_meta.check_fps(raw)
@@ -267,7 +305,7 @@ def validate(
         schemas, problems = checks_data.read_schemas(raw, rels)
         found += problems
         found += checks_meta.check_features(raw, schemas)
-        if wants("data", "info.fps"):
+        if scope.full and wants("data", "info.fps"):
             say(f"scanning {plural(len(schemas), 'data file')}")
             agg, problems = _scan_data(raw, schemas, deep, executor)
             found += problems
@@ -275,22 +313,32 @@ def validate(
                 found += checks_data.compare(raw, agg, set(schemas) - {p.file for p in problems})
             del agg
             release_memory()  # the scan's per-episode frames: give them back before the next
+        elif sample and wants("data", "info.fps"):
+            say(f"scanning the row groups of {plural(len(sample), 'sampled episode')}")
+            agg, problems, more, read = scan_sample(raw, schemas, sample, deep)
+            found += problems
+            notes += more
+            if agg is not None:
+                found += checks_data.compare(raw, agg, read, only=sample)
         if "data.image_shape" in want:
             found += checks_declared.check_images(raw, list(schemas))
         found += checks_language.check_language(raw, list(schemas)) if wants("data.lang") else []
     if wants("quality"):
         from episodekit.validate import quality as checks_quality
 
-        say(f"data-quality checks over {plural(len(schemas), 'data file')}")
-        found += checks_quality.check_quality(
-            raw, list(schemas), want, quality_thresholds, executor=executor
-        )
+        if scope.full:
+            say(f"data-quality checks over {plural(len(schemas), 'data file')}")
+            found += checks_quality.check_quality(
+                raw, list(schemas), want, quality_thresholds, executor=executor
+            )
+        else:
+            found += checks_quality.check_quality_metadata(raw, want, quality_thresholds)
     if wants("layout"):
         say(f"reading {plural(len(rels), 'footer')}")
         found += checks_layout.check_layout(raw, [r for r in rels if raw.fs.exists(raw.join(r))])
     if wants("video"):
         say("checking videos")
-        found += checks_video.check_videos(raw, want, deep=deep)
+        found += checks_video.check_videos(raw, want, deep=deep, boxes=not scope.full, notes=notes)
     if wants("speed", "costs", "plans"):
         say("checking artifacts")
         found += checks_artifacts.check_artifacts(raw, want)
@@ -298,13 +346,20 @@ def validate(
         say("checking normalization stats")
         found += checks_stats.check_stats(raw, deep="stats.recompute" in want, executor=executor)
     findings = [f for f in found if f.check in want]
+    ran = [c for c in selected if c in want]
     return Report(
         root=str(root),
         findings=findings,
-        checks_run=selected,
+        checks_run=ran,
         seconds=time.perf_counter() - t0,
         strict=strict,
         fingerprint=raw.fingerprint(),
+        scope=scope.mode,
+        seed=None if scope.sample is None else scope.seed,
+        sample=None if scope.sample is None else sample,
+        checks_skipped={c: skipped[c] for c in selected if c in skipped},
+        checks_partial=partial_checks(scope, ran, len(sample)),
+        notes=notes,
     )
 
 
@@ -339,7 +394,8 @@ def _scan_data(raw: RawRoot, schemas: dict, deep: bool, executor: str):
 def format_report(report: Report, examples: int = 5) -> str:
     """Human table grouped by check: counts, then the first ``examples`` findings of each."""
     n = plural(len(report.checks_run), "check")
-    lines = [f"validate {report.root}  ({report.seconds:.1f}s, {n})"]
+    mode = "" if report.scope == FULL else f", {report.scope}"
+    lines = [f"validate {report.root}  ({report.seconds:.1f}s, {n}{mode})"]
     by_check: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_check.setdefault(f.check, []).append(f)
@@ -356,11 +412,27 @@ def format_report(report: Report, examples: int = 5) -> str:
             lines.append(f"    {where}: {f.message}" if where else f"    {f.message}")
         if len(items) > examples:
             lines.append(f"    ... {len(items) - examples} more (use --json for all)")
+    lines += _scope_lines(report)
     n_err, n_warn = len(report.errors), len(report.warnings)
     verdict = "FAILED" if report.exit_code() else "OK"
     strict = " (strict: warnings fail)" if report.strict and n_warn else ""
     lines.append(f"{verdict}: {plural(n_err, 'error')}, {plural(n_warn, 'warning')}{strict}")
     return "\n".join(lines)
+
+
+def _scope_lines(report: Report) -> list[str]:
+    """What a metadata-only or sampled run read and left out (nothing for a full run)."""
+    out = []
+    if report.sample is not None:
+        more = ", ..." if len(report.sample) > 20 else ""
+        shown = ", ".join(map(str, report.sample[:20])) + more
+        out.append(f"sampled {plural(len(report.sample), 'episode')} (seed {report.seed}): {shown}")
+    for label, checks in (("not run", report.checks_skipped), ("run on", report.checks_partial)):
+        by_reason: dict[str, list[str]] = {}
+        for check, why in checks.items():
+            by_reason.setdefault(why, []).append(check)
+        out += [f"{label} {why}: {', '.join(ids)}" for why, ids in by_reason.items()]
+    return out + [f"note: {note}" for note in report.notes]
 
 
 def _escape_data(s: str) -> str:

@@ -74,6 +74,27 @@ from episodekit.core.errors import EXIT_DATA, EXIT_ENV
     default=None,
     help="With --report: small PNG plots of offending signals here (needs episodekit[plots]).",
 )
+@click.option(
+    "--metadata-only",
+    is_flag=True,
+    help="Read meta/, the parquet footers and the mp4 boxes only (range reads on a hub or HTTP "
+    "root; no data page, no video frame); the checks that need more are listed as not run.",
+)
+@click.option(
+    "--sample-episodes",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="As --metadata-only, plus the data checks on N episodes whose row groups are read: the "
+    "first, the last and N-2 picked by a hash seeded with --sample-seed (the same every run).",
+)
+@click.option(
+    "--sample-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of --sample-episodes' choice.",
+)
 @quiet_option
 def validate_command(
     root: str | None,
@@ -89,6 +110,9 @@ def validate_command(
     min_length: int | None,
     report_path: str | None,
     plots_dir: str | None,
+    metadata_only: bool,
+    sample_episodes: int | None,
+    sample_seed: int,
 ) -> None:
     """Validate a dataset ROOT (path or fsspec URL) and every artifact under it; never writes.
 
@@ -100,6 +124,10 @@ def validate_command(
     Data-quality checks (quality.*, warnings): frozen or jumping actions/states, out-of-range
     and clipped values, dead dimensions, dropped frames, odd episode lengths, duplicates,
     placeholder or rare tasks, distribution shift.
+
+    For CI on hub or HTTP roots: --metadata-only reads meta/, the parquet footers and the mp4
+    boxes by range requests (no data page, no video frame) and lists the checks it did not
+    run; --sample-episodes N adds the data checks on N deterministic episodes.
 
     Exit codes: 0 clean (warnings allowed unless --strict / --fail-on warning), 1 findings
     that fail (an unreadable info.json too), 2 could not run (bad usage, no such root, the
@@ -129,6 +157,9 @@ def validate_command(
         _json_usage(root, f"--checks: {exc}", as_json)
         raise click.BadParameter(str(exc), param_hint="--checks") from exc
     _check_plots(root, report_path, plots_dir, as_json)
+    if sample_seed != 0 and sample_episodes is None:
+        _json_usage(root, "--sample-seed needs --sample-episodes", as_json)
+        raise click.UsageError("--sample-seed needs --sample-episodes (it seeds their choice)")
     from episodekit.validate.quality import ThresholdsError, load_thresholds
 
     try:
@@ -153,6 +184,9 @@ def validate_command(
             executor=executor,
             progress=progress,
             quality_thresholds=thresholds,
+            metadata_only=metadata_only,
+            sample_episodes=sample_episodes,
+            sample_seed=sample_seed,
         )
     except CannotValidate as exc:  # info.json unreadable: the data is at fault (exit 1)
         cause = exc.__cause__
