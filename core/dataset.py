@@ -20,7 +20,6 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from episodekit.core.errors import (
     DatasetError,
@@ -34,6 +33,7 @@ from episodekit.core.parquet_read import (  # re-exported: the names other layer
     parquet_errors,
     read_schema,
     read_table,
+    schema_from_bytes,
 )
 from episodekit.core.parquet_read import table_from_bytes as parquet_from_bytes  # noqa: F401
 from episodekit.core.paths import (
@@ -179,7 +179,7 @@ def read_episodes_file(fs, f: str, data: bytes | None = None) -> pa.Table:
         names = read_schema(fs, f).names
     else:
         with parquet_errors(f):
-            names = pq.read_schema(pa.BufferReader(data)).names
+            names = schema_from_bytes(data).names
     missing = [c for c in EPISODE_COLUMNS if c not in names]
     if missing:
         raise DatasetError(f"episodes file lacks columns {missing}", f)

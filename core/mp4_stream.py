@@ -14,10 +14,14 @@ not decided, never guesses.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+import numpy as np
 
 from episodekit.core.mp4 import (  # the box walk of core.mp4, shared
     SampleTable,
@@ -29,6 +33,7 @@ from episodekit.core.mp4 import (  # the box walk of core.mp4, shared
     _tracks,
     _u32,
 )
+from episodekit.core.video import VideoIndex
 
 CODECS = {
     b"av01": "av1",
@@ -241,3 +246,35 @@ def _skip_scaling_list(r: _Bits, size: int) -> None:
         if nxt:
             nxt = (last + r.se() + 256) % 256
         last = nxt or last
+
+
+def probe_boxes(path: str | os.PathLike, fileobj: Any = None) -> VideoIndex | None:
+    """What :func:`probe` tells, read from the mp4's boxes alone (top-level box headers and
+    ``moov``; no packet, no PyAV): :func:`mp4_stream`. Facts the boxes
+    do not settle are named in ``undecided`` (``codec``, ``pix_fmt``); None when the boxes do
+    not describe the file (fragmented, several edits, malformed tables). Raises
+    :class:`VideoError` for a file cut short or without a video track, as :func:`probe` does."""
+    path = os.fspath(path)
+    with contextlib.ExitStack() as stack:
+        fh = fileobj if fileobj is not None else stack.enter_context(open(path, "rb"))
+        try:
+            s = mp4_stream(fh, path)
+        except (ValueError, TypeError, struct.error, IndexError):
+            return None
+    if s is None:
+        return None
+    order = np.argsort(s.samples.pts, kind="stable")
+    undecided = tuple(k for k, v in (("codec", s.codec), ("pix_fmt", s.pix_fmt)) if v is None)
+    return VideoIndex(
+        path=path,
+        codec=s.codec or "",
+        width=s.width,
+        height=s.height,
+        pix_fmt=s.pix_fmt,
+        fps=s.fps,
+        time_base=Fraction(1, s.timescale),
+        pts=s.samples.pts[order],
+        keyframe=s.samples.keyframe[order],
+        has_audio=s.has_audio,
+        undecided=undecided,
+    )

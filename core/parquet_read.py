@@ -236,12 +236,13 @@ class DataFile:
             yield batch
 
     def read_row_groups(
-        self, groups: Sequence[int], columns: Sequence[str] | None = None
+        self, groups: Sequence[int], columns: Sequence[str] | None = None, use_threads: bool = True
     ) -> pa.Table:
-        """Row groups ``groups`` decoded as one table."""
+        """Row groups ``groups`` decoded as one table (``use_threads=False``: every read on the
+        calling thread, for a source that is a Python file object)."""
         with parquet_errors(self.path):
             cols = list(columns) if columns is not None else None
-            return self.parquet.read_row_groups(list(groups), columns=cols)
+            return self.parquet.read_row_groups(list(groups), columns=cols, use_threads=use_threads)
 
     def read_row_group(self, i: int, columns: Sequence[str] | None = None) -> pa.Table:
         with parquet_errors(self.path):
@@ -320,6 +321,11 @@ def arrow_buffer(data: bytes) -> pa.Buffer:
     buf = pa.allocate_buffer(len(data))
     np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
     return buf
+
+
+def schema_from_bytes(data: bytes) -> pa.Schema:
+    """The Arrow schema of a parquet file held in memory."""
+    return pq.read_schema(pa.BufferReader(data))
 
 
 def table_from_bytes(data: bytes, columns: Sequence[str] | None = None) -> pa.Table:

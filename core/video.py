@@ -102,7 +102,7 @@ class VideoIndex:
     pts: np.ndarray
     keyframe: np.ndarray
     has_audio: bool
-    undecided: tuple[str, ...] = ()  # facts its boxes did not settle (:func:`probe_boxes`)
+    undecided: tuple[str, ...] = ()  # facts its boxes did not settle (mp4_stream.probe_boxes)
 
     @property
     def seconds(self) -> np.ndarray:
@@ -187,40 +187,6 @@ def probe(path: str | os.PathLike, fileobj: Any = None, demux: bool = False) -> 
         return _index_of(container, _video_stream(container, path), path, samples)
     finally:
         container.close()
-
-
-def probe_boxes(path: str | os.PathLike, fileobj: Any = None) -> VideoIndex | None:
-    """What :func:`probe` tells, read from the mp4's boxes alone (top-level box headers and
-    ``moov``; no packet, no PyAV): :func:`episodekit.core.mp4_stream.mp4_stream`. Facts the boxes
-    do not settle are named in ``undecided`` (``codec``, ``pix_fmt``); None when the boxes do
-    not describe the file (fragmented, several edits, malformed tables). Raises
-    :class:`VideoError` for a file cut short or without a video track, as :func:`probe` does."""
-    from episodekit.core.mp4_stream import mp4_stream  # noqa: PLC0415 - metadata-only runs
-
-    path = os.fspath(path)
-    with contextlib.ExitStack() as stack:
-        fh = fileobj if fileobj is not None else stack.enter_context(open(path, "rb"))
-        try:
-            s = mp4_stream(fh, path)
-        except (ValueError, TypeError, struct.error, IndexError):
-            return None
-    if s is None:
-        return None
-    order = np.argsort(s.samples.pts, kind="stable")
-    undecided = tuple(k for k, v in (("codec", s.codec), ("pix_fmt", s.pix_fmt)) if v is None)
-    return VideoIndex(
-        path=path,
-        codec=s.codec or "",
-        width=s.width,
-        height=s.height,
-        pix_fmt=s.pix_fmt,
-        fps=s.fps,
-        time_base=Fraction(1, s.timescale),
-        pts=s.samples.pts[order],
-        keyframe=s.samples.keyframe[order],
-        has_audio=s.has_audio,
-        undecided=undecided,
-    )
 
 
 def _to_array(

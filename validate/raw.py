@@ -18,7 +18,6 @@ from typing import Any
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core.dataset import (
     SUPPORTED_VERSIONS,
@@ -39,7 +38,13 @@ from episodekit.core.dataset import (
     resolve_root,
 )
 from episodekit.core.jsonout import nonfinite_text, to_jsonable
-from episodekit.core.parquet_read import arrow_buffer, parquet_errors
+from episodekit.core.parquet_read import (
+    DataFile,
+    arrow_buffer,
+    open_data_file,
+    parquet_errors,
+    schema_from_bytes,
+)
 from episodekit.core.paths import EPISODES_PATH_V3, INFO_FILE, UnsafePathError
 from episodekit.core.remote import is_http
 
@@ -168,7 +173,7 @@ class RawRoot:
         if data is None:
             return read_schema(self.fs, full)
         with parquet_errors(full):
-            return pq.read_schema(pa.BufferReader(data))
+            return schema_from_bytes(data)
 
     def meta_table(self, full: str, columns: list[str] | None = None) -> pa.Table:
         """``columns`` of the metadata parquet file ``full`` (see :meth:`remote_bytes`)."""
@@ -178,13 +183,17 @@ class RawRoot:
         with parquet_errors(full):
             return parquet_from_bytes(data, columns=columns)
 
-    def meta_parquet(self, full: str) -> contextlib.AbstractContextManager[pq.ParquetFile]:
-        """The metadata parquet file ``full`` opened (a ``with`` block closes it)."""
+    @contextlib.contextmanager
+    def meta_parquet(self, full: str) -> Iterator[Any]:
+        """The metadata parquet file ``full`` as a ``pyarrow.parquet.ParquetFile``, closed when
+        the ``with`` block ends (see :meth:`remote_bytes`)."""
         data = self.remote_bytes(full)
         if data is None:
-            return _open_local(full, self.fs)
-        with parquet_errors(full):
-            return contextlib.closing(pq.ParquetFile(pa.BufferReader(arrow_buffer(data))))
+            df = open_data_file(full, self.fs)
+        else:
+            df = DataFile.of(full, pa.BufferReader(arrow_buffer(data)))
+        with df:
+            yield df.parquet
 
     def rel(self, full: str) -> str:
         full = str(full)
@@ -208,14 +217,6 @@ class RawRoot:
             return compute_fingerprint(ep, length, t["tasks"])
         except (pa.ArrowException, KeyError, TypeError, ValueError):
             return None
-
-
-@contextlib.contextmanager
-def _open_local(full: str, fs: fsspec.AbstractFileSystem) -> Iterator[pq.ParquetFile]:
-    from episodekit.core.parquet_read import open_data_file  # noqa: PLC0415
-
-    with open_data_file(full, fs) as df:
-        yield df.parquet
 
 
 def _add(raw: RawRoot, check: str, message: str, file: str | None = None, episode=None) -> None:

@@ -27,14 +27,13 @@ from episodekit.validate.language import CHECKS as LANGUAGE_CHECKS
 from episodekit.validate.quality import CHECKS as QUALITY_CHECKS
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
 from episodekit.validate.scope import (
-    DEFAULT_SEED,
     FULL,
     Scope,
     partial_checks,
     scan_sample,
+    settle,
     skipped_checks,
 )
-from episodekit.validate.scope import sample_episodes as pick_sample
 from episodekit.validate.video import CHECKS as VIDEO_CHECKS
 from episodekit.validate.video import DEEP_ONLY as VIDEO_DEEP_ONLY
 
@@ -237,9 +236,7 @@ def validate(
     executor: str = "local",
     progress: Callable[[str], None] | None = None,
     quality_thresholds: dict[str, float] | None = None,
-    metadata_only: bool = False,
-    sample_episodes: int | None = None,
-    sample_seed: int = DEFAULT_SEED,
+    scope: Scope | None = None,
 ) -> Report:
     """Validate ``root`` (local path or fsspec URL) and its artifacts; never modifies it.
 
@@ -248,9 +245,8 @@ def validate(
     (the data scan and the ``quality.*`` pass).
     ``quality_thresholds`` overrides :data:`episodekit.validate.quality.DEFAULTS` for the
     ``quality.*`` checks (warnings).
-    ``metadata_only``: read meta/, the parquet footers and the mp4 boxes only (no data page, no
-    video frame); ``sample_episodes`` N: that, plus the data pages of N episodes chosen with
-    ``sample_seed`` (:mod:`episodekit.validate.scope`). The checks not run are in the report.
+    ``scope`` (:class:`~episodekit.validate.scope.Scope`): metadata only, or plus a sample's
+    data pages, instead of everything; the checks it does not run are in the report.
     Raises :class:`CannotValidate` when the root or its info.json cannot be read.
     """
     from episodekit.validate import artifacts as checks_artifacts
@@ -265,7 +261,7 @@ def validate(
     say = progress or _noop
     t0 = time.perf_counter()
     selected = select_checks(checks, deep=deep)
-    scope = Scope(metadata_only, sample_episodes, sample_seed)
+    scope = scope or Scope()
     skipped = skipped_checks(scope, selected)
     want = set(selected) - set(skipped)
     notes: list[str] = []
@@ -275,12 +271,7 @@ def validate(
 
     say(f"reading metadata of {root}")
     raw: RawRoot = read_raw(root)
-    if not raw.listable and "info.unreferenced" in want:
-        skipped["info.unreferenced"] = "the root cannot be listed (no folder pages)"
-        want.discard("info.unreferenced")
-    sample = []
-    if scope.sample is not None and raw.episodes is not None:
-        sample = pick_sample(raw.episodes["episode_index"].to_numpy(), scope.sample, scope.seed)
+    sample = settle(scope, raw, want, skipped)
     found: list[Finding] = list(raw.findings)
     found += checks_meta.check_version(raw)
     found += checks_meta.check_fps(raw)
@@ -305,34 +296,14 @@ def validate(
         schemas, problems = checks_data.read_schemas(raw, rels)
         found += problems
         found += checks_meta.check_features(raw, schemas)
-        if scope.full and wants("data", "info.fps"):
-            say(f"scanning {plural(len(schemas), 'data file')}")
-            agg, problems = _scan_data(raw, schemas, deep, executor)
-            found += problems
-            if agg is not None:
-                found += checks_data.compare(raw, agg, set(schemas) - {p.file for p in problems})
-            del agg
-            release_memory()  # the scan's per-episode frames: give them back before the next
-        elif sample and wants("data", "info.fps"):
-            say(f"scanning the row groups of {plural(len(sample), 'sampled episode')}")
-            agg, problems, more, read = scan_sample(raw, schemas, sample, deep)
-            found += problems
-            notes += more
-            if agg is not None:
-                found += checks_data.compare(raw, agg, read, only=sample)
+        if wants("data", "info.fps"):
+            found += _data_findings(raw, schemas, sample if not scope.full else None, deep,
+                                    executor, say, notes)  # fmt: skip
         if "data.image_shape" in want:
             found += checks_declared.check_images(raw, list(schemas))
         found += checks_language.check_language(raw, list(schemas)) if wants("data.lang") else []
     if wants("quality"):
-        from episodekit.validate import quality as checks_quality
-
-        if scope.full:
-            say(f"data-quality checks over {plural(len(schemas), 'data file')}")
-            found += checks_quality.check_quality(
-                raw, list(schemas), want, quality_thresholds, executor=executor
-            )
-        else:
-            found += checks_quality.check_quality_metadata(raw, want, quality_thresholds)
+        found += _quality_findings(raw, schemas, want, scope, quality_thresholds, executor, say)
     if wants("layout"):
         say(f"reading {plural(len(rels), 'footer')}")
         found += checks_layout.check_layout(raw, [r for r in rels if raw.fs.exists(raw.join(r))])
@@ -345,22 +316,79 @@ def validate(
     if wants("stats"):
         say("checking normalization stats")
         found += checks_stats.check_stats(raw, deep="stats.recompute" in want, executor=executor)
-    findings = [f for f in found if f.check in want]
     ran = [c for c in selected if c in want]
     return Report(
         root=str(root),
-        findings=findings,
+        findings=[f for f in found if f.check in want],
         checks_run=ran,
         seconds=time.perf_counter() - t0,
         strict=strict,
         fingerprint=raw.fingerprint(),
-        scope=scope.mode,
-        seed=None if scope.sample is None else scope.seed,
-        sample=None if scope.sample is None else sample,
-        checks_skipped={c: skipped[c] for c in selected if c in skipped},
-        checks_partial=partial_checks(scope, ran, len(sample)),
-        notes=notes,
+        **_scope_fields(scope, sample, selected, ran, skipped, notes),
     )
+
+
+def _scope_fields(scope: Scope, sample: list[int], selected: list[str], ran: list[str],
+                  skipped: dict[str, str], notes: list[str]) -> dict[str, Any]:  # fmt: skip
+    """The :class:`Report` fields saying what a run read and left out."""
+    return {
+        "scope": scope.mode,
+        "seed": None if scope.sample is None else scope.seed,
+        "sample": None if scope.sample is None else sample,
+        "checks_skipped": {c: skipped[c] for c in selected if c in skipped},
+        "checks_partial": partial_checks(scope, ran, len(sample)),
+        "notes": notes,
+    }
+
+
+def _quality_findings(
+    raw: RawRoot,
+    schemas: dict,
+    want: set[str],
+    scope: Scope,
+    thresholds: dict[str, float] | None,
+    executor: str,
+    say: Callable[[str], None],
+) -> list[Finding]:
+    """The ``quality.*`` findings: the pass over every readable data file, or on metadata only
+    the checks the episodes and tasks tables decide."""
+    from episodekit.validate import quality as checks_quality
+
+    if not scope.full:
+        return checks_quality.check_quality_metadata(raw, want, thresholds)
+    say(f"data-quality checks over {plural(len(schemas), 'data file')}")
+    return checks_quality.check_quality(raw, list(schemas), want, thresholds, executor=executor)
+
+
+def _data_findings(
+    raw: RawRoot,
+    schemas: dict,
+    sample: list[int] | None,
+    deep: bool,
+    executor: str,
+    say: Callable[[str], None],
+    notes: list[str],
+) -> list[Finding]:
+    """The data scan's findings: every readable file (``sample`` None), else the row groups of
+    the ``sample`` episodes (none: nothing read); its notes go to ``notes``."""
+    from episodekit.validate import data as checks_data
+
+    if sample is None:
+        say(f"scanning {plural(len(schemas), 'data file')}")
+        agg, problems = _scan_data(raw, schemas, deep, executor)
+        if agg is not None:
+            problems += checks_data.compare(raw, agg, set(schemas) - {p.file for p in problems})
+        del agg
+        release_memory()  # the scan's per-episode frames: give them back before the next
+        return problems
+    if not sample:
+        return []
+    say(f"scanning the row groups of {plural(len(sample), 'sampled episode')}")
+    agg, problems, more, read = scan_sample(raw, schemas, sample, deep)
+    notes += more
+    if agg is not None:
+        problems += checks_data.compare(raw, agg, read, only=sample)
+    return problems
 
 
 def _scan_data(raw: RawRoot, schemas: dict, deep: bool, executor: str):

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core import interrupt
 from episodekit.core.footer import file_layout
-from episodekit.core.parquet_read import is_local, parquet_errors, read_footer
+from episodekit.core.parquet_read import DataFile, is_local, open_data_file, read_footer
 from episodekit.core.remote import open_ranged
 from episodekit.core.words import plural
 from episodekit.validate.raw import ERROR, Finding, RawRoot
@@ -122,6 +121,18 @@ def partial_checks(scope: Scope, selected: Iterable[str], episodes: int) -> dict
     return {c: out[c] for c in selected if c in out}
 
 
+def settle(scope: Scope, raw: RawRoot, want: set[str], skipped: dict[str, str]) -> list[int]:
+    """What the root read allows: ``info.unreferenced`` moves from ``want`` to ``skipped`` on a
+    root that cannot be listed; the sampled episodes (none without ``--sample-episodes`` or an
+    episodes table)."""
+    if not raw.listable and "info.unreferenced" in want:
+        skipped["info.unreferenced"] = "(the root cannot be listed: no folder pages)"
+        want.discard("info.unreferenced")
+    if scope.sample is None or raw.episodes is None:
+        return []
+    return sample_episodes(raw.episodes["episode_index"].to_numpy(), scope.sample, scope.seed)
+
+
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     """A well-mixed 64-bit hash of each value (SplitMix64's finalizer), wrapping arithmetic."""
     z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
@@ -165,16 +176,12 @@ def _read_groups(raw: RawRoot, rel: str, groups: list[int] | None) -> pa.Table:
     rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], np.int64)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]])
     groups = list(range(meta.num_row_groups)) if groups is None else groups
-    with parquet_errors(full, "unreadable data"):
-        if is_local(raw.fs):
-            table = pq.ParquetFile(full, metadata=meta).read_row_groups(groups)
-        else:
-            with open_ranged(raw.fs, full) as fh:
-                pf = pq.ParquetFile(fh, metadata=meta, pre_buffer=False)
-                try:
-                    table = pf.read_row_groups(groups, use_threads=False)
-                finally:
-                    pf.close()
+    if is_local(raw.fs):
+        with open_data_file(full, raw.fs) as df:
+            table = df.read_row_groups(groups)
+    else:  # synchronous range reads of the groups' column chunks, no read-ahead
+        with open_ranged(raw.fs, full) as fh, DataFile.of(full, fh, meta, pre_buffer=False) as df:
+            table = df.read_row_groups(groups, use_threads=False)
     number = np.concatenate([np.arange(starts[g], starts[g] + rows[g]) for g in groups] or [[]])
     table = table.append_column("filename", pa.array([rel] * table.num_rows, pa.string()))
     return table.append_column("file_row_number", pa.array(number.astype(np.int64)))

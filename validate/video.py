@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import V2, is_local
+from episodekit.core.mp4_stream import probe_boxes
 from episodekit.core.paths import INFO_FILE, UnsafePathError, format_template
 from episodekit.core.remote import open_ranged
 from episodekit.core.video import (
@@ -29,7 +30,6 @@ from episodekit.core.video import (
     decode_all,
     have_av,
     probe,
-    probe_boxes,
 )
 from episodekit.validate.declared import stream_findings, visual_axes
 from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot

@@ -125,10 +125,6 @@ def validate_command(
     and clipped values, dead dimensions, dropped frames, odd episode lengths, duplicates,
     placeholder or rare tasks, distribution shift.
 
-    For CI on hub or HTTP roots: --metadata-only reads meta/, the parquet footers and the mp4
-    boxes by range requests (no data page, no video frame) and lists the checks it did not
-    run; --sample-episodes N adds the data checks on N deterministic episodes.
-
     Exit codes: 0 clean (warnings allowed unless --strict / --fail-on warning), 1 findings
     that fail (an unreadable info.json too), 2 could not run (bad usage, no such root, the
     environment), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
@@ -157,9 +153,7 @@ def validate_command(
         _json_usage(root, f"--checks: {exc}", as_json)
         raise click.BadParameter(str(exc), param_hint="--checks") from exc
     _check_plots(root, report_path, plots_dir, as_json)
-    if sample_seed != 0 and sample_episodes is None:
-        _json_usage(root, "--sample-seed needs --sample-episodes", as_json)
-        raise click.UsageError("--sample-seed needs --sample-episodes (it seeds their choice)")
+    scope = _scope(root, metadata_only, sample_episodes, sample_seed, as_json)
     from episodekit.validate.quality import ThresholdsError, load_thresholds
 
     try:
@@ -184,9 +178,7 @@ def validate_command(
             executor=executor,
             progress=progress,
             quality_thresholds=thresholds,
-            metadata_only=metadata_only,
-            sample_episodes=sample_episodes,
-            sample_seed=sample_seed,
+            scope=scope,
         )
     except CannotValidate as exc:  # info.json unreadable: the data is at fault (exit 1)
         cause = exc.__cause__
@@ -219,6 +211,17 @@ def _check_plots(root: str, report_path: str | None, plots_dir: str | None, as_j
             check_output_dir(plots_dir, sources=[root])
         except UnsafeOutputError as exc:
             _cannot_validate(root, str(exc), as_json, EXIT_ENV)
+
+
+def _scope(root: str, metadata_only: bool, sample: int | None, seed: int, as_json: bool):
+    """What the run reads (:class:`~episodekit.validate.scope.Scope`); ``--sample-seed`` only
+    with ``--sample-episodes``."""
+    from episodekit.validate.scope import Scope
+
+    if seed != 0 and sample is None:
+        _json_usage(root, "--sample-seed needs --sample-episodes", as_json)
+        raise click.UsageError("--sample-seed needs --sample-episodes (it seeds their choice)")
+    return Scope(metadata_only=metadata_only, sample=sample, seed=seed)
 
 
 def _json_usage(root: str, message: str, as_json: bool, code: int = EXIT_ENV) -> None:

@@ -14,7 +14,8 @@ import pytest
 
 av = pytest.importorskip("av")
 
-from episodekit.core.video import probe, probe_boxes  # noqa: E402
+from episodekit.core.mp4_stream import probe_boxes  # noqa: E402
+from episodekit.core.video import probe  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
 FACTS = ("codec", "width", "height", "pix_fmt", "fps", "time_base", "has_audio")
