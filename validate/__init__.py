@@ -16,6 +16,8 @@ _EXPORTS = {
     "select_checks": "episodekit.validate.runner",
     "format_report": "episodekit.validate.runner",
     "format_annotations": "episodekit.validate.runner",
+    "Scope": "episodekit.validate.scope",
+    "sample_episodes": "episodekit.validate.scope",
     "Finding": "episodekit.validate.raw",
     "CannotValidate": "episodekit.validate.raw",
 }
