@@ -331,3 +331,21 @@ def test_sample_over_http_reads_only_the_row_groups_of_its_episodes(fixtures, tm
     assert meta["counts"]["error"] == 0 and len(sample) == 4
     assert groups <= sent <= groups + max(16 * 1024, _footer_size(root / DATA)) + 4096
     assert sent < (root / DATA).stat().st_size / 4
+
+
+def test_memory_root_metadata_only_in_process(fixtures):
+    """Any fsspec root (here ``memory://``, the library call): the local run's findings."""
+    import fsspec
+
+    from episodekit.validate import Scope, validate
+
+    src = fixtures / "vid24"
+    mem = fsspec.filesystem("memory")
+    for p in src.rglob("*"):
+        if p.is_file():
+            mem.pipe(f"/mo-vid24/{p.relative_to(src).as_posix()}", p.read_bytes())
+    meta = validate("memory://mo-vid24", scope=Scope(metadata_only=True)).to_dict()
+    full = validate(str(src)).to_dict()
+    assert meta["counts"]["error"] == 0 and "data.rows" in meta["checks_skipped"]
+    assert_same_as_full(meta, full, "memory://mo-vid24", str(src))
+    mem.rm("/mo-vid24", recursive=True)
