@@ -19,7 +19,15 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "validate-checks.md"
 
 def render() -> str:
     """The page's text: one table row per check, grouped by the id's prefix."""
-    from episodekit.validate.checks import REGISTRY
+    from episodekit.validate.checks import EPISODE_PAGES, METADATA, REGISTRY
+    from episodekit.validate.scope import PARTIAL
+
+    def metadata_only(c) -> str:
+        if c.id in PARTIAL:
+            return "in part"
+        if c.reads == METADATA:
+            return "yes"
+        return "no; sampled" if c.reads == EPISODE_PAGES else "no"
 
     out = [
         "# Validation checks",
@@ -28,7 +36,9 @@ def render() -> str:
         "`episodekit validate --list-checks`); select with `--select all,-layout,quality.jump` or",
         "`--ignore layout`. The severity is the check's default (a few findings of a check are",
         "milder, e.g. `video.readable` without PyAV); `--fail-on warning` makes warnings fail.",
-        "How each group works: [Validation](validate.md).",
+        "How each group works: [Validation](validate.md). The `metadata-only` column: whether",
+        "`--metadata-only` runs the check (`in part`: on what the metadata holds; `sampled`:",
+        "`--sample-episodes N` runs it on the sampled episodes).",
     ]
     group = None
     for c in REGISTRY:
@@ -38,13 +48,13 @@ def render() -> str:
                 "",
                 f"## `{group}.*`",
                 "",
-                "| check | severity | title | what it checks |",
-                "|---|---|---|---|",
+                "| check | severity | title | what it checks | metadata-only |",
+                "|---|---|---|---|---|",
             ]
         what = ("(--deep) " if c.deep else "") + c.description
         cell = what.replace("|", "\\|")
         anchor = f'<a id="{c.id}"></a>`{c.id}`'
-        out.append(f"| {anchor} | {c.severity} | {c.title} | {cell} |")
+        out.append(f"| {anchor} | {c.severity} | {c.title} | {cell} | {metadata_only(c)} |")
     return "\n".join(out) + "\n"
 
 

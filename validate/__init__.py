@@ -22,6 +22,8 @@ _EXPORTS = {
     "Check": "episodekit.validate.checks",
     "render": "episodekit.validate.outputs",
     "write_report": "episodekit.validate.outputs",
+    "Scope": "episodekit.validate.scope",
+    "sample_episodes": "episodekit.validate.scope",
     "Finding": "episodekit.validate.raw",
     "CannotValidate": "episodekit.validate.raw",
 }

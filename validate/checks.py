@@ -1,8 +1,10 @@
 """The registry of ``episodekit validate``'s checks: the one source of every output format.
 
 Each :class:`Check` has an id (``group.name``, what findings carry), a title, its default
-severity, a description of what it guards against, whether it runs only with ``--deep``, and a
-help link into docs/validate-checks.md (generated from this list by ``scripts/gen_check_docs.py``).
+severity, a description of what it guards against, whether it runs only with ``--deep``, what
+it reads beyond the metadata (``--metadata-only`` runs only the checks that need nothing more),
+and a help link into docs/validate-checks.md (generated from this list by
+``scripts/gen_check_docs.py``).
 The text, JSON, Markdown, GitHub, SARIF, JUnit and HTML outputs, ``--list-checks`` and the
 docs page all read from here; which code produces a check is declared by the passes
 (:mod:`episodekit.validate.passes`), and a test keeps the two lists equal.
@@ -25,17 +27,28 @@ ERROR = "error"
 WARNING = "warning"
 HELP_PAGE = "docs/validate-checks.md"  # relative to the repository; anchors are the check ids
 
+# What a check reads beyond meta/, the parquet footers and the mp4 boxes (METADATA): what
+# `validate --metadata-only` and `--sample-episodes N` run or leave out (validate/scope.py).
+METADATA = "metadata"  # meta/, the footers, the mp4 boxes: run in every scope
+EPISODE_PAGES = "episode pages"  # each episode's data pages: a sample's row groups decide it
+DATA_PAGES = "data pages"  # the data files' pages, not by episode
+DATASET_PAGES = "dataset pages"  # every data page: dataset-wide signal statistics
+STATS_PAGES = "stats pages"  # every data page, the stats recomputed
+FRAMES = "video frames"  # every video frame decoded
+
 
 @dataclass(frozen=True)
 class Check:
     """One check: ``id`` (``group.name``), ``title`` (a few words), default ``severity``,
-    ``description`` (what it guards against), ``deep`` (runs only with ``--deep``)."""
+    ``description`` (what it guards against), ``deep`` (runs only with ``--deep``), ``reads``
+    (what it needs read beyond the metadata: :data:`METADATA` and the kinds after it)."""
 
     id: str
     title: str
     description: str
     severity: str = ERROR
     deep: bool = False
+    reads: str = METADATA
 
     @property
     def group(self) -> str:
@@ -47,8 +60,8 @@ class Check:
         return f"{HELP_PAGE}#{self.id}"
 
 
-def _w(id: str, title: str, description: str, deep: bool = False) -> Check:
-    return Check(id, title, description, WARNING, deep)
+def _w(id: str, title: str, description: str, deep: bool = False, reads: str = METADATA) -> Check:
+    return Check(id, title, description, WARNING, deep, reads)
 
 
 REGISTRY: tuple[Check, ...] = (
@@ -121,43 +134,65 @@ REGISTRY: tuple[Check, ...] = (
         "data.file",
         "rows in their episode's file",
         "every data row belongs to an episode placed in that file",
+        reads=EPISODE_PAGES,
     ),
-    Check("data.rows", "rows per episode", "rows per episode == length"),
-    Check("data.frame_index", "frame_index 0..length-1", "frame_index is 0..length-1"),
+    Check("data.rows", "rows per episode", "rows per episode == length", reads=EPISODE_PAGES),
+    Check(
+        "data.frame_index",
+        "frame_index 0..length-1",
+        "frame_index is 0..length-1",
+        reads=EPISODE_PAGES,
+    ),
     Check(
         "data.index",
         "index contiguous",
         "index is contiguous and equals the episode's range",
+        reads=EPISODE_PAGES,
     ),
     Check(
         "data.timestamp",
         "timestamps on the frame clock",
         "timestamp == frame_index / fps within tolerance",
+        reads=EPISODE_PAGES,
     ),
     Check(
         "data.task_index",
         "task_index valid",
         "task_index valid and equal to the episode's task",
+        reads=EPISODE_PAGES,
     ),
-    Check("data.nulls", "no nulls", "no nulls in feature columns (nor inside their lists)"),
-    Check("data.nan", "no NaN or inf", "no NaN/inf in float feature columns"),
+    Check(
+        "data.nulls",
+        "no nulls",
+        "no nulls in feature columns (nor inside their lists)",
+        reads=EPISODE_PAGES,
+    ),
+    Check("data.nan", "no NaN or inf", "no NaN/inf in float feature columns", reads=EPISODE_PAGES),
     Check(
         "data.order",
         "rows in index order",
         "rows in each file are in index order (index = the row's place in its range)",
+        reads=EPISODE_PAGES,
     ),
-    Check("data.shape", "list lengths as declared", "list lengths match the declared shape"),
+    Check(
+        "data.shape",
+        "list lengths as declared",
+        "list lengths match the declared shape",
+        reads=EPISODE_PAGES,
+    ),
     Check(
         "data.image",
         "image bytes are images",
         "image bytes start with a known image header",
         deep=True,
+        reads=EPISODE_PAGES,
     ),
     Check(
         "data.image_shape",
         "images of the declared size",
         "the first image of every data file has the declared height, width and channels",
         deep=True,
+        reads=DATA_PAGES,
     ),
     Check(
         "data.language",
@@ -165,6 +200,7 @@ REGISTRY: tuple[Check, ...] = (
         "language columns (LeRobot main): struct fields and types, known styles in their column, "
         "camera exactly for vqa/trace naming an observation.images.* feature, persistent "
         "timestamps inside their episode",
+        reads=DATA_PAGES,
     ),
     # row-group layout (what `prepare` fixes)
     _w("layout.row_groups", "row groups in the target band", "row groups inside the target band"),
@@ -248,7 +284,13 @@ REGISTRY: tuple[Check, ...] = (
         "frames where the data says",
         "from_timestamp + frame_index/fps lands on a frame within tolerance_s",
     ),
-    Check("video.decode", "every frame decodes", "every frame of every video decodes", deep=True),
+    Check(
+        "video.decode",
+        "every frame decodes",
+        "every frame of every video decodes",
+        deep=True,
+        reads=FRAMES,
+    ),
     Check(
         "video.channels",
         "video channels as declared",
@@ -269,36 +311,57 @@ REGISTRY: tuple[Check, ...] = (
         "quality.frozen",
         "frozen action or state",
         "identical action/state vector over >= frozen_share of an episode",
+        reads=DATASET_PAGES,
     ),
     _w(
         "quality.frozen_run",
         "frozen mid-episode",
         "identical vector held mid-episode >= frozen_run_seconds",
+        reads=DATASET_PAGES,
     ),
     _w(
         "quality.jump",
         "jump",
         "a step beyond jump_sigmas robust step deviations and jump_range_share of the range",
+        reads=DATASET_PAGES,
     ),
     _w(
         "quality.out_of_range",
         "value out of range",
         "a value beyond range_sigmas robust deviations of the dataset",
+        reads=DATASET_PAGES,
     ),
-    _w("quality.clipping", "clipping", "a dimension stuck at its episode min/max (saturation)"),
-    _w("quality.dead_dimension", "dead dimension", "a dimension constant over the whole dataset"),
+    _w(
+        "quality.clipping",
+        "clipping",
+        "a dimension stuck at its episode min/max (saturation)",
+        reads=DATASET_PAGES,
+    ),
+    _w(
+        "quality.dead_dimension",
+        "dead dimension",
+        "a dimension constant over the whole dataset",
+        reads=DATASET_PAGES,
+    ),
     _w(
         "quality.action_range",
         "action outside the state's range",
         "action far outside the state's range of the same joint",
+        reads=DATASET_PAGES,
     ),
     _w(
         "quality.dropped_frames",
         "dropped frames",
         "timestamp steps > drop_factor / fps: frames missing",
+        reads=DATASET_PAGES,
     ),
-    _w("quality.frame_interval", "frame interval off", "mean timestamp step differs from 1 / fps"),
-    _w("quality.empty_episode", "empty episode", "an episode with no frames"),
+    _w(
+        "quality.frame_interval",
+        "frame interval off",
+        "mean timestamp step differs from 1 / fps",
+        reads=DATASET_PAGES,
+    ),
+    _w("quality.empty_episode", "empty episode", "an episode with no frames", reads=DATASET_PAGES),
     _w("quality.single_frame", "single-frame episode", "an episode of one frame"),
     _w("quality.short_episode", "short episode", "an episode shorter than --min-length"),
     _w(
@@ -306,19 +369,26 @@ REGISTRY: tuple[Check, ...] = (
         "episode length outlier",
         "episode length far from its task's typical length",
     ),
-    _w("quality.duplicate", "duplicate episode", "an episode (near-)identical to an earlier one"),
+    _w(
+        "quality.duplicate",
+        "duplicate episode",
+        "an episode (near-)identical to an earlier one",
+        reads=DATASET_PAGES,
+    ),
     _w("quality.task_placeholder", "placeholder task", "empty or placeholder task string"),
     _w("quality.task_rare", "rare task", "a task with too few episodes"),
     _w(
         "quality.shift",
         "distribution shift",
         "distribution shift between the first and last quarter of episodes",
+        reads=DATASET_PAGES,
     ),
     _w(
         "quality.drift",
         "step change across episodes",
         "a dimension's episode level or spread steps to another value from one episode on "
         "(channels swapped, a sensor recalibrated)",
+        reads=DATASET_PAGES,
     ),
     # normalization stats
     Check(
@@ -350,12 +420,14 @@ REGISTRY: tuple[Check, ...] = (
         "stats match the data",
         "every stat matches a recomputation from the data (|a-b| <= 1e-6*|b| + 1e-9*(1+scale))",
         deep=True,
+        reads=STATS_PAGES,
     ),
     _w(
         "stats.quantile_rank",
         "quantiles where the data's are",
         "stats.json's quantiles are within 0.01 in rank of the data's",
         deep=True,
+        reads=STATS_PAGES,
     ),
 )
 

@@ -4,8 +4,9 @@ GitHub shows at most 10 error and 10 warning annotations per step and drops the 
 :func:`annotations` spends those 10 + 10 on the most information: errors (what fails) first,
 every check represented, each check's findings grouped into one annotation with their count,
 files and episodes when they do not all fit. Findings a baseline holds are not annotated; one
-notice counts them. :func:`append_step_summary` appends the Markdown report to the file
-``$GITHUB_STEP_SUMMARY`` names.
+notice counts them; a metadata-only or sampled run gets one notice saying what it did not
+run (the step summary lists the checks and why). :func:`append_step_summary` appends the
+Markdown report to the file ``$GITHUB_STEP_SUMMARY`` names.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from episodekit.validate import checks as registry
 from episodekit.validate.raw import Finding
+from episodekit.validate.scope import FULL
 
 if TYPE_CHECKING:
     from episodekit.validate.runner import Report
@@ -133,7 +135,8 @@ def _level_annotations(
 def annotations(report: Report, slots: int = SLOTS) -> list[str]:
     """GitHub workflow commands for ``report``: at most ``slots`` ``::error`` (findings that
     fail) and ``slots`` ``::warning`` (the others), errors first, plus one ``::notice`` for
-    the findings a baseline holds and its entries that are gone."""
+    the findings a baseline holds and its entries that are gone, and one for a metadata-only
+    or sampled run's scope."""
     new = [f for f in report.sorted_findings() if report.is_new(f)]
     errors = [f for f in new if report.fails(f)]
     warnings = [f for f in new if not report.fails(f)]
@@ -147,6 +150,14 @@ def annotations(report: Report, slots: int = SLOTS) -> list[str]:
                 f"{len(b['gone'])} of its entries are gone"
             )
             out.append(f"::notice title=episodekit baseline::{_escape_data(msg)}")
+    if report.scope != FULL:
+        msg = f"{report.scope} run: {len(report.checks_skipped)} checks not run"
+        if report.checks_partial:
+            msg += f", {len(report.checks_partial)} run in part"
+        if report.sample is not None:
+            msg += f"; {len(report.sample)} episodes sampled (seed {report.seed})"
+        msg += f": {', '.join(report.checks_skipped)}" if report.checks_skipped else ""
+        out.append(f"::notice title=episodekit {_escape_prop(report.scope)}::{_escape_data(msg)}")
     return out
 
 

@@ -8,7 +8,9 @@ finding (the first :data:`FINDINGS_SHOWN`, most severe first), the per-episode q
 with matplotlib (``pip install 'episodekit[plots]'``), plots: episode lengths (flagged episodes
 marked), each float feature's distribution per dimension from a sample of rows with the
 quantiles of meta/stats.json marked, and the traces of the flagged episodes (the flagged frames
-shaded). Without matplotlib the page is the same without plots, and says so.
+shaded). Without matplotlib the page is the same without plots, and says so. A metadata-only
+or sampled run's page says what it did not read, and draws no plot that reads data pages (the
+feature distributions, the traces): the page costs no more bytes than the run.
 """
 
 from __future__ import annotations
@@ -86,6 +88,16 @@ def _table(header: list[str], rows: list[list[str]], numeric: tuple[int, ...] = 
         out.append(f"<tr>{cells}</tr>")
     out.append("</table>")
     return "\n".join(out)
+
+
+def _scope_html(report: Report) -> list[str]:
+    """What a metadata-only or sampled run read and left out (nothing for a full run)."""
+    from episodekit.validate.scope import FULL, scope_lines
+
+    if report.scope == FULL:
+        return []
+    items = "".join(f"<li>{_e(line)}</li>" for line in scope_lines(report))
+    return [f"<p>Scope: <b>{_e(report.scope)}</b>.</p>", f"<ul>{items}</ul>"]
 
 
 def _summary(report: Report) -> str:
@@ -378,7 +390,12 @@ def _plots(report: Report, raw: Any) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
+    from episodekit.validate.scope import FULL
+
     parts = ["<h2>Episode lengths</h2>", _guard(lambda: _lengths_plot(report, raw))]
+    if report.scope != FULL:  # the other plots read data pages the run did not read
+        note = f"{report.scope} run: no feature distribution or trace (they read data pages)"
+        return "\n".join([*parts, f'<p class="note">{_e(note)}.</p>'])
     feats = _float_features(raw)
     if feats:
         sample = _guard_value(lambda: _sample(raw, feats), {})
@@ -435,6 +452,7 @@ def format_html(report: Report, plots: bool = True) -> tuple[str, str]:
     ]
     if report.fingerprint:
         body.append(f'<p class="note">episodes fingerprint {_e(report.fingerprint)}</p>')
+    body += _scope_html(report)
     if report.baseline is not None:
         b = report.baseline.to_dict(report.findings)
         body.append(

@@ -6,6 +6,11 @@ the first :data:`FAILURES_SHOWN` of a check with the count of the rest in the ca
 ``<system-out>``, which also lists the findings that do not fail (warnings, or findings a
 baseline holds) and the check's help link. A check without failing findings passes. The
 layout follows the JUnit schema Jenkins' xunit plugin validates against (junit-10.xsd).
+
+A metadata-only or sampled run (``--metadata-only``, ``--sample-episodes``): each selected
+check it did not run is a test case with ``<skipped>`` (message: why), a check run in part says
+what it covered in its ``<system-out>``, and the suite's properties and ``<system-out>`` give
+the scope, the sample and the notes.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from episodekit.validate import checks as registry
 from episodekit.validate.raw import Finding
+from episodekit.validate.scope import FULL, scope_lines
 
 if TYPE_CHECKING:
     from episodekit.validate.runner import Report
@@ -40,16 +46,28 @@ def _what(f: Finding) -> str:
     return f"{' '.join(where)}: {f.message}" if where else f.message
 
 
+def _scope_properties(report: Report) -> list[tuple[str, str]]:
+    """The suite's properties naming a metadata-only or sampled run's scope (none: full)."""
+    if report.scope == FULL:
+        return []
+    out = [("scope", report.scope)]
+    if report.sample is not None:
+        sample = ",".join(map(str, report.sample))
+        out += [("sample_seed", str(report.seed)), ("sample_episodes", sample)]
+    return out
+
+
 def format_junit(report: Report, shown: int = FAILURES_SHOWN) -> str:
     """The JUnit XML document of ``report`` (see the module docstring)."""
     by_check = registry.group_by_check(report.findings)
     ids = list(dict.fromkeys([*report.checks_run, *by_check]))
     failed = [c for c in ids if any(report.fails(f) for f in by_check.get(c, []))]
+    skipped = [c for c in report.checks_skipped if c not in ids]
     seconds = f"{report.seconds:.3f}"
     suites = ET.Element(
         "testsuites",
         name="episodekit validate",
-        tests=str(len(ids)),
+        tests=str(len(ids) + len(skipped)),
         failures=str(len(failed)),
         errors="0",
         time=seconds,
@@ -58,10 +76,10 @@ def format_junit(report: Report, shown: int = FAILURES_SHOWN) -> str:
         suites,
         "testsuite",
         name=_text(f"episodekit validate {report.root}"),
-        tests=str(len(ids)),
+        tests=str(len(ids) + len(skipped)),
         failures=str(len(failed)),
         errors="0",
-        skipped="0",
+        skipped=str(len(skipped)),
         time=seconds,
     )
     props = ET.SubElement(suite, "properties")
@@ -70,6 +88,7 @@ def format_junit(report: Report, shown: int = FAILURES_SHOWN) -> str:
         ("episodes_fingerprint", report.fingerprint or ""),
         ("strict", str(report.strict).lower()),
         ("baseline", report.baseline.path if report.baseline else ""),
+        *_scope_properties(report),
     ):
         ET.SubElement(props, "property", name=name, value=_text(value))
     for check_id in ids:
@@ -95,9 +114,25 @@ def format_junit(report: Report, shown: int = FAILURES_SHOWN) -> str:
             out.append(f"{known}{f.severity}: {_what(f)}")
         if len(others) > shown:
             out.append(f"... {len(others) - shown} more that do not fail")
-        if items:
+        if check_id in report.checks_partial:
+            out.append(f"run on {report.checks_partial[check_id]}")
+        if items or check_id in report.checks_partial:
             out.append(f"help: {check.help}")
             ET.SubElement(case, "system-out").text = _text("\n".join(out))
+    for check_id in skipped:
+        check = registry.get(check_id)
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            name=check_id,
+            classname=f"episodekit.validate.{check.group}",
+            time="0",
+        )
+        why = f"{report.scope} run: not run {report.checks_skipped[check_id]}"
+        ET.SubElement(case, "skipped", message=_text(why))
+    lines = scope_lines(report)
+    if lines:
+        ET.SubElement(suite, "system-out").text = _text("\n".join(lines))
     ET.indent(suites)
     body = ET.tostring(suites, encoding="unicode")
     return f'<?xml version="1.0" encoding="UTF-8"?>\n{body}\n'

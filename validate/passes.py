@@ -7,6 +7,11 @@ selected, in :data:`PASSES` order, and keeps only the selected checks' findings.
 themselves (title, severity, description) are in :mod:`episodekit.validate.checks`; a test keeps
 the ids the passes declare equal to the registry's. A new check: its line in the registry, its
 id in the pass that reports it.
+
+A run's :class:`~episodekit.validate.scope.Scope` narrows what the passes read: on metadata only
+(``--metadata-only``) the data pass reads no page, the quality pass judges the tables alone and
+the video pass reads each mp4's boxes; with ``--sample-episodes`` the data pass reads the row
+groups of the sampled episodes. The checks a scope cannot run are not in ``want`` at all.
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ from episodekit.core.memory import release_memory
 from episodekit.core.words import plural
 from episodekit.validate.checks import ids
 from episodekit.validate.raw import ERROR, Finding, RawRoot
+from episodekit.validate.scope import Scope
 
 
 @dataclass
 class Context:
-    """What the passes of one run share: the raw root, the selection, the options, and what
-    one pass read that another needs (the data files' schemas, the artifacts' dataset), read
-    once on first use."""
+    """What the passes of one run share: the raw root, the selection (less what the scope
+    cannot run), the options, what the run reads (``scope``; ``sample``: the sampled episodes),
+    the notes on what was not judged, and what one pass read that another needs (the data
+    files' schemas, the artifacts' dataset), read once on first use."""
 
     raw: RawRoot
     want: set[str]
@@ -36,6 +43,9 @@ class Context:
     thresholds: dict[str, float] | None = None
     say: Callable[[str], None] = lambda _: None
     found: list[Finding] = field(default_factory=list)
+    scope: Scope = field(default_factory=Scope)
+    sample: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     _schemas: dict | None = None
     _dataset: Any = None
 
@@ -78,7 +88,7 @@ class Pass:
     name: str
     checks: tuple[str, ...]
     run: Callable[[Context], list[Finding]]
-    progress: Callable[[Context], str] | None = None
+    progress: Callable[[Context], str | None] | None = None
 
     def wanted(self, want: set[str]) -> bool:
         return not want.isdisjoint(self.checks)
@@ -127,9 +137,13 @@ def _features(ctx: Context) -> list[Finding]:
 
 
 def _data(ctx: Context) -> list[Finding]:
+    """The data scan's findings: every readable file, or on a narrower scope the row groups of
+    the sampled episodes (metadata only: none, nothing read)."""
     from episodekit.validate.data import compare
 
     schemas = ctx.schemas()
+    if not ctx.scope.full:
+        return _sampled_data(ctx, schemas)
     agg, problems = _scan_data(ctx.raw, schemas, ctx.deep, ctx.executor)
     out = list(problems)
     if agg is not None:
@@ -137,6 +151,29 @@ def _data(ctx: Context) -> list[Finding]:
     del agg
     release_memory()  # the scan's per-episode frames: give them back before the next pass
     return out
+
+
+def _sampled_data(ctx: Context, schemas: dict) -> list[Finding]:
+    """The data checks on the row groups holding ``ctx.sample``'s episodes (their notes go to
+    ``ctx.notes``)."""
+    from episodekit.validate.data import compare
+    from episodekit.validate.scope import scan_sample
+
+    if not ctx.sample:
+        return []
+    agg, problems, notes, read = scan_sample(ctx.raw, schemas, ctx.sample, ctx.deep)
+    ctx.notes += notes
+    if agg is not None:
+        problems += compare(ctx.raw, agg, read, only=ctx.sample)
+    return problems
+
+
+def _data_progress(ctx: Context) -> str | None:
+    if ctx.scope.full:
+        return f"scanning {plural(len(ctx.schemas()), 'data file')}"
+    if ctx.sample:
+        return f"scanning the row groups of {plural(len(ctx.sample), 'sampled episode')}"
+    return None
 
 
 def _scan_data(raw: RawRoot, schemas: dict, deep: bool, executor: str):
@@ -180,11 +217,21 @@ def _language(ctx: Context) -> list[Finding]:
 
 
 def _quality(ctx: Context) -> list[Finding]:
-    from episodekit.validate.quality import check_quality
+    """The ``quality.*`` pass over every readable data file; on a narrower scope, the checks
+    the episodes and tasks tables decide (no data file read)."""
+    from episodekit.validate.quality import check_quality, check_quality_metadata
 
+    if not ctx.scope.full:
+        return check_quality_metadata(ctx.raw, ctx.want, ctx.thresholds)
     return check_quality(
         ctx.raw, list(ctx.schemas()), ctx.want, ctx.thresholds, executor=ctx.executor
     )
+
+
+def _quality_progress(ctx: Context) -> str | None:
+    if not ctx.scope.full:
+        return None
+    return f"data-quality checks over {plural(len(ctx.schemas()), 'data file')}"
 
 
 def _layout(ctx: Context) -> list[Finding]:
@@ -197,7 +244,10 @@ def _layout(ctx: Context) -> list[Finding]:
 def _videos(ctx: Context) -> list[Finding]:
     from episodekit.validate.video import check_videos
 
-    return check_videos(ctx.raw, ctx.want, deep=ctx.deep)
+    # Narrower scopes: each mp4's boxes only (no frame); what they do not settle is a note.
+    return check_videos(
+        ctx.raw, ctx.want, deep=ctx.deep, boxes=not ctx.scope.full, notes=ctx.notes
+    )
 
 
 def _speed(ctx: Context) -> list[Finding]:
@@ -261,15 +311,10 @@ PASSES: tuple[Pass, ...] = (
     Pass("unreferenced", ("info.unreferenced",), _unreferenced),
     Pass("declared", ("info.names", "info.video"), _declared),
     Pass("features", ("info.features",), _features),
-    Pass("data", DATA_SCAN, _data, lambda c: f"scanning {plural(len(c.schemas()), 'data file')}"),
+    Pass("data", DATA_SCAN, _data, _data_progress),
     Pass("images", ("data.image_shape",), _images),
     Pass("language", ("data.language",), _language),
-    Pass(
-        "quality",
-        ids("quality"),
-        _quality,
-        lambda c: f"data-quality checks over {plural(len(c.schemas()), 'data file')}",
-    ),
+    Pass("quality", ids("quality"), _quality, _quality_progress),
     Pass("layout", ids("layout"), _layout, lambda c: f"reading {plural(len(c.rels), 'footer')}"),
     Pass("video", ids("video"), _videos, lambda c: "checking videos"),
     Pass("speed", ids("speed"), _speed, lambda c: "checking artifacts"),
@@ -285,8 +330,9 @@ def run_passes(ctx: Context) -> list[Finding]:
     for p in PASSES:
         if not p.wanted(ctx.want):
             continue
-        if p.progress is not None:
-            ctx.say(p.progress(ctx))
+        said = p.progress(ctx) if p.progress is not None else None
+        if said:
+            ctx.say(said)
         found = p.run(ctx)  # may add to ctx.found itself (the schemas' data.read findings)
         ctx.found += found
     return [f for f in ctx.found if f.check in ctx.want]

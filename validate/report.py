@@ -1,7 +1,8 @@
 """A Markdown report of a validation run (``validate --report report.md``) that a CI job can
 attach: a summary table, then per check its count, the worst findings (episode, feature,
 dimension, measured value) and a unicode sparkline of the offending signal; optional small PNG
-plots (``--plots DIR``, needs matplotlib: ``pip install episodekit[plots]``).
+plots (``--plots DIR``, needs matplotlib: ``pip install episodekit[plots]``). A metadata-only
+or sampled run says under the verdict what it did not read and which checks it did not run.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def format_markdown(
         f"{plural(len(report.checks_run), 'check')} "
         f"in {report.seconds:.1f} s" + (" (warnings fail)" if report.strict else "") + ".",
         "",
+        *_scope_md(report),
     ]
     by_check: dict[str, list[Finding]] = {}
     for f in report.findings:
@@ -120,6 +122,16 @@ def format_markdown(
         if len(items) > WORST:
             lines.append(f"| ... | | {len(items) - WORST} more (see `--json`) | |")
     return "\n".join(lines + _baseline_lines(report)) + "\n"
+
+
+def _scope_md(report) -> list[str]:
+    """What a metadata-only or sampled run read and left out (nothing for a full run)."""
+    from episodekit.validate.scope import FULL, scope_lines
+
+    mode = getattr(report, "scope", FULL)
+    if mode == FULL:
+        return []
+    return [f"Scope: **{mode}**.", "", *[f"- {_cell(line)}" for line in scope_lines(report)], ""]
 
 
 def _baseline_lines(report) -> list[str]:

@@ -7,7 +7,8 @@ piece instead of through ``open_dataset`` so that a broken root yields *all* its
 never writes: files are opened read-only and duckdb runs in memory. The checks are the
 registry's (:mod:`episodekit.validate.checks`); the passes that report them, in run order, are
 :mod:`episodekit.validate.passes`; every output format reads the one :class:`Report`
-(:mod:`episodekit.validate.outputs`).
+(:mod:`episodekit.validate.outputs`). A :class:`~episodekit.validate.scope.Scope` reads less
+(``--metadata-only``, ``--sample-episodes``); the report says what it left out.
 
 Exit codes (:meth:`Report.exit_code`): 0 clean (warnings allowed unless strict, findings a
 baseline holds pass), 1 findings that fail, 2 could not run (raised as :class:`CannotValidate`,
@@ -30,6 +31,14 @@ from episodekit.validate.checks import ALIASES, DEEP_ONLY, GROUPS, group_by_chec
 from episodekit.validate.github import format_annotations
 from episodekit.validate.locate import InfoLines
 from episodekit.validate.raw import ERROR, WARNING, CannotValidate, Finding, RawRoot, read_raw
+from episodekit.validate.scope import (
+    FULL,
+    Scope,
+    partial_checks,
+    scope_lines,
+    settle,
+    skipped_checks,
+)
 
 __all__ = [
     "ALIASES",
@@ -89,6 +98,14 @@ class Report:
     fingerprint: str | None = None  # the episodes judged (None: unreadable episodes table)
     baseline: BaselineDiff | None = None
     info_text: str | None = field(default=None, repr=False)  # meta/info.json as read
+    # What was read (:mod:`episodekit.validate.scope`): the mode, the sampled episodes, the
+    # checks not run and the ones run in part (id -> why), and notes on what was not judged.
+    scope: str = FULL
+    seed: int | None = None
+    sample: list[int] | None = None
+    checks_skipped: dict[str, str] = field(default_factory=dict)
+    checks_partial: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Finding]:
@@ -113,10 +130,12 @@ class Report:
         return 1 if any(self.fails(f, strict) for f in self.findings) else 0
 
     def apply_baseline(self, entries: list, path: str) -> None:
-        """Judge the findings against a baseline's entries (:func:`baseline.load`)."""
+        """Judge the findings against a baseline's entries (:func:`baseline.load`). Only the
+        checks run in full can tell an entry gone (not one run in part: a sample, footers)."""
         from episodekit.validate.baseline import compare
 
-        self.baseline = compare(self.findings, self.checks_run, entries, path)
+        whole = [c for c in self.checks_run if c not in self.checks_partial]
+        self.baseline = compare(self.findings, whole, entries, path)
 
     def sorted_findings(self) -> list[Finding]:
         """Most severe first (failing, then errors, then warnings), registry order inside."""
@@ -159,6 +178,11 @@ class Report:
         }
         if self.baseline is not None:
             out["baseline"] = self.baseline.to_dict(self.findings)
+        if self.scope != FULL:  # a full run's document is unchanged
+            out["scope"] = {"mode": self.scope, "seed": self.seed, "sample_episodes": self.sample}
+        for key in ("checks_skipped", "checks_partial", "notes"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
         return out
 
     def to_json(self) -> str:
@@ -179,6 +203,7 @@ def validate(
     progress: Callable[[str], None] | None = None,
     quality_thresholds: dict[str, float] | None = None,
     ignore: Iterable[str] | str | None = None,
+    scope: Scope | None = None,
 ) -> Report:
     """Validate ``root`` (local path or fsspec URL) and its artifacts; never modifies it.
 
@@ -188,6 +213,8 @@ def validate(
     ``quality_thresholds`` overrides :data:`episodekit.validate.quality.DEFAULTS` for the
     ``quality.*`` checks (warnings). The passes that run are those reporting a selected check
     (:mod:`episodekit.validate.passes`).
+    ``scope`` (:class:`~episodekit.validate.scope.Scope`): metadata only, or plus a sample's
+    data pages, instead of everything; the checks it does not run are in the report.
     Raises :class:`CannotValidate` when the root or its info.json cannot be read.
     """
     from episodekit.validate.passes import Context, run_passes
@@ -195,42 +222,62 @@ def validate(
     say = progress or _noop
     t0 = time.perf_counter()
     selected = select_checks(checks, deep=deep, ignore=ignore)
+    scope = scope or Scope()
+    skipped = skipped_checks(scope, selected)
+    want = set(selected) - set(skipped)
     say(f"reading metadata of {root}")
     raw: RawRoot = read_raw(root)
+    sample = settle(scope, raw, want, skipped)  # may move info.unreferenced to skipped
     ctx = Context(
         raw,
-        set(selected),
+        want,
         deep=deep,
         executor=executor,
         thresholds=quality_thresholds,
         say=say,
         found=list(raw.findings),
+        scope=scope,
+        sample=sample,
     )
     findings = run_passes(ctx)
+    ran = [c for c in selected if c in want]
     return Report(
         root=str(root),
         findings=findings,
-        checks_run=selected,
+        checks_run=ran,
         seconds=time.perf_counter() - t0,
         strict=strict,
         fingerprint=raw.fingerprint(),
-        info_text=_info_text(raw),
+        info_text=raw.info_text,
+        **_scope_fields(scope, sample, selected, ran, skipped, ctx.notes),
     )
 
 
-def _info_text(raw: RawRoot) -> str | None:
-    """info.json as written (for the line numbers of its findings); None if unreadable now."""
-    try:
-        return raw.fs.cat_file(raw.join(INFO_FILE)).decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - only line numbers are lost
-        return None
+def _scope_fields(
+    scope: Scope,
+    sample: list[int],
+    selected: list[str],
+    ran: list[str],
+    skipped: dict[str, str],
+    notes: list[str],
+) -> dict[str, Any]:
+    """The :class:`Report` fields saying what a run read and left out."""
+    return {
+        "scope": scope.mode,
+        "seed": None if scope.sample is None else scope.seed,
+        "sample": None if scope.sample is None else sample,
+        "checks_skipped": {c: skipped[c] for c in selected if c in skipped},
+        "checks_partial": partial_checks(scope, ran, len(sample)),
+        "notes": notes,
+    }
 
 
 def format_report(report: Report, examples: int = 5) -> str:
     """Human table grouped by check: counts, then the first ``examples`` findings of each;
     with a baseline, which findings it holds and which of its entries are gone."""
     n = plural(len(report.checks_run), "check")
-    lines = [f"validate {report.root}  ({report.seconds:.1f}s, {n})"]
+    mode = "" if report.scope == FULL else f", {report.scope}"
+    lines = [f"validate {report.root}  ({report.seconds:.1f}s, {n}{mode})"]
     by_check = group_by_check(report.findings)
     if by_check:
         lines.append(f"{'check':<22} {'severity':<8} {'count':>6}  description")
@@ -257,6 +304,7 @@ def format_report(report: Report, examples: int = 5) -> str:
             lines.append(f"    gone: {e.check} {e.where()}")
         if len(report.baseline.gone) > examples:
             lines.append(f"    ... {len(report.baseline.gone) - examples} more gone")
+    lines += scope_lines(report)
     n_err, n_warn = len(report.errors), len(report.warnings)
     verdict = "FAILED" if report.exit_code() else "OK"
     strict = " (strict: warnings fail)" if report.strict and n_warn else ""

@@ -11,6 +11,12 @@ meta/info.json (the dataset's own description). With a baseline, known findings 
 GitHub takes at most 25,000 results per run and 10 MB of gzipped SARIF: past either, the most
 severe results are kept (failing first, then errors, then warnings, registry order inside) and
 the run says what was cut, in a tool notification and in its properties.
+
+A metadata-only or sampled run (``--metadata-only``, ``--sample-episodes``) says so: its scope,
+the checks not run and run in part (with the reasons) and its notes are in the run's properties
+and in tool notifications (level ``note``), and its ``automationDetails.id`` names the scope
+(``episodekit-validate-metadata-only/``), a category of its own, so that uploading it does not
+close the code-scanning alerts of checks it did not run.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from episodekit.core.version import __version__
 from episodekit.validate import checks as registry
 from episodekit.validate.baseline import fingerprint
 from episodekit.validate.raw import Finding
+from episodekit.validate.scope import FULL, scope_lines
 
 if TYPE_CHECKING:
     from episodekit.validate.runner import Report
@@ -156,6 +163,19 @@ def _doc(report: Report, results: list[dict], rules: list[dict], cut: dict | Non
         props["truncated"] = cut
     if report.baseline is not None:
         props["baseline"] = report.baseline.to_dict(report.findings)
+    category = "episodekit-validate"
+    if report.scope != FULL:
+        category += f"-{report.scope}"
+        sample = report.sample
+        props["scope"] = {"mode": report.scope, "seed": report.seed, "sampleEpisodes": sample}
+        props["checksSkipped"] = report.checks_skipped
+        props["checksPartial"] = report.checks_partial
+        props["notes"] = report.notes
+        notes = [{"level": "note", "message": {"text": line}} for line in scope_lines(report)]
+        invocation["toolExecutionNotifications"] = [
+            *invocation.get("toolExecutionNotifications", []),
+            *notes,
+        ]
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",
@@ -169,7 +189,7 @@ def _doc(report: Report, results: list[dict], rules: list[dict], cut: dict | Non
                         "rules": rules,
                     }
                 },
-                "automationDetails": {"id": "episodekit-validate/"},
+                "automationDetails": {"id": f"{category}/"},
                 "originalUriBaseIds": {SRCROOT: {"uri": base.as_uri() + "/"}},
                 "invocations": [invocation],
                 "results": results,

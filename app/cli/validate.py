@@ -107,6 +107,27 @@ from episodekit.validate.outputs import FORMATS
     help="With a Markdown --report: small PNG plots of offending signals here (needs "
     "episodekit[plots]).",
 )
+@click.option(
+    "--metadata-only",
+    is_flag=True,
+    help="Read meta/, the parquet footers and the mp4 boxes only (range reads on a hub or HTTP "
+    "root; no data page, no video frame); the checks that need more are listed as not run.",
+)
+@click.option(
+    "--sample-episodes",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="As --metadata-only, plus the data checks on N episodes whose row groups are read: the "
+    "first, the last and N-2 picked by a hash seeded with --sample-seed (the same every run).",
+)
+@click.option(
+    "--sample-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of --sample-episodes' choice.",
+)
 @quiet_option
 def validate_command(
     root: str | None,
@@ -126,6 +147,9 @@ def validate_command(
     min_length: int | None,
     reports: tuple[str, ...],
     plots_dir: str | None,
+    metadata_only: bool,
+    sample_episodes: int | None,
+    sample_seed: int,
 ) -> None:
     """Validate a dataset ROOT (path or fsspec URL) and every artifact under it; never writes.
 
@@ -141,11 +165,15 @@ def validate_command(
     Settings in ROOT/episodekit.toml ([validate]: select, ignore, fail-on, baseline) apply
     unless the same option is given here.
 
+    On a hub or HTTP root in CI, --metadata-only reads meta/, the parquet footers and the mp4
+    boxes only, and --sample-episodes N adds the data checks on N episodes; the checks they do
+    not run are listed as not run, in every format.
+
     Exit codes: 0 clean (warnings allowed unless --strict / --fail-on warning; findings in
     --baseline pass), 1 findings that fail (an unreadable info.json too), 2 could not run (bad
     usage, no such root, the environment), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
-    from episodekit.validate.runner import CannotValidate, select_checks, validate
+    from episodekit.validate.runner import CannotValidate, validate
 
     if list_checks:
         _list_checks()
@@ -165,22 +193,12 @@ def validate_command(
         _cannot_validate(root, exc.format_message(), as_json, EXIT_ENV)
     opts = _with_config(ctx, root, checks, ignore, fail_on, baseline, as_json)
     checks, ignore, fail_on, baseline = opts
-    for param, names in (("--select", checks), ("--ignore", ignore)):
-        try:
-            select_checks(names, deep=deep)
-        except ValueError as exc:
-            _json_usage(root, f"{param}: {exc}", as_json)
-            raise click.BadParameter(str(exc), param_hint=param) from exc
+    _check_selection(root, checks, ignore, deep, as_json)
     outputs = _report_specs(root, reports, write_baseline, as_json)
     _check_plots(root, [p for f, p in outputs if f == "markdown"], plots_dir, as_json)
+    scope = _scope(root, metadata_only, sample_episodes, sample_seed, as_json)
     entries = _read_baseline(root, baseline, write_baseline, as_json)
-    from episodekit.validate.quality import ThresholdsError, load_thresholds
-
-    try:
-        thresholds = load_thresholds(quality_thresholds, min_length=min_length)
-    except ThresholdsError as exc:
-        _json_usage(root, f"--quality-thresholds: {exc}", as_json)
-        raise click.BadParameter(str(exc), param_hint="--quality-thresholds") from exc
+    thresholds = _thresholds(root, quality_thresholds, min_length, as_json)
     strict = strict or fail_on == "warning"
 
     from episodekit.core.progress import current
@@ -199,6 +217,7 @@ def validate_command(
             progress=progress,
             quality_thresholds=thresholds,
             ignore=ignore,
+            scope=scope,
         )
     except CannotValidate as exc:  # info.json unreadable: the data is at fault (exit 1)
         cause = exc.__cause__
@@ -208,6 +227,29 @@ def validate_command(
     _judge_and_write(root, report, baseline, entries, write_baseline, outputs, plots_dir, as_json)
     _emit(root, report, fmt, examples, as_json)
     sys.exit(report.exit_code())
+
+
+def _check_selection(root: str, checks: str, ignore: str | None, deep: bool, as_json: bool):
+    """``--select`` and ``--ignore`` name known checks (else exit 2 naming the option)."""
+    from episodekit.validate.runner import select_checks
+
+    for param, names in (("--select", checks), ("--ignore", ignore)):
+        try:
+            select_checks(names, deep=deep)
+        except ValueError as exc:
+            _json_usage(root, f"{param}: {exc}", as_json)
+            raise click.BadParameter(str(exc), param_hint=param) from exc
+
+
+def _thresholds(root: str, path: str | None, min_length: int | None, as_json: bool):
+    """The quality.* thresholds: the defaults, ``--quality-thresholds`` and ``--min-length``."""
+    from episodekit.validate.quality import ThresholdsError, load_thresholds
+
+    try:
+        return load_thresholds(path, min_length=min_length)
+    except ThresholdsError as exc:
+        _json_usage(root, f"--quality-thresholds: {exc}", as_json)
+        raise click.BadParameter(str(exc), param_hint="--quality-thresholds") from exc
 
 
 def _list_checks() -> None:
@@ -377,6 +419,17 @@ def _check_plots(root: str, markdown: list[str], plots_dir: str | None, as_json:
             check_output_dir(plots_dir, sources=[root])
         except UnsafeOutputError as exc:
             _cannot_validate(root, str(exc), as_json, EXIT_ENV)
+
+
+def _scope(root: str, metadata_only: bool, sample: int | None, seed: int, as_json: bool):
+    """What the run reads (:class:`~episodekit.validate.scope.Scope`); ``--sample-seed`` only
+    with ``--sample-episodes``."""
+    from episodekit.validate.scope import Scope
+
+    if seed != 0 and sample is None:
+        _json_usage(root, "--sample-seed needs --sample-episodes", as_json)
+        raise click.UsageError("--sample-seed needs --sample-episodes (it seeds their choice)")
+    return Scope(metadata_only=metadata_only, sample=sample, seed=seed)
 
 
 def _json_usage(root: str, message: str, as_json: bool, code: int = EXIT_ENV) -> None:
