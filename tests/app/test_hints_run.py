@@ -445,7 +445,7 @@ def repair_in_place_undo(tmp: Path):
 # (file, a piece of the hint's literal text) -> the situation that prints it.
 HINTS: dict[tuple[str, str], Callable] = {
     ("validate/raw.py", "episodekit repair"): validate_crashed_recording,
-    ("writers/repair.py", "undo: episodekit repair"): repair_in_place_undo,
+    ("writers/repair_backup.py", "undo: episodekit repair"): repair_in_place_undo,
     ("writers/convert.py", "prepare it with `episodekit prepare"): convert_v3_root,
     ("validate/flagged.py", "episodekit validate ROOT --json --checks"): flags_report_missing_check,
     ("validate/flagged.py", "for a report"): flags_report_of_other_episodes,
