@@ -30,8 +30,10 @@ from episodekit.core.errors import (
 )
 from episodekit.core.parquet_read import (  # re-exported: the names other layers import
     is_local,
+    parquet_errors,
     read_schema,
     read_table,
+    schema_from_bytes,
 )
 from episodekit.core.parquet_read import table_from_bytes as parquet_from_bytes  # noqa: F401
 from episodekit.core.paths import (
@@ -44,6 +46,7 @@ from episodekit.core.paths import (
     format_template,
     inside_root,
 )
+from episodekit.core.remote import remote_fs
 
 V3 = "v3.0"
 V2 = ("v2.0", "v2.1")
@@ -63,10 +66,11 @@ VIDEO_FIELDS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 
 
 def resolve_root(root: str | Any) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Return ``(filesystem, path)`` for a local path or fsspec URL (``hf://``, ``memory://``...)."""
+    """Return ``(filesystem, path)`` for a local path or fsspec URL (``hf://``, ``memory://``,
+    ``http(s)://``: answering ``exists`` with a HEAD request, :func:`~.remote.remote_fs`)."""
     root = str(root)
     fs, path = fsspec.core.url_to_fs(root)
-    return fs, path.rstrip("/") or "/"
+    return remote_fs(fs), path.rstrip("/") or "/"
 
 
 def read_json(fs: fsspec.AbstractFileSystem, path: str, max_bytes: int = 64 << 20) -> Any:
@@ -168,14 +172,24 @@ def episodes_files(fs, path: str) -> list[str]:
     return list_files(fs, posixpath.join(path, "meta/episodes"), 2, ".parquet")
 
 
-def read_episodes_file(fs, f: str) -> pa.Table:
-    """One v3.0 episodes file: the columns of :data:`EPISODE_COLUMNS` plus video columns, typed."""
-    names = read_schema(fs, f).names
+def read_episodes_file(fs, f: str, data: bytes | None = None) -> pa.Table:
+    """One v3.0 episodes file: the columns of :data:`EPISODE_COLUMNS` plus video columns, typed.
+    ``data``: the file's bytes, already read (a remote root's metadata, read once)."""
+    if data is None:
+        names = read_schema(fs, f).names
+    else:
+        with parquet_errors(f):
+            names = schema_from_bytes(data).names
     missing = [c for c in EPISODE_COLUMNS if c not in names]
     if missing:
         raise DatasetError(f"episodes file lacks columns {missing}", f)
     video = [c for c in names if c.startswith("videos/") and c.rsplit("/", 1)[-1] in VIDEO_FIELDS]
-    t = read_parquet(fs, f, columns=list(EPISODE_COLUMNS) + video)
+    columns = list(EPISODE_COLUMNS) + video
+    if data is None:
+        t = read_parquet(fs, f, columns=columns)
+    else:
+        with parquet_errors(f):
+            t = parquet_from_bytes(data, columns=columns)
     t = t.set_column(t.schema.get_field_index("tasks"), "tasks", normalize_tasks_column(t["tasks"]))
     for c in EPISODE_COLUMNS[:-1]:
         try:

@@ -131,49 +131,62 @@ def mp4_sample_table(fh: Any, name: str = "", with_bytes: bool = True) -> Sample
     moov = _read_moov(fh, name)
     if moov is None:
         return None
+    for kind, a, b, mdia in _tracks(moov):
+        if kind == b"vide":
+            return _track_samples(moov, a, b, mdia, with_bytes)
+    return None
+
+
+def _tracks(moov: bytes) -> Iterator[tuple[bytes, int, int, tuple[int, int]]]:
+    """(handler type, trak payload start, trak end, its mdia box) of every track in ``moov``."""
     for typ, a, b in _boxes(moov, 0, len(moov)):
         if typ != b"trak":
             continue
         mdia = _child(moov, a, b, b"mdia")
         hdlr = mdia and _child(moov, *mdia, b"hdlr")
-        if not hdlr or moov[hdlr[0] + 8 : hdlr[0] + 12] != b"vide":
-            continue
-        stbl = _child(moov, *_child(moov, *mdia, b"minf"), b"stbl")
-        stts = _child(moov, *stbl, b"stts")
-        (n,) = struct.unpack_from(">I", moov, stts[0] + 4)
-        pairs = _u32(moov, stts[0] + 8, 2 * n).reshape(-1, 2)
-        deltas = np.repeat(pairs[:, 1], pairs[:, 0])
-        dts = np.concatenate([[0], np.cumsum(deltas)[:-1]]) if len(deltas) else deltas
-        pts = dts.copy()
-        ctts = _child(moov, *stbl, b"ctts")
-        if ctts:
-            (n,) = struct.unpack_from(">I", moov, ctts[0] + 4)
-            raw = np.frombuffer(moov, dtype=">u4", count=2 * n, offset=ctts[0] + 8).reshape(-1, 2)
-            off = raw[:, 1].astype(np.uint32).view(np.int32).astype(np.int64)  # v1: signed
-            pts = pts + np.repeat(off, raw[:, 0].astype(np.int64))[: len(pts)]
-        edts = _child(moov, a, b, b"edts")
-        elst = edts and _child(moov, *edts, b"elst")
-        if elst:
-            version = moov[elst[0]]
-            (n,) = struct.unpack_from(">I", moov, elst[0] + 4)
-            if n != 1:
-                return None
-            fmt = ">Qq" if version == 1 else ">Ii"
-            _, media_time = struct.unpack_from(fmt, moov, elst[0] + 8)
-            pts = pts - max(0, media_time)
-            dts = dts - max(0, media_time)
-        stss = _child(moov, *stbl, b"stss")
-        key = np.ones(len(pts), dtype=bool)
-        if stss:
-            (n,) = struct.unpack_from(">I", moov, stss[0] + 4)
-            key[:] = False
-            key[_u32(moov, stss[0] + 8, n) - 1] = True
-        if with_bytes:
-            offset, size = _sample_bytes(moov, stbl, len(pts))
-        else:
-            offset = size = np.zeros(len(pts), np.int64)
-        return SampleTable(dts=dts, pts=pts, keyframe=key, offset=offset, size=size)
-    return None
+        if hdlr:
+            yield moov[hdlr[0] + 8 : hdlr[0] + 12], a, b, mdia
+
+
+def _track_samples(
+    moov: bytes, a: int, b: int, mdia: tuple[int, int], with_bytes: bool
+) -> SampleTable | None:
+    """The :class:`SampleTable` of the track ``moov[a:b]`` (None: several edits)."""
+    stbl = _child(moov, *_child(moov, *mdia, b"minf"), b"stbl")
+    stts = _child(moov, *stbl, b"stts")
+    (n,) = struct.unpack_from(">I", moov, stts[0] + 4)
+    pairs = _u32(moov, stts[0] + 8, 2 * n).reshape(-1, 2)
+    deltas = np.repeat(pairs[:, 1], pairs[:, 0])
+    dts = np.concatenate([[0], np.cumsum(deltas)[:-1]]) if len(deltas) else deltas
+    pts = dts.copy()
+    ctts = _child(moov, *stbl, b"ctts")
+    if ctts:
+        (n,) = struct.unpack_from(">I", moov, ctts[0] + 4)
+        raw = np.frombuffer(moov, dtype=">u4", count=2 * n, offset=ctts[0] + 8).reshape(-1, 2)
+        off = raw[:, 1].astype(np.uint32).view(np.int32).astype(np.int64)  # v1: signed
+        pts = pts + np.repeat(off, raw[:, 0].astype(np.int64))[: len(pts)]
+    edts = _child(moov, a, b, b"edts")
+    elst = edts and _child(moov, *edts, b"elst")
+    if elst:
+        version = moov[elst[0]]
+        (n,) = struct.unpack_from(">I", moov, elst[0] + 4)
+        if n != 1:
+            return None
+        fmt = ">Qq" if version == 1 else ">Ii"
+        _, media_time = struct.unpack_from(fmt, moov, elst[0] + 8)
+        pts = pts - max(0, media_time)
+        dts = dts - max(0, media_time)
+    stss = _child(moov, *stbl, b"stss")
+    key = np.ones(len(pts), dtype=bool)
+    if stss:
+        (n,) = struct.unpack_from(">I", moov, stss[0] + 4)
+        key[:] = False
+        key[_u32(moov, stss[0] + 8, n) - 1] = True
+    if with_bytes:
+        offset, size = _sample_bytes(moov, stbl, len(pts))
+    else:
+        offset = size = np.zeros(len(pts), np.int64)
+    return SampleTable(dts=dts, pts=pts, keyframe=key, offset=offset, size=size)
 
 
 def mp4_samples(fh: Any, name: str = "") -> tuple[np.ndarray, np.ndarray] | None:

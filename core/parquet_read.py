@@ -16,7 +16,8 @@
 
 Whole small tables (``meta/`` files) come from :func:`read_table`; a remote one is read from its
 bytes, never through a Python file object (pyarrow's IO threads can otherwise release a Python
-buffer during interpreter shutdown and abort the process: apache/arrow#34314).
+buffer during interpreter shutdown and abort the process: apache/arrow#34314). A remote footer
+is read by range: the file's last 16 KiB, and the rest of a longer footer, never a data page.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ import pyarrow.parquet as pq
 
 from episodekit.core.errors import DatasetError, MissingFileError, os_problem
 from episodekit.core.paths import MIB
+from episodekit.core.remote import open_ranged, read_range
 
 FileMetaData = pq.FileMetaData  # a parquet footer, for type hints outside this layer
 FOOTER_CACHE_BYTES = 64 * MIB  # serialized footers kept per process (their parsed form: ~10x)
+FOOTER_GUESS = 16 * 1024  # a remote footer's first read: its tail, most footers whole
 STREAM_BUFFER_TOTAL = 32 * MIB  # streaming reads: all column buffers together
 UNREADABLE = "unreadable parquet"
 
@@ -148,10 +151,26 @@ def read_footer(
         if is_local(fs):
             meta = pq.read_metadata(path)
         else:
-            with fs.open(path, "rb") as fh:  # synchronous footer read; the handle is closed here
-                meta = pq.read_metadata(fh)
+            meta = _remote_footer(fs, path, key[-1])
         _FOOTERS.put(key, meta)
         return meta
+
+
+def _remote_footer(fs: fsspec.AbstractFileSystem, path: str, size: int) -> FileMetaData:
+    """The footer of a remote parquet file of ``size`` bytes through range reads of its tail:
+    :data:`FOOTER_GUESS` bytes first, the rest of a longer footer in a second read; no data page
+    is read. A file whose tail is not a footer goes to pyarrow through an unbuffered handle, so
+    its error is pyarrow's own (the same a local file gives)."""
+    tail = read_range(fs, path, max(0, size - FOOTER_GUESS), size)
+    n = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 12 else -1
+    if tail[-4:] != b"PAR1" or not 0 < n <= size - 12:
+        with open_ranged(fs, path) as fh:
+            return pq.read_metadata(fh)
+    if n + 8 > len(tail):
+        tail = read_range(fs, path, size - 8 - n, size - len(tail)) + tail
+    footer = tail[len(tail) - 8 - n :]
+    # The footer with the magic bytes before it: a whole parquet file to pyarrow's parser.
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,12 +236,13 @@ class DataFile:
             yield batch
 
     def read_row_groups(
-        self, groups: Sequence[int], columns: Sequence[str] | None = None
+        self, groups: Sequence[int], columns: Sequence[str] | None = None, use_threads: bool = True
     ) -> pa.Table:
-        """Row groups ``groups`` decoded as one table."""
+        """Row groups ``groups`` decoded as one table (``use_threads=False``: every read on the
+        calling thread, for a source that is a Python file object)."""
         with parquet_errors(self.path):
             cols = list(columns) if columns is not None else None
-            return self.parquet.read_row_groups(list(groups), columns=cols)
+            return self.parquet.read_row_groups(list(groups), columns=cols, use_threads=use_threads)
 
     def read_row_group(self, i: int, columns: Sequence[str] | None = None) -> pa.Table:
         with parquet_errors(self.path):
@@ -295,12 +315,23 @@ def open_data_file(
 # Whole tables and schemas
 
 
-def table_from_bytes(data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
-    """A parquet file's table from its bytes, copied into arrow-owned memory first, so no arrow
-    thread ever holds a Python object (see the module docstring)."""
+def arrow_buffer(data: bytes) -> pa.Buffer:
+    """``data`` copied into arrow-owned memory, so no arrow thread ever holds a Python object
+    (see the module docstring)."""
     buf = pa.allocate_buffer(len(data))
     np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
-    return pq.read_table(pa.BufferReader(buf), columns=list(columns) if columns else columns)
+    return buf
+
+
+def schema_from_bytes(data: bytes) -> pa.Schema:
+    """The Arrow schema of a parquet file held in memory."""
+    return pq.read_schema(pa.BufferReader(data))
+
+
+def table_from_bytes(data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
+    """A parquet file's table from its bytes (in arrow-owned memory: :func:`arrow_buffer`)."""
+    reader = pa.BufferReader(arrow_buffer(data))
+    return pq.read_table(reader, columns=list(columns) if columns else columns)
 
 
 def read_table(

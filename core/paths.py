@@ -22,6 +22,7 @@ DEFAULT_IDLE_THRESHOLD = 0.01  # edit --trim-idle: a move is > 1% of a dimension
 MAX_TARGET_MB = float(1 << 20)  # a size beyond 1 TiB is a typo (and inf overflows int())
 
 DATA_PATH_V3 = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+EPISODES_PATH_V3 = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH_V3 = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 DATA_PATH_V2 = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH_V2 = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"

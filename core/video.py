@@ -102,6 +102,7 @@ class VideoIndex:
     pts: np.ndarray
     keyframe: np.ndarray
     has_audio: bool
+    undecided: tuple[str, ...] = ()  # facts its boxes did not settle (mp4_stream.probe_boxes)
 
     @property
     def seconds(self) -> np.ndarray:

@@ -782,3 +782,27 @@ QUALITY_CORRUPTIONS: dict[str, Callable[[Path], QualityExpected]] = {
     for name, fn in sorted(globals().items())
     if name.startswith("quality_") and callable(fn)
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# One root with a finding of every kind the CI output formats carry (tests/validate/
+# test_ci_formats.py, tests/repo/test_action.py): an info.json error (a line), a data error on
+# an episode, data-quality warnings on an episode, a feature and frames.
+
+CI_FINDINGS = (
+    ("info.totals", INFO, None),
+    ("data.nan", "data/chunk-000/file-000.parquet", 10),
+    ("quality.frozen", "data/chunk-000/file-000.parquet", 5),
+    ("quality.jump", "data/chunk-000/file-000.parquet", 9),
+)
+
+
+def corrupt_for_ci(root: Path) -> tuple[tuple[str, str, int | None], ...]:
+    """Damage a copy of a LeRobot-written recording (rec40) as :data:`CI_FINDINGS` says;
+    returns it: (check, file, episode) of each finding that must be reported."""
+    info = json.loads((root / INFO).read_text())
+    edit_info(root, total_frames=info["total_frames"] + 5)
+    corrupt_nan_in_action(root)
+    quality_frozen_action(root)
+    quality_spike(root)
+    return CI_FINDINGS

@@ -23,6 +23,7 @@ from episodekit.validate.raw import ERROR, Finding, RawRoot, unreadable_parquet
 
 CORE = ("episode_index", "index", "frame_index", "timestamp", "task_index")
 FLOAT_TYPES = ("FLOAT", "DOUBLE")
+HELPER_COLUMNS = ("filename", "file_row_number")  # what the scan adds to a file's columns
 IMAGE_MAGIC = (
     b"\x89PNG\r\n\x1a\n",
     b"\xff\xd8\xff",
@@ -43,14 +44,16 @@ def _blob(b: bytes) -> str:
 
 
 def _scan_sql(
-    paths: Sequence[str],
+    source: str,
     types: dict[str, str],
     fps: float,
     feature_columns: Sequence[str],
     shapes: dict[str, int] | None,
     deep: bool,
 ) -> str:
-    """SQL for per-(file, episode) aggregates; ``types`` maps column -> duckdb type name."""
+    """SQL for per-(file, episode) aggregates of ``source`` (a relation with the columns
+    ``filename`` and ``file_row_number`` besides the file's); ``types`` maps column -> duckdb
+    type name."""
 
     def col(name: str, expr: str, default: str = "NULL::BIGINT") -> str:
         return expr if name in types else default
@@ -103,10 +106,8 @@ def _scan_sql(
             sel.append(
                 f"count_if({q}.bytes IS NOT NULL AND NOT ({magic})) AS {_q('image:' + name)}"
             )
-    files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
     return (
-        f"SELECT {', '.join(sel)} FROM read_parquet({files}, filename=true, "
-        "file_row_number=true) "
+        f"SELECT {', '.join(sel)} FROM {source} "
         "GROUP BY filename, episode_index ORDER BY filename, episode_index"
     )
 
@@ -142,7 +143,26 @@ def scan_data_files(
     files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
     described = con.sql(f"DESCRIBE SELECT * FROM read_parquet({files})").fetchall()
     types = {row[0]: str(row[1]) for row in described}
-    sql = _scan_sql(paths, types, fps, feature_columns, shapes, deep)
+    source = f"read_parquet({files}, filename=true, file_row_number=true)"
+    sql = _scan_sql(source, types, fps, feature_columns, shapes, deep)
+    return con.sql(sql).pl()
+
+
+def scan_table(
+    table: pa.Table,
+    fps: float,
+    feature_columns: Sequence[str],
+    shapes: dict[str, int] | None = None,
+    deep: bool = False,
+) -> pl.DataFrame:
+    """The aggregates of :func:`scan_data_files` over rows already read (a sample's row groups):
+    ``table`` holds the file's columns plus ``filename`` and ``file_row_number`` (the row's place
+    in its file)."""
+    con = _connect()
+    con.register("rows_read", table)
+    described = con.sql("DESCRIBE SELECT * FROM rows_read").fetchall()
+    types = {row[0]: str(row[1]) for row in described if row[0] not in HELPER_COLUMNS}
+    sql = _scan_sql("rows_read", types, fps, feature_columns, shapes, deep)
     return con.sql(sql).pl()
 
 
@@ -178,16 +198,9 @@ def read_schemas(raw: RawRoot, rels: Sequence[str]) -> tuple[dict[str, pa.Schema
     return schemas, out
 
 
-def scan_root(
-    raw: RawRoot,
-    schemas: dict[str, pa.Schema],
-    deep: bool = False,
-    executor: str = "local",
-) -> pl.DataFrame | None:
-    """Scan every readable data file: one query per distinct schema (normally one) or, with
-    ``executor="ray"``, one ray task per file. ``file`` in the result is relative to the root."""
-    if raw.fps is None or not schemas:
-        return None
+def scan_options(raw: RawRoot) -> tuple[list[str], dict[str, int]]:
+    """The scan's feature columns (every declared feature stored in the data files) and the
+    declared lengths of its one-dimensional list features."""
     stored = [
         k for k, f in raw.features.items() if isinstance(f, dict) and f.get("dtype") != "video"
     ]
@@ -199,6 +212,20 @@ def scan_root(
         and len(f["shape"]) == 1
         and f["shape"][0] != 1
     }
+    return stored, shapes
+
+
+def scan_root(
+    raw: RawRoot,
+    schemas: dict[str, pa.Schema],
+    deep: bool = False,
+    executor: str = "local",
+) -> pl.DataFrame | None:
+    """Scan every readable data file: one query per distinct schema (normally one) or, with
+    ``executor="ray"``, one ray task per file. ``file`` in the result is relative to the root."""
+    if raw.fps is None or not schemas:
+        return None
+    stored, shapes = scan_options(raw)
     groups: dict[tuple, list[str]] = {}
     for rel, schema in schemas.items():
         if "episode_index" not in schema.names:
@@ -254,8 +281,12 @@ def timestamp_tolerance(ts_max: np.ndarray) -> np.ndarray:
     return 1e-4 + np.abs(ts_max) * 2.0**-22
 
 
-def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]:
-    """Compare per-(file, episode) aggregates with the episodes table."""
+def compare(
+    raw: RawRoot, agg: pl.DataFrame, scanned: set[str], only: Sequence[int] | None = None
+) -> list[Finding]:
+    """Compare per-(file, episode) aggregates with the episodes table. ``only``: judge these
+    episodes alone (a sample whose row groups were read; rows of other known episodes in those
+    groups are left out, rows of unknown episodes are still strays)."""
     if raw.episodes is None:
         return []
     e = pl.from_arrow(
@@ -264,6 +295,14 @@ def compare(raw: RawRoot, agg: pl.DataFrame, scanned: set[str]) -> list[Finding]
             + ["task_index", "data_file"]
         )
     ).unique(subset="episode_index", keep="first", maintain_order=True)
+    # The file's first index (what data.order expects index - row number to be), from every
+    # episode the table places in the file, before a sample narrows the table.
+    e = e.with_columns(pl.col("dataset_from_index").min().over("data_file").alias("file_first"))
+    if only is not None:
+        keep = pl.col("episode_index").is_in(list(only))
+        unknown = ~pl.col("episode_index").is_in(e["episode_index"].implode())
+        agg = agg.filter(keep | unknown.fill_null(True))
+        e = e.filter(keep)
     out = _stray_findings(agg, e)
     own = agg.rename({"file": "data_file"})
     df = e.filter(pl.col("data_file").is_in(list(scanned))).join(
@@ -412,9 +451,8 @@ def _order_findings(df: pl.DataFrame, index_ok: pl.Expr) -> list[Finding]:
     range itself is wrong are reported by ``data.index`` instead."""
     if "order_min" not in df.columns or df.height == 0:
         return []
-    first = pl.col("dataset_from_index").min().over("data_file")
     sound = index_ok.all().over("data_file")  # a file with a wrong index: data.index says it
-    df = df.with_columns(first.alias("file_first")).filter(sound)
+    df = df.filter(sound)
     ok = (pl.col("order_min") == pl.col("file_first")) & (
         pl.col("order_max") == pl.col("file_first")
     )

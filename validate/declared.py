@@ -27,20 +27,15 @@ from episodekit.core.paths import INFO_FILE
 from episodekit.core.video import VideoIndex, require_av
 from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 
-CHECKS: dict[str, str] = {
-    "info.names": "names is null, a list or {group: list}: one name per dimension (per axis "
-    "for images/videos), distinct",
-    "info.video": "a video feature's shape (read through its names) agrees with video.height, "
-    "video.width and video.channels",
-    "video.channels": "the stream's pixel format has the declared channels (video.channels, "
-    "else the shape's)",
-    "video.audio": "the file has an audio stream exactly when info.json has_audio says so "
-    "(warning)",
-    "video.gop": "keyframes at most info.json video.g frames apart (warning)",
-    "data.image_shape": "(--deep) the first image of every data file has the declared height, "
-    "width and channels",
-}
-DEEP_ONLY = ("data.image_shape",)
+# The checks this module reports (described in episodekit.validate.checks).
+CHECKS = (
+    "info.names",
+    "info.video",
+    "video.channels",
+    "video.audio",
+    "video.gop",
+    "data.image_shape",
+)
 AXES = {  # axis names LeRobot versions have used -> the axis
     "height": "height",
     "h": "height",

@@ -61,11 +61,6 @@ DEFAULTS: dict[str, float] = {
     "drift_min_episodes": 20,
 }
 
-CHECKS: dict[str, str] = {
-    "quality.drift": "a dimension's episode level or spread steps to another value from one "
-    "episode on (channels swapped, a sensor recalibrated) (warning)",
-}
-
 
 @dataclass
 class Change:

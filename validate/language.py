@@ -29,11 +29,6 @@ from episodekit.core import interrupt
 from episodekit.core.dataset import read_parquet
 from episodekit.validate.raw import ERROR, Finding, RawRoot, unreadable_parquet
 
-CHECKS: dict[str, str] = {
-    "data.language": "language columns (LeRobot main): struct fields and types, known styles in "
-    "their column, camera exactly for vqa/trace naming an observation.images.* feature, "
-    "persistent timestamps inside their episode",
-}
 PERSISTENT, EVENTS = "language_persistent", "language_events"
 PERSISTENT_STYLES = {"subtask", "plan", "memory", "motion", "task_aug"}
 EVENT_STYLES = {"interjection", "vqa", "trace"}

@@ -8,8 +8,10 @@ and carrying on with what could be read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,14 +28,26 @@ from episodekit.core.dataset import (
     data_file_names,
     episode_task_index,
     episodes_files,
+    is_local,
     list_files,
+    parquet_from_bytes,
     read_episodes_file,
     read_episodes_v2,
+    read_parquet,
+    read_schema,
     read_tasks_table,
     resolve_root,
 )
 from episodekit.core.jsonout import nonfinite_text, to_jsonable
-from episodekit.core.paths import INFO_FILE, UnsafePathError
+from episodekit.core.parquet_read import (
+    DataFile,
+    arrow_buffer,
+    open_data_file,
+    parquet_errors,
+    schema_from_bytes,
+)
+from episodekit.core.paths import EPISODES_PATH_V3, INFO_FILE, UnsafePathError
+from episodekit.core.remote import is_http
 
 ERROR = "error"
 WARNING = "warning"
@@ -139,6 +153,9 @@ class RawRoot:
     tasks: pa.Table | None = None
     episodes: pa.Table | None = None
     findings: list[Finding] = field(default_factory=list)
+    listable: bool = True  # False: an HTTP root without folder pages (info.unreferenced waits)
+    info_text: str | None = field(default=None, repr=False)  # info.json as read (line numbers)
+    _bytes: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def version(self) -> str:
@@ -157,6 +174,53 @@ class RawRoot:
 
     def join(self, rel: str) -> str:
         return posixpath.join(self.path, rel)
+
+    def remote_bytes(self, full: str) -> bytes | None:
+        """The bytes of the metadata file ``full`` of a remote root, fetched once (one request)
+        and kept for the run; None on the local disk (read it by path). Every reader of a
+        remote ``meta/episodes`` file shares them: its per-episode stats are most of it."""
+        if is_local(self.fs):
+            return None
+        data = self._bytes.get(full)
+        if data is None:
+            data = self._bytes[full] = bytes(self.fs.cat_file(full))
+        return data
+
+    def read_bytes(self, full: str) -> bytes:
+        """The whole metadata file ``full`` (a remote one read once: :meth:`remote_bytes`)."""
+        data = self.remote_bytes(full)
+        if data is None:
+            with self.fs.open(full, "rb") as fh:
+                data = fh.read()
+        return data
+
+    def meta_schema(self, full: str) -> pa.Schema:
+        """The schema of the metadata parquet file ``full`` (see :meth:`remote_bytes`)."""
+        data = self.remote_bytes(full)
+        if data is None:
+            return read_schema(self.fs, full)
+        with parquet_errors(full):
+            return schema_from_bytes(data)
+
+    def meta_table(self, full: str, columns: list[str] | None = None) -> pa.Table:
+        """``columns`` of the metadata parquet file ``full`` (see :meth:`remote_bytes`)."""
+        data = self.remote_bytes(full)
+        if data is None:
+            return read_parquet(self.fs, full, columns=columns)
+        with parquet_errors(full):
+            return parquet_from_bytes(data, columns=columns)
+
+    @contextlib.contextmanager
+    def meta_parquet(self, full: str) -> Iterator[Any]:
+        """The metadata parquet file ``full`` as a ``pyarrow.parquet.ParquetFile``, closed when
+        the ``with`` block ends (see :meth:`remote_bytes`)."""
+        data = self.remote_bytes(full)
+        if data is None:
+            df = open_data_file(full, self.fs)
+        else:
+            df = DataFile.of(full, pa.BufferReader(arrow_buffer(data)))
+        with df:
+            yield df.parquet
 
     def rel(self, full: str) -> str:
         full = str(full)
@@ -191,6 +255,8 @@ def read_raw(root: str) -> RawRoot:
     try:
         fs, path = resolve_root(root)
         exists = fs.exists(path) and fs.isdir(path)
+        if not exists and is_http(fs):  # a server without folder pages: the root is its files
+            exists = fs.exists(posixpath.join(path, INFO_FILE))
     except Exception as exc:  # any fsspec/backend failure means we cannot even start
         raise CannotValidate(f"cannot open root ({exc})", str(root)) from exc
     if not exists:
@@ -198,7 +264,8 @@ def read_raw(root: str) -> RawRoot:
     info_path = posixpath.join(path, INFO_FILE)
     try:
         with fs.open(info_path, "rb") as fh:
-            info = json.loads(fh.read())
+            data = fh.read()
+        info = json.loads(data)
     except FileNotFoundError as exc:
         raise CannotValidate("missing", info_path) from exc
     except OSError as exc:
@@ -207,7 +274,8 @@ def read_raw(root: str) -> RawRoot:
         raise CannotValidate(f"not valid JSON ({exc})", info_path) from exc
     if not isinstance(info, dict):
         raise CannotValidate("not a JSON object", info_path)
-    raw = RawRoot(root=str(root), fs=fs, path=path, info=info)
+    text = data.decode("utf-8", "replace")
+    raw = RawRoot(root=str(root), fs=fs, path=path, info=info, info_text=text)
     try:
         raw.tasks = read_tasks_table(fs, path, raw.version)
     except (DatasetError, OSError, ValueError, pa.ArrowException) as exc:
@@ -236,6 +304,9 @@ def _read_episodes(raw: RawRoot) -> pa.Table | None:
 
 def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
     files = episodes_files(raw.fs, raw.path)
+    if not files and is_http(raw.fs):  # no folder pages: the files in LeRobot's numbering
+        files = _numbered_episodes_files(raw)
+        raw.listable = False
     if not files:
         _add(raw, "episodes.read", no_episodes_files(raw), "meta/episodes")
         return None
@@ -243,7 +314,7 @@ def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
     for f in files:
         rel = raw.rel(f)
         try:
-            t = read_episodes_file(raw.fs, f)
+            t = read_episodes_file(raw.fs, f, raw.remote_bytes(f))
         except (DatasetError, pa.ArrowException, OSError) as exc:
             msg = f"unreadable episodes file: {unreadable_parquet(exc, raw.root)}"
             _add(raw, "episodes.read", msg, rel)
@@ -255,6 +326,24 @@ def _episodes_v3_raw(raw: RawRoot) -> pa.Table | None:
     del tables
     pa.default_memory_pool().release_unused()  # the files' decoded pages (see core.dataset)
     return table
+
+
+def _numbered_episodes_files(raw: RawRoot) -> list[str]:
+    """The episodes files of a root that cannot be listed (an HTTP server without folder pages),
+    found by their names: ``chunk-000/file-000.parquet`` on, the next file in the same chunk,
+    else the first of the next chunk, until neither exists (one HEAD request each). A gap in the
+    numbering ends the walk: files past it are not seen."""
+    out: list[str] = []
+    chunk, file = 0, 0
+    while True:
+        name = raw.join(EPISODES_PATH_V3.format(chunk_index=chunk, file_index=file))
+        if not raw.fs.exists(name):
+            if file == 0:
+                return out
+            chunk, file = chunk + 1, 0
+            continue
+        out.append(name)
+        file += 1
 
 
 def _add_derived(raw: RawRoot, table: pa.Table) -> pa.Table:

@@ -1,7 +1,8 @@
 """A Markdown report of a validation run (``validate --report report.md``) that a CI job can
 attach: a summary table, then per check its count, the worst findings (episode, feature,
 dimension, measured value) and a unicode sparkline of the offending signal; optional small PNG
-plots (``--plots DIR``, needs matplotlib: ``pip install episodekit[plots]``).
+plots (``--plots DIR``, needs matplotlib: ``pip install episodekit[plots]``). A metadata-only
+or sampled run says under the verdict what it did not read and which checks it did not run.
 """
 
 from __future__ import annotations
@@ -62,8 +63,16 @@ def plot_name(f: Finding, k: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", base) + ".png"
 
 
-def format_markdown(report, checks: dict[str, str], plots: dict[int, str] | None = None) -> str:
-    """The report as Markdown; ``plots`` maps ``id(finding)`` to an image path to link."""
+def format_markdown(
+    report, checks: dict[str, str] | None = None, plots: dict[int, str] | None = None
+) -> str:
+    """The report as Markdown (``checks``: id -> description, default the registry's);
+    ``plots`` maps ``id(finding)`` to an image path to link. With a baseline, the findings it
+    holds are marked and its gone entries listed."""
+    from episodekit.validate.checks import REGISTRY, get
+
+    if checks is None:
+        checks = {c.id: c.description for c in REGISTRY}
     plots = plots or {}
     n_err, n_warn = len(report.errors), len(report.warnings)
     verdict = "FAILED" if report.exit_code() else "OK"
@@ -74,13 +83,14 @@ def format_markdown(report, checks: dict[str, str], plots: dict[int, str] | None
         f"{plural(len(report.checks_run), 'check')} "
         f"in {report.seconds:.1f} s" + (" (warnings fail)" if report.strict else "") + ".",
         "",
+        *_scope_md(report),
     ]
     by_check: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_check.setdefault(f.check, []).append(f)
     if not by_check:
         lines.append("No findings.")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + _baseline_lines(report)) + "\n"
     order = [c for c in checks if c in by_check] + [c for c in by_check if c not in checks]
     lines += ["| check | severity | count | what it guards against |", "|---|---|---:|---|"]
     for check in order:
@@ -91,12 +101,14 @@ def format_markdown(report, checks: dict[str, str], plots: dict[int, str] | None
             for f in items
             if (f.details or {}).get("more")
         )
-        lines.append(f"| `{check}` | {sev} | {count} | {_cell(checks.get(check, ''))} |")
+        known = sum(not report.is_new(f) for f in items) if hasattr(report, "is_new") else 0
+        shown = f"{count} ({known} in the baseline)" if known else str(count)
+        lines.append(f"| `{check}` | {sev} | {shown} | {_cell(checks.get(check, ''))} |")
     for check in order:
         items = by_check[check]
         lines += ["", f"## `{check}`", ""]
         if check in checks:
-            lines += [_cell(checks[check]), ""]
+            lines += [f"{_cell(checks[check])} (help: `{get(check).help}`)", ""]
         lines += ["| where | value | message | signal |", "|---|---:|---|---|"]
         for f in items[:WORST]:
             d = f.details or {}
@@ -104,12 +116,43 @@ def format_markdown(report, checks: dict[str, str], plots: dict[int, str] | None
             cell = f"`{spark}`" if spark else ""
             if id(f) in plots:
                 cell += f" [plot]({plots[id(f)]})"
-            lines.append(
-                f"| {_cell(_where(f))} | {_value(f.value)} | {_cell(f.message)} | {cell} |"
-            )
+            known = hasattr(report, "is_new") and not report.is_new(f)
+            msg = ("(in the baseline) " if known else "") + f.message
+            lines.append(f"| {_cell(_where(f))} | {_value(f.value)} | {_cell(msg)} | {cell} |")
         if len(items) > WORST:
             lines.append(f"| ... | | {len(items) - WORST} more (see `--json`) | |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _baseline_lines(report)) + "\n"
+
+
+def _scope_md(report) -> list[str]:
+    """What a metadata-only or sampled run read and left out (nothing for a full run)."""
+    from episodekit.validate.scope import FULL, scope_lines
+
+    mode = getattr(report, "scope", FULL)
+    if mode == FULL:
+        return []
+    return [f"Scope: **{mode}**.", "", *[f"- {_cell(line)}" for line in scope_lines(report)], ""]
+
+
+def _baseline_lines(report) -> list[str]:
+    """The baseline section: counts, and the entries no longer found."""
+    base = getattr(report, "baseline", None)
+    if base is None:
+        return []
+    b = base.to_dict(report.findings)
+    lines = [
+        "",
+        "## Baseline",
+        "",
+        f"`{_cell(b['file'])}`: {b['known']} findings known (they do not fail), {b['new']} new, "
+        f"{len(b['gone'])} gone.",
+    ]
+    if base.gone:
+        lines += ["", "| gone | where |", "|---|---|"]
+        lines += [f"| `{e.check}` | {_cell(e.where())} |" for e in base.gone[:WORST * 5]]
+        if len(base.gone) > WORST * 5:
+            lines.append(f"| ... | {len(base.gone) - WORST * 5} more |")
+    return lines
 
 
 def write_plots(report, folder: str | Path, per_check: int = 3) -> dict[int, str]:
@@ -142,7 +185,9 @@ def write_plots(report, folder: str | Path, per_check: int = 3) -> dict[int, str
     return out
 
 
-def write_markdown(report, checks: dict[str, str], path: str | Path, plots_dir=None) -> str:
+def write_markdown(
+    report, checks: dict[str, str] | None, path: str | Path, plots_dir=None
+) -> str:
     """Write the Markdown report atomically (plots first when ``plots_dir``); returns a note
     for the user when plots were asked for but matplotlib is missing, else ''."""
     plots, note = {}, ""

@@ -59,8 +59,7 @@ def dataset_part(raw: RawRoot, feats: dict[str, int]) -> tuple[list[Finding], di
         err("stats.present", f"missing; compute it with `episodekit metadata stats {raw.root}`")
         return out, {}
     try:
-        with raw.fs.open(full, "rb") as fh:
-            data = json.loads(fh.read())
+        data = json.loads(raw.read_bytes(full))
     except (ValueError, UnicodeDecodeError, OSError) as exc:
         err("stats.present", f"not valid JSON ({exc})")
         return out, {}

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodekit.core.dataset import DatasetError
-from episodekit.core.parquet_read import open_data_file
 from episodekit.core.words import plural
 from episodekit.metadata.stats import (
     QUANTILE_KEYS,
@@ -166,9 +165,10 @@ class _Lengths:
 @contextlib.contextmanager
 def _open_episodes(raw: RawRoot, rel: str) -> Iterator[Any]:
     """An episodes file's ``pyarrow.parquet.ParquetFile``, through the data-file layer (its
-    handles closed on exit, a remote one's too)."""
-    with open_data_file(raw.join(rel), raw.fs) as df:
-        yield df.parquet
+    handles closed on exit, a remote one's too; a remote one's bytes are read once per run:
+    :meth:`RawRoot.remote_bytes`)."""
+    with raw.meta_parquet(raw.join(rel)) as pf:
+        yield pf
 
 
 def _scan_file(raw, rel, feats, lengths: _Lengths, keep: bool):

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from episodekit.core.dataset import V3, DatasetError, read_parquet, read_schema
+from episodekit.core.dataset import V3, DatasetError
 from episodekit.core.words import plural
 from episodekit.metadata.image_stats import estimate_num_samples, image_features
 from episodekit.metadata.stats import (
@@ -74,8 +74,7 @@ def _image_dataset_part(
     """Findings on the image entries of stats.json; their values go into ``parsed``."""
     out: list[Finding] = []
     try:
-        with raw.fs.open(raw.join(STATS_FILE), "rb") as fh:
-            data = json.loads(fh.read())
+        data = json.loads(raw.read_bytes(raw.join(STATS_FILE)))
     except (ValueError, UnicodeDecodeError, OSError):
         return out  # stats.present reports it
     samples = _expected_samples(raw)
@@ -147,12 +146,12 @@ def _image_episode_part(
         rows = np.flatnonzero(pc.equal(e["__file"], rel).to_numpy(zero_copy_only=False))
         full = raw.join(rel)
         try:
-            names = read_schema(raw.fs, full).names
+            names = raw.meta_schema(full).names
             cols = [f"stats/{n}/{k}" for n in feats for k in STAT_KEYS]
             present = [c for c in cols if c in names]
             if not present:
                 continue
-            t = read_parquet(raw.fs, full, columns=present)
+            t = raw.meta_table(full, columns=present)
         except (DatasetError, pa.ArrowException, OSError):
             continue  # episodes.read reports it
         if t.num_rows != len(rows):

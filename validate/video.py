@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.dataset import V2, is_local
+from episodekit.core.mp4_stream import probe_boxes
 from episodekit.core.paths import INFO_FILE, UnsafePathError, format_template
+from episodekit.core.remote import open_ranged
 from episodekit.core.video import (
     INSTALL_HINT,
     VideoError,
@@ -34,17 +36,8 @@ from episodekit.validate.raw import ERROR, WARNING, Finding, RawRoot
 
 DEFAULT_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
 
-CHECKS: dict[str, str] = {
-    "video.readable": "every referenced mp4 opens and demuxes (warning when PyAV is missing)",
-    "video.codec": "the stream's codec matches info.json video.codec",
-    "video.fps": "the stream's frame rate matches info.json video.fps and fps",
-    "video.size": "the stream's width/height match info.json video.width/video.height",
-    "video.pix_fmt": "the stream's pixel format matches info.json video.pix_fmt",
-    "video.frames": "frames in [from_timestamp, to_timestamp) == length for every episode, camera",
-    "video.timestamps": "from_timestamp + frame_index/fps lands on a frame within tolerance_s",
-    "video.decode": "(--deep) every frame of every video decodes",
-}
-DEEP_ONLY = ("video.decode",)
+# The checks a stream fact decides (not judged when a file's boxes do not settle the fact).
+_UNDECIDED_CHECKS = {"codec": ("video.codec",), "pix_fmt": ("video.pix_fmt", "video.channels")}
 
 
 def video_features(raw: RawRoot) -> dict[str, dict]:
@@ -99,13 +92,21 @@ def _segments(raw: RawRoot, key: str) -> tuple[list[tuple[str, np.ndarray]], lis
 
 
 @contextlib.contextmanager
-def _source(raw: RawRoot, rel: str) -> Iterator[tuple[str, Any]]:
+def _source(raw: RawRoot, rel: str, ranged: bool = False) -> Iterator[tuple[str, Any]]:
+    """(path, open file or None for a local path); ``ranged``: each read one range request."""
     full = raw.join(rel)
     if is_local(raw.fs):
         yield full, None
     else:
-        with raw.fs.open(full, "rb") as fh:
+        with open_ranged(raw.fs, full) if ranged else raw.fs.open(full, "rb") as fh:
             yield full, fh
+
+
+def _probe(raw: RawRoot, rel: str, boxes: bool) -> VideoIndex | None:
+    """The file's :class:`VideoIndex`: demuxed by PyAV, or with ``boxes`` read from its box
+    headers and ``moov`` alone (None: the boxes do not describe it)."""
+    with _source(raw, rel, ranged=boxes) as (full, fh):
+        return probe_boxes(full, fh) if boxes else probe(full, fh)
 
 
 def _declared(feature: dict, raw: RawRoot) -> dict[str, Any]:
@@ -211,13 +212,24 @@ def episode_findings(
     return out
 
 
+def _note(notes: list[str] | None, text: str) -> None:
+    if notes is not None:
+        notes.append(text)
+
+
 def check_videos(
     raw: RawRoot,
     want: set[str],
     deep: bool = False,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
+    boxes: bool = False,
+    notes: list[str] | None = None,
 ) -> list[Finding]:
-    """All ``video.*`` findings for ``raw`` (only the checks in ``want`` are reported)."""
+    """All ``video.*`` findings for ``raw`` (only the checks in ``want`` are reported).
+
+    ``boxes``: read each mp4's box headers and ``moov`` only (``--metadata-only``: no frame is
+    read, by range requests on a remote root); a file or a fact its boxes do not settle is not
+    judged, and a line saying so is added to ``notes``."""
     feats = video_features(raw)
     if not feats or raw.episodes is None or raw.episodes.num_rows == 0:
         return []
@@ -239,14 +251,24 @@ def check_videos(
             if not raw.fs.exists(raw.join(rel)):
                 continue  # info.videos reports it
             try:
-                with _source(raw, rel) as (full, fh):
-                    index = probe(full, fh)
+                index = _probe(raw, rel, boxes)
             except (VideoError, OSError) as exc:
                 msg = f"cannot read video: {exc}".replace(raw.join(rel) + ": ", "")
                 out.append(Finding("video.readable", ERROR, msg, rel, first_ep))
                 continue
-            out += _stream_findings(index, decl, rel, first_ep)
-            out += stream_findings(index, feat, rel, first_ep)  # channels, audio, GOP
+            if index is None:
+                _note(notes, f"{rel}: its mp4 boxes do not describe it (fragmented, several "
+                      "edits): no video check judged it")
+                continue
+            found = _stream_findings(index, decl, rel, first_ep)
+            found += stream_findings(index, feat, rel, first_ep)  # channels, audio, GOP
+            if index.undecided:
+                drop = {c for fact in index.undecided for c in _UNDECIDED_CHECKS[fact]}
+                found = [f for f in found if f.check not in drop]
+                facts = " and ".join(index.undecided)
+                _note(notes, f"{rel}: its boxes do not settle the {facts}: "
+                      f"{', '.join(sorted(drop))} not judged")
+            out += found
             if raw.version in V2:
                 start = np.zeros(len(rows))
                 stop = length[rows] / fps

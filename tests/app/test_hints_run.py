@@ -40,6 +40,8 @@ NOT_HINTS = {
     ("prep/videos.py", "episodekit prep videos"),  # the tag written into re-encoded files
     ("sample/writer.py", "episodekit sample"),  # what wrote the folder, in its marker file
     ("writers/repair.py", "episodekit repair"),  # what wrote --out, in its marker and recipe
+    ("validate/baseline.py", "episodekit validate baseline"),  # the kind of a baseline file
+    ("validate/junit.py", "episodekit validate"),  # the JUnit test suite's name
 }
 
 

@@ -31,6 +31,7 @@ from episodekit.validate.quality.thresholds import (
 
 _EXPORTS = {
     "check_quality": "episodekit.validate.quality.run",
+    "check_quality_metadata": "episodekit.validate.quality.run",
     "quality_features": "episodekit.validate.quality.scan",
     "scan_file": "episodekit.validate.quality.scan",
     "scan_path": "episodekit.validate.quality.scan",

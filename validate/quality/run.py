@@ -4,6 +4,9 @@ into findings (worst first, capped per check)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
+
+import numpy as np
 
 from episodekit.core.memory import release_memory
 from episodekit.core.words import noun_for
@@ -69,6 +72,20 @@ def check_quality(
     release_memory()  # the merged summaries and the re-read rows' Arrow buffers
     cands = [c for c in cands if c.check in want]
     return _to_findings(raw, cands)
+
+
+def check_quality_metadata(
+    raw: RawRoot, want: set[str], thresholds: dict | None = None
+) -> list[Finding]:
+    """The ``quality.*`` checks in ``want`` that the episodes and tasks tables decide alone
+    (episode lengths, task strings; ``validate --metadata-only``), judged as a full run judges
+    them, with no data file read: the checks that count rows (``quality.empty_episode``) are
+    not among them."""
+    th = dict(DEFAULTS if thresholds is None else {**DEFAULTS, **thresholds})
+    no_rows = SimpleNamespace(episodes=np.zeros(0, np.int64), rows=np.zeros(0, np.int64))
+    no_rows.scanned = set()  # no data file read: only the tables' lengths count
+    cands = episode_checks(raw, no_rows, th) + task_checks(raw, th)
+    return _to_findings(raw, [c for c in cands if c.check in want])
 
 
 def _to_findings(raw: RawRoot, cands: list[Candidate]) -> list[Finding]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from episodekit.validate import drift
+from episodekit.validate.checks import ids
 
 MAX_PER_CHECK = 50  # findings of one check beyond this are summarized in one line
 SAMPLE_ROWS = 200_000  # rows of the strided sample the dataset-level robust scales come from
@@ -73,28 +74,8 @@ DEFAULTS: dict[str, float] = {
     **drift.DEFAULTS,  # quality.drift (validate/drift.py)
 }
 
-CHECKS: dict[str, str] = {
-    "quality.frozen": "identical action/state vector over >= frozen_share of an episode (warning)",
-    "quality.frozen_run": "identical vector held mid-episode >= frozen_run_seconds (warning)",
-    "quality.jump": "a step beyond jump_sigmas robust step deviations and jump_range_share of the "
-    "range (warning)",
-    "quality.out_of_range": "a value beyond range_sigmas robust deviations of the dataset "
-    "(warning)",
-    "quality.clipping": "a dimension stuck at its episode min/max (saturation) (warning)",
-    "quality.dead_dimension": "a dimension constant over the whole dataset (warning)",
-    "quality.action_range": "action far outside the state's range of the same joint (warning)",
-    "quality.dropped_frames": "timestamp steps > drop_factor / fps: frames missing (warning)",
-    "quality.frame_interval": "mean timestamp step differs from 1 / fps (warning)",
-    "quality.empty_episode": "an episode with no frames (warning)",
-    "quality.single_frame": "an episode of one frame (warning)",
-    "quality.short_episode": "an episode shorter than --min-length (warning)",
-    "quality.length_outlier": "episode length far from its task's typical length (warning)",
-    "quality.duplicate": "an episode (near-)identical to an earlier one (warning)",
-    "quality.task_placeholder": "empty or placeholder task string (warning)",
-    "quality.task_rare": "a task with too few episodes (warning)",
-    "quality.shift": "distribution shift between the first and last quarter of episodes (warning)",
-    **drift.CHECKS,
-}
+# The quality.* checks (described in episodekit.validate.checks, with the thresholds above).
+CHECKS: tuple[str, ...] = ids("quality")
 
 PLACEHOLDER_TASKS = {
     "",
@@ -139,9 +120,9 @@ def load_thresholds(path: str | Path | None = None, **overrides: Any) -> dict[st
         try:
             text = p.read_text()
             if p.suffix.lower() == ".toml":
-                import tomllib
+                from episodekit.core import toml
 
-                given = tomllib.loads(text)
+                given = toml.loads(text)
             else:
                 given = json.loads(text)
         except (OSError, ValueError) as exc:
