@@ -93,13 +93,7 @@ def format_junit(report: Report, shown: int = FAILURES_SHOWN) -> str:
         ET.SubElement(props, "property", name=name, value=_text(value))
     for check_id in ids:
         check = registry.get(check_id)
-        case = ET.SubElement(
-            suite,
-            "testcase",
-            name=check_id,
-            classname=f"episodekit.validate.{check.group}",
-            time="0",
-        )
+        case = _testcase(suite, check_id, check.group)
         items = by_check.get(check_id, [])
         failing = [f for f in items if report.fails(f)]
         others = [f for f in items if not report.fails(f)]
@@ -121,13 +115,7 @@ def format_junit(report: Report, shown: int = FAILURES_SHOWN) -> str:
             ET.SubElement(case, "system-out").text = _text("\n".join(out))
     for check_id in skipped:
         check = registry.get(check_id)
-        case = ET.SubElement(
-            suite,
-            "testcase",
-            name=check_id,
-            classname=f"episodekit.validate.{check.group}",
-            time="0",
-        )
+        case = _testcase(suite, check_id, check.group)
         why = f"{report.scope} run: not run {report.checks_skipped[check_id]}"
         ET.SubElement(case, "skipped", message=_text(why))
     lines = scope_lines(report)
@@ -136,3 +124,10 @@ def format_junit(report: Report, shown: int = FAILURES_SHOWN) -> str:
     ET.indent(suites)
     body = ET.tostring(suites, encoding="unicode")
     return f'<?xml version="1.0" encoding="UTF-8"?>\n{body}\n'
+
+
+def _testcase(suite: ET.Element, check_id: str, group: str) -> ET.Element:
+    """The ``<testcase>`` of one check (run or not run) under ``suite``."""
+    return ET.SubElement(
+        suite, "testcase", name=check_id, classname=f"episodekit.validate.{group}", time="0"
+    )
