@@ -129,8 +129,10 @@ class SketchSpill:
             schema = table.schema.with_metadata({SKETCHES_KEY: json.dumps(self.record)})
             self.writer = RowGroupWriter(self.path, schema, encoding=ENCODING)
         self.writer.write_group(table)
-        self.episode_index.append(np.asarray(part.episode_index, np.int64))
-        self.length.append(np.asarray(part.length, np.int64))
+        # Copies: a view would keep the whole scan result alive (with Ray, its object in the
+        # store, mapped by the driver) until the end of the pass.
+        self.episode_index.append(np.array(part.episode_index, np.int64))
+        self.length.append(np.array(part.length, np.int64))
 
     def finish(self) -> SpilledSketches | None:
         """The spilled sketches sorted by episode (None when no episode was added)."""
