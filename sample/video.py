@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from episodekit.core.layout.files import roll_over
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.core.video import VideoWriter, require_av
 from episodekit.sample.spec import SampleSpec
-from episodekit.sample.tables import plan_files
 
 VIDEO_CODE_BITS = 24  # frame code: the dataset ``index`` as 3 rows of 8 black/white blocks
 
@@ -105,7 +105,7 @@ def write_camera_v30(
     key = f"observation.images.cam{camera}"
     h, w = spec.video_size
     est_bytes_per_frame = h * w * 0.05 * (1 + 0.3 * camera)
-    vfile = plan_files(lengths * est_bytes_per_frame, spec.video_files_size_in_mb * MIB)
+    vfile = roll_over(lengths * est_bytes_per_frame, spec.video_files_size_in_mb * MIB)
     frames_before = np.zeros(len(lengths), dtype=np.int64)
     for f in np.unique(vfile).tolist():
         sel = np.flatnonzero(vfile == f)

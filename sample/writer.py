@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from episodekit.core import staging
 from episodekit.core.atomic import atomic_write_text
+from episodekit.core.layout.files import roll_over
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
 from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, MIB, VIDEO_PATH_V2, VIDEO_PATH_V3
@@ -26,7 +27,6 @@ from episodekit.sample.tables import (
     features_for,
     frames_table,
     huggingface_metadata,
-    plan_files,
     task_names,
     tasks_table,
     tiny_png,
@@ -116,7 +116,7 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     from_index = to_index - lengths
 
     per_frame = bytes_per_frame(spec, len(png or b""))
-    file_seq = plan_files(lengths * per_frame, spec.data_files_size_in_mb * MIB)
+    file_seq = roll_over(lengths * per_frame, spec.data_files_size_in_mb * MIB)
     data_chunk = file_seq // spec.chunks_size
     data_file = file_seq % spec.chunks_size
 
@@ -164,7 +164,7 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     }
     # Episode metadata files roll over like data files (by an estimate of their row size).
     meta_row_bytes = 2000 + 300 * (spec.state_dim + spec.action_dim)
-    meta_seq = plan_files(
+    meta_seq = roll_over(
         np.full(n_ep, meta_row_bytes, dtype=np.float64), spec.data_files_size_in_mb * MIB
     )
     cols["meta/episodes/chunk_index"] = pa.array(meta_seq // spec.chunks_size)

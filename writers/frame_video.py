@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from episodekit.core.layout.files import roll_over
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.writers.frames import kept_ranges
-from episodekit.writers.plan import OutputPlan, roll_over
+from episodekit.writers.plan import OutputPlan
 from episodekit.writers.smart_cut import CutStats, Piece, smart_remux
 from episodekit.writers.video import FETCHED, _byte_estimates, _local_mp4, _sources
 

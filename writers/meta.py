@@ -17,11 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodekit.core.atomic import atomic_write_text
+from episodekit.core.layout.files import roll_over
 from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import DATA_PATH_V3, MIB, VIDEO_PATH_V3
 from episodekit.metadata import lerobot_stats
 from episodekit.writers.data import TaskValues
-from episodekit.writers.plan import OutputPlan, roll_over
+from episodekit.writers.plan import OutputPlan
 
 STAT_KEYS = ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
 V2_ONLY_KEYS = ("total_chunks", "total_videos")

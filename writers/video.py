@@ -18,8 +18,9 @@ import pyarrow as pa
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
+from episodekit.core.layout.files import roll_over
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
-from episodekit.writers.plan import OutputPlan, roll_over
+from episodekit.writers.plan import OutputPlan
 
 FETCHED = ".sources"  # inside staging: remote mp4s copied for remux, removed after
 
