@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from episodekit.core.paths import (  # noqa: F401 - re-exported: the layout's default templates
     DATA_PATH_V2,
@@ -33,12 +34,21 @@ DEFAULT_SIZES = {
 }
 # LeRobot's DEFAULT_FEATURES: every recording has them, after the user's features.
 DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-# The dtypes a feature may declare: datasets' Value names LeRobot stores, and its kinds.
+# The dtypes a feature may declare: datasets' Value names (LeRobot declares a column by one), its
+# kinds (image, video, audio, language), and the nested kinds the loaders hand out as Python
+# objects (loaders/frames.py ``python_valued``); datasets' parametrized names by PARAMETRIZED.
 NUMERIC_DTYPES = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64",
 )  # fmt: skip
-DTYPES = (*NUMERIC_DTYPES, "string", "image", "video", "audio", "language")
+DTYPES = (
+    *NUMERIC_DTYPES, "string", "large_string", "binary", "large_binary", "null", "date32",
+    "date64", "image", "video", "audio", "language", "struct", "list",
+)  # fmt: skip
+PARAMETRIZED = re.compile(
+    r"(timestamp|time32|time64|duration)\[[a-z]{1,2}(, tz=[^\]]+)?\]"
+    r"|decimal(128|256)\(\d+, ?-?\d+\)"
+)
 
 
 def finite(value: object) -> bool:
@@ -105,6 +115,11 @@ def feature_problem(name: str, feat: object) -> str:
 
 def dtype_problem(name: str, dtype: object) -> str:
     """Why a feature's dtype is not one of :data:`DTYPES` ("" when it is)."""
-    if dtype in DTYPES:
+    if dtype in DTYPES or (isinstance(dtype, str) and PARAMETRIZED.fullmatch(dtype)):
         return ""
-    return f"features[{name!r}] has dtype {shown(dtype)} (known: {', '.join(DTYPES)})"
+    if dtype is None:
+        return f"features[{name!r}] has no dtype"
+    return (
+        f"features[{name!r}] has dtype {shown(dtype)}, not one LeRobot declares (float32, "
+        "int64, string, image, video, ...)"
+    )

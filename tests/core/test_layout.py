@@ -105,6 +105,11 @@ STRICT = [
         "features['action'] has dtype \"float33\"",
     ),
     (
+        "no dtype",
+        lambda o: o["features"]["action"].pop("dtype"),
+        "features['action'] has no dtype",
+    ),
+    (
         "non-list shape",
         lambda o: o["features"]["action"].update(shape=14),
         "features['action'] has shape 14: it must be a list of positive integers",
@@ -135,6 +140,13 @@ def test_strict_errors_name_the_key(what, change, message):
     assert text.startswith("root/meta/info.json: ") and message in text, text
     assert "\n" not in text
     assert isinstance(exc.value, DatasetError) and exc.value.exit_code == 1
+
+
+@pytest.mark.parametrize("dtype", ["struct", "list", "large_string", "timestamp[us]", "language"])
+def test_other_dtypes_lerobot_or_the_loaders_read_are_known(dtype):
+    """datasets' Value names and the nested kinds the loaders hand out as Python objects."""
+    info = Info.parse(broken(lambda o: o["features"]["action"].update(dtype=dtype)))
+    assert info.features["action"].dtype == dtype
 
 
 def test_strict_refuses_what_is_not_an_object():
