@@ -18,8 +18,17 @@ import pyarrow.compute as pc
 
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.layout.files import roll_over
+from episodekit.core.layout.info import Info
+from episodekit.core.layout.rules import (
+    DATA_PATH_V3,
+    DEFAULT_CHUNKS_SIZE,
+    DEFAULT_DATA_FILES_SIZE_IN_MB,
+    DEFAULT_VIDEO_FILES_SIZE_IN_MB,
+    V3,
+    VIDEO_PATH_V3,
+)
 from episodekit.core.parquet_write import write_table
-from episodekit.core.paths import DATA_PATH_V3, MIB, VIDEO_PATH_V3
+from episodekit.core.paths import INFO_FILE, MIB
 from episodekit.metadata import lerobot_stats
 from episodekit.writers.data import TaskValues
 from episodekit.writers.plan import OutputPlan
@@ -275,25 +284,28 @@ def _stacked(col: pa.ChunkedArray) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False).reshape(len(col), *shape)
 
 
-def info_json(base: dict, plan: OutputPlan, n_tasks: int, features: dict) -> dict:
-    """info.json of the output: the first source's, with new totals, splits and v3.0 paths."""
+def info_json(base: dict, plan: OutputPlan, n_tasks: int, features: dict) -> Info:
+    """info.json of the output: the first source's, with new totals, splits and v3.0 paths, in
+    the source's key order (a key it lacks after the others); parsed strictly, so an output
+    info.json LeRobot could not read is refused before anything is published."""
     info = {k: v for k, v in base.items() if k not in V2_ONLY_KEYS}
     has_video = any(f.get("dtype") == "video" for f in features.values())
     info.update(
-        codebase_version="v3.0",
+        codebase_version=V3,
         total_episodes=plan.num_episodes,
         total_frames=plan.num_frames,
         total_tasks=n_tasks,
-        chunks_size=int(base.get("chunks_size") or 1000),
-        data_files_size_in_mb=base.get("data_files_size_in_mb", 100),
-        video_files_size_in_mb=base.get("video_files_size_in_mb", 200),
+        chunks_size=int(base.get("chunks_size") or DEFAULT_CHUNKS_SIZE),
+        data_files_size_in_mb=base.get("data_files_size_in_mb", DEFAULT_DATA_FILES_SIZE_IN_MB),
+        video_files_size_in_mb=base.get("video_files_size_in_mb", DEFAULT_VIDEO_FILES_SIZE_IN_MB),
         splits={"train": f"0:{plan.num_episodes}"},
         data_path=DATA_PATH_V3,
         video_path=VIDEO_PATH_V3 if has_video else None,
         features=features,
     )
-    return info
+    return Info.parse(info, INFO_FILE)
 
 
-def write_json(path: Path, obj: dict) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=4))
+def write_info(path: Path, info: Info) -> None:
+    """info.json written atomically (:meth:`Info.to_json`, LeRobot's indent)."""
+    atomic_write_text(path, info.to_json())
