@@ -14,9 +14,17 @@ import pyarrow as pa
 from episodekit.core import staging
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.layout.files import roll_over
+from episodekit.core.layout.info import Info
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
-from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, MIB, VIDEO_PATH_V2, VIDEO_PATH_V3
+from episodekit.core.paths import (
+    DATA_PATH_V2,
+    DATA_PATH_V3,
+    INFO_FILE,
+    MIB,
+    VIDEO_PATH_V2,
+    VIDEO_PATH_V3,
+)
 from episodekit.core.video import ENCODERS, require_av
 from episodekit.sample.spec import STYLES, VERSIONS, SampleSpec
 from episodekit.sample.tables import (
@@ -211,7 +219,8 @@ def _write_info_and_stats(
             data_path=DATA_PATH_V2,
             video_path=VIDEO_PATH_V2 if spec.videos else None,
         )
-    atomic_write_text(root / "meta/info.json", json.dumps(info, indent=4))
+    # parsed strictly: a sample whose info.json LeRobot could not read is a bug, never written
+    atomic_write_text(root / INFO_FILE, Info.parse(info, INFO_FILE).to_json())
     stats = {}
     if episodes is not None:
         # Dataset stats as LeRobot 0.4.4 writes them: its aggregation of the episodes' stats
