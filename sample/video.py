@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from episodekit.core.layout.files import roll_over
+from episodekit.core.layout.files import chunk_file, file_path, roll_over
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.core.video import VideoWriter, require_av
 from episodekit.sample.spec import SampleSpec
@@ -110,14 +110,12 @@ def write_camera_v30(
     for f in np.unique(vfile).tolist():
         sel = np.flatnonzero(vfile == f)
         frames_before[sel] = np.cumsum(lengths[sel]) - lengths[sel]
-        vpath = root / VIDEO_PATH_V3.format(
-            video_key=key, chunk_index=f // spec.chunks_size, file_index=f % spec.chunks_size
-        )
+        vpath = root / file_path(VIDEO_PATH_V3, *chunk_file(f, spec.chunks_size), video_key=key)
         vpath.parent.mkdir(parents=True, exist_ok=True)
         encode_file(vpath, spec, camera, [(int(from_index[e]), int(lengths[e])) for e in sel])
     return {
-        f"videos/{key}/chunk_index": pa.array(vfile // spec.chunks_size),
-        f"videos/{key}/file_index": pa.array(vfile % spec.chunks_size),
+        f"videos/{key}/chunk_index": pa.array(chunk_file(vfile, spec.chunks_size)[0]),
+        f"videos/{key}/file_index": pa.array(chunk_file(vfile, spec.chunks_size)[1]),
         f"videos/{key}/from_timestamp": pa.array(frames_before / spec.fps),
         f"videos/{key}/to_timestamp": pa.array((frames_before + lengths) / spec.fps),
     }

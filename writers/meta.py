@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.layout.files import roll_over
+from episodekit.core.layout.files import chunk_file, roll_over
 from episodekit.core.layout.info import Info
 from episodekit.core.layout.rules import (
     DATA_PATH_V3,
@@ -214,12 +214,13 @@ def episodes_table(
     order = np.concatenate([np.flatnonzero(plan.ds_id == d) for d in range(len(metas))])
     src = src.take(pa.array(np.argsort(order, kind="stable")))
     n = plan.num_episodes
+    data_chunk, data_file = chunk_file(plan.file_seq, chunks_size)
     cols: dict[str, pa.Array] = {
         "episode_index": pa.array(np.arange(n, dtype=np.int64)),
         "tasks": pa.array(ep_tasks, pa.list_(pa.string())),
         "length": pa.array(plan.length),
-        "data/chunk_index": pa.array(plan.file_seq // chunks_size),
-        "data/file_index": pa.array(plan.file_seq % chunks_size),
+        "data/chunk_index": pa.array(data_chunk),
+        "data/file_index": pa.array(data_file),
         "dataset_from_index": pa.array(plan.from_index),
         "dataset_to_index": pa.array(plan.from_index + plan.length),
         **video_cols,
@@ -233,8 +234,9 @@ def episodes_table(
     cols.update(renumbered_stats(plan, tasks, types))
     row_bytes = pa.table(cols).nbytes / max(n, 1)
     meta_seq = roll_over(np.full(n, row_bytes), file_limit_mb * MIB)
-    cols["meta/episodes/chunk_index"] = pa.array(meta_seq // chunks_size)
-    cols["meta/episodes/file_index"] = pa.array(meta_seq % chunks_size)
+    meta_chunk, meta_file = chunk_file(meta_seq, chunks_size)
+    cols["meta/episodes/chunk_index"] = pa.array(meta_chunk)
+    cols["meta/episodes/file_index"] = pa.array(meta_file)
     return pa.table(cols)
 
 
