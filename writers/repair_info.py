@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core.errors import DatasetError
+from episodekit.core.layout.info import Info
 from episodekit.core.layout.rules import (
     DATA_PATH_V3,
     DEFAULT_FEATURES,
@@ -324,12 +325,15 @@ def _template_ok(template: object, rels: list[str], **fields: object) -> bool:
 @dataclass
 class _Keys:
     """info.json being checked: ``given`` as read ({} when unreadable), ``info`` what repair
-    works from, ``out`` the result."""
+    works from, ``out`` the result; ``layout`` ``given`` parsed tolerantly (a bad key is None
+    there) and ``bad`` the keys that parse found at fault."""
 
     root: Path
     given: dict
     info: dict
     out: CheckedInfo
+    layout: Info
+    bad: set[str]
 
     @property
     def path(self) -> str:
@@ -362,7 +366,10 @@ def check_info(
     Raises :class:`InfoRefused` (one line naming the key) when a damaged key cannot be rebuilt,
     ``ValueError`` for another version."""
     given = on_disk if on_disk is not None else {}
-    k = _Keys(root, given, dict(given), CheckedInfo(info={}, on_disk=on_disk))
+    layout, found = Info.parse_tolerant(given)
+    assert layout is not None  # (given is an object)
+    bad = {f.key for f in found}
+    k = _Keys(root, given, dict(given), CheckedInfo(info={}, on_disk=on_disk), layout, bad)
     if on_disk is None:
         if not _v3_layout(root):
             raise InfoRefused(
@@ -370,7 +377,7 @@ def check_info(
             )
         k.out.damages.append((INFO, f"{problem}: every key rebuilt from the data"))
     _check_version(k)
-    if not positive(given.get("fps")):
+    if k.layout.fps is None:  # missing, or not a positive finite number
         k.out.fps_problem = f"fps is {shown(given.get('fps'))}"
         k.info["fps"] = None  # derived with the data: derive_fps
     cams = sorted(
@@ -384,13 +391,13 @@ def check_info(
         k.rebuilt("chunks_size", size, why)
     for key in ("data_files_size_in_mb", "video_files_size_in_mb"):
         value = given.get(key)
-        if not positive(value):
+        if getattr(k.layout, key) is None:  # missing, or not a positive finite number
             default = DEFAULT_SIZES[key]
             k.rebuilt(key, default, f"{key} is {shown(value)}: rebuilt as {default} (LeRobot's "
                       "default)")  # fmt: skip
     _check_paths(k, data_files, [r for r in files if r.startswith("videos/")], cams)
     value = given.get("robot_type")
-    if value is not None and not isinstance(value, str):
+    if "robot_type" in k.bad:  # neither a string nor null
         k.rebuilt("robot_type", None, f"robot_type is {shown(value)}: rebuilt as null")
     k.info.setdefault("robot_type", None)
     for key in [x for x in k.info if x not in ORDER and not finite(k.info[x])]:
