@@ -17,7 +17,21 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from episodekit.core.errors import DatasetError
-from episodekit.core.layout import rules
+from episodekit.core.layout.rules import (
+    DATA_PATH_V2,
+    DATA_PATH_V3,
+    DEFAULT_CHUNKS_SIZE,
+    ORDER,
+    VIDEO_PATH_V2,
+    VIDEO_PATH_V3,
+    dtype_problem,
+    finite,
+    non_negative_int,
+    positive,
+    positive_int,
+    shape_ok,
+    shown,
+)
 from episodekit.core.paths import INFO_FILE
 
 
@@ -75,13 +89,13 @@ class Feature:
 # Info's typed keys (each a field of the same name), with the rule a present value must follow.
 _SCALARS: dict[str, tuple[Any, str]] = {
     "codebase_version": (lambda v: isinstance(v, str), "a string"),
-    "fps": (rules.positive, "a positive number"),
-    "total_episodes": (rules.count, "an integer >= 0"),
-    "total_frames": (rules.count, "an integer >= 0"),
-    "total_tasks": (rules.count, "an integer >= 0"),
-    "chunks_size": (rules.positive_int, "a positive integer"),
-    "data_files_size_in_mb": (rules.positive, "a positive number"),
-    "video_files_size_in_mb": (rules.positive, "a positive number"),
+    "fps": (positive, "a positive number"),
+    "total_episodes": (non_negative_int, "an integer >= 0"),
+    "total_frames": (non_negative_int, "an integer >= 0"),
+    "total_tasks": (non_negative_int, "an integer >= 0"),
+    "chunks_size": (positive_int, "a positive integer"),
+    "data_files_size_in_mb": (positive, "a positive number"),
+    "video_files_size_in_mb": (positive, "a positive number"),
     "data_path": (lambda v: isinstance(v, str) and bool(v), "a path template"),
     "video_path": (lambda v: isinstance(v, str) and bool(v), "a path template"),
     "robot_type": (lambda v: isinstance(v, str), "a string"),
@@ -150,15 +164,15 @@ class Info:
     @property
     def chunks(self) -> int:
         """Files per chunk folder (LeRobot's default when info.json does not say)."""
-        return self.chunks_size or rules.DEFAULT_CHUNKS_SIZE
+        return self.chunks_size or DEFAULT_CHUNKS_SIZE
 
     def template(self, kind: str) -> str:
         """``data_path`` or ``video_path`` (``kind``: "data", "video"), else the version's
         default template."""
         v2 = self.codebase_version in ("v2.0", "v2.1")
         if kind == "data":
-            return self.data_path or (rules.DATA_PATH_V2 if v2 else rules.DATA_PATH_V3)
-        return self.video_path or (rules.VIDEO_PATH_V2 if v2 else rules.VIDEO_PATH_V3)
+            return self.data_path or (DATA_PATH_V2 if v2 else DATA_PATH_V3)
+        return self.video_path or (VIDEO_PATH_V2 if v2 else VIDEO_PATH_V3)
 
     # ---------------------------------------------------------------------------------------
     # writing
@@ -175,12 +189,12 @@ class Info:
                 v = {name: feat.to_dict() for name, feat in v.items()}
             values[f.name] = v
         if self.keys is None:
-            order = [k for k in rules.ORDER]
+            order = [k for k in ORDER]
         else:
             order = [k for k in self.keys if k in self.extra or k in values]
-            for k in rules.ORDER:  # set since parsing: after the key LeRobot writes before it
+            for k in ORDER:  # set since parsing: after the key LeRobot writes before it
                 if k not in order and values.get(k) is not None:
-                    before = rules.ORDER[: rules.ORDER.index(k)]
+                    before = ORDER[: ORDER.index(k)]
                     at = max((i + 1 for i, x in enumerate(order) if x in before), default=0)
                     order.insert(at, k)
         order += [k for k in self.extra if k not in order]
@@ -213,8 +227,8 @@ def _parse(obj: object, found: list[LayoutFinding], strict: bool) -> Info | None
             if value is None or ok(value):
                 values[key] = value
             else:
-                found.append(LayoutFinding(key, f"{key} must be {what}, got {rules.shown(value)}"))
-        elif rules.finite(value):
+                found.append(LayoutFinding(key, f"{key} must be {what}, got {shown(value)}"))
+        elif finite(value):
             extra[key] = value
         else:
             found.append(LayoutFinding(key, f"{key} holds a number that is not finite"))
@@ -229,7 +243,7 @@ def _parse(obj: object, found: list[LayoutFinding], strict: bool) -> Info | None
 def _features(value: object, found: list[LayoutFinding], strict: bool) -> dict[str, Feature]:
     if not isinstance(value, dict):
         found.append(LayoutFinding("features", f"features must be an object, got "
-                                   f"{rules.shown(value)}"))  # fmt: skip
+                                   f"{shown(value)}"))  # fmt: skip
         return {}
     out = {}
     for name, entry in value.items():
@@ -256,17 +270,17 @@ def _feature_entry_problem(name: str, entry: object) -> str:
     """Why a features entry cannot be read ("" when it can); ``names`` may be absent."""
     if not isinstance(entry, dict):
         return f"features[{name!r}] is not an object"
-    why = rules.dtype_problem(name, entry.get("dtype"))
+    why = dtype_problem(name, entry.get("dtype"))
     if why:
         return why
-    if not rules.shape_ok(entry.get("shape")):
-        return f"features[{name!r}] has shape {rules.shown(entry.get('shape'))}: it must be a " \
+    if not shape_ok(entry.get("shape")):
+        return f"features[{name!r}] has shape {shown(entry.get('shape'))}: it must be a " \
             "list of positive integers"  # fmt: skip
     names = entry.get("names")
     if names is not None and not isinstance(names, (list, dict)):
-        return f"features[{name!r}] has names {rules.shown(names)}: null, a list or an object"
+        return f"features[{name!r}] has names {shown(names)}: null, a list or an object"
     if entry.get("info") is not None and not isinstance(entry["info"], dict):
-        return f"features[{name!r}] has info {rules.shown(entry['info'])}: it must be an object"
-    if not rules.finite(entry):
+        return f"features[{name!r}] has info {shown(entry['info'])}: it must be an object"
+    if not finite(entry):
         return f"features[{name!r}] holds a number that is not finite"
     return ""

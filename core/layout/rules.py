@@ -78,7 +78,7 @@ def positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def count(value: object) -> bool:
+def non_negative_int(value: object) -> bool:
     """A count: an integer >= 0 (not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
