@@ -245,3 +245,23 @@ def test_chunk_file_and_file_path():
     assert file_path(VIDEO_PATH_V3, 0, 2, video_key="top") == "videos/top/chunk-000/file-002.mp4"
     with pytest.raises(UnsafePathError):
         file_path(VIDEO_PATH_V3, 0, 2, video_key="..")
+
+
+def test_open_dataset_parses_info_strictly(tmp_path):
+    """The reader refuses an info.json LeRobot never writes, in one line naming file and key,
+    and keeps the parsed model on the dataset."""
+    import shutil
+
+    from episodekit.core.dataset import open_dataset
+
+    root = tmp_path / "rec40"
+    shutil.copytree(FIXTURES / "rec40", root)
+    ds = open_dataset(str(root))
+    assert ds.layout is not None and ds.layout.to_dict() == ds.info and ds.layout.fps == 30
+    path = root / "meta/info.json"
+    path.write_text(path.read_text().replace('"chunks_size": 1000', '"chunks_size": -1000'))
+    with pytest.raises(InfoError) as exc:
+        open_dataset(str(root))
+    assert str(exc.value) == (
+        f"{root}/meta/info.json: chunks_size must be a positive integer, got -1000"
+    )
