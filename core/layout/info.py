@@ -76,7 +76,8 @@ class Feature:
         if self.info is not None:
             known["info"] = self.info
         order = list(self.keys) if self.keys is not None else list(known)
-        order += [k for k in (*known, *self.extra) if k not in order]
+        set_since = [k for k, v in known.items() if v is not None]  # (names: null if new)
+        order += [k for k in (*set_since, *self.extra) if k not in order]
         out = {}
         for k in order:
             if k in self.extra:

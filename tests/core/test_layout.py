@@ -53,6 +53,19 @@ def test_typed_values():
     assert info.splits == {"train": "0:24"} and info.extra == {}
 
 
+def test_a_feature_without_names_stays_without():
+    obj = rec40()
+    del obj["features"]["action"]["names"]
+    obj["features"]["action"]["unit"] = "rad"
+    info = Info.parse(obj)
+    assert info.features["action"].names is None
+    assert info.to_dict() == obj and list(info.to_dict()["features"]["action"]) == [
+        "dtype",
+        "shape",
+        "unit",
+    ]
+
+
 def test_to_dict_is_a_copy():
     info = Info.parse(rec40())
     info.to_dict()["features"]["action"]["names"].append("x")
