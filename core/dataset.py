@@ -28,6 +28,8 @@ from episodekit.core.errors import (
     UnsupportedVersionError,
     os_problem,
 )
+from episodekit.core.layout.info import Info
+from episodekit.core.layout.rules import DEFAULT_CHUNKS_SIZE, V3
 from episodekit.core.parquet_read import (  # re-exported: the names other layers import
     is_local,
     parquet_errors,
@@ -48,7 +50,6 @@ from episodekit.core.paths import (
 )
 from episodekit.core.remote import remote_fs
 
-V3 = "v3.0"
 V2 = ("v2.0", "v2.1")
 SUPPORTED_VERSIONS = (V3, *V2)
 
@@ -229,7 +230,7 @@ def read_episodes_v2(fs, path: str, info: dict) -> pa.Table:
     df = df.select(
         pl.col("episode_index").cast(pl.Int64), pl.col("tasks"), pl.col("length").cast(pl.Int64)
     ).sort("episode_index")
-    chunks_size = int(info.get("chunks_size") or 1000)
+    chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
     df = df.with_columns(
         (pl.col("length").cum_sum() - pl.col("length")).alias("dataset_from_index"),
         pl.col("length").cum_sum().alias("dataset_to_index"),
@@ -279,6 +280,9 @@ def compute_fingerprint(episode_index: np.ndarray, length: np.ndarray, tasks: pa
 class Dataset:
     """A LeRobot dataset root: info, tasks, one episode table, and the data files it points at.
 
+    ``info`` is info.json as read; ``layout`` the same parsed strictly (:class:`Info`; None for
+    a dataset made in memory rather than opened).
+
     ``episodes`` columns: episode_index, length, dataset_from_index, dataset_to_index,
     data/chunk_index, data/file_index, tasks (list<string>), task_index (of ``tasks[0]``; -1 when
     unknown), file_id (index into ``data_files``), and ``videos/<key>/*`` when videos exist.
@@ -291,6 +295,7 @@ class Dataset:
     tasks: pa.Table
     episodes: pa.Table
     data_files: list[str] = field(default_factory=list)
+    layout: Info | None = None
 
     @property
     def version(self) -> str:
@@ -400,7 +405,8 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
     """Read a LeRobot root (local path or fsspec URL) into a :class:`Dataset`.
 
     Raises a :class:`DatasetError` subclass naming the file and the problem for a root that is
-    missing files, of an unknown version, or whose metadata contradicts itself. ``check_files``
+    missing files, of an unknown version, whose info.json is not what LeRobot writes
+    (:meth:`Info.parse`, strict), or whose metadata contradicts itself. ``check_files``
     verifies every referenced data file exists; ``check_totals`` compares with info.json.
     """
     fs, path = resolve_root(root)
@@ -414,8 +420,7 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
             f"unknown codebase_version {version!r} (supported: {', '.join(SUPPORTED_VERSIONS)})",
             info_path,
         )
-    if "fps" not in info:
-        raise DatasetError("info.json has no 'fps'", info_path)
+    layout = Info.parse(info, info_path)  # InfoError: one line naming the key
     tasks = read_tasks_table(fs, path, version)
     if version == V3:
         episodes = _episodes_v3(fs, path)
@@ -441,6 +446,7 @@ def open_dataset(root: str, check_files: bool = True, check_totals: bool = True)
         tasks=tasks,
         episodes=episodes,
         data_files=data_files,
+        layout=layout,
     )
     if check_totals:
         _check_totals(ds, info_path)

@@ -1,7 +1,7 @@
 """The tables of a synthetic sample, made with column operations: frames (joint trajectories,
 images, language columns), ``features`` and the ``huggingface`` schema metadata, per-episode
 stats columns and ``stats.json`` (LeRobot's aggregation), the tasks table with the task string as
-the pandas index, and LeRobot's file roll-over rule."""
+the pandas index. LeRobot's file roll-over rule lives in core: :mod:`episodekit.core.layout`."""
 
 from __future__ import annotations
 
@@ -289,19 +289,6 @@ def task_names(n: int) -> list[str]:
     names = list(TASK_NAMES[:n])
     names += [f"task number {i}" for i in range(len(names), n)]
     return names
-
-
-def plan_files(byte_sizes: np.ndarray, limit_bytes: float) -> np.ndarray:
-    """File number per episode: roll over to a new file once the current one reaches the limit
-    (LeRobot's rule: an episode goes to the current file unless that file is already full)."""
-    file_of = np.zeros(len(byte_sizes), dtype=np.int64)
-    current, acc = 0, 0.0
-    for i, b in enumerate(byte_sizes.tolist()):  # per episode, not per frame
-        if acc > 0 and acc + b > limit_bytes:
-            current, acc = current + 1, 0.0
-        file_of[i] = current
-        acc += b
-    return file_of
 
 
 def bytes_per_frame(spec: SampleSpec, png_len: int) -> float:

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from episodekit.core.layout.files import chunk_file, file_path, roll_over
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.core.video import VideoWriter, require_av
 from episodekit.sample.spec import SampleSpec
-from episodekit.sample.tables import plan_files
 
 VIDEO_CODE_BITS = 24  # frame code: the dataset ``index`` as 3 rows of 8 black/white blocks
 
@@ -105,19 +105,17 @@ def write_camera_v30(
     key = f"observation.images.cam{camera}"
     h, w = spec.video_size
     est_bytes_per_frame = h * w * 0.05 * (1 + 0.3 * camera)
-    vfile = plan_files(lengths * est_bytes_per_frame, spec.video_files_size_in_mb * MIB)
+    vfile = roll_over(lengths * est_bytes_per_frame, spec.video_files_size_in_mb * MIB)
     frames_before = np.zeros(len(lengths), dtype=np.int64)
     for f in np.unique(vfile).tolist():
         sel = np.flatnonzero(vfile == f)
         frames_before[sel] = np.cumsum(lengths[sel]) - lengths[sel]
-        vpath = root / VIDEO_PATH_V3.format(
-            video_key=key, chunk_index=f // spec.chunks_size, file_index=f % spec.chunks_size
-        )
+        vpath = root / file_path(VIDEO_PATH_V3, *chunk_file(f, spec.chunks_size), video_key=key)
         vpath.parent.mkdir(parents=True, exist_ok=True)
         encode_file(vpath, spec, camera, [(int(from_index[e]), int(lengths[e])) for e in sel])
     return {
-        f"videos/{key}/chunk_index": pa.array(vfile // spec.chunks_size),
-        f"videos/{key}/file_index": pa.array(vfile % spec.chunks_size),
+        f"videos/{key}/chunk_index": pa.array(chunk_file(vfile, spec.chunks_size)[0]),
+        f"videos/{key}/file_index": pa.array(chunk_file(vfile, spec.chunks_size)[1]),
         f"videos/{key}/from_timestamp": pa.array(frames_before / spec.fps),
         f"videos/{key}/to_timestamp": pa.array((frames_before + lengths) / spec.fps),
     }

@@ -13,9 +13,19 @@ import pyarrow as pa
 
 from episodekit.core import staging
 from episodekit.core.atomic import atomic_write_text
+from episodekit.core.layout.files import chunk_file, file_path, roll_over
+from episodekit.core.layout.info import Info
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
-from episodekit.core.paths import DATA_PATH_V2, DATA_PATH_V3, MIB, VIDEO_PATH_V2, VIDEO_PATH_V3
+from episodekit.core.paths import (
+    DATA_PATH_V2,
+    DATA_PATH_V3,
+    EPISODES_PATH_V3,
+    INFO_FILE,
+    MIB,
+    VIDEO_PATH_V2,
+    VIDEO_PATH_V3,
+)
 from episodekit.core.video import ENCODERS, require_av
 from episodekit.sample.spec import STYLES, VERSIONS, SampleSpec
 from episodekit.sample.tables import (
@@ -26,7 +36,6 @@ from episodekit.sample.tables import (
     features_for,
     frames_table,
     huggingface_metadata,
-    plan_files,
     task_names,
     tasks_table,
     tiny_png,
@@ -116,9 +125,8 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     from_index = to_index - lengths
 
     per_frame = bytes_per_frame(spec, len(png or b""))
-    file_seq = plan_files(lengths * per_frame, spec.data_files_size_in_mb * MIB)
-    data_chunk = file_seq // spec.chunks_size
-    data_file = file_seq % spec.chunks_size
+    file_seq = roll_over(lengths * per_frame, spec.data_files_size_in_mb * MIB)
+    data_chunk, data_file = chunk_file(file_seq, spec.chunks_size)
 
     episode_cols: dict[str, pa.Array] = {}
     stats_parts: list[dict[str, pa.Array]] = []
@@ -164,17 +172,17 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     }
     # Episode metadata files roll over like data files (by an estimate of their row size).
     meta_row_bytes = 2000 + 300 * (spec.state_dim + spec.action_dim)
-    meta_seq = plan_files(
+    meta_seq = roll_over(
         np.full(n_ep, meta_row_bytes, dtype=np.float64), spec.data_files_size_in_mb * MIB
     )
-    cols["meta/episodes/chunk_index"] = pa.array(meta_seq // spec.chunks_size)
-    cols["meta/episodes/file_index"] = pa.array(meta_seq % spec.chunks_size)
+    meta_chunk, meta_file = chunk_file(meta_seq, spec.chunks_size)
+    cols["meta/episodes/chunk_index"] = pa.array(meta_chunk)
+    cols["meta/episodes/file_index"] = pa.array(meta_file)
     episodes = pa.table(cols)
     for f in np.unique(meta_seq).tolist():
         sel = np.flatnonzero(meta_seq == f)
         part = episodes.slice(int(sel[0]), len(sel))
-        chunk, fnum = divmod(f, spec.chunks_size)
-        path = root / f"meta/episodes/chunk-{chunk:03d}/file-{fnum:03d}.parquet"
+        path = root / file_path(EPISODES_PATH_V3, *chunk_file(f, spec.chunks_size))
         path.parent.mkdir(parents=True, exist_ok=True)
         write_table(part, path)
 
@@ -211,7 +219,8 @@ def _write_info_and_stats(
             data_path=DATA_PATH_V2,
             video_path=VIDEO_PATH_V2 if spec.videos else None,
         )
-    atomic_write_text(root / "meta/info.json", json.dumps(info, indent=4))
+    # parsed strictly: a sample whose info.json LeRobot could not read is a bug, never written
+    atomic_write_text(root / INFO_FILE, Info.parse(info, INFO_FILE).to_json())
     stats = {}
     if episodes is not None:
         # Dataset stats as LeRobot 0.4.4 writes them: its aggregation of the episodes' stats

@@ -39,6 +39,7 @@ from episodekit.core.dataset import (
     resolve_root,
 )
 from episodekit.core.jsonout import nonfinite_text, to_jsonable
+from episodekit.core.layout.info import Info, LayoutFinding
 from episodekit.core.parquet_read import (
     DataFile,
     arrow_buffer,
@@ -141,6 +142,10 @@ class Finding:
 class RawRoot:
     """The pieces of a root as far as they could be read; ``None`` where a piece is unreadable.
 
+    ``info`` is info.json as read (the checks report each problem of it their own way);
+    ``layout`` the same parsed tolerantly, once (:meth:`Info.parse_tolerant`: a bad key read as
+    absent), with ``layout_findings`` what that parse found.
+
     ``episodes`` keeps the on-disk order (episodes files sorted by path, rows as stored) and adds
     ``__file`` (the episodes file it came from), ``task_index`` (of ``tasks[0]``, -1 when unknown)
     and ``data_file`` (relative path of the data file the episode points at).
@@ -156,16 +161,22 @@ class RawRoot:
     listable: bool = True  # False: an HTTP root without folder pages (info.unreferenced waits)
     info_text: str | None = field(default=None, repr=False)  # info.json as read (line numbers)
     _bytes: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+    layout: Info | None = field(default=None, init=False, repr=False)
+    layout_findings: list[LayoutFinding] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.layout, self.layout_findings = Info.parse_tolerant(self.info)
 
     @property
     def version(self) -> str:
-        v = self.info.get("codebase_version")
+        v = self.layout.codebase_version if self.layout else None
         return v if v in SUPPORTED_VERSIONS else V3
 
     @property
     def fps(self) -> float | None:
-        fps = self.info.get("fps")
-        return float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
+        """fps when it is a positive finite number (else None: ``info.fps`` reports it)."""
+        fps = self.layout.fps if self.layout else None
+        return float(fps) if fps is not None else None
 
     @property
     def features(self) -> dict:

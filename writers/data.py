@@ -23,6 +23,7 @@ from episodekit.core.checksum import TableChecksum
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
 from episodekit.core.executor import imap_files
+from episodekit.core.layout.files import chunk_file, file_path
 from episodekit.core.memory import release_memory
 from episodekit.core.parquet_read import open_data_file
 from episodekit.core.parquet_write import Encoding, RowGroupPlanError, RowGroupWriter
@@ -80,9 +81,7 @@ class DataResult:
 
 
 def data_relpath(file_seq: int, chunks_size: int) -> str:
-    return DATA_PATH_V3.format(
-        chunk_index=file_seq // chunks_size, file_index=file_seq % chunks_size
-    )
+    return file_path(DATA_PATH_V3, *chunk_file(file_seq, chunks_size))
 
 
 def _drop_from_hf_metadata(meta: dict, removed: set[str]) -> dict:

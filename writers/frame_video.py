@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from episodekit.core.layout.files import chunk_file, file_path, roll_over
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.writers.frames import kept_ranges
-from episodekit.writers.plan import OutputPlan, roll_over
+from episodekit.writers.plan import OutputPlan
 from episodekit.writers.smart_cut import CutStats, Piece, smart_remux
 from episodekit.writers.video import FETCHED, _byte_estimates, _local_mp4, _sources
 
@@ -55,16 +56,15 @@ def write_videos(
                 ranges = kept_ranges(mask) if mask is not None else ((0, n),)
                 src = _local_mp4(plan.datasets[d], rels[i], staging, d)
                 pieces.append(Piece(src, float(frm[i]), n, ranges, int(plan.src_episode[i])))
-            rel = VIDEO_PATH_V3.format(
-                video_key=key, chunk_index=f // chunks_size, file_index=f % chunks_size
-            )
+            rel = file_path(VIDEO_PATH_V3, *chunk_file(f, chunks_size), video_key=key)
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             placed = smart_remux(pieces, staging / rel, fps, lossless_only, cam)
             for i, p in zip(sel, placed):
                 new_from[i], new_to[i] = p.from_ts, p.to_ts
             frames[key][rel] = int(plan.length[sel].sum())
-        cols[f"videos/{key}/chunk_index"] = pa.array(seq // chunks_size)
-        cols[f"videos/{key}/file_index"] = pa.array(seq % chunks_size)
+        chunk, fidx = chunk_file(seq, chunks_size)
+        cols[f"videos/{key}/chunk_index"] = pa.array(chunk)
+        cols[f"videos/{key}/file_index"] = pa.array(fidx)
         cols[f"videos/{key}/from_timestamp"] = pa.array(new_from)
         cols[f"videos/{key}/to_timestamp"] = pa.array(new_to)
         stats.add(key, cam)

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
+from episodekit.core.layout.files import chunk_file, file_path
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.core.progress import current
 from episodekit.core.video_writer import EncodeOptions
@@ -330,8 +331,8 @@ def _encode_key(key: str, shared: tuple) -> dict:
             _relpath(key, s, chunks_size): np.flatnonzero(seq == s) for s in np.unique(seq).tolist()
         },
         "columns": {
-            f"videos/{key}/chunk_index": pa.array(seq // chunks_size),
-            f"videos/{key}/file_index": pa.array(seq % chunks_size),
+            f"videos/{key}/chunk_index": pa.array(chunk_file(seq, chunks_size)[0]),
+            f"videos/{key}/file_index": pa.array(chunk_file(seq, chunks_size)[1]),
             f"videos/{key}/from_timestamp": pa.array(new_from),
             f"videos/{key}/to_timestamp": pa.array(new_to),
         },
@@ -339,9 +340,7 @@ def _encode_key(key: str, shared: tuple) -> dict:
 
 
 def _relpath(key: str, file_no: int, chunks_size: int) -> str:
-    return VIDEO_PATH_V3.format(
-        video_key=key, chunk_index=file_no // chunks_size, file_index=file_no % chunks_size
-    )
+    return file_path(VIDEO_PATH_V3, *chunk_file(file_no, chunks_size), video_key=key)
 
 
 def planes(frame) -> np.ndarray:

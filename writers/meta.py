@@ -17,11 +17,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodekit.core.atomic import atomic_write_text
+from episodekit.core.layout.files import chunk_file, roll_over
+from episodekit.core.layout.info import Info
+from episodekit.core.layout.rules import (
+    DATA_PATH_V3,
+    DEFAULT_CHUNKS_SIZE,
+    DEFAULT_DATA_FILES_SIZE_IN_MB,
+    DEFAULT_VIDEO_FILES_SIZE_IN_MB,
+    V3,
+    VIDEO_PATH_V3,
+)
 from episodekit.core.parquet_write import write_table
-from episodekit.core.paths import DATA_PATH_V3, MIB, VIDEO_PATH_V3
+from episodekit.core.paths import INFO_FILE, MIB
 from episodekit.metadata import lerobot_stats
 from episodekit.writers.data import TaskValues
-from episodekit.writers.plan import OutputPlan, roll_over
+from episodekit.writers.plan import OutputPlan
 
 STAT_KEYS = ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
 V2_ONLY_KEYS = ("total_chunks", "total_videos")
@@ -204,12 +214,13 @@ def episodes_table(
     order = np.concatenate([np.flatnonzero(plan.ds_id == d) for d in range(len(metas))])
     src = src.take(pa.array(np.argsort(order, kind="stable")))
     n = plan.num_episodes
+    data_chunk, data_file = chunk_file(plan.file_seq, chunks_size)
     cols: dict[str, pa.Array] = {
         "episode_index": pa.array(np.arange(n, dtype=np.int64)),
         "tasks": pa.array(ep_tasks, pa.list_(pa.string())),
         "length": pa.array(plan.length),
-        "data/chunk_index": pa.array(plan.file_seq // chunks_size),
-        "data/file_index": pa.array(plan.file_seq % chunks_size),
+        "data/chunk_index": pa.array(data_chunk),
+        "data/file_index": pa.array(data_file),
         "dataset_from_index": pa.array(plan.from_index),
         "dataset_to_index": pa.array(plan.from_index + plan.length),
         **video_cols,
@@ -223,8 +234,9 @@ def episodes_table(
     cols.update(renumbered_stats(plan, tasks, types))
     row_bytes = pa.table(cols).nbytes / max(n, 1)
     meta_seq = roll_over(np.full(n, row_bytes), file_limit_mb * MIB)
-    cols["meta/episodes/chunk_index"] = pa.array(meta_seq // chunks_size)
-    cols["meta/episodes/file_index"] = pa.array(meta_seq % chunks_size)
+    meta_chunk, meta_file = chunk_file(meta_seq, chunks_size)
+    cols["meta/episodes/chunk_index"] = pa.array(meta_chunk)
+    cols["meta/episodes/file_index"] = pa.array(meta_file)
     return pa.table(cols)
 
 
@@ -274,25 +286,28 @@ def _stacked(col: pa.ChunkedArray) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False).reshape(len(col), *shape)
 
 
-def info_json(base: dict, plan: OutputPlan, n_tasks: int, features: dict) -> dict:
-    """info.json of the output: the first source's, with new totals, splits and v3.0 paths."""
+def info_json(base: dict, plan: OutputPlan, n_tasks: int, features: dict) -> Info:
+    """info.json of the output: the first source's, with new totals, splits and v3.0 paths, in
+    the source's key order (a key it lacks after the others); parsed strictly, so an output
+    info.json LeRobot could not read is refused before anything is published."""
     info = {k: v for k, v in base.items() if k not in V2_ONLY_KEYS}
     has_video = any(f.get("dtype") == "video" for f in features.values())
     info.update(
-        codebase_version="v3.0",
+        codebase_version=V3,
         total_episodes=plan.num_episodes,
         total_frames=plan.num_frames,
         total_tasks=n_tasks,
-        chunks_size=int(base.get("chunks_size") or 1000),
-        data_files_size_in_mb=base.get("data_files_size_in_mb", 100),
-        video_files_size_in_mb=base.get("video_files_size_in_mb", 200),
+        chunks_size=int(base.get("chunks_size") or DEFAULT_CHUNKS_SIZE),
+        data_files_size_in_mb=base.get("data_files_size_in_mb", DEFAULT_DATA_FILES_SIZE_IN_MB),
+        video_files_size_in_mb=base.get("video_files_size_in_mb", DEFAULT_VIDEO_FILES_SIZE_IN_MB),
         splits={"train": f"0:{plan.num_episodes}"},
         data_path=DATA_PATH_V3,
         video_path=VIDEO_PATH_V3 if has_video else None,
         features=features,
     )
-    return info
+    return Info.parse(info, INFO_FILE)
 
 
-def write_json(path: Path, obj: dict) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=4))
+def write_info(path: Path, info: Info) -> None:
+    """info.json written atomically (:meth:`Info.to_json`, LeRobot's indent)."""
+    atomic_write_text(path, info.to_json())

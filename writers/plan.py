@@ -17,6 +17,7 @@ import numpy as np
 from episodekit.core.band import plan_row_groups
 from episodekit.core.dataset import Dataset
 from episodekit.core.footer import FileLayout, file_layout
+from episodekit.core.layout.files import roll_over
 from episodekit.core.memory import release_memory
 from episodekit.core.parquet_read import open_data_file
 from episodekit.core.parquet_write import plain_scale
@@ -59,19 +60,6 @@ class OutputPlan:
         key = self.ds_id[pos].astype(np.int64) * (1 << 32) + self.src_file[pos]
         cuts = np.flatnonzero(key[1:] != key[:-1]) + 1
         return [(int(self.ds_id[p[0]]), int(self.src_file[p[0]]), p) for p in np.split(pos, cuts)]
-
-
-def roll_over(byte_sizes: np.ndarray, limit_bytes: float) -> np.ndarray:
-    """File number per episode (LeRobot's rule: an episode goes to the current file unless that
-    file already reached the limit)."""
-    file_of = np.zeros(len(byte_sizes), dtype=np.int64)
-    current, acc = 0, 0.0
-    for i, b in enumerate(np.asarray(byte_sizes, dtype=np.float64).tolist()):
-        if acc > 0 and acc + b > limit_bytes:
-            current, acc = current + 1, 0.0
-        file_of[i] = current
-        acc += b
-    return file_of
 
 
 def _check_order(ds_id: np.ndarray, src_episode: np.ndarray) -> None:

@@ -28,7 +28,6 @@ What LeRobot 0.6.1 writes (``DatasetInfo``, ``create_empty_dataset_info``) and w
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,20 +35,24 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from episodekit.core.dataset import V3
 from episodekit.core.errors import DatasetError
-from episodekit.core.paths import DATA_PATH_V3, VIDEO_PATH_V3, UnsafePathError, format_template
+from episodekit.core.layout.info import Info
+from episodekit.core.layout.rules import (
+    DATA_PATH_V3,
+    DEFAULT_FEATURES,
+    DEFAULT_SIZES,
+    ORDER,
+    V3,
+    VIDEO_PATH_V3,
+    feature_problem,
+    finite,
+    positive,
+    positive_int,
+    shown,
+)
+from episodekit.core.paths import INFO_FILE as INFO
+from episodekit.core.paths import UnsafePathError, format_template
 
-INFO = "meta/info.json"
-# LeRobot 0.6.1's DatasetInfo fields, in its order (a rebuilt info.json is written in it).
-ORDER = (
-    "codebase_version", "fps", "features", "total_episodes", "total_frames", "total_tasks",
-    "chunks_size", "data_files_size_in_mb", "video_files_size_in_mb", "data_path",
-    "video_path", "robot_type", "splits",
-)  # fmt: skip
-DEFAULT_SIZES = {"chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200}
-# LeRobot's DEFAULT_FEATURES: every recording has them, after the user's features.
-DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 LANGUAGE_COLUMNS = ("language_persistent", "language_events")
 CHUNK_FILE = re.compile(r"chunk-(\d+)/file-(\d+)\.(?:parquet|mp4)$")
 # pyarrow's name for a type -> the dtype string LeRobot (datasets' Value) declares
@@ -72,33 +75,6 @@ class CheckedInfo:
     fps_problem: str = ""
 
 
-def _finite(value: object) -> bool:
-    """No number in ``value`` (nested) is infinite or NaN."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_finite(v) for v in value)
-    return True
-
-
-def _positive(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def _shown(value: object) -> str:
-    if value is None:
-        return "missing"
-    text = json.dumps(value) if _finite(value) else repr(value)
-    return f"{text[:60]}..." if len(text) > 60 else text
-
-
 def _chunk_file(rel: str) -> tuple[int, int] | None:
     m = CHUNK_FILE.search(rel)
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -112,26 +88,6 @@ def _v3_layout(root: Path) -> bool:
 # features
 
 
-def _feature_problem(name: str, feat: object) -> str:
-    """Why one declared feature is not an entry LeRobot can read ("" when it is)."""
-    if not isinstance(feat, dict):
-        return f"features[{name!r}] is not an object"
-    shape = feat.get("shape")
-    if not isinstance(feat.get("dtype"), str):
-        return f"features[{name!r}] has no dtype"
-    if (
-        not isinstance(shape, list)
-        or not shape
-        or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape)
-    ):
-        return f"features[{name!r}] has shape {_shown(shape)}"
-    if "names" not in feat:
-        return f"features[{name!r}] has no names"
-    if not _finite(feat):
-        return f"features[{name!r}] holds a number that is not finite"
-    return ""
-
-
 def features_problem(feats: object, schema: pa.Schema | None, video_keys: list[str]) -> str:
     """Why info.json's features cannot be kept ("" when they can): not an object, an entry
     LeRobot cannot read, a declared data feature missing from the data or stored in a type that
@@ -141,9 +97,9 @@ def features_problem(feats: object, schema: pa.Schema | None, video_keys: list[s
     if feats is None:
         return "features is missing"
     if not isinstance(feats, dict) or not feats:
-        return f"features is {_shown(feats)}"
+        return f"features is {shown(feats)}"
     for name, feat in feats.items():
-        why = _feature_problem(name, feat)
+        why = feature_problem(name, feat)
         if why:
             return why
     for key in video_keys:
@@ -256,7 +212,7 @@ def _video_feature(root: Path, key: str, fps: object) -> dict:
         except (VideoError, OSError):
             continue
         channels = _channels(v.pix_fmt)
-        rate = fps if _positive(fps) else v.fps
+        rate = fps if positive(fps) else v.fps
         return {
             "dtype": "video",
             "shape": [v.height, v.width, channels],
@@ -300,7 +256,7 @@ def rebuilt_features(
         if got["dtype"] == "image":
             got["shape"] = _image_shape(root, data_rel, f.name)
         prev = old.get(f.name)
-        same = isinstance(prev, dict) and not _feature_problem(f.name, prev)
+        same = isinstance(prev, dict) and not feature_problem(f.name, prev)
         same = same and prev.get("dtype") == got["dtype"] and prev.get("shape") == got["shape"]
         if same:
             names = prev["names"]
@@ -312,7 +268,7 @@ def rebuilt_features(
     cameras = {}
     for key in video_keys:
         prev = old.get(key)
-        ok = isinstance(prev, dict) and not _feature_problem(key, prev)
+        ok = isinstance(prev, dict) and not feature_problem(key, prev)
         ok = ok and prev.get("dtype") == "video"
         cameras[key] = prev if ok else _video_feature(root, key, fps)
     user = {k: v for k, v in data.items() if k not in DEFAULT_FEATURES}
@@ -329,24 +285,24 @@ def _chunks_size(value: object, files: list[str], path: str) -> tuple[int, str]:
     file's index is below; else what the layout shows (the last file of chunk 0 of a kind that
     went on to chunk 1), else LeRobot's default."""
     places = [p for p in map(_chunk_file, files) if p]
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    if positive_int(value):
         if all(f < value for _, f in places):
             return value, ""
         why = f"chunks_size is {value}, but a file index reaches {max(f for _, f in places)}"
     else:
-        why = f"chunks_size is {_shown(value)}"
+        why = f"chunks_size is {shown(value)}"
     kinds: dict[str, list[tuple[int, int]]] = {}
     for rel in files:
         p = _chunk_file(rel)
         if p:
             kinds.setdefault(rel.rsplit("/", 2)[0], []).append(p)
-    shown = {max(f for c, f in ps if c == 0) + 1 for ps in kinds.values() if any(c for c, _ in ps)}
-    if len(shown) > 1:
-        raise InfoRefused(f"{why}, and the files' chunks disagree on it ({sorted(shown)})", path)
-    size = min(shown) if shown else DEFAULT_SIZES["chunks_size"]
+    told = {max(f for c, f in ps if c == 0) + 1 for ps in kinds.values() if any(c for c, _ in ps)}
+    if len(told) > 1:
+        raise InfoRefused(f"{why}, and the files' chunks disagree on it ({sorted(told)})", path)
+    size = min(told) if told else DEFAULT_SIZES["chunks_size"]
     if any(f >= size for _, f in places):
         raise InfoRefused(f"{why}, and the files do not tell it", path)
-    how = "as the files' chunks show" if shown else "LeRobot's default"
+    how = "as the files' chunks show" if told else "LeRobot's default"
     return size, f"{why}: rebuilt as {size} ({how})"
 
 
@@ -369,12 +325,15 @@ def _template_ok(template: object, rels: list[str], **fields: object) -> bool:
 @dataclass
 class _Keys:
     """info.json being checked: ``given`` as read ({} when unreadable), ``info`` what repair
-    works from, ``out`` the result."""
+    works from, ``out`` the result; ``layout`` ``given`` parsed tolerantly (a bad key is None
+    there) and ``bad`` the keys that parse found at fault."""
 
     root: Path
     given: dict
     info: dict
     out: CheckedInfo
+    layout: Info
+    bad: set[str]
 
     @property
     def path(self) -> str:
@@ -407,7 +366,10 @@ def check_info(
     Raises :class:`InfoRefused` (one line naming the key) when a damaged key cannot be rebuilt,
     ``ValueError`` for another version."""
     given = on_disk if on_disk is not None else {}
-    k = _Keys(root, given, dict(given), CheckedInfo(info={}, on_disk=on_disk))
+    layout, found = Info.parse_tolerant(given)
+    assert layout is not None  # (given is an object)
+    bad = {f.key for f in found}
+    k = _Keys(root, given, dict(given), CheckedInfo(info={}, on_disk=on_disk), layout, bad)
     if on_disk is None:
         if not _v3_layout(root):
             raise InfoRefused(
@@ -415,8 +377,8 @@ def check_info(
             )
         k.out.damages.append((INFO, f"{problem}: every key rebuilt from the data"))
     _check_version(k)
-    if not _positive(given.get("fps")):
-        k.out.fps_problem = f"fps is {_shown(given.get('fps'))}"
+    if k.layout.fps is None:  # missing, or not a positive finite number
+        k.out.fps_problem = f"fps is {shown(given.get('fps'))}"
         k.info["fps"] = None  # derived with the data: derive_fps
     cams = sorted(
         p.name for p in (root / "videos").glob("*") if p.is_dir() and any(p.glob("*/*.mp4"))
@@ -429,16 +391,16 @@ def check_info(
         k.rebuilt("chunks_size", size, why)
     for key in ("data_files_size_in_mb", "video_files_size_in_mb"):
         value = given.get(key)
-        if not _positive(value):
+        if getattr(k.layout, key) is None:  # missing, or not a positive finite number
             default = DEFAULT_SIZES[key]
-            k.rebuilt(key, default, f"{key} is {_shown(value)}: rebuilt as {default} (LeRobot's "
+            k.rebuilt(key, default, f"{key} is {shown(value)}: rebuilt as {default} (LeRobot's "
                       "default)")  # fmt: skip
     _check_paths(k, data_files, [r for r in files if r.startswith("videos/")], cams)
     value = given.get("robot_type")
-    if value is not None and not isinstance(value, str):
-        k.rebuilt("robot_type", None, f"robot_type is {_shown(value)}: rebuilt as null")
+    if "robot_type" in k.bad:  # neither a string nor null
+        k.rebuilt("robot_type", None, f"robot_type is {shown(value)}: rebuilt as null")
     k.info.setdefault("robot_type", None)
-    for key in [x for x in k.info if x not in ORDER and not _finite(k.info[x])]:
+    for key in [x for x in k.info if x not in ORDER and not finite(k.info[x])]:
         del k.info[key]
         k.out.damages.append((INFO, f"{key} holds a number that is not finite: dropped"))
     for key in ("total_episodes", "total_frames", "total_tasks", "splits"):
@@ -456,9 +418,9 @@ def _check_version(k: _Keys) -> None:
         )
     if version != V3:
         if not _v3_layout(k.root):
-            raise InfoRefused(f"codebase_version is {_shown(version)}, and the root does not "
+            raise InfoRefused(f"codebase_version is {shown(version)}, and the root does not "
                               "have LeRobot's v3.0 layout", k.path)  # fmt: skip
-        k.rebuilt("codebase_version", V3, f"codebase_version is {_shown(version)}: rebuilt as "
+        k.rebuilt("codebase_version", V3, f"codebase_version is {shown(version)}: rebuilt as "
                   "v3.0 (the files' layout)")  # fmt: skip
 
 
@@ -488,11 +450,11 @@ def _check_paths(k: _Keys, data_files: list[str], videos: list[str], cams: list[
     if not _template_ok(value, data_files):
         if not _template_ok(DATA_PATH_V3, data_files):
             raise InfoRefused(
-                f"data_path is {_shown(value)}, and the data files are not named as LeRobot "
+                f"data_path is {shown(value)}, and the data files are not named as LeRobot "
                 "v3.0 names them",
                 k.path,
             )
-        k.rebuilt("data_path", DATA_PATH_V3, f"data_path is {_shown(value)}: rebuilt as "
+        k.rebuilt("data_path", DATA_PATH_V3, f"data_path is {shown(value)}: rebuilt as "
                   "LeRobot v3.0's")  # fmt: skip
     value = k.given.get("video_path")
     has_videos = any(
@@ -504,10 +466,10 @@ def _check_paths(k: _Keys, data_files: list[str], videos: list[str], cams: list[
             for c in cams
         )
         if not named:
-            k.rebuilt("video_path", VIDEO_PATH_V3, f"video_path is {_shown(value)}: rebuilt as "
+            k.rebuilt("video_path", VIDEO_PATH_V3, f"video_path is {shown(value)}: rebuilt as "
                       "LeRobot v3.0's")  # fmt: skip
     elif value is not None and not isinstance(value, str):
-        k.rebuilt("video_path", None, f"video_path is {_shown(value)}: rebuilt as null (no "
+        k.rebuilt("video_path", None, f"video_path is {shown(value)}: rebuilt as null (no "
                   "cameras)")  # fmt: skip
     elif "video_path" not in k.given:
         k.info["video_path"] = None

@@ -18,8 +18,9 @@ import pyarrow as pa
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
+from episodekit.core.layout.files import chunk_file, file_path, roll_over
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
-from episodekit.writers.plan import OutputPlan, roll_over
+from episodekit.writers.plan import OutputPlan
 
 FETCHED = ".sources"  # inside staging: remote mp4s copied for remux, removed after
 
@@ -106,9 +107,7 @@ def write_videos(
                 )
                 for i in sel
             ]
-            rel = VIDEO_PATH_V3.format(
-                video_key=key, chunk_index=f // chunks_size, file_index=f % chunks_size
-            )
+            rel = file_path(VIDEO_PATH_V3, *chunk_file(f, chunks_size), video_key=key)
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             placed = remux(segments, staging / rel)
             for i, p in zip(sel, placed):
@@ -121,8 +120,9 @@ def write_videos(
                 new_from[i], new_to[i] = p.from_ts, p.to_ts
                 reencoded += int(p.reencoded)
             frames[key][rel] = int(plan.length[sel].sum())
-        cols[f"videos/{key}/chunk_index"] = pa.array(seq // chunks_size)
-        cols[f"videos/{key}/file_index"] = pa.array(seq % chunks_size)
+        chunk, fidx = chunk_file(seq, chunks_size)
+        cols[f"videos/{key}/chunk_index"] = pa.array(chunk)
+        cols[f"videos/{key}/file_index"] = pa.array(fidx)
         cols[f"videos/{key}/from_timestamp"] = pa.array(new_from)
         cols[f"videos/{key}/to_timestamp"] = pa.array(new_to)
     shutil.rmtree(staging / FETCHED, ignore_errors=True)

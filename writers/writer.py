@@ -30,6 +30,7 @@ from episodekit.core import staging as staging_mod
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
+from episodekit.core.layout.rules import DEFAULT_SIZES
 from episodekit.core.lock import remove_if_only_lock, writer_lock
 from episodekit.core.memory import release_memory
 from episodekit.core.outdir import check_output_dir, mark_output_dir
@@ -293,8 +294,8 @@ def _build(
     datasets = _datasets(sources)
     removed = set(options.remove_features)
     info0 = {**datasets[0].info, **dict(options.info_overrides)}
-    chunks = int(info0.get("chunks_size") or 1000)
-    data_mb = float(info0.get("data_files_size_in_mb") or 100)
+    chunks = int(info0.get("chunks_size") or DEFAULT_SIZES["chunks_size"])
+    data_mb = float(info0.get("data_files_size_in_mb") or DEFAULT_SIZES["data_files_size_in_mb"])
     target = int(options.target_mb * MIB)
     say = current().step
     changes = options.changes
@@ -338,7 +339,7 @@ def _build(
     release_memory()
     write_table(meta_mod.tasks_table(tasks), staging / "meta/tasks.parquet")
     info = meta_mod.info_json(info0, plan, len(tasks), features)
-    meta_mod.write_json(staging / "meta/info.json", info)
+    meta_mod.write_info(staging / "meta/info.json", info)
     if plan.frames:  # image/video stats of the episodes cut inside: their sampled frames
         from episodekit.writers.frame_rows import cut_image_stats
 
@@ -415,7 +416,7 @@ def _videos(
         return {}, {}, None
     from episodekit.writers.video import write_videos
 
-    limit = float(info.get("video_files_size_in_mb") or 200)
+    limit = float(info.get("video_files_size_in_mb") or DEFAULT_SIZES["video_files_size_in_mb"])
     if not plan.frames:
         current().step(f"copying the video packets of {plural(len(keys), 'camera')}")
         try:
