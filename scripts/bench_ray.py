@@ -75,6 +75,9 @@ def main() -> None:
         )
         for name, (d, w) in res["steps"].items():
             print(f"      {name:<10} driver {d:7.1f} MiB  max worker {w:7.1f} MiB", flush=True)
+        ray_own = ", ".join(f"{n} {m:.0f}" for n, m in res["others"].items())
+        print(f"      Ray's own processes (peak MiB each): {ray_own}", flush=True)
+        print(f"      whole process tree at its largest: {res['tree_mib']:.0f} MiB", flush=True)
     for size, res in rows:
         ok = res["driver_mib"] <= BAR_MIB and res["worker_mib"] <= BAR_MIB
         print(f"{size}: each <= {BAR_MIB} MiB: {'met' if ok else 'NOT met'}")

@@ -51,24 +51,45 @@ def _follow(stream, marks: list[tuple[float, str]]) -> None:
             marks.append((time.perf_counter(), m.group(1)))
 
 
-def _poll(root: psutil.Process, peaks: dict) -> tuple[int, int]:
-    """One look at the tree: update ``peaks``; the driver's and the largest worker's RSS now."""
+def _name(p: psutil.Process) -> str:
+    """A child's name for the report: Ray's daemons by their program (gcs_server, raylet,
+    dashboard, ...)."""
+    try:
+        cmd = p.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return "gone"
+    for arg in cmd[:3]:
+        base = arg.rsplit("/", 1)[-1]
+        if base and not base.startswith("python") and not base.startswith("-"):
+            return base[:40]
+    return p.name()
+
+
+def _poll(root: psutil.Process, peaks: dict, names: dict, total: list) -> tuple[int, int]:
+    """One look at the tree: update ``peaks`` (and ``names`` of new children, ``total``: the
+    largest sum of the tree's RSS seen at one look); the driver's and the largest worker's RSS
+    now."""
     try:
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return 0, 0
     now = {"driver": 0, "worker": 0}
+    tree = 0
     for p in procs:
         try:
             rss = p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
+        tree += rss
         kind = "driver" if p.pid == root.pid else _kind(p)
         old = peaks.get(p.pid, (kind, 0))
         kind = kind if kind != "gone" else old[0]
         peaks[p.pid] = (kind, max(old[1], rss))
+        if kind == "other" and p.pid not in names:
+            names[p.pid] = _name(p)
         if kind in now:
             now[kind] = max(now[kind], rss)
+    total[0] = max(total[0], tree)
     return now["driver"], now["worker"]
 
 
@@ -82,9 +103,11 @@ def measure(cmd: list[str], interval: float = 0.02) -> dict:
     reader.start()
     root = psutil.Process(proc.pid)
     peaks: dict[int, tuple[str, int]] = {}
+    names: dict[int, str] = {}
+    total = [0]
     timeline = []
     while proc.poll() is None:
-        timeline.append((time.perf_counter(), *_poll(root, peaks)))
+        timeline.append((time.perf_counter(), *_poll(root, peaks, names, total)))
         time.sleep(interval)
     code = proc.wait()
     reader.join(timeout=5)
@@ -107,9 +130,24 @@ def measure(cmd: list[str], interval: float = 0.02) -> dict:
         "driver_mib": top("driver"),
         "worker_mib": top("worker"),
         "other_mib": top("other"),
+        # Ray's own processes (and any other child) by name: the largest peak of each name
+        "others": _by_name(peaks, names),
+        # the largest sum of every process's RSS seen at one look (shared pages, the object
+        # store's among them, count in each process that maps them)
+        "tree_mib": round(total[0] / MIB, 1),
         "workers": sum(k == "worker" for k, _ in peaks.values()),
         "steps": steps,
     }
+
+
+def _by_name(peaks: dict, names: dict) -> dict[str, float]:
+    """The peak RSS (MiB) of the "other" children, the largest per name, largest first."""
+    out: dict[str, float] = {}
+    for pid, (kind, rss) in peaks.items():
+        if kind == "other":
+            name = names.get(pid, "?")
+            out[name] = max(out.get(name, 0.0), round(rss / MIB, 1))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def main() -> None:
@@ -127,7 +165,7 @@ def main() -> None:
         print(
             f"exit {res['exit']} in {res['seconds']}s: driver {res['driver_mib']} MiB, "
             f"max worker {res['worker_mib']} MiB ({res['workers']} workers), "
-            f"max other child {res['other_mib']} MiB",
+            f"max other child {res['other_mib']} MiB, whole tree {res['tree_mib']} MiB",
             file=sys.stderr,
         )
         for name, (d, w) in res["steps"].items():
