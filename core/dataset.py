@@ -109,17 +109,13 @@ def normalize_tasks_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 def read_tasks_table(fs, path: str, version: str) -> pa.Table:
     """Tasks as a table (task_index int64, task string) sorted by task_index."""
     if version in V2:
-        import polars as pl  # v2.1 only: keeps the loader's import free of polars
-
         tpath = posixpath.join(path, "meta/tasks.jsonl")
         if not fs.exists(tpath):
             raise MissingFileError("file is missing", tpath)
         with fs.open(tpath, "rb") as fh:
             raw = fh.read()
-        df = pl.read_ndjson(raw) if raw.strip() else pl.DataFrame({"task_index": [], "task": []})
-        table = df.select(
-            pl.col("task_index").cast(pl.Int64), pl.col("task").cast(pl.String)
-        ).to_arrow()
+        schema = pa.schema([("task_index", pa.int64()), ("task", pa.string())])
+        table = read_jsonl(raw, schema, tpath).select(schema.names)
     else:
         tpath = posixpath.join(path, "meta/tasks.parquet")
         if not fs.exists(tpath):
@@ -214,33 +210,54 @@ def _episodes_v3(fs, path: str) -> pa.Table:
     return table
 
 
+def read_jsonl(raw: bytes, schema: pa.Schema, path: str) -> pa.Table:
+    """JSON lines (v2.x metadata) as an Arrow table, ``schema``'s keys typed as it says and the
+    others inferred, parsed by Arrow's JSON reader (no Python object per value; polars, which
+    did this before, cost ~50 MB of resident memory on first use); bad JSON or a value of the
+    wrong type: one :class:`DatasetError` naming ``path``."""
+    import pyarrow.json as pj
+
+    if not raw.strip():
+        return schema.empty_table()
+    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
+    try:
+        table = pj.read_json(pa.BufferReader(raw), parse_options=opts)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DatasetError(f"not valid JSON lines ({exc})", path) from exc
+    for name in schema.names:
+        if table[name].null_count:
+            raise DatasetError(f"not valid JSON lines (a line has no {name!r})", path)
+    return table
+
+
 def read_episodes_v2(fs, path: str, info: dict) -> pa.Table:
     """The v2.1 episodes table (``meta/episodes.jsonl``) in the v3.0 column layout."""
-    import polars as pl  # v2.1 only: keeps the loader's import free of polars
-
     epath = posixpath.join(path, "meta/episodes.jsonl")
     if not fs.exists(epath):
         raise MissingFileError("file is missing", epath)
     with fs.open(epath, "rb") as fh:
         raw = fh.read()
-    try:
-        df = pl.read_ndjson(raw, schema_overrides={"tasks": pl.List(pl.String)})
-    except Exception as exc:  # polars raises several error types for bad json
-        raise DatasetError(f"not valid JSON lines ({exc})", epath) from exc
-    df = df.select(
-        pl.col("episode_index").cast(pl.Int64), pl.col("tasks"), pl.col("length").cast(pl.Int64)
-    ).sort("episode_index")
+    schema = pa.schema([("episode_index", pa.int64()), ("length", pa.int64())])
+    table = read_jsonl(raw, schema, epath)
+    if "tasks" not in table.column_names:
+        raise DatasetError("not valid JSON lines (no 'tasks' key)", epath)
+    table = table.sort_by("episode_index")
+    length = table["length"].to_numpy(zero_copy_only=False).astype(np.int64)
+    episode = table["episode_index"].to_numpy(zero_copy_only=False).astype(np.int64)
+    to = np.cumsum(length)
     chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
-    df = df.with_columns(
-        (pl.col("length").cum_sum() - pl.col("length")).alias("dataset_from_index"),
-        pl.col("length").cum_sum().alias("dataset_to_index"),
-        (pl.col("episode_index") // chunks_size).alias("data/chunk_index"),
-        pl.col("episode_index").alias("data/file_index"),
-    )
-    table = df.select(list(EPISODE_COLUMNS)).to_arrow()
-    table = table.set_column(
-        table.schema.get_field_index("tasks"), "tasks", normalize_tasks_column(table["tasks"])
-    )
+    columns = {
+        "episode_index": episode,
+        "length": length,
+        "dataset_from_index": to - length,
+        "dataset_to_index": to,
+        "data/chunk_index": episode // chunks_size,
+        "data/file_index": episode,
+    }
+    table = pa.table(
+        {c: columns[c] if c != "tasks" else normalize_tasks_column(table["tasks"])
+         for c in EPISODE_COLUMNS}
+    )  # fmt: skip
     for key in video_keys_of(info):
         n = table.num_rows
         table = table.append_column(f"videos/{key}/chunk_index", table["data/chunk_index"])
