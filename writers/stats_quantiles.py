@@ -44,7 +44,10 @@ from episodekit.metadata.stats.episode_sketch import (
     read_episode_sketches,
     write_sketches,
 )
+from episodekit.metadata.stats.keys import QUANTILES
 from episodekit.metadata.stats.range_counts import exact_from_counts
+from episodekit.metadata.stats.sketch import lerp_quantile, order_indices
+from episodekit.writers.data import TaskValues
 from episodekit.writers.plan import OutputPlan
 from episodekit.writers.stream_stats import StreamedStats, StreamWant
 
@@ -165,6 +168,54 @@ def _output_sketches(
     return sk
 
 
+def renumbered_quantiles(plan: OutputPlan, tasks: TaskValues) -> dict[str, np.ndarray]:
+    """Exact quantiles (5 x 1, numpy's linear rule, bit for bit) of the columns the writer
+    numbers itself, from the plan alone: ``episode_index`` (output episode ``e`` repeated
+    ``length[e]`` times), ``index`` (consecutive from the first episode's) and ``task_index``
+    (each task's row count, from the task pieces the writer kept). A v2.x conversion otherwise
+    read the whole output once more for these three (a stats pass over every data file)."""
+    lengths = np.asarray(plan.length, dtype=np.int64)
+    n = int(lengths.sum())
+    if n == 0:
+        return {}
+    ends = np.cumsum(lengths)
+    start = int(plan.from_index[0]) if len(plan.from_index) else 0
+    out = {
+        "episode_index": _by_rank(n, lambda k: np.searchsorted(ends, k, side="right")),
+        "index": _by_rank(n, lambda k: k + start),
+    }
+    values, counts = _task_counts(tasks)
+    if int(counts.sum()) == n:
+        task_ends = np.cumsum(counts)
+        out["task_index"] = _by_rank(n, lambda k: values[np.searchsorted(task_ends, k, "right")])
+    return out
+
+
+def _by_rank(n: int, at) -> np.ndarray:
+    """The 5 quantiles of ``n`` sorted values whose ``k``-th (0-based) is ``at(k)``."""
+    q = np.zeros((len(QUANTILES), 1))
+    for i, p in enumerate(QUANTILES):
+        k0, k1, g = order_indices(n, p)
+        a, b = np.float64(at(np.int64(k0))), np.float64(at(np.int64(k1)))
+        q[i, 0] = lerp_quantile(a, b, np.float64(g))
+    return q
+
+
+def _task_counts(tasks: TaskValues) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted task_index values of the output and their row counts."""
+    total: dict[int, int] = {}
+    for pieces in tasks.pieces.values():
+        for p in pieces:
+            if isinstance(p, tuple):
+                total[int(p[0])] = total.get(int(p[0]), 0) + int(p[1])
+            else:
+                v, c = np.unique(p, return_counts=True)
+                for a, b in zip(v.tolist(), c.tolist()):
+                    total[a] = total.get(a, 0) + b
+    values = np.array(sorted(total), dtype=np.int64)
+    return values, np.array([total[v] for v in values.tolist()], dtype=np.int64)
+
+
 def write_stats_json(
     staging: Path,
     plan: OutputPlan | None,
@@ -172,11 +223,14 @@ def write_stats_json(
     executor: str = "local",
     streamed: StreamedStats | None = None,
     sources: SourceSketches | None = None,
+    tasks: TaskValues | None = None,
 ) -> bool:
     """Write ``staging``'s meta/stats.json from ``stats`` (feature -> key -> list) with every
     quantile key it holds of a numeric feature taken from the output episodes' sketches (reused
     from ``sources``, reduced while writing in ``streamed``, else computed from the written
-    columns), and the output's sketch sidecar; returns whether the sidecar was written. Keys
+    columns; ``episode_index``, ``index`` and, given the output's ``tasks``, ``task_index`` from
+    the plan in closed form: :func:`renumbered_quantiles`), and the output's sketch sidecar;
+    returns whether the sidecar was written. Keys
     ``stats`` does not hold are not added (a v2.1 conversion's stats have no quantiles)."""
     ds = open_dataset(str(staging))
     feats = {
@@ -192,10 +246,14 @@ def write_stats_json(
         counts = {n: c for n, c in (streamed.counts if streamed else {}).items() if n in feats}
         if counts:  # exact, selected in one pass over the written files
             quantiles.update(exact_from_counts(str(staging), list(ds.data_files), counts))
+        closed = renumbered_quantiles(plan, tasks) if plan is not None and tasks else {}
         for n in feats:
             if n in quantiles:
                 continue
             sk = _output_sketches(n, ds.num_episodes, streamed, sources)
+            if sk is None and n in closed:  # numbered by the writer: known without a pass
+                quantiles[n] = closed[n]
+                continue
             if sk is None:
                 rest.append(n)
                 continue

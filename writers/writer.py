@@ -351,7 +351,7 @@ def _build(
     if changes:
         fallback = changes.stats(fallback)
     stats = meta_mod.dataset_stats(episodes, features, fallback)
-    write_stats_json(staging, plan, stats, options.executor, data.streamed, reused)
+    write_stats_json(staging, plan, stats, options.executor, data.streamed, reused, data.tasks)
     recompute = bool(plan.frames or (changes and changes.added))
     if recompute:
         result.stats = _stream_summary(plan, changes)

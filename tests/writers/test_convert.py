@@ -248,3 +248,59 @@ def test_v21_files_of_several_row_groups_are_read_whole(tmp_path):
     out = tmp_path / "out"
     assert cli("convert", src, "--out", out).returncode == 0
     assert rows(out).equals(rows(V21))
+
+
+def test_renumbered_columns_quantiles_equal_numpys_without_a_pass(converted, monkeypatch):
+    """episode_index, index and task_index are numbered by the writer: their quantiles come
+    from the plan in closed form (a v2.x conversion read the whole output once more for them),
+    equal to numpy's linear rule over the written column, bit for bit."""
+    stats = json.loads((converted / "meta/stats.json").read_text())
+    table = rows(converted)
+    for name in ("episode_index", "index", "task_index"):
+        x = table[name].to_numpy().astype(np.float64)
+        want = np.quantile(x, [0.01, 0.10, 0.50, 0.90, 0.99])
+        got = [stats[name][k][0] for k in ("q01", "q10", "q50", "q90", "q99")]
+        assert got == want.tolist(), name
+
+
+def test_renumbered_quantiles_match_numpy_on_uneven_episodes_and_tasks():
+    from types import SimpleNamespace
+
+    from episodekit.writers.data import TaskValues
+    from episodekit.writers.stats_quantiles import renumbered_quantiles
+
+    rng = np.random.default_rng(4)
+    length = rng.integers(1, 40, 57)
+    tasks = TaskValues()
+    ep = np.repeat(np.arange(len(length)), length)
+    task = rng.integers(0, 5, len(length))[ep]
+    task[3] = 9  # an episode with two tasks: kept as an array piece
+    tasks.add(ep, task)
+    plan = SimpleNamespace(length=length, from_index=np.cumsum(length) - length)
+    got = renumbered_quantiles(plan, tasks)
+    qs = [0.01, 0.10, 0.50, 0.90, 0.99]
+    for name, x in (("episode_index", ep), ("index", np.arange(len(ep))), ("task_index", task)):
+        assert got[name][:, 0].tolist() == np.quantile(x.astype(np.float64), qs).tolist(), name
+
+
+EP = '{"episode_index": 0, "tasks": ["a"], "length": 3}'
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("episodes.jsonl", EP + '\n{"episode_', "not valid JSON lines"),
+        ("episodes.jsonl", '{"episode_index": 0, "tasks": ["a"]}\n', "has no 'length'"),
+        ("episodes.jsonl", EP.replace(": 0", ': "x"') + "\n", "not valid JSON lines"),
+        ("tasks.jsonl", '{"task_index": 0}\n', "has no 'task'"),
+    ],
+)  # fmt: skip
+def test_bad_v2_jsonl_is_one_line_naming_the_file(tmp_path, name, text, says):
+    root = tmp_path / "v21"
+    shutil.copytree(V21, root)
+    (root / "meta" / name).write_text(text)
+    res = cli("convert", root, "--out", tmp_path / "out")
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and name in lines[0], res.stderr
+    assert not (tmp_path / "out").exists()
