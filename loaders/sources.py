@@ -135,7 +135,7 @@ def warn_plan_workers(root: Any, plan: Any, run: LoaderRun) -> None:
         hint = fix_hint(plan_root(root)[3], world, n)
     warnings.warn(
         f"make_loader: the plan is for {k} worker{'s' * (k != 1)} and num_workers={n}, so "
-        f"workers share bins and each decodes their row groups (slower than in-process); "
+        f"workers share bins and each decodes their row groups; "
         f"write a plan for {n} workers: {hint}{plan_flags(plan.doc)}",
         UserWarning,
         stacklevel=4,  # make_loader's caller
