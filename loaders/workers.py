@@ -9,6 +9,15 @@ ring (:mod:`~episodekit.loaders.ring`); the reader takes batch ``b`` from worker
 batches come in the same order as in-process, whatever ``N``. A batch is numpy views of its slot:
 valid until the next batch is asked for (the slot then goes back to its worker).
 
+Slots go back through shared memory, not a message per slot: worker ``w`` fills its slots in
+turn (its ``j``-th batch of the epoch in its slot ``j % prefetch``), and the training process
+counts the batches of ``w`` it is done with in a shared array (``released[w]``), so the worker
+may write its ``j``-th batch once ``j - prefetch + 1`` of them are released. A worker finds out
+without reading anything; only a worker that has no free slot waits, on its semaphore, which
+each release posts (a futex: no system call when nobody waits) as does every message sent to it.
+Each batch still tells the training process which slot holds it (one small message: the slot,
+the task strings and other extras, and the arrays' layout only when it changed).
+
 Each worker's very first batch travels pickled, with its arrays' shapes: the ring is sized from it
 (``max_rows`` rows per slot) and created then by the training process, which checks the free
 space of ``/dev/shm`` first. Workers exit when the training process goes away (they watch its
@@ -18,6 +27,7 @@ interpreter exit all stop them. numpy only (no torch).
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import pickle
@@ -26,7 +36,6 @@ import threading
 import time
 import traceback
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -49,14 +58,26 @@ def _describe(exc: BaseException) -> tuple[str, str]:
 class _Worker:
     """The loop of one worker process (see the module docstring)."""
 
-    def __init__(self, source: BatchSource, w: int, n: int, conn: Any, parent_pid: int):
+    def __init__(
+        self,
+        source: BatchSource,
+        w: int,
+        n: int,
+        conn: Any,
+        parent_pid: int,
+        released: Any = None,
+        wake: Any = None,
+    ):
         self.source, self.w, self.n, self.conn, self.parent_pid = source, w, n, conn, parent_pid
+        self.released, self.wake = released, wake  # (shared counts, this worker's semaphore)
         self.ring: Ring | None = None
         self.ids: list[int] = []
-        self.free: deque[int] = deque()
         self.gen = -1
         self.pending: tuple | None = None
         self.unslotted = 0  # batches sent pickled before the ring existed
+        self.written = 0  # batches of this epoch written to slots
+        self.base = 0  # released[w] when this epoch began
+        self.sent_fields: Any = None  # the layout last sent (the next is sent only if it differs)
 
     def recv(self) -> tuple | None:
         """The next message, or None when the training process is gone (its pipe end closes;
@@ -68,28 +89,32 @@ class _Worker:
 
     def handle(self, msg: tuple) -> bool:
         """Apply a message; True for a start/stop, which ends the current epoch."""
-        kind = msg[0]
-        if kind == "slots":
+        if msg[0] == "slots":
             _, name, slot_bytes, slots, self.ids = msg
             self.ring = Ring.attach(name, slot_bytes, slots)
-            self.free = deque(self.ids)
-        elif kind == "free":
-            if msg[1] == self.gen:
-                self.free.append(msg[2])
-        else:
-            self.pending = msg
-            return True
-        return False
+            return False
+        self.pending = msg
+        return True
+
+    def slot_free(self) -> bool:
+        """Whether the slot of the next batch is free: the batch it held (``prefetch`` batches
+        back) is released (read from shared memory: no message)."""
+        if self.ring is None:
+            return False
+        return self.released[self.w] - self.base > self.written - len(self.ids)
 
     def wait_slot(self) -> bool:
         """Block until a slot is free (or the ring exists); False on start/stop/parent gone."""
-        while self.ring is None or not self.free:
-            msg = self.recv()
-            if msg is None:
-                self.pending = ("stop",)
-                return False
-            if self.handle(msg):
-                return False
+        while not self.slot_free():
+            if self.conn.poll():
+                msg = self.recv()
+                if msg is None:
+                    self.pending = ("stop",)
+                    return False
+                if self.handle(msg):
+                    return False
+            else:  # every release and every message posts it; the timeout is a safety net
+                self.wake.acquire(timeout=POLL_S)
         return True
 
     def run(self) -> None:
@@ -109,8 +134,10 @@ class _Worker:
             else:
                 self.epoch(*msg[1:])
 
-    def epoch(self, gen: int, state: Mapping[str, Any], n: int) -> None:
-        self.gen, self.free = gen, deque(self.ids)
+    def epoch(self, gen: int, state: Mapping[str, Any], n: int, base: int) -> None:
+        # every slot is free again: the training process releases none of the last epoch's
+        # slots after this start, and ``base`` counts all it released before it
+        self.gen, self.base, self.written = gen, base, 0
         self.unslotted = 0  # (no ring yet: this epoch's first batch goes pickled, and makes it)
         try:
             self.source.begin(state)
@@ -138,14 +165,17 @@ class _Worker:
             return
         if not self.wait_slot():
             return
-        slot = self.free.popleft()
+        self.wake.acquire(False)  # (one post per release: keep the count from growing)
+        slot = self.ids[self.written % len(self.ids)]
         arrays, extras = split_batch(batch)
         fields = self.ring.write(slot, arrays)
         if fields is None:  # larger than the slot (another shape): send it whole
-            self.free.appendleft(slot)
             self.conn.send(("data", gen, b, batch))
-        else:
-            self.conn.send(("slot", gen, b, slot, fields, extras))
+            return
+        self.written += 1
+        same = fields == self.sent_fields
+        self.sent_fields = fields
+        self.conn.send(("slot", gen, b, slot, None if same else fields, extras))
 
 
 def _watch_parent(worker: _Worker, parent_pid: int) -> None:
@@ -158,14 +188,22 @@ def _watch_parent(worker: _Worker, parent_pid: int) -> None:
             os._exit(0)
 
 
-def worker_main(source: bytes, w: int, n: int, conn: Any, parent_pid: int) -> None:
+def worker_main(
+    source: bytes,
+    w: int,
+    n: int,
+    conn: Any,
+    parent_pid: int,
+    released: Any = None,
+    wake: Any = None,
+) -> None:
     """Entry point of worker ``w`` of ``n`` (importable: 'spawn' and 'forkserver' run it).
 
     ``source`` comes pickled whatever the start method: a forked worker must not use the
     readers the training process opened (file offsets and handles are shared across a fork),
     so it unpickles the description and opens its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
-    worker = _Worker(pickle.loads(source), w, n, conn, parent_pid)
+    worker = _Worker(pickle.loads(source), w, n, conn, parent_pid, released, wake)
     threading.Thread(target=_watch_parent, args=(worker, parent_pid), daemon=True).start()
     try:
         worker.run()
@@ -185,13 +223,15 @@ class _Resources:
         self.procs: list[Any] = []
         self.conns: list[Any] = []
         self.relays: list[StderrRelay] = []
+        self.wakes: list[Any] = []
         self.ring: Ring | None = None
 
     def shutdown(self) -> None:
-        for c in self.conns:
+        for c, wake in zip(self.conns, self.wakes):
             try:
                 c.send(("stop",))
                 c.close()
+                wake.release()
             except (OSError, ValueError):
                 pass
         deadline = time.monotonic() + STOP_S
@@ -229,11 +269,15 @@ class WorkerPool:
         self.start_method = choose_start_method(start_method)
         ctx = mp.get_context(self.start_method)
         payload = pickle.dumps(source)
+        # batches of each worker released (shared; only this process writes it)
+        self.released = ctx.RawArray(ctypes.c_int64, self.n)
         for w in range(self.n):
             mine, theirs = ctx.Pipe(duplex=True)
+            wake = ctx.Semaphore(0)
+            self.res.wakes.append(wake)
             p = ctx.Process(
                 target=worker_main,
-                args=(payload, w, self.n, theirs, os.getpid()),
+                args=(payload, w, self.n, theirs, os.getpid(), self.released, wake),
                 daemon=True,
                 name=f"episodekit-loader-{w}",
             )
@@ -244,7 +288,8 @@ class WorkerPool:
         for relay in self.res.relays:  # (threads only once every worker is started: fork)
             relay.run_in_thread()
         self.gen = 0
-        self.held: tuple[int, int, int] | None = None
+        self.held: int | None = None  # the worker whose slot the last batch views
+        self.fields: list[Any] = [None] * self.n  # each worker's last layout
 
     @property
     def pids(self) -> list[int]:
@@ -258,18 +303,21 @@ class WorkerPool:
         """Every worker starts making the batches of the epoch that begins at ``state``."""
         self.gen += 1
         self.held = None
-        for c in self.res.conns:
-            c.send(("start", self.gen, state, int(n)))
+        for w, c in enumerate(self.res.conns):
+            c.send(("start", self.gen, state, int(n), int(self.released[w])))
+            self.res.wakes[w].release()
 
     def get(self, b: int) -> dict[str, Any]:
         """Batch ``b`` of the current epoch (releases the previous one's slot)."""
         if self.held is not None:
-            w, gen, slot = self.held
-            self.held = None
-            self.res.conns[w].send(("free", gen, slot))
+            w, self.held = self.held, None
+            self.released[w] += 1
+            self.res.wakes[w].release()
         w = b % self.n
         while True:
             msg = self._recv(w)
+            if msg[0] == "slot" and msg[4] is not None:
+                self.fields[w] = msg[4]
             if msg[1] == self.gen:
                 break
         kind = msg[0]
@@ -285,9 +333,9 @@ class WorkerPool:
             if self.res.ring is None:
                 self._make_ring(batch)
             return batch
-        _, gen, _, slot, fields, extras = msg
-        self.held = (w, gen, slot)
-        return self.res.ring.read(slot, fields, extras)
+        slot, extras = msg[3], msg[5]
+        self.held = w
+        return self.res.ring.read(slot, self.fields[w], extras)
 
     def _recv(self, w: int) -> tuple:
         """Worker ``w``'s next message; a dead worker's pipe end is closed by the kernel, so a
@@ -309,6 +357,7 @@ class WorkerPool:
         for w, c in enumerate(self.res.conns):
             ids = list(range(w * self.prefetch, (w + 1) * self.prefetch))
             c.send(("slots", ring.name, ring.slot_bytes, slots, ids))
+            self.res.wakes[w].release()
 
     def close(self) -> None:
         self._finalizer()

@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_data.py big10m store-big10m video-av1   # the roots, once
     .venv/bin/python scripts/bench_workers.py [--dir bench-data] [--repeat 2] [--only numeric]
     .venv/bin/python scripts/bench_workers.py --documented ROOT [--repeat 5] [--prefetch 2,4]
+    .venv/bin/python scripts/bench_workers.py --handover [--repeat 5] [--batches 4000]
 
 - **numeric**: random access on ``big10m`` through its frame store (``store-big10m``), batches
   of 256 with a 50-frame ``action`` window and a 3-frame ``observation.state`` window, the
@@ -23,6 +24,12 @@
   2 workers (one per ``--prefetch`` value), and the ratios of the round are printed with their
   median over the rounds, after the first batch and after every worker's first batch.
 
+- **handover** (``--handover``, no data): the hand-over alone, 2 workers whose source returns
+  one ready batch of the documented shape (256 rows, 50x14 and 3x14 float32 windows, their
+  pads, 5 scalar columns, 256 task strings: 785 KB): batches/s through the ring and the CPU
+  per batch of the training process and of the workers (the ceiling of any source; run it with
+  ``PYTHONPATH`` set to another version's install to compare two versions in one run).
+
 Each figure is frames/s after ``--warm`` batches (worker start-up excluded, reported apart),
 and frames per CPU-second of the training process and its workers over the same batches (what
 the work costs, whatever else runs on the machine);
@@ -37,6 +44,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from episodekit.loaders.sources import BatchSource
 
 FPS = 30
 DELTAS = {"action": [k / FPS for k in range(50)], "observation.state": [-2 / FPS, -1 / FPS, 0.0]}
@@ -203,6 +212,80 @@ def documented(root: str, rounds: int, batches: int, prefetch: list[int]) -> Non
             print(f"  median {k}: {statistics.median(v):.2f}x  ({each})")
 
 
+def _ready_batch() -> dict:
+    """A batch of the documented case's shape and dtypes (what ``get_batch`` returns there)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return {
+        "timestamp": rng.random(256, dtype=np.float32),
+        "frame_index": np.arange(256, dtype=np.int64),
+        "episode_index": np.arange(256, dtype=np.int64),
+        "index": np.arange(256, dtype=np.int64),
+        "task_index": np.zeros(256, dtype=np.int64),
+        "action": rng.random((256, 50, 14), dtype=np.float32),
+        "observation.state": rng.random((256, 3, 14), dtype=np.float32),
+        "action_is_pad": np.zeros((256, 50), dtype=bool),
+        "observation.state_is_pad": np.zeros((256, 3), dtype=bool),
+        "speed": np.full(256, 50, dtype=np.int64),
+        "task": ["pick the cube"] * 256,
+    }
+
+
+class Ready(BatchSource):
+    """``n`` batches per epoch, each the same ready batch: no work but the hand-over."""
+
+    kind, _opened = "ready", ("b",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def open(self):
+        self.b = _ready_batch()
+
+    def max_rows(self):
+        return 256
+
+    def epoch_state(self, epoch):
+        return {"epoch": int(epoch), "batches": 0}
+
+    def begin(self, state):
+        self.epoch, self.done = int(state["epoch"]), int(state["batches"])
+        return self.n - self.done
+
+    def batch(self, b):
+        return self.b
+
+    def state(self, consumed):
+        return {"epoch": self.epoch, "batches": self.done + consumed}
+
+
+def handover(rounds: int, batches: int, prefetch: list[int]) -> None:
+    """Batches/s of 2 workers over a source that does no work (see the module docstring)."""
+    from episodekit.loaders.workers import BatchLoader
+
+    print(f"\n## handover: 2 workers, a ready 785 KB batch, {batches} batches per case")
+    for r in range(rounds):
+        line = []
+        for p in prefetch:
+            with BatchLoader(Ready(batches + 2), 2, prefetch=p) as loader:
+                it = iter(loader)
+                next(it), next(it)  # every worker's first batch (start-up, the ring) untimed
+                pids = [os.getpid(), *loader.pool.pids]
+                t, cpu_parent, cpu0 = time.perf_counter(), time.process_time(), cpu_seconds(pids)
+                for _ in it:
+                    pass
+                wall = time.perf_counter() - t
+                parent = time.process_time() - cpu_parent
+                workers = cpu_seconds(pids) - cpu0 - parent
+            line.append(
+                f"prefetch {p}: {batches / wall:,.0f} batches/s, per batch "
+                f"{parent / batches * 1e6:.0f} us CPU in the training process, "
+                f"{workers / batches * 1e6:.0f} us in the workers"
+            )
+        print(f"  round {r + 1} (load {os.getloadavg()[0]:.1f}): " + "; ".join(line), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--dir", default=os.environ.get("EPISODEKIT_BENCH", "bench-data"))
@@ -213,7 +296,12 @@ def main() -> None:
     ap.add_argument("--only", choices=["numeric", "video"])
     ap.add_argument("--documented", metavar="ROOT", help="only the documented case on ROOT")
     ap.add_argument("--prefetch", default="2", help="documented: prefetch values, e.g. 2,4")
+    ap.add_argument("--handover", action="store_true", help="only the hand-over, no data")
     args = ap.parse_args()
+    if args.handover:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
+        handover(args.repeat, args.batches, [int(p) for p in args.prefetch.split(",")])
+        return
     if args.documented:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
         prefetch = [int(p) for p in args.prefetch.split(",")]

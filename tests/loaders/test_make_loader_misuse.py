@@ -115,6 +115,7 @@ def test_a_dead_worker_gives_its_exit_code_and_last_stderr_line(root, tmp_path, 
     assert "loader worker 1 (pid " in last
 
 
+@pytest.mark.filterwarnings("ignore:make_loader. the plan is for 1 worker")
 def test_a_plan_for_another_worker_count_is_streamed_without_reseeking(root, monkeypatch):
     """Worker 0 of 2 over a plan for 1 worker: every other batch of the one bin. The bin's
     order is built once and each row group decoded once (before: a new order per batch)."""
@@ -150,6 +151,9 @@ def test_a_plan_for_another_worker_count_is_streamed_without_reseeking(root, mon
 
 
 def test_make_loader_with_a_plan_for_one_worker_and_two_workers(root, tmp_path):
+    """Same batches as in-process, and one warning line naming the command that writes the
+    plan for 2 workers (pointing at the caller's line); a plan for 2 (or 1 worker over a plan
+    for 2: each worker reads whole bins) says nothing."""
     code = textwrap.dedent(
         """
         import sys
@@ -158,17 +162,43 @@ def test_make_loader_with_a_plan_for_one_worker_and_two_workers(root, tmp_path):
         from episodekit.loaders.torch import make_loader
 
         if __name__ == "__main__":
-            plan = load_plan(sys.argv[1], 1, 1)
             out = []
-            for workers in (0, 2):
+            for k, workers in ((1, 0), (1, 2), (2, 2), (2, 1)):
+                plan = load_plan(sys.argv[1], 1, k)
                 with make_loader(sys.argv[1], plan, 16, workers, copy=True) as loader:
                     out.append(np.concatenate([b["index"].numpy() for b in loader]))
-            print(int(np.array_equal(*out)), len(out[0]))
+            print(int(np.array_equal(out[0], out[1])), len(out[0]))
         """
     )
     path = tmp_path / "plan1.py"
     path.write_text(code)
-    r = run([sys.executable, str(path), str(root)])
+    r = run([sys.executable, "-W", "always", str(path), str(root)])
     assert r.returncode == 0, r.stderr
     same, n = r.stdout.split()
     assert same == "1" and int(n) > 0
+    said = [x for x in r.stderr.splitlines() if "Warning" in x]
+    assert len(said) == 1, r.stderr
+    head = f"{path}:11: UserWarning: make_loader: the plan is for 1 worker and num_workers=2, "
+    assert said[0].startswith(head), said
+    # (the sample's plans are made with --locality none: the hint keeps the plan's options)
+    want = f"episodekit metadata plan {root} --world-size 1 --workers 2 --locality none"
+    assert said[0].endswith(want), said
+
+
+def test_a_mixture_plan_for_another_worker_count_names_its_mixture_command(tmp_path):
+    from episodekit.loaders import load_plan
+    from episodekit.loaders.sources import LoaderRun, batch_source
+    from episodekit.metadata.mixture.plan import ensure_mixture_plans
+
+    srcs = [write_sample(tmp_path / f"s{i}", episodes=6, seed=i, mean_length=20) for i in (1, 2)]
+    spec = {"sources": [{"root": str(s), "weight": 1} for s in srcs]}
+    folder = tmp_path / "plans"
+    ensure_mixture_plans(spec, folder, [1], 2)
+    plan = load_plan(folder, 1, 2)
+    with pytest.warns(UserWarning) as said:
+        batch_source(folder, plan, LoaderRun(batch_size=8, num_workers=3), {})
+    assert len(said) == 1
+    text = str(said[0].message)
+    assert text.startswith("make_loader: the plan is for 2 workers and num_workers=3"), text
+    assert text.endswith(f"--world-size 1 --workers 3 --out {folder} --locality none"), text
+    assert "episodekit metadata plan --mixture " in text

@@ -137,6 +137,30 @@ def test_random_access_same_batches_in_order_and_resume(root, workers):
     assert_same(collect(fresh), want[3:])
 
 
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_slots_go_back_without_a_message_and_a_restart_frees_them(root, prefetch):
+    """The training process sends a worker nothing per batch (slots go back through shared
+    memory); iterating again mid-epoch (a new start while every slot is full) and a new epoch
+    still give the in-process batches."""
+    from episodekit.loaders.torch import make_loader
+
+    want = random_ref(root, 8, delta_timestamps=DELTAS)
+    kw = dict(access="random", delta_timestamps=DELTAS, copy=True, prefetch=prefetch)
+    with make_loader(root, None, 8, 2, **kw) as loader:
+        it = iter(loader)
+        got = [as_numpy(next(it))]  # the ring exists from here on
+        sent = []
+        for c in loader.pool.res.conns:
+            c.send = lambda msg, _send=c.send: (sent.append(msg[0]), _send(msg))[1]
+        got += [as_numpy(next(it)) for _ in range(2 * prefetch + 3)]
+        assert sent == [], sent
+        assert_same(got, want[: len(got)])
+        time.sleep(0.5)  # every worker fills all its slots and waits
+        assert_same(collect(loader), want[len(got) :])  # iterated again: a new start
+        assert sent == ["start", "start"], sent
+        assert_same(collect(loader), random_ref(root, 8, epoch=1, delta_timestamps=DELTAS))
+
+
 @pytest.mark.parametrize("workers", [0, 1, 2])
 def test_stream_same_batches_in_order_and_resume(root, workers):
     from episodekit.loaders import load_plan
