@@ -22,7 +22,7 @@ import contextlib
 import io
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -100,6 +100,14 @@ class Salvage:
     row_groups: list[Group]
     codec: int
     stop: str  # why no further row group was recovered (``END``: the file ended right there)
+    structs: bool = True  # the row groups' encoded structs are held (False: :meth:`places`)
+
+    def places(self) -> Salvage:
+        """The same row groups without their encoded ``RowGroup`` structs (their places and
+        rows only: what a report of the file needs, once its rows were read; ~10 KB a row
+        group of a ``meta/episodes`` file). It can no longer be read or written."""
+        groups = [Group(g.start, g.end, g.num_rows, b"") for g in self.row_groups]
+        return replace(self, row_groups=groups, structs=False)
 
     @property
     def end(self) -> int:
@@ -301,6 +309,8 @@ def _chunks(
 
 def footer(template: tc.Struct, salvage: Salvage) -> bytes:
     """The encoded ``FileMetaData`` for ``salvage``'s row groups under ``template``'s schema."""
+    if not salvage.structs:
+        raise ValueError("the row groups' structs were dropped (Salvage.places)")
     return encode_footer(template, [g.meta for g in salvage.row_groups], salvage.num_rows)
 
 
@@ -308,6 +318,8 @@ def footer_parts(template: tc.Struct, salvage: Salvage) -> Iterator[bytes]:
     """:func:`footer`'s bytes in parts: the head, each row group's struct, the tail (the
     whole footer of a recording of many episodes is never in memory at once: ~700 bytes a row
     group)."""
+    if not salvage.structs:
+        raise ValueError("the row groups' structs were dropped (Salvage.places)")
     one = encode_footer(template, [b""], salvage.num_rows)  # a list of one (empty) element
     at = _list_at(one)  # its header: one byte, where the list of every row group's goes
     yield one[:at] + bytes(_list_header(len(salvage.row_groups)))
@@ -367,6 +379,8 @@ def windows(path: str | os.PathLike, salvage: Salvage, template: tc.Struct) -> R
     """``path``'s whole row groups read a window at a time, each under a footer of its own
     (:mod:`episodekit.core.parquet_window`): what :func:`write_salvaged` would write, read in
     place, without pyarrow ever parsing a footer of every row group."""
+    if not salvage.structs:
+        raise ValueError(f"{path}: its row groups' structs were dropped (Salvage.places)")
     metas = [g.meta for g in salvage.row_groups]
     return RowGroupWindows(os.fspath(path), template, metas, group_rows(salvage))
 

@@ -398,6 +398,8 @@ def inspect_episodes(root: Path, episodes: list[MetaFile]) -> None:
         if s.intact or s.salvage is not None:
             try:
                 s.table = s.read(root)
+                if s.salvage is not None:  # read once: its row groups' structs are not needed
+                    s.salvage = s.salvage.places()
             except (DatasetError, pa.ArrowException, OSError) as exc:
                 interrupt.check()  # Ctrl-C that a library turned into an error
                 s.intact, s.salvage = False, None

@@ -125,3 +125,21 @@ def test_an_empty_salvage_writes_a_readable_empty_file(tmp_path):
     assert ps.footer_matches(out, s, template)
     assert os.path.getsize(out) == 4 + len(ps.footer(template, s)) + 8
     assert np.array_equal(ps.group_rows(s), np.zeros(0, np.int64))
+
+
+def test_places_keep_what_a_report_says_and_refuse_to_be_read(tmp_path):
+    full, crashed, template, s = crash(tmp_path, [4, 6, 5])
+    p = s.places()
+    assert (p.num_rows, p.end, p.dropped_bytes, p.stop) == (
+        s.num_rows,
+        s.end,
+        s.dropped_bytes,
+        s.stop,
+    )
+    assert len(p.row_groups) == 3 and all(g.meta == b"" for g in p.row_groups)
+    with pytest.raises(ValueError, match="dropped"):
+        ps.windows(crashed, p, template)
+    with pytest.raises(ValueError, match="dropped"):
+        list(ps.footer_parts(template, p))
+    with pytest.raises(ValueError, match="dropped"):
+        ps.footer(template, p)
