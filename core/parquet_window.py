@@ -87,7 +87,7 @@ class RowGroupWindows:
     def open(self, window: range) -> DataFile:
         """The file under the footer of ``window``'s row groups (its row group ``i`` is the
         file's ``window[i]``); close it (``with``) when done."""
-        return DataFile.of(self.path, self.path, self.metadata(window))
+        return DataFile.of(self.path, self.path, self.metadata(window), pre_buffer=True)
 
     @property
     def schema(self) -> pa.Schema:
