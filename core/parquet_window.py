@@ -28,7 +28,7 @@ from episodekit.core.parquet_read import DataFile, FileMetaData, parquet_errors,
 
 FOOTER_FIELDS = (1, 2, 5, 6, 7)  # version, schema, key-value metadata, created_by, column orders
 WINDOW_ROWS = 64 * 1024  # rows of a window (about: whole row groups)
-WINDOW_CHUNKS = 4 * 1024  # column chunks of a window at most (~10 MB of pyarrow's parsed footer)
+WINDOW_CHUNKS = 4 * 1024  # column chunks of a window at most (~3 MB of pyarrow's parsed footer)
 
 
 def encode_footer(template: tc.Struct, groups: Sequence[bytes], num_rows: int) -> bytes:
@@ -64,9 +64,11 @@ class RowGroupWindows:
         schema = tc.get(self.template, 2, (tc.STRUCT, []))[1]
         return max(1, sum(1 for e in schema if tc.get(e, 5) is None))  # leaves: no children
 
-    def windows(self, rows: int = WINDOW_ROWS, chunks: int = WINDOW_CHUNKS) -> list[range]:
+    def windows(self, rows: int = WINDOW_ROWS, chunks: int | None = None) -> list[range]:
         """Consecutive row groups, about ``rows`` rows and at most ``chunks`` column chunks a
-        window (one row group at least), covering every row group once."""
+        window (default :data:`WINDOW_CHUNKS`; one row group at least), covering every row
+        group once."""
+        chunks = WINDOW_CHUNKS if chunks is None else chunks
         most = max(1, chunks // self.num_columns)
         out: list[range] = []
         start, total = 0, 0
@@ -107,7 +109,7 @@ class RowGroupWindows:
         self,
         columns: Sequence[str] | None = None,
         rows: int = WINDOW_ROWS,
-        chunks: int = WINDOW_CHUNKS,
+        chunks: int | None = None,
     ) -> Iterator[pa.Table]:
         """Every row in order, one table per window (:meth:`windows`)."""
         for window in self.windows(rows, chunks):
