@@ -174,6 +174,12 @@ def _remote_footer(fs: fsspec.AbstractFileSystem, path: str, size: int) -> FileM
     return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
 
 
+def parse_footer(footer: bytes) -> FileMetaData:
+    """pyarrow's reading of an encoded ``FileMetaData`` (the footer's bytes alone)."""
+    tail = len(footer).to_bytes(4, "little") + b"PAR1"
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
+
+
 # --------------------------------------------------------------------------------------------
 # One open file
 

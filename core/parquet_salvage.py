@@ -22,9 +22,10 @@ import contextlib
 import io
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from episodekit.core import thrift_compact as tc
@@ -44,10 +45,10 @@ from episodekit.core.parquet_pages import (
 )
 from episodekit.core.parquet_read import DataFile, FileMetaData
 from episodekit.core.parquet_regular import RegularWalk
+from episodekit.core.parquet_window import RowGroupWindows, encode_footer
 from episodekit.core.parquet_write import Encoding, RowGroupWriter
 
 MISFIT = "pages do not fit the schema's column types"
-FOOTER_FIELDS = (1, 2, 5, 6, 7)  # version, schema, key-value metadata, created_by, column orders
 
 
 @dataclass
@@ -99,6 +100,14 @@ class Salvage:
     row_groups: list[Group]
     codec: int
     stop: str  # why no further row group was recovered (``END``: the file ended right there)
+    structs: bool = True  # the row groups' encoded structs are held (False: :meth:`places`)
+
+    def places(self) -> Salvage:
+        """The same row groups without their encoded ``RowGroup`` structs (their places and
+        rows only: what a report of the file needs, once its rows were read; ~10 KB a row
+        group of a ``meta/episodes`` file). It can no longer be read or written."""
+        groups = [Group(g.start, g.end, g.num_rows, b"") for g in self.row_groups]
+        return replace(self, row_groups=groups, structs=False)
 
     @property
     def end(self) -> int:
@@ -300,10 +309,80 @@ def _chunks(
 
 def footer(template: tc.Struct, salvage: Salvage) -> bytes:
     """The encoded ``FileMetaData`` for ``salvage``'s row groups under ``template``'s schema."""
-    meta = {k: v for k, v in template.items() if k in FOOTER_FIELDS}
-    meta[3] = tc.i64(salvage.num_rows)
-    meta[4] = tc.list_of(tc.STRUCT, [tc.Raw(g.meta) for g in salvage.row_groups])
-    return tc.encode(meta)
+    if not salvage.structs:
+        raise ValueError("the row groups' structs were dropped (Salvage.places)")
+    return encode_footer(template, [g.meta for g in salvage.row_groups], salvage.num_rows)
+
+
+def footer_parts(template: tc.Struct, salvage: Salvage) -> Iterator[bytes]:
+    """:func:`footer`'s bytes in parts: the head, each row group's struct, the tail (the
+    whole footer of a recording of many episodes is never in memory at once: ~700 bytes a row
+    group)."""
+    if not salvage.structs:
+        raise ValueError("the row groups' structs were dropped (Salvage.places)")
+    one = encode_footer(template, [b""], salvage.num_rows)  # a list of one (empty) element
+    at = _list_at(one)  # its header: one byte, where the list of every row group's goes
+    yield one[:at] + bytes(_list_header(len(salvage.row_groups)))
+    for g in salvage.row_groups:
+        yield g.meta
+    yield one[at + 1 :]
+
+
+def footer_matches(path: str | os.PathLike, salvage: Salvage, template: tc.Struct) -> bool:
+    """Whether ``path`` is ``salvage``'s row groups' bytes followed by exactly the footer
+    :func:`footer` makes (compared a part at a time: :func:`footer_parts`)."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        if size < salvage.end + 8:
+            return False
+        fh.seek(size - 8)
+        tail = fh.read(8)
+        n = int.from_bytes(tail[:4], "little")
+        if tail[4:] != MAGIC or salvage.end + n + 8 != size:
+            return False
+        fh.seek(salvage.end)
+        for part in footer_parts(template, salvage):
+            if fh.read(len(part)) != part:
+                return False
+        return fh.tell() == size - 8
+
+
+def _list_header(n: int) -> bytearray:
+    out = bytearray()
+    tc.put_list(out, n, tc.STRUCT)
+    return out
+
+
+def _list_at(encoded_with_one_empty: bytes) -> int:
+    """Where the row groups' list header (one element) stands in an encoded footer."""
+    r = tc.Reader(encoded_with_one_empty)
+    fid = 0
+    while True:
+        head = r.byte()
+        if head == 0:
+            raise ValueError("no row groups field")
+        ttype, delta = head & 0x0F, head >> 4
+        fid = fid + delta if delta else r.zigzag()
+        if fid == 4:
+            return r.pos
+        if ttype not in (tc.BOOL_TRUE, tc.BOOL_FALSE):
+            r.skip(ttype)
+
+
+def group_rows(salvage: Salvage) -> np.ndarray:
+    """Rows of each whole row group found (int64)."""
+    groups = salvage.row_groups
+    return np.fromiter((g.num_rows for g in groups), np.int64, len(groups))
+
+
+def windows(path: str | os.PathLike, salvage: Salvage, template: tc.Struct) -> RowGroupWindows:
+    """``path``'s whole row groups read a window at a time, each under a footer of its own
+    (:mod:`episodekit.core.parquet_window`): what :func:`write_salvaged` would write, read in
+    place, without pyarrow ever parsing a footer of every row group."""
+    if not salvage.structs:
+        raise ValueError(f"{path}: its row groups' structs were dropped (Salvage.places)")
+    metas = [g.meta for g in salvage.row_groups]
+    return RowGroupWindows(os.fspath(path), template, metas, group_rows(salvage))
 
 
 class _Joined(io.RawIOBase):
@@ -420,14 +499,20 @@ def write_salvaged(
     src: str | os.PathLike, dst: str | os.PathLike, salvage: Salvage, template: tc.Struct
 ) -> int:
     """Write ``dst``: ``src``'s whole row groups and a new footer; return the rows written."""
-    meta = footer(template, salvage)
     fi = os.open(src, os.O_RDONLY)
     try:
         fo = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _copy_prefix(fi, fo, salvage.end)
             os.lseek(fo, salvage.end, os.SEEK_SET)
-            _write_all(fo, meta + len(meta).to_bytes(4, "little") + MAGIC)
+            size, buf = 0, bytearray()
+            for part in footer_parts(template, salvage):  # the footer a part at a time
+                buf += part
+                size += len(part)
+                if len(buf) >= 1 << 20:
+                    _write_all(fo, bytes(buf))
+                    buf.clear()
+            _write_all(fo, bytes(buf) + size.to_bytes(4, "little") + MAGIC)
             os.fsync(fo)
         finally:
             os.close(fo)
@@ -440,10 +525,14 @@ __all__ = [
     "Salvage",
     "SalvageError",
     "footer",
+    "footer_matches",
+    "footer_parts",
+    "group_rows",
     "open_salvaged",
     "read_template",
     "scan",
     "schema_template",
     "template_codec",
+    "windows",
     "write_salvaged",
 ]

@@ -51,7 +51,10 @@ from episodekit.writers import repair_schema as rs
 from episodekit.metadata.stats import feature_values
 from episodekit.writers.meta import tasks_table
 
-root, frames, dims, tasks = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+spec = json.loads(sys.argv[1])
+root, frames, dims, tasks = Path(spec["root"]), spec["frames"], spec["dims"], spec["tasks"]
+lo, hi = spec.get("length", (150, 450))
+file_mb = spec.get("file_mb")  # None: one data file and one episodes file, whatever their size
 names = [f"j{i}" for i in range(dims)]
 scalar = {"shape": [1], "names": None}
 features = {
@@ -62,22 +65,46 @@ features = {
                                                  "task_index")},
 }
 info = {"codebase_version": "v3.0", "robot_type": "bench", "total_episodes": 0, "total_frames": 0,
-        "total_tasks": len(tasks), "chunks_size": 1000, "data_files_size_in_mb": 100,
+        "total_tasks": len(tasks), "chunks_size": 1000, "data_files_size_in_mb": file_mb or 100,
         "video_files_size_in_mb": 200, "fps": 30, "splits": {},
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
         "video_path": None, "features": features}
 schema = rs.data_schema(info)
-(root / "data/chunk-000").mkdir(parents=True)
-(root / "meta/episodes/chunk-000").mkdir(parents=True)
+(root / "meta").mkdir(parents=True)
 pq.write_table(tasks_table(tasks), root / "meta/tasks.parquet")
 opts = dict(compression="snappy", use_dictionary=True)
-data = pq.ParquetWriter(root / "data/chunk-000/file-000.parquet", schema, **opts)
-intact = pq.ParquetWriter(root.parent / "intact.parquet", schema, **opts)
-meta = None
+
+
+class Rolling:
+    # One of the recorder's open writers: a new file (the next file index) once this one
+    # reaches data_files_size_in_mb (with file_mb; the full file is closed: it has a footer).
+    def __init__(self, folder):
+        self.folder, self.place, self.writer = folder, [0, 0], None
+
+    def path(self):
+        chunk, file = self.place
+        return root / self.folder / f"chunk-{chunk:03d}/file-{file:03d}.parquet"
+
+    def write(self, table):
+        if self.writer is None:
+            self.path().parent.mkdir(parents=True, exist_ok=True)
+            self.writer = pq.ParquetWriter(self.path(), table.schema, **opts)
+        self.writer.write_table(table)
+        if file_mb and os.path.getsize(self.path()) >= file_mb * 2**20:
+            self.writer.close()
+            self.writer = None
+            chunk, file = self.place
+            self.place = [chunk + (file + 1) // 1000, (file + 1) % 1000]
+
+
+data, meta = Rolling("data"), Rolling("meta/episodes")
+intact = None
+if spec["intact"]:
+    intact = pq.ParquetWriter(root.parent / "intact.parquet", schema, **opts)
 rng = np.random.default_rng(0)
 buffer, rows, index, ep = [], [], 0, 0
 while index < frames:
-    n = int(rng.integers(150, 451))
+    n = int(rng.integers(lo, hi + 1))
     state = np.cumsum(rng.normal(0, 0.01, (n, dims)).astype(np.float32), axis=0)
     t = ep % len(tasks)
     cols = {
@@ -88,28 +115,28 @@ while index < frames:
         "index": pa.array(np.arange(index, index + n)), "task_index": pa.array(np.full(n, t)),
     }
     table = pa.table(cols, schema=schema)
-    data.write_table(table)
-    intact.write_table(table)
+    place = tuple(data.place)
+    data.write(table)
+    if intact is not None:
+        intact.write_table(table)
     stats = {k: rs.lerobot_episode_stats(feature_values(table[k], int(features[k]["shape"][0]), k))
              for k in features if k != "timestamp"}
     stats["timestamp"] = rs.lerobot_episode_stats(np.arange(n) / 30)
-    row = rs.episode_row(info, ep, [tasks[t]], n, (0, 0), index, {}, stats, (0, 0))
+    row = rs.episode_row(info, ep, [tasks[t]], n, place, index, {}, stats, tuple(meta.place))
     rows.append(row)
     buffer.append(row)
     if len(buffer) == 10:
-        table = rs.episodes_table(buffer)
-        meta = meta or pq.ParquetWriter(root / "meta/episodes/chunk-000/file-000.parquet",
-                                        table.schema, **opts)
-        meta.write_table(table)
+        meta.write(rs.episodes_table(buffer))
         buffer = []
     index += n
     ep += 1
 info.update(total_episodes=ep, total_frames=index, splits={"train": f"0:{ep}"})
 (root / "meta/info.json").write_text(json.dumps(info, indent=4))
 (root / "meta/stats.json").write_text(json.dumps(rs.lerobot_dataset_stats(info, rows), indent=4))
-intact.close()
+if intact is not None:
+    intact.close()
 print(json.dumps({"episodes": ep, "frames": index, "unflushed": len(buffer)}), flush=True)
-os._exit(0)  # killed: the recorder's two writers never close
+os._exit(0)  # killed: the recorder's two open writers never close
 """
 
 MEASURE = r"""
@@ -180,7 +207,8 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(parents=True)
         t0 = time.perf_counter()
-        made = child(RECORD, str(root), str(args.frames), str(args.dims), *TASKS)
+        spec = {"root": str(root), "frames": args.frames, "dims": args.dims, "tasks": TASKS}
+        made = child(RECORD, json.dumps({**spec, "intact": True}))
         print(f"recorded and killed: {made} in {time.perf_counter() - t0:.0f}s")
     crashed = root / "data/chunk-000/file-000.parquet"
     meta = pq.read_metadata(intact)

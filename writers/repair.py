@@ -49,6 +49,8 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core import crashpoint, staging
+from episodekit.core import parquet_salvage as ps
+from episodekit.core import thrift_compact as tc
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import open_dataset
 from episodekit.core.errors import DatasetError, EnvironmentProblem, os_problem
@@ -279,7 +281,8 @@ def _stage(
             shutil.copyfile(src, dst)
     stats = repair_build.lerobot_stats(plan, episodes)
     say("verifying the repaired root")
-    counts = verify(plan, staging, options.executor, repair_build.value_ranges(plan, stats))
+    ranges = repair_build.value_ranges(plan, stats)
+    counts = verify(plan, staging, options.executor, ranges, staged.salvaged)
     repair_build.build_stats(plan, staging, staged, stats, counts)
     _verify_videos(plan, staging)
     return staged
@@ -373,34 +376,61 @@ def _in_place(plan: RepairPlan, result: RepairResult, options: RepairOptions) ->
 
 
 def _verify_file(
-    job: tuple[str, int, list[int], list[int]], shared: tuple[str, dict | None]
+    job: tuple[str, int, np.ndarray, np.ndarray, tuple | None], shared: tuple[str, dict | None]
 ) -> dict[str, RangeCounts] | None:
     """One output data file decoded whole: ``index`` consecutive from its first, its episodes
     (``episode_index`` runs) and their lengths as planned; with ``ranges`` (feature -> lo, hi
     per dimension), each feature's values counted over them from the same decoded rows (the
-    first pass of the exact quantiles: :func:`verify`)."""
+    first pass of the exact quantiles: :func:`verify`).
+
+    A file staged by :func:`~episodekit.core.parquet_salvage.write_salvaged` (``salvaged``:
+    its salvage and template) is read a window of row groups at a time under footers of their
+    own (:mod:`episodekit.core.parquet_window`: pyarrow never holds a footer of its thousands
+    of row groups), after its footer on disk is found to be, byte for byte, the one those
+    row groups' structs make; any other file under its own footer."""
     staging, ranges = shared
-    rel, first, episodes, lengths = job
-    expect = np.repeat(np.asarray(episodes, np.int64), lengths)
+    rel, first, episodes, lengths, salvaged = job
+    path = os.path.join(staging, rel)
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
     counts = {n: RangeCounts.over(lo, hi) for n, (lo, hi) in (ranges or {}).items()}
     at = 0
-    with open_data_file(os.path.join(staging, rel), shared_footer=False) as pf:
-        meta = pf.metadata
-        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        if meta.num_rows != sum(rows):
-            raise RepairVerificationError(f"{rel}: its footer counts rows differently")
-        for batch in counted(_row_group_batches(pf, rows), counts):
+    with contextlib.ExitStack() as stack:
+        if salvaged is not None:
+            cut, template = salvaged
+            if not ps.footer_matches(path, cut, template):
+                raise RepairVerificationError(f"{rel}: its footer is not the one planned")
+            parts = _released(ps.windows(path, cut, template).tables(rows=READ_BATCH))
+        else:
+            pf = stack.enter_context(open_data_file(path, shared_footer=False))
+            meta = pf.metadata
+            rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+            if meta.num_rows != sum(rows):
+                raise RepairVerificationError(f"{rel}: its footer counts rows differently")
+            parts = _row_group_batches(pf, rows)
+        for batch in counted(parts, counts):
             n = batch.num_rows
             idx = batch.column("index").to_numpy()
             ep = batch.column("episode_index").to_numpy()
             if not np.array_equal(idx, np.arange(first + at, first + at + n)):
                 raise RepairVerificationError(f"{rel}: index is not consecutive from {first}")
-            if not np.array_equal(ep, expect[at : at + n]):
+            planned = np.arange(at, min(at + n, total))  # the plan's episode of each row
+            expect = episodes[np.searchsorted(ends, planned, side="right")]
+            if not np.array_equal(ep, expect):
                 raise RepairVerificationError(f"{rel}: episode_index differs from the plan")
             at += n
-    if at != len(expect):
-        raise RepairVerificationError(f"{rel}: {at} rows, the plan has {len(expect)}")
+    if at != total:
+        raise RepairVerificationError(f"{rel}: {at} rows, the plan has {total}")
     return counts if ranges is not None else None
+
+
+def _released(parts):
+    """``parts`` as they come; the decode buffers the pool keeps for the next read handed
+    back to the system at the end (see :func:`_row_group_batches`)."""
+    try:
+        yield from parts
+    finally:
+        pa.default_memory_pool().release_unused()
 
 
 def _row_group_batches(pf: DataFile, rows: list[int]):
@@ -422,13 +452,19 @@ def _row_group_batches(pf: DataFile, rows: list[int]):
 
 
 def verify(
-    plan: RepairPlan, staging: Path, executor: str = "local", ranges: dict | None = None
+    plan: RepairPlan,
+    staging: Path,
+    executor: str = "local",
+    ranges: dict | None = None,
+    salvaged: dict[str, tuple[ps.Salvage, tc.Struct]] | None = None,
 ) -> dict[str, RangeCounts] | None:
     """Check the staged data against the plan (module docstring); raise
     :class:`RepairVerificationError` naming the first difference. With ``ranges`` (feature ->
     lo, hi per dimension), also return each feature's values counted over them
     (:class:`~episodekit.metadata.stats.range_counts.RangeCounts`), from the rows the check
-    decodes: the exact quantiles' first pass costs no read of its own."""
+    decodes: the exact quantiles' first pass costs no read of its own. ``salvaged``: the data
+    files :func:`~episodekit.core.parquet_salvage.write_salvaged` staged (relative path ->
+    salvage, template), read a window at a time (:func:`_verify_file`)."""
     try:
         ds = open_dataset(str(staging))
     except DatasetError as exc:
@@ -436,15 +472,18 @@ def verify(
     lengths = [e.length for e in plan.kept]
     if ds.num_episodes != len(plan.kept) or ds.column("length").tolist() != lengths:
         raise RepairVerificationError("the repaired root's episodes differ from the plan")
-    jobs: dict[str, tuple[str, int, list[int], list[int]]] = {}
+    by_file: dict[str, tuple[int, list[int], list[int]]] = {}
     for e in plan.kept:
-        rel, f, eps, ns = jobs.get(e.data.rel, (e.data.rel, e.first_index, [], []))
-        jobs[rel] = (rel, f, [*eps, e.index], [*ns, e.length])
+        by_file.setdefault(e.data.rel, (e.first_index, [], []))
+        by_file[e.data.rel][1].append(e.index)
+        by_file[e.data.rel][2].append(e.length)
+    jobs = [
+        (rel, f, np.asarray(eps, np.int64), np.asarray(ns, np.int64), (salvaged or {}).get(rel))
+        for rel, (f, eps, ns) in by_file.items()
+    ]
     workers = 1 if executor == "local" else None
     counts: dict[str, RangeCounts] | None = None
-    for _, part in imap_files(
-        _verify_file, list(jobs.values()), executor, workers, shared=(str(staging), ranges)
-    ):
+    for _, part in imap_files(_verify_file, jobs, executor, workers, shared=(str(staging), ranges)):
         if part is None:
             continue
         if counts is None:

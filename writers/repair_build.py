@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core import parquet_salvage as ps
+from episodekit.core import thrift_compact as tc
 from episodekit.core.atomic import atomic_path, atomic_write_text
 from episodekit.core.dataset import open_dataset
 from episodekit.core.parquet_read import read_table
@@ -41,12 +42,15 @@ INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
 @dataclass
 class Staged:
     """What a build did: files written (relative path -> how), files the output takes from the
-    root unchanged, root files the output leaves out, episodes whose metadata was rebuilt."""
+    root unchanged, root files the output leaves out, episodes whose metadata was rebuilt, and
+    the data files written under a new footer (relative path -> salvage, template: the
+    verification reads them a window of row groups at a time)."""
 
     written: dict[str, str] = field(default_factory=dict)
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     rebuilt: list[int] = field(default_factory=list)
+    salvaged: dict[str, tuple[ps.Salvage, tc.Struct]] = field(default_factory=dict)
 
 
 def _dest(staging: Path, rel: str) -> Path:
@@ -68,18 +72,14 @@ def _prefix(df, runs: list[int]) -> ps.Salvage | None:
 
 def _rewrite(plan: RepairPlan, df, episodes: list[Episode], dest: Path) -> None:
     """``df`` without the rows of dropped episodes: one row group per kept episode."""
-    with df.open(plan.inventory.root) as pf:
-        schema = pf.schema
-        ends = np.cumsum([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
-        lerobot = Encoding(dictionary=True, page_index=False)  # how LeRobot's recorder writes
-        with RowGroupWriter(dest, schema, encoding=lerobot) as w:
-            for e in episodes:
-                a, n = int(df.first_row[e.run]), int(df.rows[e.run])
-                first = int(np.searchsorted(ends, a, side="right"))
-                last = int(np.searchsorted(ends, a + n - 1, side="right"))
-                t = pf.read_row_groups(list(range(first, last + 1)))
-                w.write_group(t.slice(a - (int(ends[first - 1]) if first else 0), n))
-            w.finish()
+    root = plan.inventory.root
+    ends = np.cumsum(df.group_rows(root))
+    lerobot = Encoding(dictionary=True, page_index=False)  # how LeRobot's recorder writes
+    with RowGroupWriter(dest, df.schema(root), encoding=lerobot) as w:
+        for e in episodes:
+            a, n = int(df.first_row[e.run]), int(df.rows[e.run])
+            w.write_group(df.read_rows(root, a, n, ends=ends))
+        w.finish()
 
 
 def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
@@ -96,6 +96,7 @@ def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
             staged.unchanged.append(df.rel)
         elif not df.intact and (cut := _prefix(df, runs)) is not None:
             ps.write_salvaged(root / df.rel, _dest(staging, df.rel), cut, df.template)
+            staged.salvaged[df.rel] = (cut, df.template)
             staged.written[df.rel] = f"new footer over {len(cut.row_groups)} whole row groups"
         else:
             _rewrite(plan, df, eps, _dest(staging, df.rel))
@@ -119,7 +120,9 @@ def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
     if rows:
         tables.append(repair_schema.episodes_table(rows, like))
     everything = pa.concat_tables(tables, promote_options="permissive")
-    everything = everything.sort_by("episode_index")  # the kept episodes' order
+    del tables
+    if not _whole_in_order(everything, everything.column("episode_index").to_numpy()):
+        everything = everything.sort_by("episode_index")  # the kept episodes' order
     where = np.array(places, dtype=np.int64).reshape(-1, 2)
     for i, col in enumerate(("chunk_index", "file_index")):  # where each row now lives
         name = f"meta/episodes/{col}"
@@ -142,12 +145,24 @@ def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
         if same:
             staged.unchanged.append(rel)
         else:
-            write_table(everything.take(pa.array(pos)), _dest(staging, rel))
+            if pos == list(range(everything.num_rows)) and _whole_in_order(everything, pos):
+                rows_of = everything  # every row, in order: no copy
+            else:
+                rows_of = everything.take(pa.array(pos))
+            write_table(rows_of, _dest(staging, rel))
             rebuilt = sum(e.rebuilt for e in eps)
             staged.written[rel] = f"{len(eps)} rows ({rebuilt} rebuilt)"
         written.add(rel)
     staged.removed += [m.rel for m in inv.episodes if m.rel not in written]
     return everything
+
+
+def _whole_in_order(table: pa.Table, order) -> bool:
+    """Whether ``table`` is one chunk a column and ``order`` goes up strictly: sorting or
+    taking every row of it then gives the table it is, and is skipped (a copy of every
+    metadata row: ~1.7 KB an episode)."""
+    single = all(c.num_chunks <= 1 for c in table.columns)
+    return single and bool(np.all(np.diff(np.asarray(order, np.int64)) > 0))
 
 
 def build_videos(plan: RepairPlan, staging: Path, staged: Staged) -> None:
@@ -251,7 +266,9 @@ def build_stats(
         if any(k in (stats.get(n) or {}) for k in QUANTILE_KEYS)
     }
     rels = sorted({e.data.rel for e in plan.kept})
-    quantiles = exact_from_counts(str(staging), rels, counts or {}) if feats else {}
+    quantiles = {}
+    if feats:  # a file under a new footer is read by windows of row groups (staged.salvaged)
+        quantiles = exact_from_counts(str(staging), rels, counts or {}, windows=staged.salvaged)
     rest = [n for n in feats if n not in quantiles]
     if rest:
         res = compute_stats(open_dataset(str(staging)), features=rest)

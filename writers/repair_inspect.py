@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from episodekit.core import interrupt, parquet_read
 from episodekit.core import parquet_salvage as ps
+from episodekit.core import parquet_window as pw
 from episodekit.core import thrift_compact as tc
 from episodekit.core.dataset import read_tasks_table, resolve_root
 from episodekit.core.errors import DatasetError, EnvironmentProblem
@@ -53,8 +54,6 @@ class ParquetState:
     salvage: ps.Salvage | None = None
     template: tc.Struct | None = None
     problem: str = ""
-    footer: bytes | None = None  # the salvaged file's new footer, made once
-    parsed: parquet_read.FileMetaData | None = None  # pyarrow's reading of the footer, made once
 
     @property
     def num_rows(self) -> int:
@@ -64,21 +63,80 @@ class ParquetState:
 
     total_rows: int = 0
 
+    def windows(self, root: Path) -> pw.RowGroupWindows:
+        """A salvaged file's row groups, a window at a time under footers of their own (never
+        one footer of them all: :mod:`episodekit.core.parquet_window`)."""
+        return ps.windows(root / self.rel, self.salvage, self.template)
+
     @contextlib.contextmanager
     def open(self, root: Path) -> Iterator[parquet_read.DataFile]:
-        """The file's whole row groups (in place, under the rebuilt footer when salvaged)."""
-        path = root / self.rel
-        if self.intact:
-            with parquet_read.open_data_file(str(path)) as pf:
-                self.parsed = pf.metadata
-                yield pf
-            return
-        if self.footer is None:
-            self.footer = ps.footer(self.template, self.salvage)
-        args = (path, self.salvage, self.template, self.footer, self.parsed)
-        with ps.open_salvaged(*args) as pf:
-            self.parsed = pf.metadata
+        """An intact file, under its own footer (:func:`~episodekit.core.parquet_read.
+        read_footer`'s, parsed once)."""
+        if not self.intact:
+            raise ValueError(f"{self.rel} has no footer: read it by windows")
+        with parquet_read.open_data_file(str(root / self.rel)) as pf:
             yield pf
+
+    def footers(self, root: Path) -> Iterator[parquet_read.FileMetaData]:
+        """The footer of the file's row groups, in consecutive parts (a salvaged file's a
+        window at a time; an intact file's whole)."""
+        if self.intact:
+            with self.open(root) as pf:
+                yield pf.metadata
+            return
+        w = self.windows(root)
+        for window in w.windows():
+            yield w.metadata(window)
+
+    def group_rows(self, root: Path) -> np.ndarray:
+        """Rows of each row group (int64)."""
+        if self.intact:
+            with self.open(root) as pf:
+                return pf.row_group_rows()
+        return ps.group_rows(self.salvage)
+
+    def tables(self, root: Path, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """Every row in order, a bounded part at a time (``columns`` only)."""
+        if self.intact:
+            with self.open(root) as pf:
+                for batch in pf.batches(RUN_BATCH, columns):
+                    yield pa.Table.from_batches([batch])
+            return
+        yield from self.windows(root).tables(columns, RUN_BATCH)
+
+    def read(self, root: Path, columns: list[str] | None = None) -> pa.Table:
+        """The whole file (``columns`` only) as one table."""
+        if self.intact:
+            with self.open(root) as pf:
+                return pf.read(columns)
+        return self.windows(root).read_all(columns)
+
+    def read_rows(
+        self,
+        root: Path,
+        first: int,
+        n: int,
+        columns: list[str] | None = None,
+        ends: np.ndarray | None = None,
+    ) -> pa.Table:
+        """Rows ``first`` .. ``first + n - 1`` (``columns`` only), from the row groups holding
+        them (``ends``: the cumulated :meth:`group_rows`, when the caller has them)."""
+        ends = np.cumsum(self.group_rows(root)) if ends is None else ends
+        a = int(np.searchsorted(ends, first, side="right"))
+        b = int(np.searchsorted(ends, first + n - 1, side="right"))
+        if self.intact:
+            with self.open(root) as pf:
+                table = pf.read_row_groups(list(range(a, b + 1)), columns=columns)
+        else:
+            table = self.windows(root).read(range(a, b + 1), columns)
+        return table.slice(first - (int(ends[a - 1]) if a else 0), n)
+
+    def schema(self, root: Path) -> pa.Schema:
+        """The file's Arrow schema (with its key-value metadata)."""
+        if self.intact:
+            with self.open(root) as pf:
+                return pf.schema
+        return self.windows(root).schema
 
     def damage(self) -> str | None:
         """What is wrong with the file, in words (None when intact)."""
@@ -228,24 +286,44 @@ def _first_line(exc: BaseException) -> str:
     return str(cause or exc).splitlines()[0]
 
 
-def _runs_from_statistics(df: DataFile, meta: parquet_read.FileMetaData) -> bool:
-    """:func:`_runs` from the footer alone when every row group holds one episode whose
-    ``index`` goes up by one (the recorder writes one group per episode; its statistics tell
-    min and max): no data page is read. False when the statistics do not tell."""
-    names = [meta.schema.column(j).path for j in range(meta.num_columns)]
-    if "episode_index" not in names or "index" not in names:
-        return False
-    e, x = names.index("episode_index"), names.index("index")
+def _group_statistics(meta: parquet_read.FileMetaData) -> np.ndarray | None:
+    """(episode, first index, last index, rows) of each row group of ``meta`` (4 x groups),
+    when every group's statistics tell one episode; None when they do not. (The column names
+    come from a row group, not ``meta.schema``: pyarrow never frees a footer whose schema was
+    asked for, 5 KB a row group.)"""
     n = meta.num_row_groups
-    ep, lo, hi, rows = (np.zeros(n, np.int64) for _ in range(4))
+    out = np.zeros((4, n), np.int64)
+    if not n:
+        return out
+    first = meta.row_group(0)
+    names = [first.column(j).path_in_schema for j in range(meta.num_columns)]
+    if "episode_index" not in names or "index" not in names:
+        return None
+    e, x = names.index("episode_index"), names.index("index")
     for g in range(n):
         rg = meta.row_group(g)
         se, si = rg.column(e).statistics, rg.column(x).statistics
         if se is None or si is None or not (se.has_min_max and si.has_min_max):
-            return False
+            return None
         if se.null_count or si.null_count or se.min != se.max:
+            return None
+        out[:, g] = se.min, si.min, si.max, rg.num_rows
+    return out
+
+
+def _runs_from_statistics(df: DataFile, footers: Iterator[parquet_read.FileMetaData]) -> bool:
+    """:func:`_runs` from the footer alone (``footers``: its consecutive parts) when every row
+    group holds one episode whose ``index`` goes up by one (the recorder writes one group per
+    episode; its statistics tell min and max): no data page is read. False when the
+    statistics do not tell."""
+    parts = []
+    for meta in footers:
+        part = _group_statistics(meta)
+        if part is None:
             return False
-        ep[g], lo[g], hi[g], rows[g] = se.min, si.min, si.max, rg.num_rows
+        parts.append(part)
+    ep, lo, hi, rows = np.concatenate(parts, axis=1) if parts else np.zeros((4, 0), np.int64)
+    n = len(ep)
     if np.any(hi - lo + 1 != rows):
         return False  # index skips or repeats inside a group: read the values
     new = np.r_[True, ep[1:] != ep[:-1]] if n else np.zeros(0, bool)
@@ -259,16 +337,18 @@ def _runs_from_statistics(df: DataFile, meta: parquet_read.FileMetaData) -> bool
     return True
 
 
-def _runs(df: DataFile, pf: parquet_read.DataFile) -> None:
-    """The episodes of an open data file (``episode_index`` runs), where they lie, and where
+def _runs(df: DataFile, root: Path) -> None:
+    """The episodes of a data file (``episode_index`` runs), where they lie, and where
     ``index`` skips a value inside one; from the row groups' statistics when they tell
-    (:func:`_runs_from_statistics`), else streamed a batch at a time."""
-    if _runs_from_statistics(df, pf.metadata):
+    (:func:`_runs_from_statistics`), else streamed a part at a time."""
+    if _runs_from_statistics(df, df.footers(root)):
         return
     ep_parts, first_parts, start_parts = [], [], []
     gaps = at = 0
     last_ep = last_idx = None
-    for batch in pf.batches(RUN_BATCH, ["episode_index", "index"]):
+    for batch in df.tables(root, ["episode_index", "index"]):
+        if not batch.num_rows:
+            continue
         ep = batch.column(0).to_numpy()
         idx = batch.column(1).to_numpy()
         new = np.r_[last_ep is None or ep[0] != last_ep, ep[1:] != ep[:-1]]
@@ -287,9 +367,7 @@ def _runs(df: DataFile, pf: parquet_read.DataFile) -> None:
     df.first_index = cat(first_parts) if cat else starts
     df.rows = ends - starts
     df.first_row = starts
-    meta = pf.metadata
-    bounds = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-    df.group_end = np.isin(ends, bounds)
+    df.group_end = np.isin(ends, np.cumsum(df.group_rows(root)))
     df.index_gaps = gaps
 
 
@@ -307,8 +385,7 @@ def inspect_data(root: Path, data: list[DataFile]) -> None:
     for s in data:
         if s.intact or s.salvage is not None:
             try:
-                with s.open(root) as pf:
-                    _runs(s, pf)
+                _runs(s, root)
             except (DatasetError, pa.ArrowException, OSError, KeyError) as exc:
                 interrupt.check()  # Ctrl-C that a library turned into an error
                 s.intact, s.salvage = False, None
@@ -320,8 +397,9 @@ def inspect_episodes(root: Path, episodes: list[MetaFile]) -> None:
     for s in episodes:
         if s.intact or s.salvage is not None:
             try:
-                with s.open(root) as pf:
-                    s.table = pf.read()
+                s.table = s.read(root)
+                if s.salvage is not None:  # read once: its row groups' structs are not needed
+                    s.salvage = s.salvage.places()
             except (DatasetError, pa.ArrowException, OSError) as exc:
                 interrupt.check()  # Ctrl-C that a library turned into an error
                 s.intact, s.salvage = False, None
@@ -482,10 +560,9 @@ def _derive_fps(root: Path, data: list[DataFile], checked: repair_info.CheckedIn
         if not (s.intact or s.salvage is not None):
             continue
         ts, fi = [], []
-        with s.open(root) as pf:
-            for batch in pf.batches(RUN_BATCH, ["timestamp", "frame_index"]):
-                ts.append(batch.column(0).to_numpy())
-                fi.append(batch.column(1).to_numpy())
+        for batch in s.tables(root, ["timestamp", "frame_index"]):
+            ts.append(batch.column(0).to_numpy())
+            fi.append(batch.column(1).to_numpy())
         if ts:
             fps = repair_info.derive_fps(np.concatenate(ts), np.concatenate(fi), why, root)
             checked.info["fps"] = fps

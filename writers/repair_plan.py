@@ -313,14 +313,7 @@ def _no_rows(episodes: list[int], no_file: str = "") -> str:
 
 def episode_rows(inv: Inventory, df: DataFile, r: int, columns: list[str]) -> pa.Table:
     """The rows of run ``r`` of ``df`` (only ``columns``), from the row groups holding them."""
-    with df.open(inv.root) as pf:
-        meta = pf.metadata
-        ends = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        a, n = int(df.first_row[r]), int(df.rows[r])
-        first = int(np.searchsorted(ends, a, side="right"))
-        last = int(np.searchsorted(ends, a + n - 1, side="right"))
-        table = pf.read_row_groups(list(range(first, last + 1)), columns=columns)
-    return table.slice(a - (int(ends[first - 1]) if first else 0), n)
+    return df.read_rows(inv.root, int(df.first_row[r]), int(df.rows[r]), columns)
 
 
 def _episode_tasks(inv: Inventory, df: DataFile, r: int, tasks: list[str]) -> list[str]:

@@ -232,27 +232,12 @@ def _columns(table: pa.Table, name: str) -> tuple[tuple[int, ...], dict[str, np.
     return shape, out
 
 
-def lerobot_dataset_stats(
-    info: dict, episodes: pa.Table | list[dict[str, Any]]
-) -> dict[str, dict[str, list]]:
-    """stats.json as LeRobot's recorder writes it for these episodes (a ``meta/episodes``
-    table, or its rows, in order): after each episode ``stats = aggregate_stats([stats,
-    episode_stats])``, its ``aggregate_feature_stats`` (0.4.x-0.6.1) bit for bit: count-weighted
-    mean and quantiles, parallel variance (each step squares the ``std`` the step before
-    wrote).
+STATS_BLOCK = 8192  # episodes whose stats are taken out of the table as numpy at a time
 
-    Each episode's stats are taken in the dtypes the recorder held them in: min/max/mean/std in
-    the values' type promoted to float32 at least (images float32; timestamps float64, the
-    recorder computes them as ``frame_index / fps``), quantiles float64 (an episode of one frame:
-    its mean's type), count int64. Every numpy step of LeRobot's promotes to float64 before it
-    rounds, so the recurrence runs in float64 over every feature's values at once (one step per
-    episode, not one per feature and episode); min and max are order-free, taken in one go."""
-    table = episodes if isinstance(episodes, pa.Table) else episodes_table(list(episodes))
-    feats = info.get("features") or {}
-    names = [n for n in stats_features(info) if f"stats/{n}/count" in table.column_names]
-    n = table.num_rows
-    if not n or not names:
-        return {}
+
+def _held(table: pa.Table, names: list[str], feats: dict) -> list[tuple]:
+    """Per feature of ``names``: (name, shape, width, type, held values, count) of the episodes
+    of ``table``, in the types the recorder held them in (see :func:`lerobot_dataset_stats`)."""
     parts = []
     for name in names:
         shape, cols = _columns(table, name)
@@ -269,25 +254,73 @@ def lerobot_dataset_stats(
             held[q] = np.where(single, cols[q].astype(base).astype(np.float64), cols[q])
         held["var"] = (held["std"] ** 2).astype(np.float64)  # squared in its type, as LeRobot
         parts.append((name, shape, width, base, held, count))
-    # every feature side by side: one float64 row per episode
-    count = np.concatenate([p[5] for p in parts], axis=1)
-    keys = ("mean", "var", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
-    rows = {k: np.concatenate([p[4][k].astype(np.float64) for p in parts], axis=1) for k in keys}
-    acc = {k: rows[k][0] for k in keys}
-    acc["count"], acc["std"] = count[0], None
+    return parts
+
+
+def lerobot_dataset_stats(
+    info: dict, episodes: pa.Table | list[dict[str, Any]], block: int = STATS_BLOCK
+) -> dict[str, dict[str, list]]:
+    """stats.json as LeRobot's recorder writes it for these episodes (a ``meta/episodes``
+    table, or its rows, in order): after each episode ``stats = aggregate_stats([stats,
+    episode_stats])``, its ``aggregate_feature_stats`` (0.4.x-0.6.1) bit for bit: count-weighted
+    mean and quantiles, parallel variance (each step squares the ``std`` the step before
+    wrote).
+
+    Each episode's stats are taken in the dtypes the recorder held them in: min/max/mean/std in
+    the values' type promoted to float32 at least (images float32; timestamps float64, the
+    recorder computes them as ``frame_index / fps``), quantiles float64 (an episode of one frame:
+    its mean's type), count int64. Every numpy step of LeRobot's promotes to float64 before it
+    rounds, so the recurrence runs in float64 over every feature's values at once (one step per
+    episode, not one per feature and episode); min and max are order-free, taken in one go.
+    The episodes' stats leave the table ``block`` episodes at a time (memory: one block's
+    arrays, whatever the episodes)."""
+    table = episodes if isinstance(episodes, pa.Table) else episodes_table(list(episodes))
+    feats = info.get("features") or {}
+    names = [n for n in stats_features(info) if f"stats/{n}/count" in table.column_names]
+    n = table.num_rows
+    if not n or not names:
+        return {}
     quantiles = lerobot_stats.LEROBOT_QUANTILE_KEYS
-    for i in range(1, n):
-        c_a, c_b = acc["count"], count[i]
-        total = c_a + c_b
-        m_a, m_b = acc["mean"], rows["mean"][i]
-        mean = (m_a * c_a + m_b * c_b) / total
-        v_a = acc["var"] if acc["std"] is None else acc["std"] ** 2
-        var = ((v_a + (m_a - mean) ** 2) * c_a + (rows["var"][i] + (m_b - mean) ** 2) * c_b) / total
-        acc = {q: (acc[q] * c_a + rows[q][i] * c_b) / total for q in quantiles}
-        acc.update(mean=mean, var=var, std=np.sqrt(var), count=total)
+    keys = ("mean", "var", *quantiles)
+    acc: dict | None = None
+    first: list[tuple] = []
+    lows: list[np.ndarray] = []
+    highs: list[np.ndarray] = []
+    for at in range(0, n, max(1, block)):
+        parts = _held(table.slice(at, block), names, feats)
+        if not first:
+            first = parts
+        for p, q in zip(parts, first):
+            if (p[1], p[2]) != (q[1], q[2]):
+                raise ValueError(f"stats/{p[0]}/mean: values of different shapes")
+        lo = [p[4]["min"].min(axis=0) for p in parts]
+        hi = [p[4]["max"].max(axis=0) for p in parts]
+        lows = lo if not lows else [np.minimum(a, b) for a, b in zip(lows, lo)]
+        highs = hi if not highs else [np.maximum(a, b) for a, b in zip(highs, hi)]
+        # every feature side by side: one float64 row per episode
+        count = np.concatenate([p[5] for p in parts], axis=1)
+        rows = {
+            k: np.concatenate([p[4][k].astype(np.float64) for p in parts], axis=1) for k in keys
+        }
+        start = 0
+        if acc is None:
+            acc = {k: rows[k][0] for k in keys}
+            acc["count"], acc["std"] = count[0], None
+            start = 1
+        for i in range(start, len(count)):
+            c_a, c_b = acc["count"], count[i]
+            total = c_a + c_b
+            m_a, m_b = acc["mean"], rows["mean"][i]
+            mean = (m_a * c_a + m_b * c_b) / total
+            v_a = acc["var"] if acc["std"] is None else acc["std"] ** 2
+            var = (
+                (v_a + (m_a - mean) ** 2) * c_a + (rows["var"][i] + (m_b - mean) ** 2) * c_b
+            ) / total
+            acc = {q: (acc[q] * c_a + rows[q][i] * c_b) / total for q in quantiles}
+            acc.update(mean=mean, var=var, std=np.sqrt(var), count=total)
     out = {}
     at = 0
-    for name, shape, width, _, held, cnt in parts:
+    for f, (name, shape, width, _, held, cnt) in enumerate(first):
         sl = slice(at, at + width)
         at += width
         if n == 1:  # nothing aggregated: the episode's own values, in their types
@@ -295,7 +328,7 @@ def lerobot_dataset_stats(
             got["count"] = cnt[0, :1]
         else:
             got = {k: acc[k][sl] for k in ("mean", "std", *quantiles)}
-            got["min"], got["max"] = held["min"].min(axis=0), held["max"].max(axis=0)
+            got["min"], got["max"] = lows[f], highs[f]
             got["count"] = acc["count"][sl][:1]
         out[name] = {
             k: (got[k] if k == "count" else got[k].reshape(shape or got[k].shape)).tolist()

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.metadata.stats.blocks import feature_values
-from episodekit.metadata.stats.scan import batches, open_parquet, run_length
+from episodekit.metadata.stats.scan import file_batches, run_length
 from episodekit.metadata.stats.select import (
     REFINE_CANDIDATES,
     brackets,
@@ -210,7 +210,11 @@ class _Inside:
 
 
 def exact_from_counts(
-    root: str, rels: list[str], counts: dict[str, RangeCounts], batch_rows: int = 65_536
+    root: str,
+    rels: list[str],
+    counts: dict[str, RangeCounts],
+    batch_rows: int = 65_536,
+    windows: dict | None = None,
 ) -> dict[str, np.ndarray]:
     """Exact quantiles (5 x D, numpy's linear rule) of each feature of ``counts`` over the
     data files ``rels`` of ``root``, the files ``counts`` counted, by one selection pass over
@@ -218,7 +222,9 @@ def exact_from_counts(
     values lie below it), the pass gathers the values inside. A feature with NaN values is
     left out (the caller decides); one whose brackets hold too many values (a few distinct
     values: ties) is selected by :func:`~episodekit.metadata.stats.select.exact_quantiles`,
-    which narrows first."""
+    which narrows first. ``windows``: relative path -> salvage and template of the files
+    read a window of row groups at a time
+    (:func:`~episodekit.metadata.stats.scan.file_batches`)."""
     dataset: dict[str, FeatureStats] = {}
     for name, rc in counts.items():
         if rc.nan.any() or not rc.total:
@@ -231,13 +237,12 @@ def exact_from_counts(
     crowded = {n: len(fs.sketches) for n, fs in dataset.items() if brs[n][4] > REFINE_CANDIDATES}
     if crowded:
         exact_quantiles(root, rels, crowded, {n: dataset[n] for n in crowded}, "local", 1,
-                        batch_rows)  # fmt: skip
+                        batch_rows, windows)  # fmt: skip
     inside = {n: _Inside(b[0], b[1]) for n, b in brs.items() if n not in crowded}
     dims = {n: len(dataset[n].sketches) for n in inside}
     for rel in rels if dims else []:
-        df = open_parquet(root, rel)
-        for _ in threaded(batches(df, list(dims), batch_rows, threads=True), dims,
-                          lambda name, x: inside[name].add(x)):  # fmt: skip
+        parts = file_batches(root, rel, list(dims), batch_rows, True, (windows or {}).get(rel))
+        for _ in threaded(parts, dims, lambda name, x: inside[name].add(x)):
             pass
     for name, found in inside.items():
         fs, br = dataset[name], brs[name]

@@ -27,6 +27,23 @@ def open_parquet(root: str, rel: str) -> DataFile:
     return open_data_file(posixpath.join(path, rel), fs)
 
 
+def file_batches(
+    root: str, rel: str, columns: list[str], rows: int, threads: bool = False, windows=None
+):
+    """The rows of data file ``rel`` of ``root`` as :func:`batches` gives them; ``windows``
+    (a salvage and its template, for a file repair wrote under a new footer): a window of row
+    groups at a time under footers of their own, never one footer of them all
+    (:func:`~episodekit.core.parquet_salvage.windows`)."""
+    if windows is None:
+        yield from batches(open_parquet(root, rel), columns, rows, threads)
+        return
+    from episodekit.core import parquet_salvage as ps
+
+    fs, path = resolve_root(root)
+    salvage, template = windows
+    yield from ps.windows(os.path.join(path, rel), salvage, template).tables(columns, rows)
+
+
 def batches(df: DataFile, columns: list[str], rows: int, threads: bool = False):
     """The file's rows in blocks of at most ``rows`` rows: consecutive row groups that fit are
     decoded together (whole row groups decode faster than record batches, and LeRobot's
@@ -134,10 +151,10 @@ def refine_file(job: dict) -> dict:
     """Pass 2 over one data file (exact quantiles): per feature and bracket ``(lo, hi)`` (5 x D
     each), how many values are ``<= lo`` and the values strictly inside ``(lo, hi)``."""
     feats: dict[str, int] = job["features"]
-    pf = open_parquet(job["root"], job["rel"])
     below = {n: np.zeros((len(QUANTILES), d), np.int64) for n, d in feats.items()}
     found: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {n: [] for n in feats}
-    for batch in batches(pf, list(feats), job["batch_rows"]):
+    rows, windows = job["batch_rows"], job.get("windows")
+    for batch in file_batches(job["root"], job["rel"], list(feats), rows, windows=windows):
         for n, d in feats.items():
             x = feature_values(batch.column(n), d, n).astype(np.float64)
             for i in range(len(QUANTILES)):
@@ -177,9 +194,9 @@ def count_file(job: dict) -> dict:
     ``job["edges"]`` (5 x D x B+1), how many values are ``<=`` it, NaN counted as
     :func:`refine_file` counts it (a few KiB back)."""
     feats: dict[str, int] = job["features"]
-    pf = open_parquet(job["root"], job["rel"])
     cum = {n: np.zeros(job["edges"][n].shape, np.int64) for n in feats}
-    for batch in batches(pf, list(feats), job["batch_rows"]):
+    rows, windows = job["batch_rows"], job.get("windows")
+    for batch in file_batches(job["root"], job["rel"], list(feats), rows, windows=windows):
         for n, d in feats.items():
             x = np.sort(feature_values(batch.column(n), d, n).astype(np.float64), axis=0)
             nan = np.isnan(x).sum(axis=0)

@@ -116,8 +116,11 @@ def exact_quantiles(
     executor: str,
     jobs: int | None,
     batch_rows: int,
+    windows: dict | None = None,
 ) -> None:
-    """Second pass over the data files (no spilled runs, e.g. on ray): exact quantiles.
+    """Second pass over the data files (no spilled runs, e.g. on ray): exact quantiles
+    (``windows``: relative path -> salvage and template, files read a window of row groups at
+    a time: :func:`~episodekit.metadata.stats.scan.file_batches`).
 
     The candidates inside the summary's brackets travel to this process; their number grows
     with the frames (a summary's rank error does), so while it is over
@@ -130,7 +133,7 @@ def exact_quantiles(
         bound = sum(b[4] for b in brs.values())
         if bound <= REFINE_CANDIDATES:
             break
-        brs = _narrow(root, rels, feats, dataset, brs, executor, jobs, batch_rows)
+        brs = _narrow(root, rels, feats, dataset, brs, executor, jobs, batch_rows, windows)
         if sum(b[4] for b in brs.values()) > bound / 2:
             break  # what is left are ties: they travel run-length encoded
     todo = [
@@ -141,6 +144,7 @@ def exact_quantiles(
             "batch_rows": batch_rows,
             "lo": {n: b[0] for n, b in brs.items()},
             "hi": {n: b[1] for n, b in brs.items()},
+            "windows": (windows or {}).get(rel),
         }
         for rel in rels
     ]
@@ -156,7 +160,7 @@ REFINE_BINS = 256  # histogram bins of a narrowing round
 REFINE_ROUNDS = 4  # narrowing rounds at most (each one pass over the feature columns)
 
 
-def _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows):
+def _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows, windows=None):
     """One counting round: per feature, quantile and dimension, a histogram of the values
     inside ``(lo, hi]`` over :data:`REFINE_BINS` equal bins; the new bracket is the bins that
     hold the order statistics ``k0`` and ``k1``. Returns the new brackets (same shape as
@@ -167,7 +171,14 @@ def _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows):
         edges[n] = base[..., None] + (hi - base)[..., None] * np.linspace(0, 1, REFINE_BINS + 1)
         edges[n][..., 0], edges[n][..., -1] = lo, hi  # exactly the old bracket's ends
     todo = [
-        {"root": root, "rel": rel, "features": feats, "batch_rows": batch_rows, "edges": edges}
+        {
+            "root": root,
+            "rel": rel,
+            "features": feats,
+            "batch_rows": batch_rows,
+            "edges": edges,
+            "windows": (windows or {}).get(rel),
+        }
         for rel in rels
     ]
     results = map_files(count_file, todo, executor=executor, workers=jobs)

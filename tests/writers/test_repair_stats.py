@@ -142,3 +142,28 @@ def test_ragged_stats_are_refused():
     table = table.set_column(table.schema.get_field_index(name), name, pa.array(col))
     with pytest.raises(ValueError, match="different shapes"):
         rs.lerobot_dataset_stats(info, table)
+
+
+@pytest.mark.parametrize("block", [1, 2, 5, 56, 57, 1000])
+def test_stats_taken_a_block_of_episodes_at_a_time_are_the_same(block):
+    """The recurrence carried across blocks gives the same bytes as one block of every
+    episode (memory: one block's arrays), and a shape that changes between blocks is
+    refused as a ragged one is."""
+    info, table = _made_up(57, 3)
+    whole = rs.lerobot_dataset_stats(info, table, block=10**6)
+    assert json.dumps(rs.lerobot_dataset_stats(info, table, block=block)) == json.dumps(whole)
+    assert json.dumps(whole) == json.dumps(reference(info, table))
+    one = table.slice(0, 1)
+    assert json.dumps(rs.lerobot_dataset_stats(info, one, block=block)) == json.dumps(
+        reference(info, one)
+    )
+
+
+def test_shapes_that_differ_between_blocks_are_refused():
+    info, table = _made_up(4, 0)
+    col = [[1.0, 2.0]] * 2 + [[1.0]] * 2
+    for k in ("min", "max", "mean", "std", "q01", "q10", "q50", "q90", "q99"):
+        name = f"stats/task_index/{k}"
+        table = table.set_column(table.schema.get_field_index(name), name, pa.array(col))
+    with pytest.raises(ValueError, match="different shapes"):
+        rs.lerobot_dataset_stats(info, table, block=2)
