@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,8 +131,8 @@ def run_import(
     from episodekit.writers.sink import EpisodeSink, features_from_map
 
     t0 = time.perf_counter()
-    if options.jobs != 1:
-        raise ValueError("--jobs: only 1 is supported for now (episodes are read in order)")
+    if options.jobs < 1:
+        raise ValueError(f"--jobs {options.jobs}: expected 1 or more")
     reader = open_reader(src, options)
     m, keys, doc = _load(reader, options)
     fps = _fps(m, reader, options)
@@ -165,14 +166,11 @@ def run_import(
                 sink = EpisodeSink(staging, feats, fps, m.robot_type)
                 try:
                     say(f"importing {len(refs)} {reader.format} episodes from {src}")
-                    for ref in refs:
-                        try:
-                            mapped = apply_map(reader.read(ref), m, keys, _file(reader, ref))
-                        except Skip as skip:
-                            result.skipped.append(skip.reason)
-                            continue
-                        check_task(mapped.tasks, mapped.source, _file(reader, ref))
-                        sink.add(mapped)
+                    for mapped in _mapped(reader, m, keys, refs, options.jobs):
+                        if isinstance(mapped, str):
+                            result.skipped.append(mapped)
+                        else:
+                            sink.add(mapped)
                     say("verifying the output")
                     written = sink.finish()
                     mark_output_dir(staging, WHAT)
@@ -206,6 +204,67 @@ def run_import(
         raise
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _prepare(ref: Any, reader: Any, m: ImportMap, keys: dict, decode: bool) -> Any:
+    """One episode read and mapped (a skip: its reason); with ``decode`` (a worker process)
+    its images decoded, so what crosses to the writer is plain arrays."""
+    file = _file(reader, ref)
+    try:
+        mapped = apply_map(reader.read(ref), m, keys, file)
+    except Skip as skip:
+        return skip.reason
+    check_task(mapped.tasks, mapped.source, file)
+    if decode:
+        import numpy as np
+
+        from episodekit.importers.episode import ArrayImages
+
+        mapped.images = {
+            k: (ArrayImages(np.stack(list(img.frames()))), ch)
+            for k, (img, ch) in mapped.images.items()
+        }
+    return mapped
+
+
+def _mapped(reader: Any, m: ImportMap, keys: dict, refs: list, jobs: int) -> Iterator[Any]:
+    """The episodes read and mapped, in source order: in this process (``jobs`` 1), else in
+    ``jobs`` 'spawn' processes at most ``2 * jobs`` episodes ahead of the writer (memory: a
+    bounded number of episodes). The writer takes them in order either way, so the output is
+    the same bytes whatever ``jobs``."""
+    if jobs == 1:
+        for ref in refs:
+            yield _prepare(ref, reader, m, keys, False)
+        return
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    from episodekit.core import executor, lifeline
+
+    pool = ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=lifeline.follow,
+        initargs=(os.getpid(),),
+    )
+    try:
+        pending: deque = deque()
+        todo = iter(refs)
+        for ref in todo:
+            pending.append(pool.submit(_prepare, ref, reader, m, keys, True))
+            if len(pending) >= 2 * jobs:
+                break
+        while pending:
+            done = pending.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(pool.submit(_prepare, nxt, reader, m, keys, True))
+            yield done
+        pool.shutdown(wait=True)
+    except BaseException:
+        executor._stop(pool)
+        raise
 
 
 def _file(reader: Any, ref: Any) -> str:

@@ -51,10 +51,11 @@ from episodekit.core import jsonout
 )
 @click.option(
     "--jobs",
-    type=click.IntRange(1, 1),
+    type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Processes reading and encoding episodes (only 1 for now).",
+    help="Processes reading, mapping and decoding episodes (the encoding and writing "
+    "stay in one process, in order: the output is the same bytes whatever N).",
 )
 @click.option("--dry-run", is_flag=True, help="Check the source and the map, write nothing.")
 @json_option

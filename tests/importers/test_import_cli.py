@@ -201,3 +201,27 @@ def test_video_none_with_cameras_is_refused(tmp_path):
     r = ek("import", str(FIX / "aloha_raw"), "--out", str(tmp_path / "o"), "--video", "none")
     assert r.returncode == 2 and "--video av1 or h264" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_jobs_2_writes_the_same_bytes_as_jobs_1(tmp_path, imported):
+    out = tmp_path / "j2"
+    r = ek("import", str(FIX / "aloha_jpeg"), "--out", str(out), "--jobs", "2")
+    assert r.returncode == 0, r.stderr
+    one = imported["aloha_jpeg"]
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    differ = [str(f) for f in files if (one / f).read_bytes() != (out / f).read_bytes()]
+    assert differ == []
+
+
+def test_jobs_2_corrupt_episode_is_one_line_and_publishes_nothing(tmp_path):
+    src = tmp_path / "aloha"
+    shutil.copytree(FIX / "aloha_raw", src)
+    path = src / "episode_1.hdf5"
+    path.write_bytes(path.read_bytes()[:5000])
+    out = tmp_path / "out"
+    r = ek("import", str(src), "--out", str(out), "--jobs", "2")
+    assert r.returncode == 1
+    errors = [line for line in r.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and str(path) in errors[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["aloha"]
