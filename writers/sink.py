@@ -21,8 +21,10 @@ frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 
 :meth:`EpisodeSink.finish` then verifies the folder: every data file read back against the
 checksums of the rows meant for it (row counts, ``index``), each mp4's frame count against its
-episodes, the root read back as a dataset. Memory: one episode and one row group's rows (plus a
-small row of metadata per episode).
+episodes, the root read back as a dataset. Memory: one episode and one row group's rows, plus
+each episode's metadata row (its stats), kept as Arrow columns (a few KB an episode) until
+:meth:`EpisodeSink.finish` writes ``meta/episodes``; the stats.json pass reads the written
+columns back (the surgery writer's code), so its peak grows with the frames.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ DEFAULT_COLUMNS = {  # LeRobot's DEFAULT_FEATURES, after the dataset's own
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
 CODECS = {"av1": "libsvtav1", "h264": "libx264"}
+ROWS_BATCH = 256  # episodes' metadata rows kept as Python values before they become columns
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,9 @@ class EpisodeSink:
         self.info = self._info_dict(robot_type, data_mb, video_mb)
         self.schema = repair_schema.data_schema(self.info)
         self.tasks: dict[str, int] = {}
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []  # episodes not yet in ``_done`` (Python values)
+        self._done: list[pa.Table] = []  # earlier episodes' rows, columnar (compact)
+        self._episodes = 0
         self.extra: dict[str, list[Any]] = {}
         self.frames = 0
         self._file_no = -1
@@ -180,7 +185,7 @@ class EpisodeSink:
     # ---------------------------------------------------------------------------------------
     def add(self, ep: MappedEpisode) -> None:
         """Write one episode (data rows, its frames encoded, its metadata row)."""
-        e, n = len(self.rows), ep.length
+        e, n = self._episodes, ep.length
         task_idx = np.array(
             [self.tasks.setdefault(t, len(self.tasks)) for t in ep.tasks], dtype=np.int64
         )
@@ -220,6 +225,10 @@ class EpisodeSink:
         for k, v in ep.meta.items():
             self.extra.setdefault(k, [None] * e).append(v)
         self.frames += n
+        self._episodes += 1
+        if len(self.rows) >= ROWS_BATCH:  # as Arrow columns: ~8 bytes a value, not ~40
+            self._done.append(repair_schema.episodes_table(self.rows))
+            self.rows = []
 
     def _table(self, values: dict[str, np.ndarray]) -> pa.Table:
         cols = []
@@ -336,14 +345,18 @@ class EpisodeSink:
         """Close the files, write the metadata, verify the folder (see the module docstring)."""
         from episodekit.writers.stats_quantiles import write_stats_json
 
-        if not self.rows:
+        if not self._episodes:
             raise DatasetError("no episodes to write (every episode was skipped or none found)")
         self._close_file()
         for cam in self.cameras.values():
             cam.writer.close()
             cam.writer = None
-        n = len(self.rows)
-        episodes = repair_schema.episodes_table(self.rows)
+        n = self._episodes
+        if self.rows:
+            self._done.append(repair_schema.episodes_table(self.rows))
+            self.rows = []
+        episodes = pa.concat_tables(self._done).combine_chunks()
+        self._done = []
         for k, v in self.extra.items():
             episodes = episodes.append_column(k, pa.array(v + [None] * (n - len(v))))
         row_bytes = episodes.nbytes / n
