@@ -124,8 +124,9 @@ class AlohaReader(Reader):
         return bool(files) and _is_hdf5(min(files))
 
     def episodes(self) -> list[str]:
-        found = [(int(m.group(1)), p.name) for p in self.src.iterdir()
-                 if (m := _EPISODE.match(p.name))]  # fmt: skip
+        found = [
+            (int(m.group(1)), p.name) for p in self.src.iterdir() if (m := _EPISODE.match(p.name))
+        ]
         return [name for _, name in sorted(found)]
 
     def keys(self) -> dict[str, Key]:
@@ -238,8 +239,9 @@ class RobomimicReader(Reader):
         try:
             doc = json.loads(_attr(raw))
         except ValueError:
-            raise SourceError("data attribute env_args is not JSON", str(self.src), None,
-                              "env_args") from None  # fmt: skip
+            raise SourceError(
+                "data attribute env_args is not JSON", str(self.src), None, "env_args"
+            ) from None
         return doc if isinstance(doc, dict) else {}
 
     def _masks(self, f: Any) -> dict[str, set[str]]:
@@ -313,8 +315,11 @@ class RobomimicReader(Reader):
             env = self._env_args(f)
             has_masks = bool(self._masks(f))
         fps = self.fps()
-        low_dim = [k for k, v in keys.items() if k.startswith("obs/") and v.kind == "array"
-                   and len(v.shape) <= 1]  # fmt: skip
+        low_dim = [
+            k
+            for k, v in keys.items()
+            if k.startswith("obs/") and v.kind == "array" and len(v.shape) <= 1
+        ]
         feats: dict[str, Any] = {}
         if low_dim:
             feats["observation.state"] = {"keys": low_dim}
