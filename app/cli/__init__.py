@@ -14,6 +14,7 @@ from episodekit import __version__
 from episodekit.cli.common import EpisodekitGroup, debug_option
 from episodekit.cli.convert import convert_command
 from episodekit.cli.dataset import info_command, sample_command
+from episodekit.cli.import_ import import_command
 from episodekit.cli.metadata import metadata_group
 from episodekit.cli.prep import prep_group
 from episodekit.cli.prepare import prepare_command
@@ -51,6 +52,7 @@ main.add_command(split_command)
 main.add_command(merge_command)
 main.add_command(convert_command)
 main.add_command(repair_command)
+main.add_command(import_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,227 @@
+"""``episodekit import`` as a user runs it (a subprocess), on the HDF5 fixtures written by the
+formats' own tools: the output passes ``validate --deep``, its numbers equal the source's bit for
+bit, timestamps are frame_index / fps, the cameras come back through video within a PSNR."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import tomllib
+
+FIX = Path(__file__).parents[1] / "fixtures" / "import"
+CAMS = ["cam_high", "cam_left_wrist"]
+MIN_PSNR_DB = 28.0  # measured 30.09 dB worst (aloha_raw cam_high: sparse noise pixels), 34.15 jpeg
+
+
+def ek(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "episodekit.cli", *args], capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("imports")
+    out = {}
+    for name in ("aloha_raw", "aloha_jpeg", "robomimic.hdf5"):
+        r = ek("import", str(FIX / name), "--out", str(base / name))
+        assert r.returncode == 0, r.stderr
+        assert "(verified)" in r.stdout
+        out[name] = base / name
+    return out
+
+
+def data(root: Path) -> pa.Table:
+    files = sorted((root / "data").rglob("*.parquet"))
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def column(t: pa.Table, name: str) -> np.ndarray:
+    col = t[name].combine_chunks()
+    if pa.types.is_fixed_size_list(col.type):
+        return col.flatten().to_numpy().reshape(len(col), col.type.list_size)
+    return col.to_numpy()
+
+
+@pytest.mark.parametrize("name", ["aloha_raw", "aloha_jpeg", "robomimic.hdf5"])
+def test_validate_deep_passes(imported, name):
+    r = ek("validate", "--deep", str(imported[name]))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name", ["aloha_raw", "aloha_jpeg"])
+def test_aloha_numbers_equal_the_source_bit_for_bit(imported, name):
+    t = data(imported[name])
+    info = json.loads((imported[name] / "meta/info.json").read_text())
+    assert info["fps"] == 50 and info["total_episodes"] == 3 and info["total_frames"] == 60
+    ep = column(t, "episode_index")
+    for e in range(3):
+        rows = ep == e
+        with h5py.File(FIX / name / f"episode_{e}.hdf5") as f:
+            for feat, key in (
+                ("observation.state", "observations/qpos"),
+                ("observation.velocity", "observations/qvel"),
+                ("action", "action"),
+            ):
+                got = column(t, feat)[rows]
+                assert got.dtype == np.float64
+                assert got.tobytes() == f[key][()].tobytes()
+        fi = column(t, "frame_index")[rows]
+        assert np.array_equal(fi, np.arange(20))
+        assert column(t, "timestamp")[rows].tobytes() == (fi / 50).astype(np.float32).tobytes()
+    assert np.array_equal(column(t, "index"), np.arange(60))
+
+
+def test_robomimic_numbers_splits_and_fps(imported):
+    root = imported["robomimic.hdf5"]
+    t = data(root)
+    info = json.loads((root / "meta/info.json").read_text())
+    assert info["fps"] == 20 and info["total_frames"] == 53
+    ep = column(t, "episode_index")
+    with h5py.File(FIX / "robomimic.hdf5") as f:
+        for e in range(3):
+            g = f["data"][f"demo_{e}"]
+            rows = ep == e
+            state = np.concatenate(
+                [g["obs/robot0_eef_pos"][()], g["obs/robot0_gripper_qpos"][()]], axis=1
+            )
+            assert column(t, "observation.state")[rows].tobytes() == state.tobytes()
+            assert column(t, "action")[rows].tobytes() == g["actions"][()].tobytes()
+            assert column(t, "next.reward")[rows].tobytes() == g["rewards"][()].tobytes()
+            assert column(t, "next.done")[rows].tobytes() == g["dones"][()].tobytes()
+            fi = column(t, "frame_index")[rows]
+            want = (fi / 20).astype(np.float32)
+            assert column(t, "timestamp")[rows].tobytes() == want.tobytes()
+    episodes = pq.read_table(next((root / "meta/episodes").rglob("*.parquet")))
+    assert episodes["split"].to_pylist() == ["train", "train", "valid"]
+    tasks = pq.read_table(root / "meta/tasks.parquet")
+    assert tasks.column(tasks.num_columns - 1).to_pylist() == ["Lift"]
+
+
+def _decoded(path: Path) -> np.ndarray:
+    import av
+
+    with av.open(str(path)) as c:
+        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    d = (a.astype(np.float64) - b.astype(np.float64)) ** 2
+    mse = d.mean()
+    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
+
+
+@pytest.mark.parametrize("name", ["aloha_raw", "aloha_jpeg"])
+def test_cameras_through_video_within_psnr(imported, name):
+    from episodekit.importers.hdf5 import AlohaReader
+
+    reader = AlohaReader(FIX / name)
+    for c in CAMS:
+        mp4s = sorted((imported[name] / f"videos/observation.images.{c}").rglob("*.mp4"))
+        assert len(mp4s) == 1
+        got = _decoded(mp4s[0])
+        want = np.concatenate(
+            [
+                np.stack(list(reader.read(ref).images[f"observations/images/{c}"].frames()))
+                for ref in reader.episodes()
+            ]
+        )
+        assert got.shape == want.shape == (60, 24, 32, 3)
+        worst = min(psnr(g, w) for g, w in zip(got, want))
+        print(f"{name} {c}: min PSNR {worst:.2f} dB over {len(got)} frames")
+        assert worst >= MIN_PSNR_DB
+
+
+def test_print_map_round_trips(tmp_path, imported):
+    r = ek("import", str(FIX / "robomimic.hdf5"), "--print-map")
+    assert r.returncode == 0, r.stderr
+    doc = tomllib.loads(r.stdout)
+    from episodekit.importers.hdf5 import RobomimicReader
+
+    assert doc == RobomimicReader(FIX / "robomimic.hdf5").default_map()
+    m = tmp_path / "map.toml"
+    m.write_text(r.stdout)
+    out = tmp_path / "out"
+    r = ek("import", str(FIX / "robomimic.hdf5"), "--out", str(out), "--map", str(m))
+    assert r.returncode == 0, r.stderr
+    a, b = data(out), data(imported["robomimic.hdf5"])
+    assert a.equals(b)
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    r = ek("import", str(FIX / "aloha_jpeg"), "--out", str(out), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "would import 3 aloha episodes" in r.stdout
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_unknown_layout_is_one_line_exit_2(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    r = ek("import", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is no layout episodekit imports" in lines[0]
+    assert "notes.txt" in lines[0] and "--format" in lines[0]
+
+
+def test_rerun_is_idempotent(tmp_path):
+    out = tmp_path / "out"
+    assert ek("import", str(FIX / "aloha_raw"), "--out", str(out)).returncode == 0
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    r = ek("import", str(FIX / "aloha_raw"), "--out", str(out))
+    assert r.returncode == 0 and "nothing to do" in r.stdout
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_corrupt_episode_in_the_middle_publishes_nothing(tmp_path):
+    src = tmp_path / "aloha"
+    shutil.copytree(FIX / "aloha_raw", src)
+    path = src / "episode_1.hdf5"
+    path.write_bytes(path.read_bytes()[:5000])
+    out = tmp_path / "out"
+    r = ek("import", str(src), "--out", str(out))
+    assert r.returncode == 1
+    errors = [line for line in r.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and str(path) in errors[0]  # one line (the others are progress)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["aloha"]  # no staging left
+
+
+def test_video_none_with_cameras_is_refused(tmp_path):
+    r = ek("import", str(FIX / "aloha_raw"), "--out", str(tmp_path / "o"), "--video", "none")
+    assert r.returncode == 2 and "--video av1 or h264" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_jobs_2_writes_the_same_bytes_as_jobs_1(tmp_path, imported):
+    out = tmp_path / "j2"
+    r = ek("import", str(FIX / "aloha_jpeg"), "--out", str(out), "--jobs", "2")
+    assert r.returncode == 0, r.stderr
+    one = imported["aloha_jpeg"]
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    differ = [str(f) for f in files if (one / f).read_bytes() != (out / f).read_bytes()]
+    assert differ == []
+
+
+def test_jobs_2_corrupt_episode_is_one_line_and_publishes_nothing(tmp_path):
+    src = tmp_path / "aloha"
+    shutil.copytree(FIX / "aloha_raw", src)
+    path = src / "episode_1.hdf5"
+    path.write_bytes(path.read_bytes()[:5000])
+    out = tmp_path / "out"
+    r = ek("import", str(src), "--out", str(out), "--jobs", "2")
+    assert r.returncode == 1
+    errors = [line for line in r.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and str(path) in errors[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["aloha"]

@@ -1,0 +1,279 @@
+"""``episodekit import``: a source in another format (see :mod:`episodekit.importers`) through
+its map into the episode sink (:mod:`episodekit.writers.sink`), staged next to ``--out``,
+verified, published atomically, rerun-safe.
+
+The reader lists the episodes; each is read, mapped (:func:`~episodekit.importers.mapping.
+apply_map`: casts, concatenations, quirks refused or skipped as the map says) and written
+before the next is read. Everything goes into a hidden staging folder next to ``--out``
+(:mod:`episodekit.core.staging`), swapped into place under ``--out``'s writer lock once
+verified: a failure anywhere (a corrupt episode in the middle) publishes nothing. A rerun whose
+inputs (every source file's name, size and mtime, the map, the options, the tool version)
+match the key recorded in ``--out`` does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from episodekit.core import staging as staging_mod
+from episodekit.core.atomic import atomic_write_text
+from episodekit.core.errors import DatasetError
+from episodekit.core.lock import remove_if_only_lock, writer_lock
+from episodekit.core.outdir import check_output_dir, mark_output_dir
+from episodekit.core.progress import current
+from episodekit.core.version import __version__
+from episodekit.importers.mapping import (
+    ImportMap,
+    MapError,
+    Skip,
+    apply_map,
+    check_task,
+    dump_map,
+    load_map,
+    parse_map,
+)
+from episodekit.importers.registry import detect, reader_class
+
+RECIPE_FILE = ".episodekit-import.json"  # at the output's root: what it was imported from
+WHAT = "episodekit import"
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """``--format`` (None: detected), ``--map``, ``--fps``, ``--video``, ``--jobs``."""
+
+    fmt: str | None = None
+    map_path: str | None = None
+    fps: float | None = None
+    video: str = "av1"
+    jobs: int = 1
+
+
+@dataclass
+class ImportResult:
+    out: str
+    status: str  # "written", "unchanged" or "dry run"
+    format: str
+    episodes: int = 0
+    frames: int = 0
+    tasks: int = 0
+    data_files: int = 0
+    video_files: int = 0
+    seconds: float = 0.0
+    features: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def open_reader(src: str, options: ImportOptions) -> Any:
+    """The source's reader (its format given or detected)."""
+    cls = reader_class(options.fmt) if options.fmt else detect(src)
+    if not Path(src).exists():
+        raise MapError(f"{src}: no such file or folder")
+    return cls(src, {})
+
+
+def inferred_map(src: str, options: ImportOptions) -> str:
+    """The reader's built-in map as TOML (``--print-map``), for the user to edit."""
+    reader = open_reader(src, options)
+    doc = reader.default_map()
+    parse_map(doc, reader.keys(), "the built-in map")  # what is printed must read back
+    return dump_map(doc, f"episodekit import map for {src} (format {reader.format})")
+
+
+def _load(reader: Any, options: ImportOptions) -> tuple[ImportMap, dict, dict]:
+    keys = reader.keys()
+    if options.map_path:
+        doc = load_map(options.map_path)
+        name = options.map_path
+    else:
+        doc, name = reader.default_map(), "the built-in map"
+    m = parse_map(doc, keys, name)
+    if m.source:  # the map's [source] options: a reader made with them
+        reader.options = dict(m.source)
+    return m, keys, doc
+
+
+def _fps(m: ImportMap, reader: Any, options: ImportOptions) -> int:
+    fps = options.fps or m.fps or reader.fps()
+    if not fps:
+        raise MapError("the source records no frame rate; give --fps N or fps = N in the map")
+    if float(fps) != int(fps):
+        raise MapError(f"fps {fps:g}: LeRobot's video needs a whole number of frames per second")
+    return int(fps)
+
+
+def _recipe(src: Path, doc: dict, fmt: str, fps: int, video: str) -> str:
+    files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+    listing = []
+    for p in files:
+        st = p.stat()
+        listing.append(
+            [str(p.relative_to(src)) if p != src else p.name, st.st_size, st.st_mtime_ns]
+        )
+    blob = json.dumps([__version__, fmt, fps, video, doc, listing], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def run_import(
+    src: str, out: str | os.PathLike, options: ImportOptions, dry_run: bool = False
+) -> ImportResult:
+    """Import ``src`` into a new v3.0 dataset at ``out`` (see the module docstring)."""
+    from episodekit.writers.sink import EpisodeSink, features_from_map
+
+    t0 = time.perf_counter()
+    if options.jobs < 1:
+        raise ValueError(f"--jobs {options.jobs}: expected 1 or more")
+    reader = open_reader(src, options)
+    m, keys, doc = _load(reader, options)
+    fps = _fps(m, reader, options)
+    feats = features_from_map(m, keys, options.video)
+    refs = reader.episodes()
+    result = ImportResult(
+        str(out),
+        "dry run" if dry_run else "written",
+        reader.format,
+        features=[f.name for f in feats],
+    )
+    if dry_run:
+        result.episodes = len(refs)
+        result.seconds = time.perf_counter() - t0
+        return result
+    src_path = Path(src).resolve()
+    out_path = check_output_dir(out, sources=[src_path])
+    key = _recipe(src_path, doc, reader.format, fps, options.video)
+    created = not out_path.exists()
+    say = current().step
+    try:
+        with writer_lock(out_path):
+            staging_mod.remove_stale(out_path)
+            recorded = _recorded(out_path)
+            if recorded.get("key") == key and (out_path / "meta/info.json").exists():
+                result.status = "unchanged"
+                for k in ("episodes", "frames", "tasks", "data_files", "video_files"):
+                    setattr(result, k, int(recorded.get(k, 0)))
+            else:
+                staging = staging_mod.new_staging(out_path)
+                sink = EpisodeSink(staging, feats, fps, m.robot_type)
+                try:
+                    say(f"importing {len(refs)} {reader.format} episodes from {src}")
+                    for mapped in _mapped(reader, m, keys, refs, options.jobs):
+                        if isinstance(mapped, str):
+                            result.skipped.append(mapped)
+                        else:
+                            sink.add(mapped)
+                    say("verifying the output")
+                    written = sink.finish()
+                    mark_output_dir(staging, WHAT)
+                    result.episodes, result.frames = written.episodes, written.frames
+                    result.tasks, result.data_files = written.tasks, written.data_files
+                    result.video_files = written.video_files
+                    recipe = {
+                        "key": key,
+                        "what": WHAT,
+                        "source": str(src_path),
+                        **{
+                            k: getattr(result, k)
+                            for k in ("episodes", "frames", "tasks", "data_files", "video_files")
+                        },
+                    }
+                    atomic_write_text(staging / RECIPE_FILE, json.dumps(recipe, indent=2))
+                    staging_mod.publish(staging, out_path)
+                except BaseException as exc:
+                    sink.abort()
+                    staging_mod.discard(staging, out_path)
+                    from episodekit.core.parquet_write import VerificationError
+
+                    if isinstance(exc, VerificationError):
+                        raise DatasetError(
+                            f"the output failed verification, nothing was published: {exc}"
+                        ) from exc
+                    raise
+    except BaseException:
+        if created:
+            remove_if_only_lock(out_path)
+        raise
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _prepare(ref: Any, reader: Any, m: ImportMap, keys: dict, decode: bool) -> Any:
+    """One episode read and mapped (a skip: its reason); with ``decode`` (a worker process)
+    its images decoded, so what crosses to the writer is plain arrays."""
+    file = _file(reader, ref)
+    try:
+        mapped = apply_map(reader.read(ref), m, keys, file)
+    except Skip as skip:
+        return skip.reason
+    check_task(mapped.tasks, mapped.source, file)
+    if decode:
+        import numpy as np
+
+        from episodekit.importers.episode import ArrayImages
+
+        mapped.images = {
+            k: (ArrayImages(np.stack(list(img.frames()))), ch)
+            for k, (img, ch) in mapped.images.items()
+        }
+    return mapped
+
+
+def _mapped(reader: Any, m: ImportMap, keys: dict, refs: list, jobs: int) -> Iterator[Any]:
+    """The episodes read and mapped, in source order: in this process (``jobs`` 1), else in
+    ``jobs`` 'spawn' processes at most ``2 * jobs`` episodes ahead of the writer (memory: a
+    bounded number of episodes). The writer takes them in order either way, so the output is
+    the same bytes whatever ``jobs``."""
+    if jobs == 1:
+        for ref in refs:
+            yield _prepare(ref, reader, m, keys, False)
+        return
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    from episodekit.core import executor, lifeline
+
+    pool = ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=lifeline.follow,
+        initargs=(os.getpid(),),
+    )
+    try:
+        pending: deque = deque()
+        todo = iter(refs)
+        for ref in todo:
+            pending.append(pool.submit(_prepare, ref, reader, m, keys, True))
+            if len(pending) >= 2 * jobs:
+                break
+        while pending:
+            done = pending.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(pool.submit(_prepare, nxt, reader, m, keys, True))
+            yield done
+        pool.shutdown(wait=True)
+    except BaseException:
+        executor._stop(pool)
+        raise
+
+
+def _file(reader: Any, ref: Any) -> str:
+    return str(reader.src / ref) if reader.src.is_dir() else str(reader.src)
+
+
+def _recorded(out: Path) -> dict:
+    try:
+        doc = json.loads((out / RECIPE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}

@@ -1,0 +1,441 @@
+"""The episode sink: episodes in, one at a time, a LeRobot v3.0 root out (what ``import`` writes).
+
+An episode is a :class:`~episodekit.importers.mapping.MappedEpisode`: per feature a ``(T,)`` or
+``(T, D)`` numpy array in the output dtype, per camera its images (encoded here), one task per
+frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
+
+- data: ``data/chunk-XXX/file-YYY.parquet`` in LeRobot's column order and schema
+  (:func:`~episodekit.writers.repair_schema.data_schema`), row groups of about ``target_mb``
+  (32 MiB) of rows written as they fill (:class:`~episodekit.core.parquet_write.RowGroupWriter`:
+  statistics, page index), a new file when LeRobot's roll-over rule says
+  (:func:`~episodekit.core.layout.files.roll_over`, on the episodes' Arrow bytes);
+- videos: each camera's episodes in ``videos/KEY/chunk-XXX/file-YYY.mp4``, every episode
+  starting on a keyframe, with LeRobot 0.6.1's encoder settings (AV1 libsvtav1, g 2, crf 30,
+  yuv420p, preset 12: :data:`~episodekit.writers.image_video.LEROBOT_RGB`) or h264; a new file
+  once the current one reached ``video_files_size_in_mb``;
+- ``meta/episodes`` (LeRobot's rows: :func:`~episodekit.writers.repair_schema.episode_row`, with
+  LeRobot's per-episode stats: sampled and downsampled frames for cameras), the episodes'
+  kept source values as extra columns, ``meta/tasks.parquet``, ``meta/info.json`` (parsed
+  strictly through :class:`~episodekit.core.layout.Info`) and ``meta/stats.json`` (the
+  surgery writer's: LeRobot's aggregation, quantiles exact over the written columns).
+
+:meth:`EpisodeSink.finish` then verifies the folder: every data file read back against the
+checksums of the rows meant for it (row counts, ``index``), each mp4's frame count against its
+episodes, the root read back as a dataset. Memory: one episode and one row group's rows, plus
+each episode's metadata row (its stats), kept as Arrow columns (a few KB an episode) until
+:meth:`EpisodeSink.finish` writes ``meta/episodes``; the stats.json pass reads the written
+columns back (the surgery writer's code), so its peak grows with the frames.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from episodekit.core.checksum import TableChecksum
+from episodekit.core.errors import DatasetError
+from episodekit.core.layout.files import chunk_file, file_path, roll_over
+from episodekit.core.layout.rules import DATA_PATH_V3, VIDEO_PATH_V3
+from episodekit.core.parquet_read import open_data_file
+from episodekit.core.parquet_write import RowGroupWriter, VerificationError, write_table
+from episodekit.core.paths import MIB
+from episodekit.importers.mapping import MappedEpisode
+from episodekit.writers import meta as meta_mod
+from episodekit.writers import repair_schema
+
+DEFAULT_COLUMNS = {  # LeRobot's DEFAULT_FEATURES, after the dataset's own
+    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+    "index": {"dtype": "int64", "shape": [1], "names": None},
+    "task_index": {"dtype": "int64", "shape": [1], "names": None},
+}
+CODECS = {"av1": "libsvtav1", "h264": "libx264"}
+ROWS_BATCH = 256  # episodes' metadata rows kept as Python values before they become columns
+
+
+@dataclass(frozen=True)
+class SinkFeature:
+    """One output feature: ``kind`` ``array`` (dtype, shape ``(D,)``, names) or ``image``
+    (shape ``(H, W, C)``, encoded as ``video`` ``av1`` or ``h264``)."""
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    names: tuple[str, ...] | None = None
+    video: str = "av1"
+
+
+@dataclass
+class SinkResult:
+    """What the sink wrote."""
+
+    episodes: int = 0
+    frames: int = 0
+    tasks: int = 0
+    data_files: int = 0
+    video_files: int = 0
+    features: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Camera:
+    feature: SinkFeature
+    writer: Any = None
+    file_no: int = -1
+    in_file: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # rel -> frames
+    chunks_size: int = 1000
+
+    def rel(self) -> str:
+        where = chunk_file(self.file_no, self.chunks_size)
+        return file_path(VIDEO_PATH_V3, *where, video_key=self.feature.name)
+
+
+class EpisodeSink:
+    """Write episodes (in order) as a v3.0 root in ``folder`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        folder: str | Path,
+        features: list[SinkFeature],
+        fps: int,
+        robot_type: str | None = None,
+        chunks_size: int = 1000,
+        data_mb: float = 100.0,
+        video_mb: float = 200.0,
+        target_mb: float = 32.0,
+    ) -> None:
+        self.folder = Path(folder)
+        self.fps = int(fps)
+        self.features = list(features)
+        self.chunks_size = chunks_size
+        self.data_limit, self.video_limit = data_mb * MIB, video_mb * MIB
+        self.target = target_mb * MIB
+        self.cameras = {
+            f.name: _Camera(f, chunks_size=chunks_size) for f in self.features if f.kind == "image"
+        }
+        self.info = self._info_dict(robot_type, data_mb, video_mb)
+        self.schema = repair_schema.data_schema(self.info)
+        self.tasks: dict[str, int] = {}
+        self.rows: list[dict[str, Any]] = []  # episodes not yet in ``_done`` (Python values)
+        self._done: list[pa.Table] = []  # earlier episodes' rows, columnar (compact)
+        self._episodes = 0
+        self.extra: dict[str, list[Any]] = {}
+        self.frames = 0
+        self._file_no = -1
+        self._file_bytes = 0.0
+        self._writer: RowGroupWriter | None = None
+        self._pending: list[pa.Table] = []
+        self._pending_bytes = 0
+        self._checksums: dict[str, TableChecksum] = {}
+        self._file_rows: dict[str, tuple[int, int]] = {}  # rel -> (first index, rows)
+
+    # ---------------------------------------------------------------------------------------
+    def _info_dict(self, robot_type: str | None, data_mb: float, video_mb: float) -> dict:
+        from episodekit.writers.image_video import ENCODER_INFO, LEROBOT_RGB
+
+        feats: dict[str, dict] = {}
+        for f in self.features:
+            if f.kind == "image":
+                h, w, c = f.shape
+                info = {
+                    "video.height": h,
+                    "video.width": w,
+                    "video.codec": f.video,
+                    "video.pix_fmt": LEROBOT_RGB.pix_fmt,
+                    "video.fps": self.fps,
+                    "video.channels": c,
+                    "has_audio": False,
+                    **(ENCODER_INFO if f.video == "av1" else {}),
+                    "is_depth_map": False,
+                }
+                feats[f.name] = {
+                    "dtype": "video",
+                    "shape": [h, w, c],
+                    "names": ["height", "width", "channels"],
+                    "info": info,
+                }
+            else:
+                names = list(f.names) if f.names else None
+                feats[f.name] = {"dtype": f.dtype, "shape": list(f.shape), "names": names}
+        feats.update({k: dict(v) for k, v in DEFAULT_COLUMNS.items()})
+        return {
+            "codebase_version": "v3.0",
+            "robot_type": robot_type,
+            "total_episodes": 0,
+            "total_frames": 0,
+            "total_tasks": 0,
+            "chunks_size": self.chunks_size,
+            "data_files_size_in_mb": data_mb,
+            "video_files_size_in_mb": video_mb,
+            "fps": self.fps,
+            "splits": {},
+            "data_path": DATA_PATH_V3,
+            "video_path": VIDEO_PATH_V3 if self.cameras else None,
+            "features": feats,
+        }
+
+    # ---------------------------------------------------------------------------------------
+    def add(self, ep: MappedEpisode) -> None:
+        """Write one episode (data rows, its frames encoded, its metadata row)."""
+        e, n = self._episodes, ep.length
+        task_idx = np.array(
+            [self.tasks.setdefault(t, len(self.tasks)) for t in ep.tasks], dtype=np.int64
+        )
+        frame_index = np.arange(n, dtype=np.int64)
+        values: dict[str, np.ndarray] = dict(ep.columns)
+        values["timestamp"] = (frame_index / self.fps).astype(np.float32)
+        values["frame_index"] = frame_index
+        values["episode_index"] = np.full(n, e, dtype=np.int64)
+        values["index"] = np.arange(self.frames, self.frames + n, dtype=np.int64)
+        values["task_index"] = task_idx
+        table = self._table(values)
+        stats = {}
+        for name in repair_schema.stats_features(self.info):
+            if name in values:
+                stats[name] = repair_schema.lerobot_episode_stats(values[name].reshape(n, -1))
+        data_file = self._data(table)
+        videos = {}
+        for name, cam in self.cameras.items():
+            images, channels = ep.images[name]
+            videos[name], stats[name] = self._encode(cam, images, channels, n, ep.source)
+        seen: dict[str, None] = {}
+        for t in ep.tasks:
+            seen.setdefault(t, None)
+        self.rows.append(
+            repair_schema.episode_row(
+                self.info,
+                e,
+                list(seen),
+                n,
+                chunk_file(data_file, self.chunks_size),
+                self.frames,
+                videos,
+                stats,
+                (0, 0),
+            )
+        )
+        for k, v in ep.meta.items():
+            self.extra.setdefault(k, [None] * e).append(v)
+        self.frames += n
+        self._episodes += 1
+        if len(self.rows) >= ROWS_BATCH:  # as Arrow columns: ~8 bytes a value, not ~40
+            self._done.append(repair_schema.episodes_table(self.rows))
+            self.rows = []
+
+    def _table(self, values: dict[str, np.ndarray]) -> pa.Table:
+        cols = []
+        for fld in self.schema:
+            v = values[fld.name]
+            if pa.types.is_fixed_size_list(fld.type):
+                flat = pa.array(np.ascontiguousarray(v).reshape(-1), type=fld.type.value_type)
+                cols.append(pa.FixedSizeListArray.from_arrays(flat, fld.type.list_size))
+            else:
+                cols.append(pa.array(v.reshape(-1), type=fld.type))
+        return pa.Table.from_arrays(cols, schema=self.schema)
+
+    def _data(self, table: pa.Table) -> int:
+        """Rows to the current data file (or a new one by LeRobot's rule); its file number."""
+        size = float(table.nbytes)
+        if (
+            self._writer is None
+            or roll_over(np.array([self._file_bytes, size]), self.data_limit)[1]
+        ):
+            self._close_file()
+            self._open_file()
+        self._file_bytes += size
+        self._pending.append(table)
+        self._pending_bytes += table.nbytes
+        if self._pending_bytes >= self.target:
+            self._flush()
+        return self._file_no
+
+    def _rel(self) -> str:
+        return file_path(DATA_PATH_V3, *chunk_file(self._file_no, self.chunks_size))
+
+    def _open_file(self) -> None:
+        self._file_no += 1
+        rel = self._rel()
+        (self.folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        checksum = self._checksums[rel] = TableChecksum()
+        self._file_rows[rel] = (self.frames, 0)
+        self._writer = RowGroupWriter(self.folder / rel, self.schema, on_group=checksum.update)
+        self._file_bytes = 0.0
+
+    def _flush(self) -> None:
+        if self._pending and self._writer is not None:
+            table = pa.concat_tables(self._pending)
+            self._writer.write_group(table)
+            first, rows = self._file_rows[self._rel()]
+            self._file_rows[self._rel()] = (first, rows + table.num_rows)
+        self._pending, self._pending_bytes = [], 0
+
+    def _close_file(self) -> None:
+        if self._writer is not None:
+            self._flush()
+            self._writer.finish()
+            self._writer = None
+
+    def _encode(
+        self, cam: _Camera, images: Any, channels: str, n: int, source: str
+    ) -> tuple[tuple[int, int, float, float], dict[str, np.ndarray]]:
+        """One episode's frames appended to the camera's current mp4 (a new one past the size
+        limit), keyframe first; its ``videos/*`` values and LeRobot's image stats."""
+        from episodekit.core.video_writer import VideoWriter
+        from episodekit.metadata.image_stats import downsample_step, sample_indices
+        from episodekit.writers.image_video import LEROBOT_RGB
+
+        f = cam.feature
+        frames = np.stack(list(images.frames())) if n else np.zeros((0, *f.shape), np.uint8)
+        if frames.shape != (n, *f.shape):
+            raise DatasetError(
+                f"episode {source}: key {f.name!r}: images of shape {frames.shape[1:]}, the "
+                f"first episode's were {f.shape} (one video stream needs one size)"
+            )
+        if channels == "bgr":
+            frames = frames[..., ::-1]
+        if cam.writer is None or cam.writer.bytes >= self.video_limit:
+            if cam.writer is not None:
+                cam.writer.close()
+            cam.file_no, cam.in_file = cam.file_no + 1, 0
+            path = self.folder / cam.rel()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            h, w = f.shape[:2]
+            cam.writer = VideoWriter(
+                path,
+                w,
+                h,
+                self.fps,
+                LEROBOT_RGB,
+                codec=f.video,
+                preset=None if f.video == "h264" else LEROBOT_RGB.preset,
+            )
+        cam.writer.write(frames, keyframe_first=True)
+        start = cam.in_file / self.fps
+        cam.in_file += n
+        rel = cam.rel()
+        cam.counts[rel] = cam.counts.get(rel, 0) + n
+        sample = frames[sample_indices(n)]
+        step = downsample_step(sample.shape[1], sample.shape[2])
+        stats = repair_schema.lerobot_image_stats(sample[:, ::step, ::step])
+        chunk, file = chunk_file(cam.file_no, self.chunks_size)
+        return (int(chunk), int(file), start, cam.in_file / self.fps), stats
+
+    def abort(self) -> None:
+        """Close what is open after an error (the folder is discarded by the caller)."""
+        for cam in self.cameras.values():
+            if cam.writer is not None:
+                cam.writer.abort()
+                cam.writer = None
+        if self._writer is not None:
+            try:
+                self._writer.__exit__(RuntimeError, None, None)
+            finally:
+                self._writer = None
+
+    # ---------------------------------------------------------------------------------------
+    def finish(self) -> SinkResult:
+        """Close the files, write the metadata, verify the folder (see the module docstring)."""
+        from episodekit.writers.stats_quantiles import write_stats_json
+
+        if not self._episodes:
+            raise DatasetError("no episodes to write (every episode was skipped or none found)")
+        self._close_file()
+        for cam in self.cameras.values():
+            cam.writer.close()
+            cam.writer = None
+        n = self._episodes
+        if self.rows:
+            self._done.append(repair_schema.episodes_table(self.rows))
+            self.rows = []
+        episodes = pa.concat_tables(self._done).combine_chunks()
+        self._done = []
+        for k, v in self.extra.items():
+            episodes = episodes.append_column(k, pa.array(v + [None] * (n - len(v))))
+        row_bytes = episodes.nbytes / n
+        meta_seq = roll_over(np.full(n, row_bytes), self.data_limit)
+        chunk, file = chunk_file(meta_seq, self.chunks_size)
+        for col, values in (
+            ("meta/episodes/chunk_index", chunk),
+            ("meta/episodes/file_index", file),
+        ):
+            episodes = episodes.set_column(
+                episodes.schema.get_field_index(col), col, pa.array(values)
+            )
+        meta_mod.write_episodes(self.folder, episodes)
+        tasks = list(self.tasks)
+        write_table(meta_mod.tasks_table(tasks), self.folder / "meta/tasks.parquet")
+        plan = SimpleNamespace(
+            num_episodes=n, num_frames=self.frames, length=episodes["length"].to_numpy()
+        )
+        info = meta_mod.info_json(self.info, plan, len(tasks), self.info["features"])
+        meta_mod.write_info(self.folder / "meta/info.json", info)
+        stats = meta_mod.dataset_stats(episodes, self.info["features"], {})
+        write_stats_json(self.folder, None, stats)
+        self.verify(plan)
+        return SinkResult(
+            episodes=n,
+            frames=self.frames,
+            tasks=len(tasks),
+            data_files=len(self._checksums),
+            video_files=sum(len(c.counts) for c in self.cameras.values()),
+            features=[f.name for f in self.features],
+        )
+
+    def verify(self, plan: Any) -> None:
+        """Every data file read back (rows, ``index``, per-column checksums), every mp4's
+        frame count, the root read as a dataset: :class:`VerificationError` on a difference."""
+        from episodekit.writers.verify import verify_root, verify_videos
+
+        for rel, want in self._checksums.items():
+            first, rows = self._file_rows[rel]
+            got, at = TableChecksum(), first
+            with open_data_file(str(self.folder / rel), stream=True, shared_footer=False) as df:
+                if not df.schema.remove_metadata().equals(self.schema.remove_metadata()):
+                    raise VerificationError(f"{rel}: schema differs from the one written")
+                for batch in df.batches(64 * 1024):
+                    idx = batch.column("index").to_numpy()
+                    if not np.array_equal(idx, np.arange(at, at + batch.num_rows)):
+                        raise VerificationError(f"{rel}: index is not {at}.. in order")
+                    got.update(batch)
+                    at += batch.num_rows
+            if at - first != rows:
+                raise VerificationError(f"{rel}: {at - first} rows, {rows} were written")
+            if got.digests() != want.digests():
+                bad = sorted(c for c, d in got.digests().items() if want.digests().get(c) != d)
+                raise VerificationError(f"{rel}: values differ from those written in {bad}")
+        verify_videos(self.folder, {k: dict(c.counts) for k, c in self.cameras.items()})
+        verify_root(self.folder, plan)
+
+
+def features_from_map(m: Any, keys: dict, video: str) -> list[SinkFeature]:
+    """The sink's features from an import map (``importers.mapping.ImportMap``) and the
+    source's keys; ``video`` is ``--video`` (a feature's own ``video`` wins). Image features
+    with video ``none`` are refused: images kept in the data files are not written yet."""
+    from episodekit.importers.mapping import MapError, feature_dtype, feature_shape
+
+    out = []
+    for f in m.features:
+        shape = feature_shape(f, keys)
+        if f.kind == "image":
+            codec = f.video or video
+            if codec == "none":
+                raise MapError(
+                    f"features.{f.name!r}: images are only written as video here; give "
+                    "--video av1 or h264, or leave the feature out of the map (--map)"
+                )
+            if len(shape) != 3 or shape[2] != 3:
+                raise MapError(f"features.{f.name!r}: images of shape {shape}, need (H, W, 3)")
+            out.append(SinkFeature(f.name, "image", "video", tuple(shape), None, codec))
+        else:
+            out.append(
+                SinkFeature(f.name, "array", feature_dtype(f, keys), tuple(shape), f.names, video)
+            )
+    return out
