@@ -423,12 +423,23 @@ class RldsReader(Reader):
         return find_root(Path(src)) is not None
 
     def keys(self) -> dict[str, Key]:
+        """Per-step keys from features.json; an image declared with a free size (-1) takes
+        the first episode's first image's."""
         out = {}
+        first: RawEpisode | None = None
         for leaf in self.leaves:
             if not leaf.per_step:
                 continue
             name = leaf.path.removeprefix("steps/")
-            out[name] = Key(name, leaf.kind, leaf.dtype, leaf.shape, leaf.encoding)
+            shape = leaf.shape
+            if leaf.kind == "image" and min(shape) < 0:
+                if first is None:
+                    refs = self.episodes()
+                    first = self.read(refs[0]) if refs else None
+                images = first.images.get(name) if first is not None else None
+                if images is not None and len(images):
+                    shape = tuple(next(images.frames()).shape)
+            out[name] = Key(name, leaf.kind, leaf.dtype, shape, leaf.encoding)
         return out
 
     def episodes(self) -> list[EpisodeRef]:

@@ -264,3 +264,16 @@ def test_wire_decoder_packed_unpacked_and_negative_values() -> None:
     assert ex["fp"][1].tobytes() == floats.tobytes() == ex["fu"][1].tobytes()
     assert ex["b"] == ("bytes", [b"ab", b"", b"\x00\xff"])
     assert ex["e"][0] == "float" and ex["e"][1].size == 0
+
+
+def test_an_image_of_free_size_takes_the_first_episodes_size(copy: Path) -> None:
+    doc = json.loads((copy / "features.json").read_text())
+    steps = doc["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]
+    cam = steps["features"]["observation"]["featuresDict"]["features"]["wrist_image"]
+    cam["image"]["shape"]["dimensions"] = ["-1", "-1", "3"]
+    (copy / "features.json").write_text(json.dumps(doc))
+    reader = RldsReader(copy)
+    assert reader.leaves and reader.keys()["observation/wrist_image"].shape == (32, 32, 3)
+    frames = list(reader.read(reader.episodes()[0]).images["observation/wrist_image"].frames())
+    want = EXPECTED[0]["observation/wrist_image"]["pixels_sha256"]
+    assert [sha(f.tobytes()) for f in frames] == want
