@@ -51,6 +51,7 @@ TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _HEADER = struct.Struct("<QI")
 _MASK_DELTA = 0xA282EAD8
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
+_MAGIC = {"png": b"\x89PNG", "jpeg": b"\xff\xd8\xff"}
 
 
 class EpisodeRef(NamedTuple):
@@ -376,12 +377,19 @@ def find_root(src: Path) -> Path | None:
 # Images
 
 
-def decode_image(blob: bytes, channels: int, where: str = "") -> np.ndarray:
-    """A PNG/JPEG file's pixels as uint8 (H, W, channels) (Pillow)."""
-    image_mod = need("PIL.Image", "rlds", "rlds")
+@functools.cache
+def _pil() -> Any:
+    return need("PIL.Image", "rlds", "rlds")
+
+
+def decode_image(blob: bytes, channels: int, where: str = "", encoding: str = "") -> np.ndarray:
+    """A PNG/JPEG file's pixels as uint8 (H, W, channels) (Pillow; ``encoding``, when given,
+    spares Pillow probing every format)."""
     mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(channels)
+    magic = _MAGIC.get(encoding)
+    formats = (encoding.upper(),) if magic and blob.startswith(magic) else None
     try:
-        with image_mod.open(io.BytesIO(blob)) as img:
+        with _pil().open(io.BytesIO(blob), formats=formats) as img:
             if mode and img.mode != mode:
                 img = img.convert(mode)
             arr = np.asarray(img)
@@ -495,8 +503,14 @@ class RldsReader(Reader):
             name = leaf.path.removeprefix("steps/")
             if leaf.kind == "image":
                 where = f"{file}: episode {ep}, key {leaf.path!r}"
-                decode = functools.partial(decode_image, channels=leaf.shape[2], where=where)
-                raw.images[name] = EncodedImages(values, leaf.encoding or "png", decode)
+                # the bytes' own codec: TFDS stores files given as paths/bytes as they are
+                head = values[0] if values else b""
+                enc = next((k for k, v in _MAGIC.items() if head.startswith(v)), None)
+                enc = enc or leaf.encoding or "png"
+                decode = functools.partial(
+                    decode_image, channels=leaf.shape[2], where=where, encoding=enc
+                )
+                raw.images[name] = EncodedImages(values, enc, decode)
             elif leaf.kind == "text":
                 raw.texts[name] = [v.decode("utf-8", "replace") for v in values]
             else:

@@ -277,3 +277,18 @@ def test_an_image_of_free_size_takes_the_first_episodes_size(copy: Path) -> None
     frames = list(reader.read(reader.episodes()[0]).images["observation/wrist_image"].frames())
     want = EXPECTED[0]["observation/wrist_image"]["pixels_sha256"]
     assert [sha(f.tobytes()) for f in frames] == want
+
+
+def test_the_codec_comes_from_the_bytes_not_the_declaration(copy: Path) -> None:
+    # TFDS keeps image files given as bytes or paths as they are, whatever encoding_format says
+    doc = json.loads((copy / "features.json").read_text())
+    steps = doc["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]
+    steps["features"]["observation"]["featuresDict"]["features"]["wrist_image"]["image"][
+        "encodingFormat"
+    ] = "jpeg"
+    (copy / "features.json").write_text(json.dumps(doc))
+    reader = RldsReader(copy)
+    images = reader.read(reader.episodes()[0]).images["observation/wrist_image"]
+    assert images.encoding == "png"
+    want = EXPECTED[0]["observation/wrist_image"]["pixels_sha256"]
+    assert [sha(f.tobytes()) for f in images.frames()] == want
