@@ -50,7 +50,7 @@ INFO, FEATURES = "dataset_info.json", "features.json"
 TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _HEADER = struct.Struct("<QI")
 _MASK_DELTA = 0xA282EAD8
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
+_FLOATS = ("float16", "float32", "float64")
 _MAGIC = {"png": b"\x89PNG", "jpeg": b"\xff\xd8\xff"}
 
 
@@ -307,12 +307,21 @@ def _leaves(node: dict, path: str, per_step: bool, out: list[Leaf], where: str) 
             raise SourceError(f"tensor encoding {enc!r} is not read", where, key=path)
         if any(d < 0 for d in dims):
             raise SourceError(f"a tensor of variable shape {dims} is not read", where, key=path)
+        if dtype != "string" and (dtype == "bfloat16" or not _numpy_dtype(dtype)):
+            raise SourceError(f"tensor dtype {dtype!r} is not read", where, key=path)
         kind = "text" if dtype == "string" else "array"
         out.append(Leaf(path, kind, "str" if kind == "text" else dtype, dims, None, per_step))
     elif "classLabel" in node:
         out.append(Leaf(path, "array", "int64", (), None, per_step))
     else:
         raise SourceError(f"feature type {short or node!r} is not read", where, key=path)
+
+
+def _numpy_dtype(name: str) -> bool:
+    try:
+        return np.dtype(name).kind in "biuf"
+    except TypeError:
+        return False
 
 
 def read_features(root: Path) -> list[Leaf]:
@@ -396,6 +405,13 @@ def decode_image(blob: bytes, channels: int, where: str = "", encoding: str = ""
     except (OSError, ValueError, SyntaxError) as exc:
         raise SourceError(f"an image does not decode ({exc})", where or None) from exc
     return arr.reshape(*arr.shape[:2], -1)
+
+
+def _texts(values: list[bytes], file: str, ep: str, key: str) -> list[str]:
+    try:
+        return [v.decode("utf-8") for v in values]
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"text that is not UTF-8 ({exc})", file, ep, key) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -512,7 +528,7 @@ class RldsReader(Reader):
                 )
                 raw.images[name] = EncodedImages(values, enc, decode)
             elif leaf.kind == "text":
-                raw.texts[name] = [v.decode("utf-8", "replace") for v in values]
+                raw.texts[name] = _texts(values, file, ep, leaf.path)
             else:
                 raw.arrays[name] = np.array(values, dtype=leaf.dtype).reshape(n, *leaf.shape)
         raw.length = length or 0
@@ -523,7 +539,7 @@ class RldsReader(Reader):
         if leaf.kind == "text":
             if len(values) != 1:
                 raise SourceError(f"{len(values)} values, one expected", file, ep, leaf.path)
-            return values[0].decode("utf-8", "replace")
+            return _texts(values, file, ep, leaf.path)[0]
         if leaf.kind == "image":
             return values[0] if len(values) == 1 else list(values)
         arr = np.array(values, dtype=leaf.dtype)
