@@ -503,7 +503,7 @@ class RldsReader(Reader):
             want = "bytes" if leaf.kind in ("image", "text") else (
                 "float" if leaf.dtype in _FLOATS else "int64")  # fmt: skip
             if kind != want:
-                raise SourceError(f"a {kind} list, features.json declares {leaf.dtype}",
+                raise SourceError(f"stored as {kind} values, features.json declares {leaf.dtype}",
                                   file, ep, leaf.path)  # fmt: skip
             per = int(np.prod(leaf.shape)) if leaf.kind == "array" else 1
             if not leaf.per_step:

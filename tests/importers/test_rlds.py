@@ -292,3 +292,66 @@ def test_the_codec_comes_from_the_bytes_not_the_declaration(copy: Path) -> None:
     assert images.encoding == "png"
     want = EXPECTED[0]["observation/wrist_image"]["pixels_sha256"]
     assert [sha(f.tobytes()) for f in images.frames()] == want
+
+
+def _frame(data: bytes) -> bytes:
+    """``data`` as one TFRecord record (length, masked CRC32C of it, data, masked CRC32C)."""
+    import google_crc32c
+
+    def masked(b: bytes) -> bytes:
+        crc = google_crc32c.value(b)
+        return struct.pack("<I", ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8)
+                           & 0xFFFFFFFF)  # fmt: skip
+
+    head = struct.pack("<Q", len(data))
+    return head + masked(head) + data + masked(data)
+
+
+def _rewrite_record0(copy: Path, key: str, replacement: bytes | None) -> RldsReader:
+    """Shard 0 with record 0's ``key`` entry dropped (None) or its Feature replaced, CRCs
+    valid: a well-framed record that TFDS itself would refuse to parse."""
+    from episodekit.importers.rlds import _fields, read_record
+
+    reader = RldsReader(copy)
+    refs = reader.episodes()
+    shard = copy / SHARD0
+    data = read_record(shard, refs[0].offset, 0)
+    (_, _, a, b), = [f for f in _fields(data, 0, len(data)) if f[0] == 1]  # fmt: skip
+    entries = b""
+    for _, _, c, d in _fields(data, a, b):
+        (_, _, e, h), *_ = _fields(data, c, d)
+        if data[e:h].decode() != key:
+            entries += _ld(1, data[c:d])
+        elif replacement is not None:
+            entries += _ld(1, _ld(1, key.encode()) + _ld(2, replacement))
+    rest = shard.read_bytes()[refs[1].offset :]
+    shard.write_bytes(_frame(_ld(1, entries)) + rest)
+    return RldsReader(copy)
+
+
+def test_a_well_framed_record_without_a_declared_key_names_the_key(copy: Path) -> None:
+    reader = _rewrite_record0(copy, "steps/observation/state", None)
+    refs = reader.episodes()
+    assert reader.read(refs[1]).length == EXPECTED[1]["length"]
+    with pytest.raises(SourceError) as err:
+        reader.read(refs[0])
+    msg = str(err.value)
+    assert "\n" not in msg and str(copy / SHARD0) in msg and "episode 0 (record 0)" in msg
+    assert "key 'steps/observation/state': missing from the record" in msg
+
+
+def test_text_that_is_not_utf8_names_the_key(copy: Path) -> None:
+    n = EXPECTED[0]["length"]
+    texts = _ld(1, b"".join(_ld(1, b"ok") for _ in range(n - 1)) + _ld(1, b"\xff\xfe"))
+    reader = _rewrite_record0(copy, "steps/language_instruction", texts)
+    with pytest.raises(SourceError, match=r"key 'steps/language_instruction': text that is not"):
+        reader.read(reader.episodes()[0])
+
+
+def test_a_list_of_the_wrong_kind_names_the_key(copy: Path) -> None:
+    n = EXPECTED[0]["length"]
+    ints = _ld(3, _ld(1, bytes(n)))
+    reader = _rewrite_record0(copy, "steps/reward", ints)
+    with pytest.raises(SourceError, match=r"key 'steps/reward': stored as int64 values, "
+                       r"features.json declares float32"):  # fmt: skip
+        reader.read(reader.episodes()[0])
