@@ -28,6 +28,7 @@ $(TEST_STAMP): $(BASE_STAMP)
 	-$(PIP) 'ray>=2.9' || echo "ray not installed: ray tests will skip"
 	-$(PIP) 'av>=14' || echo "PyAV not installed: video tests will skip"
 	-$(PIP) 'pillow>=10' || echo "Pillow not installed: image stats tests will skip"
+	-$(PIP) 'google-crc32c>=1.5' || echo "google-crc32c not installed: RLDS import tests will skip"
 	touch $(TEST_STAMP)
 
 install: $(BASE_STAMP)
