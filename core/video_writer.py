@@ -36,6 +36,18 @@ class EncodeOptions:
     threads: int = 0
 
 
+MIN_TIMESCALE = 10_000  # the mp4 muxer's smallest video time scale (movenc)
+
+
+def ticks_per_frame(fps: float) -> int:
+    """Stream ticks per frame of the files we encode: LeRobot's 512 (time base 1/(512 fps)),
+    doubled until the time scale reaches :data:`MIN_TIMESCALE` (below 20 fps)."""
+    ticks = TICKS_PER_FRAME
+    while int(fps) * ticks < MIN_TIMESCALE:
+        ticks *= 2
+    return ticks
+
+
 class VideoWriter:
     """Encode RGB uint8 frames into an mp4 the way LeRobot's recorder does: time base
     1/(fps*512), one packet per frame, ``keyframe=True`` forces a keyframe (episode starts).
@@ -68,7 +80,11 @@ class VideoWriter:
             self.container.metadata["comment"] = comment
         stream = self.container.add_stream(encoder, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
-        stream.time_base = time_base or Fraction(1, int(fps) * TICKS_PER_FRAME)
+        # The mp4 muxer raises a time scale under 10,000 (it doubles it), and then rejects the
+        # DTS of reordered frames (h264 B-frames, AV1 below 20 fps): ticks per frame doubled
+        # until the scale is at least that (LeRobot's 512 from 20 fps up: same files there).
+        self.ticks = ticks_per_frame(fps) if time_base is None else TICKS_PER_FRAME
+        stream.time_base = time_base or Fraction(1, int(fps) * self.ticks)
         stream.codec_context.gop_size = gop
         if threads:  # 1: deterministic bytes and in-order packets (small sample videos)
             stream.codec_context.thread_count = int(threads)
@@ -92,7 +108,7 @@ class VideoWriter:
         av = self._av
         for j, img in enumerate(frames):
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
-            frame.pts = self._n * TICKS_PER_FRAME
+            frame.pts = self._n * self.ticks
             frame.time_base = self.stream.time_base
             if j == 0 and keyframe_first:
                 frame.pict_type = av.video.frame.PictureType.I

@@ -382,7 +382,8 @@ def _verify_key(key: str, shared: tuple) -> tuple[float, float]:
     encoder's input and in RGB against the image."""
     from episodekit.core.mp4 import mp4_sample_table
     from episodekit.core.parquet_write import VerificationError
-    from episodekit.core.video import TICKS_PER_FRAME, require_av
+    from episodekit.core.video import require_av
+    from episodekit.core.video_writer import ticks_per_frame
 
     plan, staging, files = shared
     staging = Path(staging)
@@ -400,7 +401,8 @@ def _verify_key(key: str, shared: tuple) -> tuple[float, float]:
         pts = np.asarray(table.pts) if table is not None else np.zeros(0)
         if len(pts) != n:
             raise VerificationError(f"{rel}: {len(pts)} frames, its episodes have {n}")
-        if not np.array_equal(pts - pts[0], np.arange(n) * TICKS_PER_FRAME):
+        ticks = ticks_per_frame(round(plan.datasets[0].fps))
+        if not np.array_equal(pts - pts[0], np.arange(n) * ticks):
             raise VerificationError(f"{rel}: frames are not 1/fps apart, in order, from 0")
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         if not np.asarray(table.keyframe)[starts].all():  # type: ignore[union-attr]
