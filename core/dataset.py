@@ -541,6 +541,29 @@ def episode_task_index(
     return pa.chunked_array([idx]).cast(pa.int64())
 
 
+def episode_task_range(
+    ep_tasks: pa.ChunkedArray | pa.Array, tasks: pa.Table | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest and largest task_index of each episode's tasks (LeRobot lets an episode hold
+    several: a language instruction that changes within it); -1 where none is known."""
+    n = len(ep_tasks)
+    lo, hi = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    if tasks is None or not len(tasks) or n == 0:
+        return lo, hi
+    col = ep_tasks.combine_chunks() if isinstance(ep_tasks, pa.ChunkedArray) else ep_tasks
+    flat = pc.list_flatten(col)
+    owner = pc.list_parent_indices(col).to_numpy()
+    pos = pc.index_in(flat, value_set=tasks.column("task"))
+    idx = pc.take(tasks.column("task_index"), pos).fill_null(-1).to_numpy().astype(np.int64)
+    known = idx >= 0
+    big = np.iinfo(np.int64).max
+    low = np.full(n, big, np.int64)
+    np.minimum.at(low, owner[known], idx[known])
+    np.maximum.at(hi, owner[known], idx[known])
+    lo = np.where(low == big, -1, low)
+    return lo, hi
+
+
 def data_file_names(episodes: pa.Table, info: dict, version: str) -> tuple[list[str], np.ndarray]:
     """Distinct data files (relative, checked by :func:`format_template`) in order of first
     episode, and each episode's index into that list. Raises :class:`UnsafePathError`."""

@@ -292,7 +292,7 @@ def compare(
     e = pl.from_arrow(
         raw.episodes.select(
             ["episode_index", "length", "dataset_from_index", "dataset_to_index"]
-            + ["task_index", "data_file"]
+            + ["task_index", "task_lo", "task_hi", "data_file"]
         )
     ).unique(subset="episode_index", keep="first", maintain_order=True)
     # The file's first index (what data.order expects index - row number to be), from every
@@ -403,20 +403,24 @@ def _index_findings(df: pl.DataFrame) -> tuple[pl.Expr, pl.Expr, list[Finding]]:
 def _task_findings(raw: RawRoot, df: pl.DataFrame) -> list[Finding]:
     """``data.task_index``: the data's task_index is the episode's, and a known task."""
     valid = raw.tasks["task_index"].to_pylist() if raw.tasks is not None else []
+    # An episode may hold several tasks (its `tasks` list): the data's values lie within them.
     task_ok = (
-        (pl.col("task_min") == pl.col("task_index"))
-        & (pl.col("task_max") == pl.col("task_index"))
+        (pl.col("task_min") >= pl.col("task_lo"))
+        & (pl.col("task_max") <= pl.col("task_hi"))
+        & (pl.col("task_lo") >= 0)
         & pl.col("task_min").is_in(valid)
+        & pl.col("task_max").is_in(valid)
     ).fill_null(False)
     return _finding_rows(
         df,
         "data.task_index",
         ~task_ok,
         pl.format(
-            "task_index in the data is {}..{} but the episode's task is {}",
+            "task_index in the data is {}..{} but the episode's tasks are {}..{}",
             pl.col("task_min"),
             pl.col("task_max"),
-            pl.col("task_index"),
+            pl.col("task_lo"),
+            pl.col("task_hi"),
         ),
     )
 

@@ -27,6 +27,7 @@ from episodekit.core.dataset import (
     compute_fingerprint,
     data_file_names,
     episode_task_index,
+    episode_task_range,
     episodes_files,
     is_local,
     list_files,
@@ -358,9 +359,12 @@ def _numbered_episodes_files(raw: RawRoot) -> list[str]:
 
 
 def _add_derived(raw: RawRoot, table: pa.Table) -> pa.Table:
-    """Append ``task_index`` (of tasks[0]) and ``data_file`` (relative path) columns; an unsafe
+    """Append ``task_index`` (of tasks[0]), ``task_lo`` / ``task_hi`` (the range of all its
+    tasks' indices) and ``data_file`` (relative path) columns; an unsafe
     or unresolvable ``data_path`` gives an ``info.paths`` finding and marker paths."""
     table = table.append_column("task_index", episode_task_index(table["tasks"], raw.tasks))
+    lo, hi = episode_task_range(table["tasks"], raw.tasks)
+    table = table.append_column("task_lo", pa.array(lo)).append_column("task_hi", pa.array(hi))
     try:
         paths, file_id = data_file_names(table, raw.info, raw.version)
         names = np.asarray(paths, dtype=object)[file_id].tolist() if table.num_rows else []
