@@ -205,6 +205,11 @@ class Reader(ABC):
         """``ref`` for messages (default: its ``str``)."""
         return str(ref)
 
+    def file(self, ref: Any) -> str:
+        """The file episode ``ref`` is read from, for messages (default: ``src`` itself, or
+        ``src / ref`` when ``src`` is a folder of episode files)."""
+        return str(self.src / str(ref)) if self.src.is_dir() else str(self.src)
+
     @abstractmethod
     def default_map(self) -> dict[str, Any]:
         """The built-in map of this layout (the TOML map's structure as a dict: see

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from episodekit.importers.episode import Reader
 from episodekit.importers.hdf5 import AlohaReader, RobomimicReader
+from episodekit.importers.rlds import RldsReader
 
-READERS: dict[str, type[Reader]] = {r.format: r for r in (AlohaReader, RobomimicReader)}
+READERS: dict[str, type[Reader]] = {r.format: r for r in (RldsReader, AlohaReader, RobomimicReader)}
 
 
 class UnknownLayout(ValueError):
@@ -39,6 +40,8 @@ def _seen(src: Path) -> str:
 def detect(src: str | Path) -> type[Reader]:
     """The reader whose layout ``src`` has; :class:`UnknownLayout` saying what it holds."""
     p = Path(src)
+    if not p.exists():
+        raise UnknownLayout(f"{src}: no such file or folder")
     found = [r for r in READERS.values() if p.exists() and r.detect(p)]
     if len(found) != 1:
         what = "matches " + " and ".join(r.format for r in found) if found else "is no layout"

@@ -483,6 +483,9 @@ class RldsReader(Reader):
     def describe(self, ref: EpisodeRef) -> str:
         return f"{ref.shard}#record {ref.record}"
 
+    def file(self, ref: EpisodeRef) -> str:
+        return str(self.root / ref.shard)
+
     def read(self, ref: EpisodeRef) -> RawEpisode:
         path = self.root / ref.shard
         file = str(path)

@@ -268,7 +268,7 @@ def _mapped(reader: Any, m: ImportMap, keys: dict, refs: list, jobs: int) -> Ite
 
 
 def _file(reader: Any, ref: Any) -> str:
-    return str(reader.src / ref) if reader.src.is_dir() else str(reader.src)
+    return reader.file(ref)
 
 
 def _recorded(out: Path) -> dict:

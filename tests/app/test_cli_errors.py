@@ -46,7 +46,7 @@ def commands() -> dict[str, click.Command]:
 
 
 COMMANDS = commands()
-READERS = [name for name, c in COMMANDS.items() if name != "sample"]  # ROOT is a dataset
+READERS = [name for name, c in COMMANDS.items() if name not in ("sample", "import")]  # a dataset
 REQUIRED = {"metadata plan": ["--world-size", "2"]}  # required options, valid values
 
 
@@ -255,3 +255,15 @@ def test_a_closed_stdout_is_not_a_hub_error(make_sample):
     p.stdout.close()  # the reader goes away before the command writes anything
     err = p.stderr.read()
     assert p.wait() == 2 and err == "", err
+
+
+def test_import_of_what_is_no_source_is_one_line(roots, tmp_path):
+    """import's SRC is not a dataset: a missing path, a file and a folder of no known layout are
+    each one line naming the path, exit 2, and no --out is made."""
+    kinds = ("missing", "file", "empty")
+    out = tmp_path / "out"
+    results = run_all([["import", roots[k], "--out", str(out)] for k in kinds])
+    for kind, p in zip(kinds, results):
+        line = assert_one_line_error("import", p)
+        assert roots[kind] in line, (kind, line)
+    assert not out.exists()

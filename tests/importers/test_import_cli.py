@@ -225,3 +225,32 @@ def test_jobs_2_corrupt_episode_is_one_line_and_publishes_nothing(tmp_path):
     errors = [line for line in r.stderr.splitlines() if line.startswith("Error")]
     assert len(errors) == 1 and str(path) in errors[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["aloha"]
+
+
+RLDS = FIX / "rlds" / "ek_rlds_fixture"
+
+
+def test_rlds_imports_verified_with_tfds_values_bit_for_bit(tmp_path):
+    """The RLDS fixture (written by TFDS) through the CLI as a user runs it: validate --deep
+    passes; state and action equal what TFDS read, episode by episode; tasks per frame (the
+    instruction changes within an episode in this fixture)."""
+    pytest.importorskip("google_crc32c")
+    out = tmp_path / "rlds"
+    r = ek("import", str(RLDS / "1.0.0"), "--out", str(out), "--fps", "10")
+    assert r.returncode == 0, r.stderr
+    v = ek("validate", "--deep", str(out))
+    assert v.returncode == 0, v.stdout + v.stderr
+    expected = json.loads((RLDS / "expected.json").read_text())["episodes"]
+    t = data(out).sort_by("index")
+    ep = t["episode_index"].to_numpy()
+    for key, feature in (("observation/state", "observation.state"), ("action", "action")):
+        got = column(t, feature)
+        for e, want in enumerate(expected):
+            x = np.frombuffer(bytes.fromhex(want[key]["hex"]), want[key]["dtype"])
+            np.testing.assert_array_equal(got[ep == e], x.reshape(want[key]["shape"]))
+    ts = t["timestamp"].to_numpy()
+    np.testing.assert_array_equal(ts, (t["frame_index"].to_numpy() / 10).astype(ts.dtype))
+    tasks = pq.read_table(out / "meta/tasks.parquet")  # LeRobot: the task text is the index
+    names = dict(zip(tasks["task_index"].to_pylist(), tasks["__index_level_0__"].to_pylist()))
+    text = [names[i] for i in t["task_index"].to_pylist()]
+    assert text == [s for want in expected for s in want["language_instruction"]]
