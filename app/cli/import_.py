@@ -1,4 +1,4 @@
-"""``episodekit import``: robot data in another format (ALOHA / robomimic HDF5) to a new
+"""``episodekit import``: robot data in another format (RLDS, ALOHA / robomimic HDF5) to a new
 LeRobot v3.0 dataset, a thin call into :func:`episodekit.writers.import_run.run_import`."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from episodekit.core import jsonout
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["aloha", "robomimic"]),
+    type=click.Choice(["rlds", "aloha", "robomimic"]),  # importers/registry.py READERS
     default=None,
     help="The source's layout (default: detected).",
 )
@@ -71,8 +71,9 @@ def import_command(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Import SRC (a folder of ALOHA episode_N.hdf5 files, or a robomimic HDF5 file) as a new
-    LeRobot v3.0 dataset --out DIR.
+    """Import SRC (an RLDS / Open X TFDS folder, a folder of ALOHA episode_N.hdf5 files, or a
+    robomimic HDF5 file) as a new LeRobot v3.0 dataset --out DIR (RLDS records no frame
+    rate: give --fps).
 
     Each episode is read, mapped (--map, else the format's built-in map: --print-map shows
     it) and written before the next: data parquet in 32 MiB row groups, cameras encoded as

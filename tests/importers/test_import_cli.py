@@ -254,3 +254,13 @@ def test_rlds_imports_verified_with_tfds_values_bit_for_bit(tmp_path):
     names = dict(zip(tasks["task_index"].to_pylist(), tasks["__index_level_0__"].to_pylist()))
     text = [names[i] for i in t["task_index"].to_pylist()]
     assert text == [s for want in expected for s in want["language_instruction"]]
+
+
+def test_format_choices_are_the_registered_readers():
+    """--format's choices are written out (the CLI imports no reader at --help time): they must
+    be the registry's, so a new reader is never importable by detection only."""
+    from episodekit.cli.import_ import import_command
+    from episodekit.importers.registry import READERS
+
+    opt = next(p for p in import_command.params if p.name == "fmt" or "--format" in p.opts)
+    assert sorted(opt.type.choices) == sorted(READERS)
