@@ -110,12 +110,8 @@ def read_tasks_table(fs, path: str, version: str) -> pa.Table:
     """Tasks as a table (task_index int64, task string) sorted by task_index."""
     if version in V2:
         tpath = posixpath.join(path, "meta/tasks.jsonl")
-        if not fs.exists(tpath):
-            raise MissingFileError("file is missing", tpath)
-        with fs.open(tpath, "rb") as fh:
-            raw = fh.read()
         schema = pa.schema([("task_index", pa.int64()), ("task", pa.string())])
-        table = read_jsonl(raw, schema, tpath).select(schema.names)
+        table = read_jsonl(_read_bytes(fs, tpath), schema, tpath).select(schema.names)
     else:
         tpath = posixpath.join(path, "meta/tasks.parquet")
         if not fs.exists(tpath):
@@ -210,6 +206,14 @@ def _episodes_v3(fs, path: str) -> pa.Table:
     return table
 
 
+def _read_bytes(fs, path: str) -> bytes:
+    """A metadata file's bytes (:class:`MissingFileError` when it is not there)."""
+    if not fs.exists(path):
+        raise MissingFileError("file is missing", path)
+    with fs.open(path, "rb") as fh:
+        return fh.read()
+
+
 def read_jsonl(raw: bytes, schema: pa.Schema, path: str) -> pa.Table:
     """JSON lines (v2.x metadata) as an Arrow table, ``schema``'s keys typed as it says and the
     others inferred, parsed by Arrow's JSON reader (no Python object per value; polars, which
@@ -233,12 +237,8 @@ def read_jsonl(raw: bytes, schema: pa.Schema, path: str) -> pa.Table:
 def read_episodes_v2(fs, path: str, info: dict) -> pa.Table:
     """The v2.1 episodes table (``meta/episodes.jsonl``) in the v3.0 column layout."""
     epath = posixpath.join(path, "meta/episodes.jsonl")
-    if not fs.exists(epath):
-        raise MissingFileError("file is missing", epath)
-    with fs.open(epath, "rb") as fh:
-        raw = fh.read()
     schema = pa.schema([("episode_index", pa.int64()), ("length", pa.int64())])
-    table = read_jsonl(raw, schema, epath)
+    table = read_jsonl(_read_bytes(fs, epath), schema, epath)
     if "tasks" not in table.column_names:
         raise DatasetError("not valid JSON lines (no 'tasks' key)", epath)
     table = table.sort_by("episode_index")

@@ -57,6 +57,18 @@ class TaskValues:
         first = {p[0] if isinstance(p, tuple) else None for p in pieces}
         return float(first.pop()) if len(first) == 1 and None not in first else float("nan")
 
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every task_index value of the output, sorted, and its number of rows."""
+        total: dict[int, int] = {}
+        for pieces in self.pieces.values():
+            for p in pieces:
+                one = isinstance(p, tuple)
+                v, c = ([p[0]], [p[1]]) if one else np.unique(p, return_counts=True)
+                for a, b in zip(v, c):
+                    total[int(a)] = total.get(int(a), 0) + int(b)
+        values = np.array(sorted(total), dtype=np.int64)
+        return values, np.array([total[v] for v in values.tolist()], dtype=np.int64)
+
     def values(self, episode: int) -> np.ndarray:
         parts = [
             np.full(p[1], p[0], dtype=np.int64) if isinstance(p, tuple) else p

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from episodekit.core.dataset import V2, Dataset, episodes_files, read_parquet
+from episodekit.core.dataset import V2, Dataset, episodes_files, read_jsonl, read_parquet
 from episodekit.core.errors import DatasetError
 
 RENUMBERED = ("index", "episode_index", "task_index")  # columns the writer renumbers
@@ -77,8 +77,6 @@ def _v2_stats(ds: Dataset) -> pa.Table:
     """``meta/episodes_stats.jsonl`` as ``stats/<feature>/<stat>`` list columns, one row per
     episode of ``ds`` (null where an episode lacks a stat), parsed by Arrow's JSON reader: no
     Python object per number (10,000 episodes of v2.1 stats are millions of them)."""
-    import pyarrow.json as pj
-
     path = posixpath.join(ds.path, "meta/episodes_stats.jsonl")
     ep = ds.column("episode_index")
     out: dict[str, pa.Array] = {"episode_index": pa.array(ep)}
@@ -88,10 +86,7 @@ def _v2_stats(ds: Dataset) -> pa.Table:
         raw = fh.read()
     if not raw.strip():
         return pa.table(out)
-    try:
-        table = pj.read_json(pa.BufferReader(raw))
-    except pa.ArrowInvalid as exc:
-        raise DatasetError(f"unreadable episodes_stats.jsonl ({exc})", path) from exc
+    table = read_jsonl(raw, pa.schema([("episode_index", pa.int64())]), path)
     if "stats" not in table.column_names or not pa.types.is_struct(table["stats"].type):
         return pa.table(out)
     rows = np.full(len(ep), -1, dtype=np.int64)  # each episode's line (-1: none)

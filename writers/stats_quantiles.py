@@ -184,7 +184,7 @@ def renumbered_quantiles(plan: OutputPlan, tasks: TaskValues) -> dict[str, np.nd
         "episode_index": _by_rank(n, lambda k: np.searchsorted(ends, k, side="right")),
         "index": _by_rank(n, lambda k: k + start),
     }
-    values, counts = _task_counts(tasks)
+    values, counts = tasks.counts()
     if int(counts.sum()) == n:
         task_ends = np.cumsum(counts)
         out["task_index"] = _by_rank(n, lambda k: values[np.searchsorted(task_ends, k, "right")])
@@ -199,21 +199,6 @@ def _by_rank(n: int, at) -> np.ndarray:
         a, b = np.float64(at(np.int64(k0))), np.float64(at(np.int64(k1)))
         q[i, 0] = lerp_quantile(a, b, np.float64(g))
     return q
-
-
-def _task_counts(tasks: TaskValues) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted task_index values of the output and their row counts."""
-    total: dict[int, int] = {}
-    for pieces in tasks.pieces.values():
-        for p in pieces:
-            if isinstance(p, tuple):
-                total[int(p[0])] = total.get(int(p[0]), 0) + int(p[1])
-            else:
-                v, c = np.unique(p, return_counts=True)
-                for a, b in zip(v.tolist(), c.tolist()):
-                    total[a] = total.get(a, 0) + b
-    values = np.array(sorted(total), dtype=np.int64)
-    return values, np.array([total[v] for v in values.tolist()], dtype=np.int64)
 
 
 def write_stats_json(
