@@ -11,9 +11,10 @@ key (``state``, ``action``, UMI's ``robot0_eef_pos``...). The layout records no 
 
 Read with the ``zarr`` library (3.x reads formats 2 and 3) and ``imagecodecs``: the optional
 extra ``zarr``. One episode's slice is read at a time (the chunks it touches); a chunk that
-does not decode is a :class:`~episodekit.importers.episode.SourceError` naming the store, the
-episode and the key, as are episode ends that decrease and arrays shorter or longer than the
-last end.
+does not decode (or a Blosc chunk whose length is not its header's: c-blosc would read past
+it) is a :class:`~episodekit.importers.episode.SourceError` naming the store, the episode and
+the key, as are episode ends that decrease and arrays shorter or longer than the last end. A
+chunk that is not stored reads as zarr's fill value (zarr 3 does not write all-fill chunks).
 """
 
 from __future__ import annotations
@@ -81,9 +82,10 @@ class ZarrReader(Reader):
         self._root: Any = None
         self._store: Any = None
         self._ends: np.ndarray | None = None
+        self._zip: zipfile.ZipFile | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # a worker reopens the store
-        return {**self.__dict__, "_root": None, "_store": None}
+        return {**self.__dict__, "_root": None, "_store": None, "_zip": None}
 
     @classmethod
     def detect(cls, src: Path) -> bool:
@@ -120,11 +122,9 @@ class ZarrReader(Reader):
 
     def _arrays(self) -> dict[str, Any]:
         """``data/<key>`` -> zarr array, by name."""
+        root = self._group()
         try:
-            data = self._group()["data"]
-            return {f"data/{k}": a for k, a in sorted(data.arrays())}
-        except SourceError:
-            raise
+            return {f"data/{k}": a for k, a in sorted(root["data"].arrays())}
         except Exception as exc:
             raise SourceError(f"unreadable metadata ({_short(exc)})", str(self.src), None,
                               "data") from None  # fmt: skip
@@ -134,10 +134,9 @@ class ZarrReader(Reader):
         if self._ends is not None:
             return self._ends
         src = str(self.src)
+        root = self._group()
         try:
-            ends = np.asarray(self._group()[ENDS][:])
-        except SourceError:
-            raise
+            ends = np.asarray(root[ENDS][:])
         except Exception as exc:
             raise SourceError(f"unreadable ({_short(exc)})", src, None, ENDS) from None
         if ends.ndim != 1 or ends.dtype.kind not in "iu":
@@ -188,6 +187,7 @@ class ZarrReader(Reader):
         arrays: dict[str, np.ndarray] = {}
         images: dict[str, Any] = {}
         for name, arr in self._arrays().items():
+            self._check_blosc(name, arr, start, stop, str(ref))
             try:
                 value = np.asarray(arr[start:stop])
             except Exception as exc:  # a codec's own error type (Blosc, zstd, JPEG-XL...)
@@ -200,6 +200,47 @@ class ZarrReader(Reader):
             else:
                 arrays[name] = value
         return RawEpisode(source=str(ref), length=stop - start, arrays=arrays, images=images)
+
+    def _chunk_bytes(self, key: str) -> bytes | None:
+        """One stored chunk's bytes (None: not stored, zarr's fill value)."""
+        if _is_zip(self.src):
+            if self._zip is None:
+                self._zip = zipfile.ZipFile(self.src)
+            try:
+                return self._zip.read(key)
+            except KeyError:
+                return None
+        try:
+            return (self.src / key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _check_blosc(self, name: str, arr: Any, start: int, stop: int, ep: str) -> None:
+        """Blosc chunks (diffusion policy's default compressor) checked whole before zarr
+        decodes them: c-blosc's decompress takes no input length, so a truncated chunk decodes
+        to bytes read past its end (measured: garbage floats, no error). Its 16-byte header
+        records the compressed size; a chunk of another length is refused."""
+        meta = arr.metadata
+        if meta.zarr_format == 2:
+            blosc = getattr(meta.compressor, "codec_id", None) == "blosc"
+        else:
+            blosc = type(meta.codecs[-1]).__name__ == "BloscCodec"
+        if not blosc or stop <= start:
+            return
+        size = arr.chunks[0]
+        rest = [range(n) for n in arr.cdata_shape[1:]]
+        for first in range(start // size, (stop - 1) // size + 1):
+            for coords in np.ndindex(*(len(r) for r in rest)) if rest else [()]:
+                key = meta.encode_chunk_key((first, *coords))
+                raw = self._chunk_bytes(f"{arr.path}/{key}")
+                if raw is None:
+                    continue
+                want = int.from_bytes(raw[12:16], "little") if len(raw) >= 16 else -1
+                if want != len(raw):
+                    raise SourceError(
+                        f"chunk {key} holds {len(raw)} bytes, its Blosc header says {want} "
+                        "(truncated or corrupt)", str(self.src), ep, name,
+                    )  # fmt: skip
 
     def default_map(self) -> dict[str, Any]:
         keys = self.keys()
