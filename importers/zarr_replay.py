@@ -83,9 +83,11 @@ class ZarrReader(Reader):
         self._store: Any = None
         self._ends: np.ndarray | None = None
         self._zip: zipfile.ZipFile | None = None
+        self._data: dict[str, Any] | None = None
+        self._keys: dict[str, Key] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # a worker reopens the store
-        return {**self.__dict__, "_root": None, "_store": None, "_zip": None}
+        return {**self.__dict__, "_root": None, "_store": None, "_zip": None, "_data": None}
 
     @classmethod
     def detect(cls, src: Path) -> bool:
@@ -121,10 +123,14 @@ class ZarrReader(Reader):
         return self._root
 
     def _arrays(self) -> dict[str, Any]:
-        """``data/<key>`` -> zarr array, by name."""
+        """``data/<key>`` -> zarr array, by name (listed once per process: zarr reads every
+        array's metadata to list them)."""
+        if self._data is not None:
+            return self._data
         root = self._group()
         try:
-            return {f"data/{k}": a for k, a in sorted(root["data"].arrays())}
+            self._data = {f"data/{k}": a for k, a in sorted(root["data"].arrays())}
+            return self._data
         except Exception as exc:
             raise SourceError(f"unreadable metadata ({_short(exc)})", str(self.src), None,
                               "data") from None  # fmt: skip
@@ -159,6 +165,8 @@ class ZarrReader(Reader):
     # ----------------------------------------------------------------------------------------
 
     def keys(self) -> dict[str, Key]:
+        if self._keys is not None:
+            return dict(self._keys)
         out: dict[str, Key] = {}
         for name, arr in self._arrays().items():
             shape = tuple(int(x) for x in arr.shape[1:])
@@ -170,7 +178,8 @@ class ZarrReader(Reader):
                 out[name] = Key(name, "array", str(arr.dtype), shape)
         if not out:
             raise SourceError("no arrays under data/", str(self.src), None, "data")
-        return out
+        self._keys = out
+        return dict(out)
 
     def episodes(self) -> list[int]:
         return list(range(len(self.episode_ends())))
