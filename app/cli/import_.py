@@ -1,4 +1,4 @@
-"""``episodekit import``: robot data in another format (RLDS, ALOHA / robomimic HDF5) to a new
+"""``episodekit import``: robot data in another format (RLDS, ALOHA / robomimic HDF5, zarr) to a new
 LeRobot v3.0 dataset, a thin call into :func:`episodekit.writers.import_run.run_import`."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from episodekit.core import jsonout
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["rlds", "aloha", "robomimic"]),  # importers/registry.py READERS
+    type=click.Choice(["rlds", "aloha", "robomimic", "zarr"]),  # importers/registry.py READERS
     default=None,
     help="The source's layout (default: detected).",
 )
