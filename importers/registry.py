@@ -9,8 +9,11 @@ from pathlib import Path
 from episodekit.importers.episode import Reader
 from episodekit.importers.hdf5 import AlohaReader, RobomimicReader
 from episodekit.importers.rlds import RldsReader
+from episodekit.importers.rosbag import RosbagReader
 
-READERS: dict[str, type[Reader]] = {r.format: r for r in (RldsReader, AlohaReader, RobomimicReader)}
+READERS: dict[str, type[Reader]] = {
+    r.format: r for r in (RldsReader, AlohaReader, RobomimicReader, RosbagReader)
+}
 
 
 class UnknownLayout(ValueError):

@@ -19,7 +19,7 @@ from episodekit.core import jsonout
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["rlds", "aloha", "robomimic"]),  # importers/registry.py READERS
+    type=click.Choice(["rlds", "aloha", "robomimic", "rosbag"]),  # importers/registry.py READERS
     default=None,
     help="The source's layout (default: detected).",
 )
