@@ -266,6 +266,8 @@ class RosbagReader(Reader):
 
     # ---------------------------------------------------------------------------------------
     def read(self, ref: str) -> RawEpisode:
+        for name in OPTIONS:  # a bad [source] option fails before any bag is read
+            self._option(name)
         if not self.rate:
             raise SourceError("no frame rate to resample onto (give --fps)", self.file(ref), ref)
         path = self.file(ref)
@@ -320,7 +322,7 @@ class RosbagReader(Reader):
             topics_report[topic] = self._figures(times, idx, age, msgs[topic])
             if limit is not None and n and age.max() > limit * 1e9:
                 k = int(np.argmax(age > limit * 1e9))
-                self._stale(ref, topic, k, int(ticks[k] - start), int(age[k]), float(limit))
+                self._stale(ref, topic, k, int(ticks[k]), start, int(age[k]), float(limit))
             self._take(ref, topic, typ[topic], msgs[topic], idx, arrays, images, texts)
         report["topics"] = topics_report
         return RawEpisode(
@@ -334,12 +336,14 @@ class RosbagReader(Reader):
             report=report,
         )
 
-    def _stale(self, ref: str, topic: str, k: int, at_ns: int, age_ns: int, limit: float) -> None:
+    def _stale(
+        self, ref: str, topic: str, k: int, tick: int, start: int, age: int, limit: float
+    ) -> None:
         from episodekit.importers.mapping import Skip
 
         what = (
-            f"frame {k} (t = {at_ns / 1e9:.3f} s) takes a message {age_ns / 1e9:.3f} s old, "
-            f"over max_staleness {limit:g} s"
+            f"frame {k} (t = {(tick - start) / 1e9:.3f} s, bag time {tick / 1e9:.3f} s) takes a "
+            f"message {age / 1e9:.3f} s old, over max_staleness {limit:g} s"
         )
         if self._option("stale") == "skip":
             raise Skip(f"{ref}: topic {topic!r}: {what}")
