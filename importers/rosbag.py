@@ -10,16 +10,19 @@ bgr8: the map says ``channels = "bgr"``) and ``sensor_msgs/CompressedImage`` (JP
 decoded with Pillow, bytes kept) as images; ``std_msgs/String`` as text.
 
 The grid (the rule): message times are the bag's receive times (ns). From the latest first
-message of the chosen topics to the earliest last message, one tick every ``1/fps`` s (``fps``
-from ``--fps`` or the map, set by ``import`` as :attr:`Reader.rate`); each tick takes, per
-topic, the latest message at or before it (``numpy.searchsorted``). Options (the map's
-``[source]``): ``topics`` (the topics read and bounding the grid; default every supported
-topic of the bag), ``max_staleness`` (seconds: a tick whose latest message is older fails the
-episode with one line naming bag, topic and time; default no limit), ``stale`` (``"refuse"``
-the default, or ``"skip"`` the episode). :attr:`RawEpisode.report` holds per-topic figures:
-messages, median rate, dropped (messages missing from gaps over 1.5 median periods), the
-header-stamp-to-receive latency and the age of the message taken at each tick (ms), ticks that
-repeat the previous tick's message.
+message of the chosen topics to the earliest last message (of those not ``latched``), one tick
+every ``1/fps`` s (``fps`` from ``--fps`` or the map, set by ``import`` as
+:attr:`Reader.rate`); each tick takes, per topic, the latest message at or before it
+(``numpy.searchsorted``).
+
+Options (the map's ``[source]``): ``topics`` (the topics read and bounding the grid; default
+every supported topic of the bag); ``latched`` (topics published once or rarely, such as a
+task: their last message holds to the end, so they do not end the grid); ``max_staleness``
+(seconds: a tick whose latest message is older fails the episode with one line naming bag,
+topic and time; default no limit); ``stale`` (``"refuse"``, the default, or ``"skip"`` the
+episode). :attr:`RawEpisode.report` holds per-topic figures: messages, median rate, dropped
+(messages missing from gaps over 1.5 median periods), the header-stamp-to-receive latency and
+the age of the message taken at each tick (ms), ticks that repeat the previous tick's message.
 
 ``rosbags`` (pure Python) is the optional extra ``rosbag``; Pillow decodes compressed images.
 """
@@ -55,7 +58,7 @@ MULTI = {"std_msgs/msg/Float64MultiArray": "float64", "std_msgs/msg/Float32Multi
 SUPPORTED = (JOINT_STATE, IMAGE, COMPRESSED, STRING, *MULTI)
 JOINT_FIELDS = ("position", "velocity", "effort")
 RAW_ENCODINGS = ("rgb8", "bgr8")
-OPTIONS = ("topics", "max_staleness", "stale")
+OPTIONS = ("topics", "latched", "max_staleness", "stale")
 GAP = 1.5  # an interval over GAP median periods has dropped messages
 
 
@@ -156,6 +159,7 @@ class RosbagReader(Reader):
             return None
         ok = {
             "topics": isinstance(value, list) and all(isinstance(t, str) for t in value),
+            "latched": isinstance(value, list) and all(isinstance(t, str) for t in value),
             "max_staleness": isinstance(value, (int, float)) and not isinstance(value, bool)
             and value > 0,
             "stale": value in ("refuse", "skip"),
@@ -163,6 +167,7 @@ class RosbagReader(Reader):
         if not ok:
             want = {
                 "topics": "a list of topic names",
+                "latched": "a list of topic names",
                 "max_staleness": "a positive number of seconds",
                 "stale": '"refuse" or "skip"',
             }[name]
@@ -302,7 +307,9 @@ class RosbagReader(Reader):
         if not present:
             return RawEpisode(source=ref, length=0, report=report)
         start = max(int(s[0]) for s in present.values())
-        end = min(int(s[-1]) for s in present.values())
+        latched = set(self._option("latched") or ())
+        bounding = [s for t, s in present.items() if t not in latched] or list(present.values())
+        end = min(int(s[-1]) for s in bounding)
         period = 1e9 / float(self.rate)
         n = int(np.floor((end - start) / period)) + 1 if end >= start else 0
         ticks = start + np.round(np.arange(n) * period).astype(np.int64)
@@ -450,9 +457,12 @@ class RosbagReader(Reader):
                 for k in f["keys"]}  # fmt: skip
         if task_key:
             used.add(task_key)
+        source: dict[str, Any] = {"topics": sorted(used)}
+        if task_key:
+            source["latched"] = [task_key]  # a task is published once or rarely
         return {
             "robot_type": "ros",
-            "source": {"topics": sorted(used)},
+            "source": source,
             "task": task,
             "features": feats,
         }

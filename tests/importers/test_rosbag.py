@@ -44,16 +44,16 @@ def bag_path(fmt: str, ep: int) -> Path:
     return FIX / fmt / (f"episode_{ep}.bag" if fmt == "rosbag_ros1" else f"episode_{ep}")
 
 
-def expected(path: Path, fps: float = FPS) -> dict:
+def expected(path: Path, fps: float = FPS, latched: tuple[str, ...] = ()) -> dict:
     """What the rule gives, from rosbags' own reading: the grid from the latest first message
-    to the earliest last one, every 1/fps s; per tick and topic the latest message at or before
-    it (a plain bisect loop, not the reader's searchsorted)."""
+    to the earliest last one (of the topics not ``latched``), every 1/fps s; per tick and topic
+    the latest message at or before it (a plain bisect loop, not the reader's searchsorted)."""
     msgs: dict[str, list] = {}
     with AnyReader([path], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as r:
         for c, t, raw in r.messages():
             msgs.setdefault(c.topic, []).append((t, r.deserialize(raw, c.msgtype)))
     start = max(m[0][0] for m in msgs.values())
-    end = min(m[-1][0] for m in msgs.values())
+    end = min(m[-1][0] for t, m in msgs.items() if t not in latched)
     ticks = []
     k = 0
     while start + round(k * 1e9 / fps) <= end:
@@ -196,7 +196,8 @@ def test_topics_option_bounds_the_grid(readers) -> None:
 def test_default_map_parses_and_maps(readers) -> None:
     r = readers["rosbag_sqlite3"]
     doc = r.default_map()
-    assert doc["source"] == {"topics": TOPICS} and doc["task"] == {"key": "/task"}
+    assert doc["source"] == {"topics": TOPICS, "latched": ["/task"]}
+    assert doc["task"] == {"key": "/task"}
     assert doc["features"]["observation.state"]["names"] == list(JOINTS)
     assert doc["features"]["action"] == {"keys": ["/cmd"]}
     m = parse_map(doc, r.keys())
@@ -256,7 +257,7 @@ def test_cli_import_validates_deep_with_the_rules_values(imported, fmt) -> None:
     t = data(root)
     ep = column(t, "episode_index")
     for e in range(2):
-        want = expected(bag_path(fmt, e))
+        want = expected(bag_path(fmt, e), latched=("/task",))  # the built-in map latches it
         rows = ep == e
         state = np.stack([m.position for m in want["/joint_states"]])
         assert column(t, "observation.state")[rows].tobytes() == state.tobytes()
@@ -269,6 +270,20 @@ def test_cli_import_validates_deep_with_the_rules_values(imported, fmt) -> None:
     rep = result["reports"]
     assert sorted(rep) == sorted(RosbagReader(FIX / fmt).episodes())
     assert all(sorted(x["topics"]) == TOPICS for x in rep.values())
+
+
+def test_print_map_round_trips_and_a_map_fps_is_used(tmp_path: Path, imported) -> None:
+    import tomllib
+
+    r = ek("import", str(FIX / "rosbag_ros1"), "--print-map")
+    assert r.returncode == 0, r.stderr
+    assert tomllib.loads(r.stdout) == RosbagReader(FIX / "rosbag_ros1").default_map()
+    m = tmp_path / "map.toml"
+    m.write_text(f"fps = {FPS}\n" + r.stdout)
+    out = tmp_path / "out"
+    r = ek("import", str(FIX / "rosbag_ros1"), "--out", str(out), "--map", str(m))
+    assert r.returncode == 0, r.stderr
+    assert data(out).equals(data(imported["rosbag_ros1"][0]))
 
 
 def test_a_truncated_bag_is_one_line_and_publishes_nothing(tmp_path: Path) -> None:
@@ -288,8 +303,9 @@ def test_a_truncated_bag_is_one_line_and_publishes_nothing(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FORMATS)  # no staging left
 
 
-def _copy_without(src: Path, dest: Path, drop: str) -> None:
-    """A ROS 2 MCAP bag rewritten by rosbags' own writer without topic ``drop``."""
+def _copy_without(src: Path, dest: Path, drop: str, keep_first: str = "") -> None:
+    """A ROS 2 MCAP bag rewritten by rosbags' own writer without topic ``drop`` and with only
+    the first message of topic ``keep_first``."""
     from rosbags.rosbag2 import StoragePlugin, Writer
 
     store = get_typestore(Stores.ROS2_HUMBLE)
@@ -298,7 +314,7 @@ def _copy_without(src: Path, dest: Path, drop: str) -> None:
     ) as w:  # fmt: skip
         conns = {}
         for c, t, raw in r.messages():
-            if c.topic == drop:
+            if c.topic == drop or (c.topic == keep_first and c.topic in conns):
                 continue
             if c.topic not in conns:
                 conns[c.topic] = w.add_connection(c.topic, c.msgtype, typestore=store)
@@ -317,3 +333,25 @@ def test_a_topic_missing_from_a_bag_is_one_line(tmp_path: Path) -> None:
     assert len(errors) == 1, r.stderr
     assert str(src / "episode_1") in errors[0] and "'/cmd'" in errors[0] and "missing" in errors[0]
     assert not out.exists()
+
+
+def test_a_latched_topic_does_not_end_the_grid(tmp_path: Path) -> None:
+    """A task published once at the start: without ``latched`` the grid ends at its only
+    message (one frame); latched, it runs to the other topics' end with that task."""
+    bag = tmp_path / "episode_0"
+    _copy_without(bag_path("rosbag_mcap", 0), bag, "", keep_first="/task")
+    topics = ["/joint_states", "/task"]
+    r = RosbagReader(bag, {"topics": topics})
+    r.rate = FPS
+    assert r.read("episode_0").length == 1
+    r.options = {"topics": topics, "latched": ["/task"]}
+    raw = r.read("episode_0")
+    with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as rd:
+        times = {t: [s for _, s, _ in rd.messages([c for c in rd.connections if c.topic == t])]
+                 for t in topics}  # fmt: skip
+    task_t, joints_end = times["/task"][0], times["/joint_states"][-1]
+    assert len(times["/task"]) == 1 and task_t > times["/joint_states"][0]
+    assert raw.report["grid"]["start_ns"] == task_t
+    assert raw.report["grid"]["end_ns"] == joints_end
+    assert raw.length == (joints_end - task_t) // (10**9 // FPS) + 1
+    assert set(raw.texts["/task"]) == {"pick up the red cube"}
