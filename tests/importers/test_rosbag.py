@@ -355,3 +355,56 @@ def test_a_latched_topic_does_not_end_the_grid(tmp_path: Path) -> None:
     assert raw.report["grid"]["end_ns"] == joints_end
     assert raw.length == (joints_end - task_t) // (10**9 // FPS) + 1
     assert set(raw.texts["/task"]) == {"pick up the red cube"}
+
+
+def test_bgr8_images_and_png_compressed_images(tmp_path: Path) -> None:
+    """A bag (rosbags' writer, in the test) with a bgr8 Image and a PNG CompressedImage: the
+    built-in map says channels = "bgr" for it, frames come back as the bag stores them, PNG
+    bytes are kept and decode to what was encoded."""
+    import io
+
+    from PIL import Image
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    store = get_typestore(Stores.ROS2_HUMBLE)
+    T = store.types
+    rng = np.random.default_rng(7)
+    bgr = rng.integers(0, 255, (6, 4, 5, 3), dtype=np.uint8)
+    pngs = []
+    for img in bgr:
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, "PNG")
+        pngs.append(buf.getvalue())
+    bag = tmp_path / "bgr"
+    with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        ci = w.add_connection("/cam/image_raw", "sensor_msgs/msg/Image", typestore=store)
+        cp = w.add_connection("/depth/compressed", "sensor_msgs/msg/CompressedImage",
+                              typestore=store)  # fmt: skip
+        for k in range(6):
+            t = 10**9 + k * 100_000_000
+            hdr = T["std_msgs/msg/Header"](
+                stamp=T["builtin_interfaces/msg/Time"](sec=1, nanosec=k * 100_000_000),
+                frame_id="c",
+            )
+            # a row step of 16 bytes: one byte of padding per row
+            img = T["sensor_msgs/msg/Image"](
+                header=hdr, height=4, width=5, encoding="bgr8", is_bigendian=0, step=16,
+                data=np.pad(bgr[k].reshape(4, 15), ((0, 0), (0, 1))).reshape(-1),
+            )  # fmt: skip
+            w.write(ci, t, store.serialize_cdr(img, "sensor_msgs/msg/Image"))
+            png = T["sensor_msgs/msg/CompressedImage"](
+                header=hdr, format="png", data=np.frombuffer(pngs[k], np.uint8)
+            )
+            w.write(cp, t, store.serialize_cdr(png, "sensor_msgs/msg/CompressedImage"))
+    r = RosbagReader(bag)
+    r.rate = FPS
+    keys = r.keys()
+    assert keys["/depth/compressed"].encoding == "png" and keys["/cam/image_raw"].shape == (4, 5, 3)
+    feats = r.default_map()["features"]
+    assert feats["observation.images.cam"] == {"keys": ["/cam/image_raw"], "channels": "bgr"}
+    assert feats["observation.images.depth"] == {"keys": ["/depth/compressed"]}
+    raw = r.read("bgr")
+    assert raw.length == 6
+    assert np.stack(list(raw.images["/cam/image_raw"].frames())).tobytes() == bgr.tobytes()
+    assert list(raw.images["/depth/compressed"].encoded()) == pngs
+    assert np.stack(list(raw.images["/depth/compressed"].frames())).tobytes() == bgr.tobytes()
