@@ -119,6 +119,18 @@ def _raw_image(msg: Any) -> np.ndarray:
     return data[: h * step].reshape(h, step)[:, : w * 3].reshape(h, w, 3)
 
 
+class _Picked:
+    """``stack[index]`` without the copy (a message taken by several ticks is stored once):
+    what :class:`ArrayImages` slices one step at a time."""
+
+    def __init__(self, stack: np.ndarray, index: np.ndarray) -> None:
+        self.stack, self.index = stack, index
+        self.shape = (len(index), *stack.shape[1:])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.stack[self.index[i]]
+
+
 def _slug(topic: str) -> str:
     t = re.sub(r"(/image_raw|/image_rect_color|/image)?(/compressed)?$", "", topic)
     return re.sub(r"[^A-Za-z0-9_]+", "_", t).strip("_") or "camera"
@@ -330,7 +342,7 @@ class RosbagReader(Reader):
             if limit is not None and n and age.max() > limit * 1e9:
                 k = int(np.argmax(age > limit * 1e9))
                 self._stale(ref, topic, k, int(ticks[k]), start, int(age[k]), float(limit))
-            self._take(ref, topic, typ[topic], msgs[topic], idx, arrays, images, texts)
+            self._take(ref, topic, typ[topic], msgs.pop(topic), idx, arrays, images, texts)
         report["topics"] = topics_report
         return RawEpisode(
             source=ref,
@@ -418,7 +430,7 @@ class RosbagReader(Reader):
             if len({f.shape for f in frames}) > 1:
                 raise SourceError("images of different sizes", path, ref, topic)
             stack = np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8)
-            images[topic] = ArrayImages(stack[inverse.reshape(-1)])
+            images[topic] = ArrayImages(_Picked(stack, inverse.reshape(-1)))
         elif typ == COMPRESSED:
             blobs = [bytes(msgs[i].data) for i in idx.tolist()]
             codecs = {_codec(b) for b in blobs}
