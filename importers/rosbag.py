@@ -20,8 +20,11 @@ every supported topic of the bag); ``latched`` (topics published once or rarely,
 task: their last message holds to the end, so they do not end the grid); ``max_staleness``
 (seconds: a tick whose latest message is older fails the episode with one line naming bag,
 topic and time; default no limit); ``stale`` (``"refuse"``, the default, or ``"skip"`` the
-episode). :attr:`RawEpisode.report` holds per-topic figures: messages, median rate, dropped
-(messages missing from gaps over 1.5 median periods), the header-stamp-to-receive latency and
+episode); ``split`` (a topic: each of its messages starts an episode, ``bag#i``, holding the
+messages from it up to the next one; default one episode per bag).
+
+:attr:`RawEpisode.report` holds per-topic figures: messages, median rate, dropped (messages
+missing from gaps over 1.5 median periods), the header-stamp-to-receive latency and
 the age of the message taken at each tick (ms), ticks that repeat the previous tick's message.
 
 ``rosbags`` (pure Python) is the optional extra ``rosbag``; Pillow decodes compressed images.
@@ -58,7 +61,7 @@ MULTI = {"std_msgs/msg/Float64MultiArray": "float64", "std_msgs/msg/Float32Multi
 SUPPORTED = (JOINT_STATE, IMAGE, COMPRESSED, STRING, *MULTI)
 JOINT_FIELDS = ("position", "velocity", "effort")
 RAW_ENCODINGS = ("rgb8", "bgr8")
-OPTIONS = ("topics", "latched", "max_staleness", "stale")
+OPTIONS = ("topics", "latched", "max_staleness", "stale", "split")
 GAP = 1.5  # an interval over GAP median periods has dropped messages
 
 
@@ -149,16 +152,44 @@ class RosbagReader(Reader):
         return src.is_dir() and any(is_bag(p) for p in src.iterdir())
 
     # ---------------------------------------------------------------------------------------
+    def _bag(self, ref: str) -> str:
+        """The bag of ``ref`` (``bag#i``, the i-th part, when ``split`` is set)."""
+        return ref.rpartition("#")[0] if self.options.get("split") and "#" in ref else ref
+
     def _path(self, ref: str) -> Path:
-        return self.src if is_bag(self.src) else self.src / ref
+        return self.src if is_bag(self.src) else self.src / self._bag(ref)
 
     def file(self, ref: Any) -> str:
         return str(self._path(str(ref)))
 
-    def episodes(self) -> list[str]:
+    def _bags(self) -> list[str]:
         if is_bag(self.src):
             return [self.src.name]
         return sorted((p.name for p in self.src.iterdir() if is_bag(p)), key=_natural)
+
+    def episodes(self) -> list[str]:
+        split = self._option("split")
+        if not split:
+            return self._bags()
+        out = []
+        for bag in self._bags():
+            reader = self._open(bag)
+            try:
+                n = len(self._marks(reader, bag, split))
+            finally:
+                reader.close()
+            out += [f"{bag}#{i}" for i in range(n)]
+        return out
+
+    def _marks(self, reader: Any, ref: str, split: str) -> list[int]:
+        """The receive times of the ``split`` topic's messages (each starts an episode)."""
+        conns = [c for c in reader.connections if c.topic == split]
+        if not conns:
+            raise SourceError(f"no split topic {split!r} in the bag", self.file(ref), ref, split)
+        try:
+            return sorted(t for _, t, _ in reader.messages(connections=conns))
+        except Exception as exc:
+            raise SourceError(f"unreadable ({_short(exc)})", self.file(ref), ref) from None
 
     def _option(self, name: str) -> Any:
         from episodekit.importers.mapping import MapError
@@ -175,6 +206,7 @@ class RosbagReader(Reader):
             "max_staleness": isinstance(value, (int, float)) and not isinstance(value, bool)
             and value > 0,
             "stale": value in ("refuse", "skip"),
+            "split": isinstance(value, str) and value.startswith("/"),
         }[name]  # fmt: skip
         if not ok:
             want = {
@@ -182,6 +214,7 @@ class RosbagReader(Reader):
                 "latched": "a list of topic names",
                 "max_staleness": "a positive number of seconds",
                 "stale": '"refuse" or "skip"',
+                "split": "a topic name",
             }[name]
             raise MapError(f"[source].{name}: must be {want}, got {value!r}")
         return value
@@ -209,7 +242,8 @@ class RosbagReader(Reader):
             if len({c.msgtype for c in conns}) > 1:
                 raise SourceError("connections of different types", self.file(ref), ref, topic)
         chosen = self._option("topics")
-        if chosen is None:
+        if chosen is None:  # every supported topic but the split marker
+            by_topic.pop(self.options.get("split") or "", None)
             return dict(sorted(by_topic.items()))
         return {t: by_topic[t] for t in chosen if t in by_topic}
 
@@ -297,8 +331,17 @@ class RosbagReader(Reader):
             msgs: dict[str, list[Any]] = {t: [] for t in topics}
             stamps: dict[str, list[int]] = {t: [] for t in topics}
             conns = [c for cs in topics.values() for c in cs]
+            start = stop = None
+            split = self._option("split")
+            if split:
+                marks = self._marks(reader, ref, split)
+                part = int(ref.rpartition("#")[2])
+                if part >= len(marks):
+                    raise SourceError(f"no part {part} (the bag has {len(marks)})", path, ref)
+                start = marks[part]
+                stop = marks[part + 1] if part + 1 < len(marks) else None
             try:
-                for c, t, raw in reader.messages(connections=conns):
+                for c, t, raw in reader.messages(connections=conns, start=start, stop=stop):
                     msgs[c.topic].append(self._deserialize(reader, raw, c, ref))
                     stamps[c.topic].append(t)
             except SourceError:
@@ -319,7 +362,7 @@ class RosbagReader(Reader):
         if not present:
             return RawEpisode(source=ref, length=0, report=report)
         start = max(int(s[0]) for s in present.values())
-        latched = set(self._option("latched") or ())
+        latched = {*(self._option("latched") or ()), self._option("split")}
         bounding = [s for t, s in present.items() if t not in latched] or list(present.values())
         end = min(int(s[-1]) for s in bounding)
         period = 1e9 / float(self.rate)

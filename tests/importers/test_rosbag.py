@@ -44,14 +44,18 @@ def bag_path(fmt: str, ep: int) -> Path:
     return FIX / fmt / (f"episode_{ep}.bag" if fmt == "rosbag_ros1" else f"episode_{ep}")
 
 
-def expected(path: Path, fps: float = FPS, latched: tuple[str, ...] = ()) -> dict:
+def expected(
+    path: Path, fps: float = FPS, latched: tuple[str, ...] = (), within: tuple = (0, 2**63)
+) -> dict:
     """What the rule gives, from rosbags' own reading: the grid from the latest first message
     to the earliest last one (of the topics not ``latched``), every 1/fps s; per tick and topic
-    the latest message at or before it (a plain bisect loop, not the reader's searchsorted)."""
+    the latest message at or before it (a plain bisect loop, not the reader's searchsorted);
+    only messages received ``within`` [from, to) count."""
     msgs: dict[str, list] = {}
     with AnyReader([path], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as r:
         for c, t, raw in r.messages():
-            msgs.setdefault(c.topic, []).append((t, r.deserialize(raw, c.msgtype)))
+            if within[0] <= t < within[1] and c.topic != "/episode_start":
+                msgs.setdefault(c.topic, []).append((t, r.deserialize(raw, c.msgtype)))
     start = max(m[0][0] for m in msgs.values())
     end = min(m[-1][0] for t, m in msgs.items() if t not in latched)
     ticks = []
@@ -303,9 +307,12 @@ def test_a_truncated_bag_is_one_line_and_publishes_nothing(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FORMATS)  # no staging left
 
 
-def _copy_without(src: Path, dest: Path, drop: str, keep_first: str = "") -> None:
-    """A ROS 2 MCAP bag rewritten by rosbags' own writer without topic ``drop`` and with only
-    the first message of topic ``keep_first``."""
+def _copy_without(
+    src: Path, dest: Path, drop: str, keep_first: str = "", marks: tuple[int, ...] = ()
+) -> None:
+    """A ROS 2 MCAP bag rewritten by rosbags' own writer without topic ``drop``, with only
+    the first message of topic ``keep_first``, and ``/episode_start`` messages at ``marks``
+    (ns after the bag's first message)."""
     from rosbags.rosbag2 import StoragePlugin, Writer
 
     store = get_typestore(Stores.ROS2_HUMBLE)
@@ -313,6 +320,11 @@ def _copy_without(src: Path, dest: Path, drop: str, keep_first: str = "") -> Non
         dest, version=9, storage_plugin=StoragePlugin.MCAP
     ) as w:  # fmt: skip
         conns = {}
+        if marks:
+            mc = w.add_connection("/episode_start", "std_msgs/msg/String", typestore=store)
+            for m in marks:
+                msg = store.types["std_msgs/msg/String"](data="start")
+                w.write(mc, r.start_time + m, store.serialize_cdr(msg, "std_msgs/msg/String"))
         for c, t, raw in r.messages():
             if c.topic == drop or (c.topic == keep_first and c.topic in conns):
                 continue
@@ -408,3 +420,28 @@ def test_bgr8_images_and_png_compressed_images(tmp_path: Path) -> None:
     assert np.stack(list(raw.images["/cam/image_raw"].frames())).tobytes() == bgr.tobytes()
     assert list(raw.images["/depth/compressed"].encoded()) == pngs
     assert np.stack(list(raw.images["/depth/compressed"].frames())).tobytes() == bgr.tobytes()
+
+
+def test_split_by_a_topic_makes_an_episode_per_marker(tmp_path: Path) -> None:
+    """[source] split: each /episode_start message starts an episode holding the messages up to
+    the next; each is its own grid by the same rule; a bag without the topic is one line."""
+    src = tmp_path / "bags"
+    src.mkdir()
+    _copy_without(bag_path("rosbag_mcap", 1), src / "run", "", marks=(50_000_000, 900_000_000))
+    r = RosbagReader(src, {"split": "/episode_start", "latched": ["/task"]})
+    r.rate = FPS
+    assert r.episodes() == ["run#0", "run#1"] and r.file("run#1") == str(src / "run")
+    with AnyReader([src / "run"], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as rd:
+        m0, m1 = rd.start_time + 50_000_000, rd.start_time + 900_000_000
+    for ref, within in (("run#0", (m0, m1)), ("run#1", (m1, 2**63))):
+        raw = r.read(ref)
+        want = expected(src / "run", latched=("/task",), within=within)
+        assert raw.length == len(want["ticks"]) > 3
+        assert want["start"] >= within[0]
+        got = raw.arrays["/joint_states.position"]
+        assert got.tobytes() == np.stack([m.position for m in want["/joint_states"]]).tobytes()
+        assert raw.texts["/task"] == [m.data for m in want["/task"]]
+    shutil.copytree(bag_path("rosbag_mcap", 0), src / "other")
+    with pytest.raises(SourceError, match="no split topic '/episode_start'") as e:
+        r.episodes()
+    assert str(src / "other") in str(e.value)
