@@ -445,3 +445,14 @@ def test_split_by_a_topic_makes_an_episode_per_marker(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="no split topic '/episode_start'") as e:
         r.episodes()
     assert str(src / "other") in str(e.value)
+
+
+def test_jobs_2_writes_the_same_bytes(tmp_path: Path, imported) -> None:
+    out = tmp_path / "j2"
+    r = ek("import", str(FIX / "rosbag_mcap"), "--out", str(out), "--fps", str(FPS), "--jobs", "2")
+    assert r.returncode == 0, r.stderr
+    one = imported["rosbag_mcap"][0]
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    differ = [str(f) for f in files if (one / f).read_bytes() != (out / f).read_bytes()]
+    assert differ == []
