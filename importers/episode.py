@@ -174,6 +174,8 @@ class Reader(ABC):
     def __init__(self, src: str | Path, options: dict[str, Any] | None = None) -> None:
         self.src = Path(src)
         self.options = dict(options or {})
+        self.rate: float | None = None  # the output fps, set by import before read(): readers
+        # of timed streams (ROS) resample onto it; the others ignore it
 
     @classmethod
     @abstractmethod

@@ -9,10 +9,11 @@ from pathlib import Path
 from episodekit.importers.episode import Reader
 from episodekit.importers.hdf5 import AlohaReader, RobomimicReader
 from episodekit.importers.rlds import RldsReader
+from episodekit.importers.rosbag import RosbagReader
 from episodekit.importers.zarr_replay import ZarrReader
 
 READERS: dict[str, type[Reader]] = {
-    r.format: r for r in (RldsReader, AlohaReader, RobomimicReader, ZarrReader)
+    r.format: r for r in (RldsReader, AlohaReader, RobomimicReader, ZarrReader, RosbagReader)
 }
 
 

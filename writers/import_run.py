@@ -69,6 +69,7 @@ class ImportResult:
     seconds: float = 0.0
     features: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    reports: dict[str, Any] = field(default_factory=dict)  # episode -> its reader's figures
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -136,6 +137,7 @@ def run_import(
     reader = open_reader(src, options)
     m, keys, doc = _load(reader, options)
     fps = _fps(m, reader, options)
+    reader.rate = float(fps)
     feats = features_from_map(m, keys, options.video)
     refs = reader.episodes()
     result = ImportResult(
@@ -170,6 +172,8 @@ def run_import(
                         if isinstance(mapped, str):
                             result.skipped.append(mapped)
                         else:
+                            if mapped.report:
+                                result.reports[mapped.source] = mapped.report
                             sink.add(mapped)
                     say("verifying the output")
                     written = sink.finish()

@@ -1,5 +1,6 @@
-"""``episodekit import``: robot data in another format (RLDS, ALOHA / robomimic HDF5, zarr) to a new
-LeRobot v3.0 dataset, a thin call into :func:`episodekit.writers.import_run.run_import`."""
+"""``episodekit import``: robot data in another format (RLDS, ALOHA / robomimic HDF5, zarr, ROS
+bags) to a new LeRobot v3.0 dataset, a thin call into
+:func:`episodekit.writers.import_run.run_import`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from episodekit.core import jsonout
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["rlds", "aloha", "robomimic", "zarr"]),  # importers/registry.py READERS
+    type=click.Choice(["rlds", "aloha", "robomimic", "zarr", "rosbag"]),  # registry.READERS
     default=None,
     help="The source's layout (default: detected).",
 )
@@ -71,9 +72,10 @@ def import_command(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Import SRC (an RLDS / Open X TFDS folder, a folder of ALOHA episode_N.hdf5 files, or a
-    robomimic HDF5 file) as a new LeRobot v3.0 dataset --out DIR (RLDS records no frame
-    rate: give --fps).
+    """Import SRC (an RLDS / Open X TFDS folder, a folder of ALOHA episode_N.hdf5 files, a
+    robomimic HDF5 file, or a ROS 1 / ROS 2 bag or a folder of bags, one episode each) as a
+    new LeRobot v3.0 dataset --out DIR (RLDS and ROS bags record no frame rate: give --fps;
+    a bag's topics are resampled onto that grid, docs/import.md says the rule).
 
     Each episode is read, mapped (--map, else the format's built-in map: --print-map shows
     it) and written before the next: data parquet in 32 MiB row groups, cameras encoded as
