@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from episodekit.core import crashpoint
 from episodekit.core import staging as staging_mod
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.errors import DatasetError
@@ -43,17 +44,21 @@ from episodekit.importers.registry import detect, reader_class
 
 RECIPE_FILE = ".episodekit-import.json"  # at the output's root: what it was imported from
 WHAT = "episodekit import"
+JOURNAL = "journal.json"  # in the staging folder's parts: what a killed run finished
 
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """``--format`` (None: detected), ``--map``, ``--fps``, ``--video``, ``--jobs``."""
+    """``--format`` (None: detected), ``--map``, ``--fps``, ``--video``, ``--jobs``,
+    ``--data-mb``, ``--video-mb`` (LeRobot's file sizes)."""
 
     fmt: str | None = None
     map_path: str | None = None
     fps: float | None = None
     video: str = "av1"
     jobs: int = 1
+    data_mb: float = 100.0
+    video_mb: float = 200.0
 
 
 @dataclass
@@ -69,6 +74,7 @@ class ImportResult:
     seconds: float = 0.0
     features: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    resumed: int = 0  # episodes kept from a killed run (not written again)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -112,7 +118,7 @@ def _fps(m: ImportMap, reader: Any, options: ImportOptions) -> int:
     return int(fps)
 
 
-def _recipe(src: Path, doc: dict, fmt: str, fps: int, video: str) -> str:
+def _recipe(src: Path, doc: dict, fmt: str, fps: int, video: str, sizes: tuple) -> str:
     files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
     listing = []
     for p in files:
@@ -120,7 +126,16 @@ def _recipe(src: Path, doc: dict, fmt: str, fps: int, video: str) -> str:
         listing.append(
             [str(p.relative_to(src)) if p != src else p.name, st.st_size, st.st_mtime_ns]
         )
-    blob = json.dumps([__version__, fmt, fps, video, doc, listing], sort_keys=True, default=str)
+    blob = [
+        __version__,
+        fmt,
+        fps,
+        video,
+        doc,
+        listing,
+        *([list(sizes)] if sizes != (100.0, 200.0) else []),
+    ]
+    blob = json.dumps(blob, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -150,11 +165,13 @@ def run_import(
         return result
     src_path = Path(src).resolve()
     out_path = check_output_dir(out, sources=[src_path])
-    key = _recipe(src_path, doc, reader.format, fps, options.video)
+    sizes = (float(options.data_mb), float(options.video_mb))
+    key = _recipe(src_path, doc, reader.format, fps, options.video, sizes)
     created = not out_path.exists()
     say = current().step
     try:
         with writer_lock(out_path):
+            kept = staging_mod.take_over(out_path, lambda f: _journal(f).get("key") == key)
             staging_mod.remove_stale(out_path)
             recorded = _recorded(out_path)
             if recorded.get("key") == key and (out_path / "meta/info.json").exists():
@@ -162,17 +179,37 @@ def run_import(
                 for k in ("episodes", "frames", "tasks", "data_files", "video_files"):
                     setattr(result, k, int(recorded.get(k, 0)))
             else:
-                staging = staging_mod.new_staging(out_path)
-                sink = EpisodeSink(staging, feats, fps, m.robot_type)
+                staging = kept or staging_mod.new_staging(out_path)
+                sink = EpisodeSink(
+                    staging, feats, fps, m.robot_type, data_mb=options.data_mb,
+                    video_mb=options.video_mb,
+                )  # fmt: skip
                 try:
-                    say(f"importing {len(refs)} {reader.format} episodes from {src}")
-                    for mapped in _mapped(reader, m, keys, refs, options.jobs):
+                    start = 0
+                    if kept is not None:
+                        journal = _journal(kept)
+                        sink.restore(journal["state"])
+                        start, result.skipped = int(journal["refs"]), list(journal["skipped"])
+                        result.resumed = int(journal["state"]["episodes"])
+                        say(
+                            f"resuming a killed import: {result.resumed} episodes kept "
+                            f"(verified), {len(refs) - start} of {len(refs)} to go"
+                        )
+                    else:
+                        say(f"importing {len(refs)} {reader.format} episodes from {src}")
+                    at = [start]
+                    sink.on_checkpoint = lambda state: _write_journal(
+                        staging, key, at[0], result.skipped, state
+                    )
+                    todo = _mapped(reader, m, keys, refs[start:], options.jobs)
+                    for at[0], mapped in enumerate(todo, start):
                         if isinstance(mapped, str):
                             result.skipped.append(mapped)
                         else:
                             sink.add(mapped)
                     say("verifying the output")
                     written = sink.finish()
+                    sink.parts.remove()  # the episodes' parts and the journal: not published
                     mark_output_dir(staging, WHAT)
                     result.episodes, result.frames = written.episodes, written.frames
                     result.tasks, result.data_files = written.tasks, written.data_files
@@ -269,6 +306,29 @@ def _mapped(reader: Any, m: ImportMap, keys: dict, refs: list, jobs: int) -> Ite
 
 def _file(reader: Any, ref: Any) -> str:
     return reader.file(ref)
+
+
+def _journal_path(staging: Path) -> Path:
+    from episodekit.writers.import_parts import PARTS_DIR
+
+    return Path(staging) / PARTS_DIR / JOURNAL
+
+
+def _journal(staging: Path) -> dict:
+    """A staging folder's journal (empty when it has none or it does not read)."""
+    try:
+        doc = json.loads(_journal_path(staging).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and isinstance(doc.get("state"), dict) else {}
+
+
+def _write_journal(staging: Path, key: str, refs: int, skipped: list, state: dict) -> None:
+    """The checkpoint's journal, atomically: the inputs' key, the source episodes consumed
+    (``refs``: the next one starts the first unfinished file), the skips, the sink's state."""
+    doc = {"key": key, "refs": refs, "skipped": list(skipped), "state": state}
+    atomic_write_text(_journal_path(staging), json.dumps(doc))
+    crashpoint.reached("import: checkpoint")
 
 
 def _recorded(out: Path) -> dict:
