@@ -185,28 +185,7 @@ def run_import(
                     video_mb=options.video_mb,
                 )  # fmt: skip
                 try:
-                    start = 0
-                    if kept is not None:
-                        journal = _journal(kept)
-                        sink.restore(journal["state"])
-                        start, result.skipped = int(journal["refs"]), list(journal["skipped"])
-                        result.resumed = int(journal["state"]["episodes"])
-                        say(
-                            f"resuming a killed import: {result.resumed} episodes kept "
-                            f"(verified), {len(refs) - start} of {len(refs)} to go"
-                        )
-                    else:
-                        say(f"importing {len(refs)} {reader.format} episodes from {src}")
-                    at = [start]
-                    sink.on_checkpoint = lambda state: _write_journal(
-                        staging, key, at[0], result.skipped, state
-                    )
-                    todo = _mapped(reader, m, keys, refs[start:], options.jobs)
-                    for at[0], mapped in enumerate(todo, start):
-                        if isinstance(mapped, str):
-                            result.skipped.append(mapped)
-                        else:
-                            sink.add(mapped)
+                    _feed(sink, staging, kept, key, (reader, m, keys, refs), options, result, src)
                     say("verifying the output")
                     written = sink.finish()
                     sink.parts.remove()  # the episodes' parts and the journal: not published
@@ -241,6 +220,41 @@ def run_import(
         raise
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _feed(
+    sink: Any,
+    staging: Path,
+    kept: Path | None,
+    key: str,
+    source: tuple,
+    options: ImportOptions,
+    result: ImportResult,
+    src: str,
+) -> None:
+    """Every episode into ``sink``; a kept (killed) run's staging carried on from its journal's
+    checkpoint, each new checkpoint journaled (the source episodes consumed, the skips)."""
+    reader, m, keys, refs = source
+    say = current().step
+    start = 0
+    if kept is not None:
+        journal = _journal(kept)
+        sink.restore(journal["state"])
+        start, result.skipped = int(journal["refs"]), list(journal["skipped"])
+        result.resumed = int(journal["state"]["episodes"])
+        say(
+            f"resuming a killed import: {result.resumed} episodes kept (verified), "
+            f"{len(refs) - start} of {len(refs)} to go"
+        )
+    else:
+        say(f"importing {len(refs)} {reader.format} episodes from {src}")
+    at = [start]
+    sink.on_checkpoint = lambda state: _write_journal(staging, key, at[0], result.skipped, state)
+    for at[0], mapped in enumerate(_mapped(reader, m, keys, refs[start:], options.jobs), start):
+        if isinstance(mapped, str):
+            result.skipped.append(mapped)
+        else:
+            sink.add(mapped)
 
 
 def _prepare(ref: Any, reader: Any, m: ImportMap, keys: dict, decode: bool) -> Any:
