@@ -9,6 +9,15 @@ before the next is read. Everything goes into a hidden staging folder next to ``
 verified: a failure anywhere (a corrupt episode in the middle) publishes nothing. A rerun whose
 inputs (every source file's name, size and mtime, the map, the options, the tool version)
 match the key recorded in ``--out`` does nothing.
+
+Resume: each time the sink closes a full data file (and the cameras' mp4s with it, all read
+back and checked) it calls back here, and the staging folder's journal (``.episodekit-import/
+journal.json``, written atomically) records the inputs key, the source episodes consumed and
+the sink's state. A run killed (``kill -9``) leaves that folder; the next run with the same key
+takes it over (:func:`episodekit.core.staging.take_over`: ours by its marker, its writer gone),
+keeps what the journal lists, removes the rest, and starts at the first episode of the first
+unfinished file. Another key: the folder is removed as any killed run's (only a folder named
+and marked as ours). The journal and the episodes' parts are removed before the publish.
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ data files counts every value in range bins (:class:`~episodekit.metadata.stats.
 RangeCounts`, a few KiB a feature) and a second selects each order statistic
 (:func:`~episodekit.metadata.stats.range_counts.exact_from_counts`): numpy's linear rule over
 all the values, bit for bit, as the stats pass's exact mode gives. A feature holding NaN goes
-through the stats pass (``compute_stats``), as before.
+through the stats pass (``compute_stats``), as before; one whose every dimension holds one value
+(``task_index`` of a single task) needs no pass: each quantile is that value. (A dimension
+holding one value inside a feature that varies elsewhere is still selected: its bracket holds
+all its values, five times; memory grows with the frames then.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats
 from episodekit.metadata.stats.range_counts import RangeCounts, counted, exact_from_counts
 from episodekit.metadata.stats.scan import file_batches
 
-BATCH_ROWS = 65_536
+BATCH_ROWS = 16_384
 
 
 def set_exact_quantiles(
@@ -30,17 +33,19 @@ def set_exact_quantiles(
     }
     if not feats:
         return
-    counts = {
-        n: RangeCounts.over(
-            np.asarray(stats[n]["min"], np.float64).reshape(-1),
-            np.asarray(stats[n]["max"], np.float64).reshape(-1),
-        )
-        for n in feats
-    }
-    for rel in rels:
+    quantiles: dict[str, np.ndarray] = {}
+    counts = {}
+    for n in feats:
+        lo = np.asarray(stats[n]["min"], np.float64).reshape(-1)
+        hi = np.asarray(stats[n]["max"], np.float64).reshape(-1)
+        if np.array_equal(lo, hi):  # one value (a single task): every quantile is it, no pass
+            quantiles[n] = np.tile(lo, (len(QUANTILE_KEYS), 1))
+        else:
+            counts[n] = RangeCounts.over(lo, hi)
+    for rel in rels if counts else []:
         for _ in counted(file_batches(str(folder), rel, list(feats), BATCH_ROWS, True), counts):
             pass
-    quantiles = exact_from_counts(str(folder), rels, counts, BATCH_ROWS)
+    quantiles.update(exact_from_counts(str(folder), rels, counts, BATCH_ROWS))
     rest = [n for n in feats if n not in quantiles]  # NaN values: the stats pass decides
     if rest:
         res = compute_stats(str(folder), features=rest)
