@@ -22,9 +22,11 @@ frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 :meth:`EpisodeSink.finish` then verifies the folder: every data file read back against the
 checksums of the rows meant for it (row counts, ``index``), each mp4's frame count against its
 episodes, the root read back as a dataset. Memory: one episode and one row group's rows (about
-``target_mb``), whatever the number of episodes: their metadata rows and sketch points go to
-disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the dataset quantiles are
-exact by range counts over the written files (:mod:`~episodekit.writers.import_stats`).
+``target_mb``), plus what reading a data file back costs; the episodes' metadata rows and
+sketch points go to disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the
+dataset quantiles are exact by range counts over the written files
+(:mod:`~episodekit.writers.import_stats`). Not flat yet: 1.21x peak from 1,000 to 4,000
+episodes of 100 steps (docs/import.md).
 
 Checkpoints (resuming a killed import): when a data file is full, it is closed, read back
 and checked, the cameras' mp4s are closed with it (the next episode starts new ones) and the
