@@ -228,6 +228,30 @@ def retire_backup(backup: str | os.PathLike, out: str | os.PathLike) -> None:
         remove_marked(partial)
 
 
+def take_over(out: str | os.PathLike, wanted) -> Path | None:
+    """A killed run's build of ``out`` to carry on (``partial``, ours by its marker, its writer
+    provably gone) for which ``wanted(folder)`` holds, now marked as this process's (its
+    marker rewritten atomically, the same token): :func:`remove_stale` then leaves it alone.
+    None when there is none."""
+    out = Path(out)
+    try:
+        names = sorted(os.listdir(out.parent))
+    except OSError:
+        return None
+    for name in names:
+        folder = out.parent / name
+        named = _named(name, out)
+        if named is None or named[0] != "partial" or not owned(folder, out):
+            continue
+        if not _writer_gone(_marker(folder) or {}) or not wanted(folder):
+            continue
+        tmp = folder / f"{STAGING_MARKER}.new"
+        tmp.write_text(_marker_text(out, named[1]))
+        os.replace(tmp, folder / STAGING_MARKER)
+        return folder
+    return None
+
+
 def _writer_gone(doc: dict) -> bool:
     """Whether the writer a marker names is provably gone (:func:`~episodekit.core.spill.
     owner_gone`: no such process, a zombie, its pid reused, another boot). A marker of an older

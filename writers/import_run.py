@@ -9,6 +9,15 @@ before the next is read. Everything goes into a hidden staging folder next to ``
 verified: a failure anywhere (a corrupt episode in the middle) publishes nothing. A rerun whose
 inputs (every source file's name, size and mtime, the map, the options, the tool version)
 match the key recorded in ``--out`` does nothing.
+
+Resume: each time the sink closes a full data file (and the cameras' mp4s with it, all read
+back and checked) it calls back here, and the staging folder's journal (``.episodekit-import/
+journal.json``, written atomically) records the inputs key, the source episodes consumed and
+the sink's state. A run killed (``kill -9``) leaves that folder; the next run with the same key
+takes it over (:func:`episodekit.core.staging.take_over`: ours by its marker, its writer gone),
+keeps what the journal lists, removes the rest, and starts at the first episode of the first
+unfinished file. Another key: the folder is removed as any killed run's (only a folder named
+and marked as ours). The journal and the episodes' parts are removed before the publish.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from episodekit.core import crashpoint
 from episodekit.core import staging as staging_mod
 from episodekit.core.atomic import atomic_write_text
 from episodekit.core.errors import DatasetError
@@ -43,17 +53,21 @@ from episodekit.importers.registry import detect, reader_class
 
 RECIPE_FILE = ".episodekit-import.json"  # at the output's root: what it was imported from
 WHAT = "episodekit import"
+JOURNAL = "journal.json"  # in the staging folder's parts: what a killed run finished
 
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """``--format`` (None: detected), ``--map``, ``--fps``, ``--video``, ``--jobs``."""
+    """``--format`` (None: detected), ``--map``, ``--fps``, ``--video``, ``--jobs``,
+    ``--data-mb``, ``--video-mb`` (LeRobot's file sizes)."""
 
     fmt: str | None = None
     map_path: str | None = None
     fps: float | None = None
     video: str = "av1"
     jobs: int = 1
+    data_mb: float = 100.0
+    video_mb: float = 200.0
 
 
 @dataclass
@@ -70,6 +84,7 @@ class ImportResult:
     features: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     reports: dict[str, Any] = field(default_factory=dict)  # episode -> its reader's figures
+    resumed: int = 0  # episodes kept from a killed run (not written again)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -113,7 +128,7 @@ def _fps(m: ImportMap, reader: Any, options: ImportOptions) -> int:
     return int(fps)
 
 
-def _recipe(src: Path, doc: dict, fmt: str, fps: int, video: str) -> str:
+def _recipe(src: Path, doc: dict, fmt: str, fps: int, video: str, sizes: tuple) -> str:
     files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
     listing = []
     for p in files:
@@ -121,7 +136,16 @@ def _recipe(src: Path, doc: dict, fmt: str, fps: int, video: str) -> str:
         listing.append(
             [str(p.relative_to(src)) if p != src else p.name, st.st_size, st.st_mtime_ns]
         )
-    blob = json.dumps([__version__, fmt, fps, video, doc, listing], sort_keys=True, default=str)
+    blob = [
+        __version__,
+        fmt,
+        fps,
+        video,
+        doc,
+        listing,
+        *([list(sizes)] if sizes != (100.0, 200.0) else []),
+    ]
+    blob = json.dumps(blob, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -152,11 +176,13 @@ def run_import(
         return result
     src_path = Path(src).resolve()
     out_path = check_output_dir(out, sources=[src_path])
-    key = _recipe(src_path, doc, reader.format, fps, options.video)
+    sizes = (float(options.data_mb), float(options.video_mb))
+    key = _recipe(src_path, doc, reader.format, fps, options.video, sizes)
     created = not out_path.exists()
     say = current().step
     try:
         with writer_lock(out_path):
+            kept = staging_mod.take_over(out_path, lambda f: _journal(f).get("key") == key)
             staging_mod.remove_stale(out_path)
             recorded = _recorded(out_path)
             if recorded.get("key") == key and (out_path / "meta/info.json").exists():
@@ -164,19 +190,16 @@ def run_import(
                 for k in ("episodes", "frames", "tasks", "data_files", "video_files"):
                     setattr(result, k, int(recorded.get(k, 0)))
             else:
-                staging = staging_mod.new_staging(out_path)
-                sink = EpisodeSink(staging, feats, fps, m.robot_type)
+                staging = kept or staging_mod.new_staging(out_path)
+                sink = EpisodeSink(
+                    staging, feats, fps, m.robot_type, data_mb=options.data_mb,
+                    video_mb=options.video_mb,
+                )  # fmt: skip
                 try:
-                    say(f"importing {len(refs)} {reader.format} episodes from {src}")
-                    for mapped in _mapped(reader, m, keys, refs, options.jobs):
-                        if isinstance(mapped, str):
-                            result.skipped.append(mapped)
-                        else:
-                            if mapped.report:
-                                result.reports[mapped.source] = mapped.report
-                            sink.add(mapped)
+                    _feed(sink, staging, kept, key, (reader, m, keys, refs), options, result, src)
                     say("verifying the output")
                     written = sink.finish()
+                    sink.parts.remove()  # the episodes' parts and the journal: not published
                     mark_output_dir(staging, WHAT)
                     result.episodes, result.frames = written.episodes, written.frames
                     result.tasks, result.data_files = written.tasks, written.data_files
@@ -208,6 +231,43 @@ def run_import(
         raise
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _feed(
+    sink: Any,
+    staging: Path,
+    kept: Path | None,
+    key: str,
+    source: tuple,
+    options: ImportOptions,
+    result: ImportResult,
+    src: str,
+) -> None:
+    """Every episode into ``sink``; a kept (killed) run's staging carried on from its journal's
+    checkpoint, each new checkpoint journaled (the source episodes consumed, the skips)."""
+    reader, m, keys, refs = source
+    say = current().step
+    start = 0
+    if kept is not None:
+        journal = _journal(kept)
+        sink.restore(journal["state"])
+        start, result.skipped = int(journal["refs"]), list(journal["skipped"])
+        result.resumed = int(journal["state"]["episodes"])
+        say(
+            f"resuming a killed import: {result.resumed} episodes kept (verified), "
+            f"{len(refs) - start} of {len(refs)} to go"
+        )
+    else:
+        say(f"importing {len(refs)} {reader.format} episodes from {src}")
+    at = [start]
+    sink.on_checkpoint = lambda state: _write_journal(staging, key, at[0], result.skipped, state)
+    for at[0], mapped in enumerate(_mapped(reader, m, keys, refs[start:], options.jobs), start):
+        if isinstance(mapped, str):
+            result.skipped.append(mapped)
+        else:
+            if mapped.report:  # a resumed run reports only the episodes it read itself
+                result.reports[mapped.source] = mapped.report
+            sink.add(mapped)
 
 
 def _prepare(ref: Any, reader: Any, m: ImportMap, keys: dict, decode: bool) -> Any:
@@ -273,6 +333,29 @@ def _mapped(reader: Any, m: ImportMap, keys: dict, refs: list, jobs: int) -> Ite
 
 def _file(reader: Any, ref: Any) -> str:
     return reader.file(ref)
+
+
+def _journal_path(staging: Path) -> Path:
+    from episodekit.writers.import_parts import PARTS_DIR
+
+    return Path(staging) / PARTS_DIR / JOURNAL
+
+
+def _journal(staging: Path) -> dict:
+    """A staging folder's journal (empty when it has none or it does not read)."""
+    try:
+        doc = json.loads(_journal_path(staging).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and isinstance(doc.get("state"), dict) else {}
+
+
+def _write_journal(staging: Path, key: str, refs: int, skipped: list, state: dict) -> None:
+    """The checkpoint's journal, atomically: the inputs' key, the source episodes consumed
+    (``refs``: the next one starts the first unfinished file), the skips, the sink's state."""
+    doc = {"key": key, "refs": refs, "skipped": list(skipped), "state": state}
+    atomic_write_text(_journal_path(staging), json.dumps(doc))
+    crashpoint.reached("import: checkpoint")
 
 
 def _recorded(out: Path) -> dict:

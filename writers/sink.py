@@ -21,14 +21,24 @@ frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 
 :meth:`EpisodeSink.finish` then verifies the folder: every data file read back against the
 checksums of the rows meant for it (row counts, ``index``), each mp4's frame count against its
-episodes, the root read back as a dataset. Memory: one episode and one row group's rows, plus
-each episode's metadata row (its stats), kept as Arrow columns (a few KB an episode) until
-:meth:`EpisodeSink.finish` writes ``meta/episodes``; the stats.json pass reads the written
-columns back (the surgery writer's code), so its peak grows with the frames.
+episodes, the root read back as a dataset. Memory: one episode and one row group's rows (about
+``target_mb``), plus what reading a data file back costs; the episodes' metadata rows and
+sketch points go to disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the
+dataset quantiles are exact by range counts over the written files
+(:mod:`~episodekit.writers.import_stats`). Not flat yet: 1.21x peak from 1,000 to 4,000
+episodes of 100 steps (docs/import.md).
+
+Checkpoints (resuming a killed import): when a data file is full, it is closed, read back
+and checked, the cameras' mp4s are closed with it (the next episode starts new ones) and the
+episodes' parts written; :meth:`EpisodeSink.state` then describes everything kept (JSON), and
+:meth:`EpisodeSink.restore` on a new sink over the same folder carries on from there (the
+caller journals it: :mod:`~episodekit.writers.import_run`). Closing the mp4s with the data
+file is what lets one episode boundary end every file at once.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,6 +47,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from episodekit.core.atomic import atomic_write_text
 from episodekit.core.checksum import TableChecksum
 from episodekit.core.errors import DatasetError
 from episodekit.core.layout.files import chunk_file, file_path, roll_over
@@ -45,8 +56,10 @@ from episodekit.core.parquet_read import open_data_file
 from episodekit.core.parquet_write import RowGroupWriter, VerificationError, write_table
 from episodekit.core.paths import MIB
 from episodekit.importers.mapping import MappedEpisode
+from episodekit.metadata.stats import numeric_features
 from episodekit.writers import meta as meta_mod
 from episodekit.writers import repair_schema
+from episodekit.writers.import_parts import EpisodeParts
 
 DEFAULT_COLUMNS = {  # LeRobot's DEFAULT_FEATURES, after the dataset's own
     "timestamp": {"dtype": "float32", "shape": [1], "names": None},
@@ -56,7 +69,6 @@ DEFAULT_COLUMNS = {  # LeRobot's DEFAULT_FEATURES, after the dataset's own
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
 CODECS = {"av1": "libsvtav1", "h264": "libx264"}
-ROWS_BATCH = 256  # episodes' metadata rows kept as Python values before they become columns
 
 
 @dataclass(frozen=True)
@@ -124,17 +136,16 @@ class EpisodeSink:
         self.info = self._info_dict(robot_type, data_mb, video_mb)
         self.schema = repair_schema.data_schema(self.info)
         self.tasks: dict[str, int] = {}
-        self.rows: list[dict[str, Any]] = []  # episodes not yet in ``_done`` (Python values)
-        self._done: list[pa.Table] = []  # earlier episodes' rows, columnar (compact)
+        self.parts = EpisodeParts(self.folder, self.info, numeric_features(self.info))
         self._episodes = 0
-        self.extra: dict[str, list[Any]] = {}
+        self.on_checkpoint: Any = None  # called with state() after each checkpoint
         self.frames = 0
         self._file_no = -1
         self._file_bytes = 0.0
         self._writer: RowGroupWriter | None = None
         self._pending: list[pa.Table] = []
         self._pending_bytes = 0
-        self._checksums: dict[str, TableChecksum] = {}
+        self._checksums: dict[str, Any] = {}  # rel -> TableChecksum (or _Digests: resumed)
         self._file_rows: dict[str, tuple[int, int]] = {}  # rel -> (first index, rows)
 
     # ---------------------------------------------------------------------------------------
@@ -209,7 +220,7 @@ class EpisodeSink:
         seen: dict[str, None] = {}
         for t in ep.tasks:
             seen.setdefault(t, None)
-        self.rows.append(
+        self.parts.add(
             repair_schema.episode_row(
                 self.info,
                 e,
@@ -220,15 +231,12 @@ class EpisodeSink:
                 videos,
                 stats,
                 (0, 0),
-            )
+            ),
+            ep.meta,
+            table,
         )
-        for k, v in ep.meta.items():
-            self.extra.setdefault(k, [None] * e).append(v)
         self.frames += n
         self._episodes += 1
-        if len(self.rows) >= ROWS_BATCH:  # as Arrow columns: ~8 bytes a value, not ~40
-            self._done.append(repair_schema.episodes_table(self.rows))
-            self.rows = []
 
     def _table(self, values: dict[str, np.ndarray]) -> pa.Table:
         cols = []
@@ -248,7 +256,8 @@ class EpisodeSink:
             self._writer is None
             or roll_over(np.array([self._file_bytes, size]), self.data_limit)[1]
         ):
-            self._close_file()
+            if self._writer is not None:
+                self._checkpoint()
             self._open_file()
         self._file_bytes += size
         self._pending.append(table)
@@ -282,6 +291,57 @@ class EpisodeSink:
             self._flush()
             self._writer.finish()
             self._writer = None
+
+    def _checkpoint(self) -> None:
+        """The data file is full: close it and read it back, close the cameras' mp4s (and
+        check their frames), write the episodes' parts; then tell ``on_checkpoint``."""
+        from episodekit.writers.verify import verify_videos
+
+        self._close_file()
+        self._verify_data(self._rel())
+        for cam in self.cameras.values():
+            if cam.writer is not None:
+                cam.writer.close()
+                cam.writer = None
+                verify_videos(self.folder, {cam.feature.name: {cam.rel(): cam.counts[cam.rel()]}})
+        self.parts.flush()
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.state())
+
+    def state(self) -> dict:
+        """What a checkpoint keeps (JSON): the episodes, frames, tasks, parts, every closed
+        data file (first row, rows, column digests) and video file (frames)."""
+        return {
+            "episodes": self._episodes,
+            "frames": self.frames,
+            "tasks": list(self.tasks),
+            "parts": self.parts.parts,
+            "file_no": self._file_no,
+            "data": {
+                rel: [*self._file_rows[rel], c.digests()] for rel, c in self._checksums.items()
+            },
+            "cameras": {k: [c.file_no, dict(c.counts)] for k, c in self.cameras.items()},
+        }
+
+    def restore(self, state: dict) -> None:
+        """Carry on from a checkpoint's :meth:`state` (a fresh sink over the same folder):
+        what it lists is kept, everything else the killed run wrote is removed."""
+        self._episodes, self.frames = int(state["episodes"]), int(state["frames"])
+        self.tasks = {t: i for i, t in enumerate(state["tasks"])}
+        self._file_no = int(state["file_no"])
+        for rel, (first, rows, digests) in state["data"].items():
+            self._file_rows[rel] = (int(first), int(rows))
+            self._checksums[rel] = _Digests(digests)
+        keep = set(state["data"])
+        for name, (file_no, counts) in state["cameras"].items():
+            cam = self.cameras[name]
+            cam.file_no, cam.counts = int(file_no), {k: int(v) for k, v in counts.items()}
+            keep.update(cam.counts)
+        for top in ("data", "videos", "meta"):
+            for p in sorted((self.folder / top).rglob("*")) if (self.folder / top).is_dir() else []:
+                if p.is_file() and p.relative_to(self.folder).as_posix() not in keep:
+                    p.unlink()
+        self.parts.keep(int(state["parts"]))
 
     def _encode(
         self, cam: _Camera, images: Any, channels: str, n: int, source: str
@@ -343,42 +403,35 @@ class EpisodeSink:
     # ---------------------------------------------------------------------------------------
     def finish(self) -> SinkResult:
         """Close the files, write the metadata, verify the folder (see the module docstring)."""
-        from episodekit.writers.stats_quantiles import write_stats_json
+        from episodekit.core.dataset import open_dataset
+        from episodekit.metadata.stats import data_state
+        from episodekit.writers.import_stats import set_exact_quantiles
 
         if not self._episodes:
             raise DatasetError("no episodes to write (every episode was skipped or none found)")
         self._close_file()
         for cam in self.cameras.values():
-            cam.writer.close()
-            cam.writer = None
+            if cam.writer is not None:
+                cam.writer.close()
+                cam.writer = None
         n = self._episodes
-        if self.rows:
-            self._done.append(repair_schema.episodes_table(self.rows))
-            self.rows = []
-        episodes = pa.concat_tables(self._done).combine_chunks()
-        self._done = []
-        for k, v in self.extra.items():
-            episodes = episodes.append_column(k, pa.array(v + [None] * (n - len(v))))
-        row_bytes = episodes.nbytes / n
-        meta_seq = roll_over(np.full(n, row_bytes), self.data_limit)
-        chunk, file = chunk_file(meta_seq, self.chunks_size)
-        for col, values in (
-            ("meta/episodes/chunk_index", chunk),
-            ("meta/episodes/file_index", file),
-        ):
-            episodes = episodes.set_column(
-                episodes.schema.get_field_index(col), col, pa.array(values)
-            )
-        meta_mod.write_episodes(self.folder, episodes)
+        self.parts.flush()
+        lengths = self.parts.write_meta(self.folder, n, self.data_limit, self.chunks_size)
         tasks = list(self.tasks)
         write_table(meta_mod.tasks_table(tasks), self.folder / "meta/tasks.parquet")
-        plan = SimpleNamespace(
-            num_episodes=n, num_frames=self.frames, length=episodes["length"].to_numpy()
-        )
+        plan = SimpleNamespace(num_episodes=n, num_frames=self.frames, length=lengths.to_numpy())
         info = meta_mod.info_json(self.info, plan, len(tasks), self.info["features"])
         meta_mod.write_info(self.folder / "meta/info.json", info)
-        stats = meta_mod.dataset_stats(episodes, self.info["features"], {})
-        write_stats_json(self.folder, None, stats)
+        stats: dict[str, dict[str, list]] = {}
+        for name, feat in self.info["features"].items():  # one feature's columns at a time
+            stats.update(meta_mod.dataset_stats(self.parts.stats_table(name), {name: feat}, {}))
+        stats = {k: stats[k] for k in self.info["features"] if k in stats}
+        feats = self.parts.feats
+        set_exact_quantiles(self.folder, list(self._checksums), stats, feats)
+        ds = open_dataset(str(self.folder))
+        meta = {"fingerprint": ds.fingerprint, "data_state": data_state(ds), "stats": "quantiles"}
+        self.parts.write_sketches(self.folder, meta)
+        atomic_write_text(self.folder / "meta/stats.json", json.dumps(stats, indent=4))
         self.verify(plan)
         return SinkResult(
             episodes=n,
@@ -394,25 +447,40 @@ class EpisodeSink:
         frame count, the root read as a dataset: :class:`VerificationError` on a difference."""
         from episodekit.writers.verify import verify_root, verify_videos
 
-        for rel, want in self._checksums.items():
-            first, rows = self._file_rows[rel]
-            got, at = TableChecksum(), first
-            with open_data_file(str(self.folder / rel), stream=True, shared_footer=False) as df:
-                if not df.schema.remove_metadata().equals(self.schema.remove_metadata()):
-                    raise VerificationError(f"{rel}: schema differs from the one written")
-                for batch in df.batches(64 * 1024):
-                    idx = batch.column("index").to_numpy()
-                    if not np.array_equal(idx, np.arange(at, at + batch.num_rows)):
-                        raise VerificationError(f"{rel}: index is not {at}.. in order")
-                    got.update(batch)
-                    at += batch.num_rows
-            if at - first != rows:
-                raise VerificationError(f"{rel}: {at - first} rows, {rows} were written")
-            if got.digests() != want.digests():
-                bad = sorted(c for c, d in got.digests().items() if want.digests().get(c) != d)
-                raise VerificationError(f"{rel}: values differ from those written in {bad}")
+        for rel in self._checksums:
+            self._verify_data(rel)
         verify_videos(self.folder, {k: dict(c.counts) for k, c in self.cameras.items()})
         verify_root(self.folder, plan)
+
+    def _verify_data(self, rel: str) -> None:
+        """Data file ``rel`` read back: its rows, ``index`` and column digests as written."""
+        want = self._checksums[rel]
+        first, rows = self._file_rows[rel]
+        got, at = TableChecksum(), first
+        with open_data_file(str(self.folder / rel), stream=True, shared_footer=False) as df:
+            if not df.schema.remove_metadata().equals(self.schema.remove_metadata()):
+                raise VerificationError(f"{rel}: schema differs from the one written")
+            for batch in df.batches(64 * 1024):
+                idx = batch.column("index").to_numpy()
+                if not np.array_equal(idx, np.arange(at, at + batch.num_rows)):
+                    raise VerificationError(f"{rel}: index is not {at}.. in order")
+                got.update(batch)
+                at += batch.num_rows
+        if at - first != rows:
+            raise VerificationError(f"{rel}: {at - first} rows, {rows} were written")
+        if got.digests() != want.digests():
+            bad = sorted(c for c, d in got.digests().items() if want.digests().get(c) != d)
+            raise VerificationError(f"{rel}: values differ from those written in {bad}")
+
+
+@dataclass(frozen=True)
+class _Digests:
+    """A kept data file's column digests, as its checkpoint recorded them."""
+
+    recorded: dict[str, str]
+
+    def digests(self) -> dict[str, str]:
+        return dict(self.recorded)
 
 
 def features_from_map(m: Any, keys: dict, video: str) -> list[SinkFeature]:

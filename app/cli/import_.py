@@ -58,6 +58,21 @@ from episodekit.core import jsonout
     help="Processes reading, mapping and decoding episodes (the encoding and writing "
     "stay in one process, in order: the output is the same bytes whatever N).",
 )
+@click.option(
+    "--data-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=100.0,
+    show_default=True,
+    help="Data file size (MB, LeRobot's data_files_size_in_mb); a killed import resumes "
+    "from its last full data file.",
+)
+@click.option(
+    "--video-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=200.0,
+    show_default=True,
+    help="Video file size (MB, LeRobot's video_files_size_in_mb).",
+)
 @click.option("--dry-run", is_flag=True, help="Check the source and the map, write nothing.")
 @json_option
 def import_command(
@@ -69,6 +84,8 @@ def import_command(
     fps: float | None,
     video: str,
     jobs: int,
+    data_mb: float,
+    video_mb: float,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -81,13 +98,14 @@ def import_command(
     it) and written before the next: data parquet in 32 MiB row groups, cameras encoded as
     video, episodes, tasks, info and exact stats. The output is verified (rows, checksums,
     video frame counts) before it appears at DIR; on any failure nothing is published. A rerun
-    with the same inputs does nothing.
+    with the same inputs does nothing; a rerun after a killed import keeps the episodes of
+    the data files it finished and verified, and carries on from there.
     """
     from episodekit.importers.mapping import MapError
     from episodekit.importers.registry import UnknownLayout
     from episodekit.writers.import_run import ImportOptions, inferred_map, run_import
 
-    options = ImportOptions(fmt, map_path, fps, video, jobs)
+    options = ImportOptions(fmt, map_path, fps, video, jobs, data_mb, video_mb)
     try:
         if print_map:
             click.echo(inferred_map(src, options), nl=False)
@@ -113,5 +131,7 @@ def import_command(
             f"{d['tasks']} tasks, {d['data_files']} data files, {d['video_files']} "
             f"video files in {d['seconds']:.1f}s (verified)"
         )
+    if d.get("resumed"):
+        click.echo(f"resumed: {d['resumed']} episodes kept from a killed import")
     for reason in d["skipped"]:
         click.echo(f"skipped {reason}")

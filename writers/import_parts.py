@@ -1,0 +1,205 @@
+"""The import sink's episode metadata on disk as it comes: memory flat in the number of episodes.
+
+Each episode's ``meta/episodes`` row (its stats, its kept source values) and its sketch points
+(the sidecar's: :mod:`episodekit.metadata.stats.episode_sketch`) are buffered for at most
+``ROWS_BATCH`` episodes, then written as one part (``rows-NNNNNN.parquet`` and
+``sketch-NNNNNN.parquet``, atomically) in the staging folder's :data:`PARTS_DIR`; a checkpoint
+(:meth:`EpisodeParts.flush`) writes a shorter part, so the parts a resumed run keeps end where
+its data files do. :meth:`EpisodeParts.write_meta` streams them into ``meta/episodes`` (a row
+group a part) and the sidecar, one part in memory at a time; :meth:`EpisodeParts.stats_table`
+reads one feature's ``stats/*`` columns of every episode (the dataset stats).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodekit.core.atomic import atomic_path
+from episodekit.core.layout.files import chunk_file, roll_over
+from episodekit.core.parquet_write import RowGroupWriter
+from episodekit.metadata.stats.blocks import block_stats, feature_values
+from episodekit.metadata.stats.episode_sketch import (
+    ENCODING,
+    POINTS,
+    SKETCHES_FILE,
+    SKETCHES_KEY,
+    EpisodeSketches,
+    point_dtypes,
+    sketch_record,
+)
+from episodekit.metadata.stats.keys import DEFAULT_SKETCH_POINTS
+from episodekit.writers import repair_schema
+
+PARTS_DIR = ".episodekit-import"  # inside the staging folder; removed before the publish
+ROWS_BATCH = 256  # episodes buffered in memory before they become a part
+
+
+class EpisodeParts:
+    """Episode rows and sketch points of the import, spilled in parts (see the module
+    docstring). ``feats``: numeric feature -> dims (the sidecar's)."""
+
+    def __init__(self, folder: Path, info: dict, feats: dict[str, int], parts: int = 0) -> None:
+        self.dir = Path(folder) / PARTS_DIR
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.info, self.feats = info, feats
+        self.dtypes = point_dtypes(info, feats)
+        self.parts = parts
+        self.rows: list[dict[str, Any]] = []
+        self.extra: list[dict[str, Any]] = []
+        self.points: list[dict[str, np.ndarray]] = []
+        self.index: list[int] = []
+        self.length: list[int] = []
+
+    def add(self, row: dict[str, Any], extra: dict[str, Any], table: pa.Table) -> None:
+        """One episode: its row, its source values, its written rows (the sketch points)."""
+        n = table.num_rows
+        pts = {}
+        for name, dims in self.feats.items():
+            x = feature_values(table.column(name), dims, name)
+            r = block_stats([x], np.zeros(1, np.int64), np.array([n]), DEFAULT_SKETCH_POINTS, None)
+            pts[name] = r["points"]
+        self.rows.append(row)
+        self.extra.append(dict(extra))
+        self.points.append(pts)
+        self.index.append(int(row["episode_index"]))
+        self.length.append(n)
+        if len(self.rows) >= ROWS_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """The buffered episodes as one part (nothing when none)."""
+        if not self.rows:
+            return
+        table = repair_schema.episodes_table(self.rows)
+        keys: dict[str, None] = {}
+        for e in self.extra:
+            keys.update(dict.fromkeys(e))
+        for k in keys:
+            table = table.append_column(k, pa.array([e.get(k) for e in self.extra]))
+        sk = EpisodeSketches(
+            np.array(self.index, np.int64),
+            np.array(self.length, np.int64),
+            {n: np.concatenate([p[n] for p in self.points], axis=1) for n in self.feats},
+            POINTS,
+        )
+        name = f"{self.parts:06d}.parquet"
+        with atomic_path(self.dir / f"sketch-{name}") as tmp:
+            pq.write_table(sk.table(self.dtypes), tmp, compression="zstd")
+        with atomic_path(self.dir / f"rows-{name}") as tmp:
+            pq.write_table(table, tmp)
+        self.parts += 1
+        self.rows, self.extra, self.points, self.index, self.length = [], [], [], [], []
+
+    def _read(self, kind: str, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        for i in range(self.parts):
+            yield pq.read_table(self.dir / f"{kind}-{i:06d}.parquet", columns=columns)
+
+    def schema(self) -> pa.Schema:
+        """The episodes table's schema: LeRobot's columns, then the source values' in the
+        order they first came (types unified over the parts)."""
+        schemas = [pq.read_schema(self.dir / f"rows-{i:06d}.parquet") for i in range(self.parts)]
+        if not all(s.equals(schemas[0]) for s in schemas):
+            schemas = [pa.unify_schemas(schemas, promote_options="permissive")]
+        return pa.schema([f.with_type(_items(f.type)) for f in schemas[0]])
+
+    def stats_table(self, name: str) -> pa.Table:
+        """Every episode's ``stats/{name}/*`` columns (one feature: a few values an episode)."""
+        cols = [c for c in self.schema().names if c.startswith(f"stats/{name}/")]
+        return pa.concat_tables(self._read("rows", cols)) if cols else pa.table({})
+
+    def write_meta(self, folder: Path, n: int, data_limit: float, chunks_size: int) -> pa.Array:
+        """``meta/episodes`` (LeRobot's roll-over on the rows' bytes; a row group a part) and
+        the episodes' lengths (for info.json and the checks)."""
+        schema = self.schema()
+        nbytes = 0.0
+        for t in self._read("rows"):
+            nbytes += _conform(t, schema).nbytes
+        meta_seq = roll_over(np.full(n, nbytes / n), data_limit)
+        chunk, file = chunk_file(meta_seq, chunks_size)
+        writers: dict[tuple[int, int], pq.ParquetWriter] = {}
+        lengths = []
+        at = 0
+        try:
+            for t in self._read("rows"):
+                t = _conform(t, schema)
+                m = t.num_rows
+                c, f = chunk[at : at + m], file[at : at + m]
+                for col, values in (
+                    ("meta/episodes/chunk_index", c),
+                    ("meta/episodes/file_index", f),
+                ):
+                    i = t.schema.get_field_index(col)
+                    t = t.set_column(i, col, pa.array(values, t.schema.field(i).type))
+                key = c * (1 << 32) + f
+                for k in np.unique(key).tolist():
+                    sel = np.flatnonzero(key == k)
+                    where = (int(k >> 32), int(k & 0xFFFFFFFF))
+                    if where not in writers:
+                        rel = f"meta/episodes/chunk-{where[0]:03d}/file-{where[1]:03d}.parquet"
+                        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                        writers[where] = pq.ParquetWriter(
+                            folder / rel, schema, compression="snappy"
+                        )
+                    writers[where].write_table(t.slice(int(sel[0]), len(sel)))
+                lengths.append(t["length"].combine_chunks())
+                at += m
+        finally:
+            for w in writers.values():
+                w.close()
+        return pa.concat_arrays(lengths)
+
+    def write_sketches(self, folder: Path, meta: dict[str, object]) -> None:
+        """The sidecar (``meta/episodekit_sketches.parquet``): a row group a part."""
+        record = sketch_record(POINTS, self.feats, meta)
+        with atomic_path(folder / SKETCHES_FILE) as tmp:
+            writer = None
+            for t in self._read("sketch"):
+                plain = pa.schema([f.with_type(_items(f.type)) for f in t.schema])
+                if writer is None:
+                    schema = plain.with_metadata({SKETCHES_KEY: json.dumps(record)})
+                    writer = RowGroupWriter(tmp, schema, encoding=ENCODING)
+                writer.write_group(t.replace_schema_metadata(None).cast(plain))
+            if writer is not None:
+                writer.finish()
+
+    def keep(self, parts: int) -> None:
+        """Resume: the first ``parts`` parts stay, later ones (a killed run's) go."""
+        self.parts = parts
+        for p in self.dir.iterdir():
+            stem = p.name.split("-", 1)[-1].split(".", 1)[0]
+            if p.name.startswith(("rows-", "sketch-")) and stem.isdigit() and int(stem) < parts:
+                continue
+            if p.name.startswith(("rows-", "sketch-")) or p.name.startswith("."):
+                p.unlink(missing_ok=True)
+
+    def remove(self) -> None:
+        """The parts folder goes (before the publish)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A part as the unified schema: missing source-value columns null, types promoted."""
+    cols = []
+    for f in schema:
+        if f.name in t.column_names:
+            c = t[f.name]
+            cols.append(c if c.type == f.type else c.cast(f.type))
+        else:
+            cols.append(pa.nulls(t.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _items(t: pa.DataType) -> pa.DataType:
+    """``t`` with every list's child named ``item`` (Arrow's default; parquet reads them back
+    as ``element``): a part read back is written as the table it was made from."""
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_name("item").with_type(_items(t.value_type)))
+    return t
