@@ -35,10 +35,11 @@ PLAN_COLUMNS = ("length", "dataset_from_index", "data/chunk_index", "data/file_i
 PLAN_COLUMNS += ("__file",)
 
 
-@dataclass
+@dataclass(slots=True)
 class Episode:
     """A kept episode: where its rows are, its metadata row (recovered: the row's position in
-    the recovered table; else rebuilt), each camera's place in the mp4s."""
+    the recovered table; else rebuilt), each camera's place in the mp4s. (Slots: one is kept
+    per episode, ~100 bytes less each.)"""
 
     index: int
     length: int
@@ -210,6 +211,7 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     kept: list[Episode] = []
     dropped: list[Dropped] = []
     cursors = {k: _Cursor(files) for k, files in inv.videos.items()}
+    shared: dict[tuple, list[str]] = {}  # one list per set of tasks, not one per episode
     for ep in sorted(set(runs) | set(rows)):
         row = {c: v[rows[ep]] for c, v in columns.items()} if ep in rows else None
         if ep not in runs:
@@ -237,7 +239,7 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
             if e.why_rebuilt:
                 damages.append((row["__file"], f"episode {ep}: {e.why_rebuilt}"))
                 e.meta_row = None
-            e.tasks = list(row["tasks"] or [])
+            e.tasks = shared.setdefault(tuple(row["tasks"] or ()), list(row["tasks"] or []))
         else:
             e.why_rebuilt = "its metadata row never reached the disk"
         if not e.tasks:
