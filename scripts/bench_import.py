@@ -92,16 +92,22 @@ def encode_raw(raw: str, out: str, h: int, w: int, fps: int) -> None:
     import av
 
     size = h * w * 3
-    with open(raw, "rb") as f, av.open(out, "w", format="mp4") as container:
-        stream = container.add_stream(CODEC, rate=fps)
-        stream.width, stream.height, stream.pix_fmt = w, h, PIX_FMT
-        stream.options = dict(OPTIONS)
+    # as LeRobot's encode_video_frames: options given to add_stream, no pts set
+    with open(raw, "rb") as f, av.open(out, "w") as container:
+        stream = container.add_stream(CODEC, fps, options=dict(OPTIONS))
+        stream.pix_fmt, stream.width, stream.height = PIX_FMT, w, h
+        frames = packets = 0
         while chunk := f.read(size * 256):  # 256 frames at a time: the floor's memory is its own
             for img in np.frombuffer(chunk, np.uint8).reshape(-1, h, w, 3):
+                frames += 1
                 for packet in stream.encode(av.VideoFrame.from_ndarray(img, "rgb24")):
                     container.mux(packet)
+                    packets += 1
         for packet in stream.encode():
             container.mux(packet)
+            packets += 1
+    if packets != frames:  # one packet a frame, or the floor did not encode what ours did
+        sys.exit(f"{out}: {packets} packets for {frames} frames")
 
 
 def main() -> None:
