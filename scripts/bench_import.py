@@ -124,7 +124,9 @@ def main() -> None:
     if args.encode_child:
         raw, out, h, w, fps = args.encode_child
         encode_raw(raw, out, int(h), int(w), int(fps))
-        return
+        # the file is closed and checked; skip the interpreter's teardown, where SVT-AV1 4.1
+        # (PyAV 18.1) was seen to hang now and then (a futex wait after the last packet)
+        os._exit(0)
     if not args.skip_lerobot and not args.lerobot_python:
         sys.exit("give --lerobot-python (LeRobot 0.6.1's venv python) or --skip-lerobot")
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-import-"))
