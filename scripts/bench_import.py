@@ -1,0 +1,188 @@
+"""`episodekit import` of an RLDS dataset against what users run today, in one run: TFDS reading +
+LeRobot 0.6.1's `LeRobotDataset.create` / `add_frame` / `save_episode` / `finalize` (the
+openx2lerobot / lerobot `examples/port_datasets` way, `scripts/lerobot_import_rlds.py`, run by
+LeRobot's own python with tensorflow-datasets installed next to it), and against the encode-only
+floor: PyAV encoding the same decoded frames with the same settings (AV1 libsvtav1, g 2, crf 30,
+yuv420p, preset 12: LeRobot's), one process per camera, both at once.
+
+    make the data (once, in a venv with tensorflow-cpu + tensorflow-datasets):
+        TFDS_PY/bin/python tests/fixtures/import/rlds/make_rlds_fixture.py \
+            --episodes 1000 --steps 20 --size 64 --shards 8 --out DIR --no-expected
+    measure (LR61: a venv with lerobot[dataset]==0.6.1, tensorflow-cpu, tensorflow-datasets):
+        .venv/bin/python scripts/bench_import.py DIR/ek_rlds_fixture/1.0.0 \
+            --lerobot-python LR61/bin/python [--fps 10] [--jobs 1] [--skip-lerobot]
+
+Each tool runs once, under `scripts/peak_rss.py`'s poller: wall seconds of the process and the
+largest sum of RSS over its process tree (LeRobot's image-writer threads and encoder, our
+`--jobs` processes). The encode floor's frames are decoded first (not timed) into one raw file
+per camera; its time is that of the two encoder processes reading those files. Prints one table
+(tool, wall s, peak RSS MiB, ratios vs ours) and a JSON line with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peak_rss import measure  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+LEROBOT_SIDE = HERE / "lerobot_import_rlds.py"
+# LeRobot 0.6.1's encoder: RGBEncoderConfig() and its get_codec_options() (configs/video.py)
+CODEC, PIX_FMT = "libsvtav1", "yuv420p"
+OPTIONS = {"g": "2", "crf": "30", "preset": "12", "svtav1-params": "fast-decode=0"}
+
+
+def ratio(a: float, b: float) -> float:
+    """``a / b`` rounded to 3 places (0 when ``b`` is 0)."""
+    return round(a / b, 3) if b else 0.0
+
+
+def table(rows: list[dict], ours: dict) -> str:
+    """The result table: tool, wall s, peak RSS MiB, and each ratio vs ours (theirs / ours for
+    time, ours / theirs for memory)."""
+    lines = [
+        "| tool | wall s | peak RSS MiB (tree) | its time / ours | ours' RSS / its |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['tool']} | {r['seconds']:.1f} | {r['tree_mib']:.0f} | "
+            f"{ratio(r['seconds'], ours['seconds']):.2f}x | "
+            f"{ratio(ours['tree_mib'], r['tree_mib']):.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def decode_frames(src: str, work: Path) -> dict[str, tuple[Path, int, tuple]]:
+    """Every frame of every camera as the import decodes it (``Images.frames()``), written raw
+    to ``work/<camera>.rgb``: camera -> (file, frames, frame shape). Not timed."""
+    from episodekit.importers.rlds import RldsReader
+
+    reader = RldsReader(src)
+    files: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    shapes: dict[str, tuple] = {}
+    for ref in reader.episodes():
+        for cam, images in reader.read(ref).images.items():
+            if cam not in files:
+                files[cam] = open(work / f"{cam.replace('/', '_')}.rgb", "wb")  # noqa: SIM115
+            for arr in images.frames():
+                shapes[cam] = arr.shape
+                files[cam].write(np.ascontiguousarray(arr, dtype=np.uint8).tobytes())
+                counts[cam] = counts.get(cam, 0) + 1
+    for f in files.values():
+        f.close()
+    return {cam: (Path(f.name), counts[cam], shapes[cam]) for cam, f in files.items()}
+
+
+def encode_raw(raw: str, out: str, h: int, w: int, fps: int) -> None:
+    """Encode a raw RGB file into one mp4 with LeRobot's settings (:data:`OPTIONS`): a child."""
+    import av
+
+    size = h * w * 3
+    # as LeRobot's encode_video_frames: options given to add_stream, no pts set
+    with open(raw, "rb") as f, av.open(out, "w") as container:
+        stream = container.add_stream(CODEC, fps, options=dict(OPTIONS))
+        stream.pix_fmt, stream.width, stream.height = PIX_FMT, w, h
+        frames = packets = 0
+        while chunk := f.read(size * 256):  # 256 frames at a time: the floor's memory is its own
+            for img in np.frombuffer(chunk, np.uint8).reshape(-1, h, w, 3):
+                frames += 1
+                for packet in stream.encode(av.VideoFrame.from_ndarray(img, "rgb24")):
+                    container.mux(packet)
+                    packets += 1
+        for packet in stream.encode():
+            container.mux(packet)
+            packets += 1
+    if packets != frames:  # one packet a frame, or the floor did not encode what ours did
+        sys.exit(f"{out}: {packets} packets for {frames} frames")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("src", help="a TFDS dataset folder (…/NAME/VERSION)")
+    ap.add_argument("--lerobot-python", default=os.environ.get("LEROBOT_PYTHON"))
+    ap.add_argument("--fps", type=int, default=10)
+    ap.add_argument("--jobs", type=int, default=1, help="episodekit import --jobs")
+    ap.add_argument("--skip-lerobot", action="store_true", help="ours and the encode floor only")
+    ap.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
+    ap.add_argument("--encode-child", nargs=5, metavar=("RAW", "OUT", "H", "W", "FPS"),
+                    help=argparse.SUPPRESS)  # fmt: skip
+    args = ap.parse_args()
+    if args.encode_child:
+        raw, out, h, w, fps = args.encode_child
+        encode_raw(raw, out, int(h), int(w), int(fps))
+        # the file is closed and checked; skip the interpreter's teardown, where SVT-AV1 4.1
+        # (PyAV 18.1) was seen to hang now and then (a futex wait after the last packet)
+        os._exit(0)
+    if not args.skip_lerobot and not args.lerobot_python:
+        sys.exit("give --lerobot-python (LeRobot 0.6.1's venv python) or --skip-lerobot")
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-import-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.update(HF_HUB_OFFLINE="1", TQDM_DISABLE="1", TF_CPP_MIN_LOG_LEVEL="3", SVT_LOG="1")
+    rows = []
+
+    out = work / "episodekit"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "episodekit.cli", "import", args.src, "--out", str(out),
+           "--fps", str(args.fps), "--jobs", str(args.jobs), "--json"]  # fmt: skip
+    ours = {"tool": f"episodekit import --jobs {args.jobs}", **measure(cmd)}
+    rows.append(ours)
+    info = json.loads((out / "meta/info.json").read_text())
+    frames, episodes = info["total_frames"], info["total_episodes"]
+
+    if not args.skip_lerobot:
+        out = work / "lerobot"
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [args.lerobot_python, str(LEROBOT_SIDE), args.src, str(out), "--fps", str(args.fps)]
+        lr = {"tool": "TFDS + LeRobot 0.6.1 add_frame/save_episode", **measure(cmd)}
+        lr_info = json.loads((out / "meta/info.json").read_text())
+        lr["frames"], lr["episodes"] = lr_info["total_frames"], lr_info["total_episodes"]
+        rows.append(lr)
+
+    raws = decode_frames(args.src, work)
+    t0 = time.perf_counter()
+    procs = [
+        [sys.executable, __file__, args.src, "--encode-child", str(raw),
+         str(work / f"{raw.stem}.mp4"), str(shape[0]), str(shape[1]), str(args.fps)]
+        for raw, _, shape in raws.values()
+    ]  # fmt: skip
+    # both cameras at once (one process each), under one poller: a shell runs them
+    shell = " & ".join(subprocess.list2cmdline(p) for p in procs) + " & wait"
+    enc = {"tool": f"encode only (PyAV, {len(procs)} processes)", **measure(["sh", "-c", shell])}
+    enc["wall_check"] = round(time.perf_counter() - t0, 1)
+    rows.append(enc)
+
+    print(f"{episodes} episodes, {frames} frames, cameras {sorted(raws)}; load: "
+          f"{os.getloadavg()}")  # fmt: skip
+    print(table(rows, ours))
+    for r in rows[1:]:
+        if r["tool"].startswith("TFDS"):
+            r["speed_x"] = ratio(r["seconds"], ours["seconds"])
+            r["rss_ratio"] = ratio(ours["tree_mib"], r["tree_mib"])
+            print(f"vs LeRobot: {r['speed_x']}x faster (bar >= 5x), {r['rss_ratio']}x the peak "
+                  "RSS (bar <= 0.25x)")  # fmt: skip
+        else:
+            r["ours_over_floor"] = ratio(ours["seconds"], r["seconds"])
+            print(
+                f"vs the encode floor: ours takes {r['ours_over_floor']}x its time (goal <= 1.3x)"
+            )
+    print(json.dumps({"episodes": episodes, "frames": frames, "rows": rows}))
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
