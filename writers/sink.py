@@ -25,7 +25,7 @@ episodes, the root read back as a dataset. Memory: one episode and one row group
 ``target_mb``), plus what reading a data file back costs; the episodes' metadata rows and
 sketch points go to disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the
 dataset quantiles are exact by range counts over the written files
-(:mod:`~episodekit.writers.import_stats`). Not flat yet: 1.21x peak from 1,000 to 4,000
+(:mod:`~episodekit.writers.import_stats`). Not flat yet: 1.14x peak from 1,000 to 4,000
 episodes of 100 steps (docs/import.md).
 
 Checkpoints (resuming a killed import): when a data file is full, it is closed, read back
