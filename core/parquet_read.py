@@ -360,3 +360,18 @@ def read_schema(fs: fsspec.AbstractFileSystem | None, path: str) -> pa.Schema:
     meta = read_footer(path, fs, UNREADABLE)
     with parquet_errors(path):
         return meta.schema.to_arrow_schema()
+
+
+def local_batches(
+    path: str | os.PathLike, batch_rows: int, columns: Sequence[str] | None = None
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """A local parquet file's Arrow schema and its rows in batches of ``batch_rows`` (one
+    thread): memory bounded by a batch, not the file (a file this process wrote itself)."""
+    pf = pq.ParquetFile(path)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        with pf:
+            cols = list(columns) if columns is not None else None
+            yield from pf.iter_batches(batch_rows, columns=cols, use_threads=False)
+
+    return pf.schema_arrow, batches()

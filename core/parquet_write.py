@@ -205,6 +205,12 @@ def verify_written(
         return file_layout(path, meta=meta)
 
 
+def plain_writer(path: Any, schema: pa.Schema, compression: str = "snappy") -> pq.ParquetWriter:
+    """A streaming parquet writer in pyarrow's default encoding (a row group per
+    ``write_table``): for files written a part at a time (the import's ``meta/episodes``)."""
+    return pq.ParquetWriter(path, schema, compression=compression)
+
+
 def write_table(
     table: pa.Table,
     where: Any,

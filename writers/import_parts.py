@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodekit.core.atomic import atomic_path
 from episodekit.core.layout.files import chunk_file, roll_over
-from episodekit.core.parquet_write import RowGroupWriter
+from episodekit.core.parquet_read import local_batches, read_schema, read_table
+from episodekit.core.parquet_write import RowGroupWriter, plain_writer, write_table
 from episodekit.metadata.stats.blocks import block_stats, feature_values
 from episodekit.metadata.stats.episode_sketch import (
     ENCODING,
@@ -93,20 +93,21 @@ class EpisodeParts:
         )
         name = f"{self.parts:06d}.parquet"
         with atomic_path(self.dir / f"sketch-{name}") as tmp:
-            pq.write_table(sk.table(self.dtypes), tmp, compression="zstd")
+            write_table(sk.table(self.dtypes), tmp, compression="zstd")
         with atomic_path(self.dir / f"rows-{name}") as tmp:
-            pq.write_table(table, tmp)
+            write_table(table, tmp)
         self.parts += 1
         self.rows, self.extra, self.points, self.index, self.length = [], [], [], [], []
 
     def _read(self, kind: str, columns: list[str] | None = None) -> Iterator[pa.Table]:
         for i in range(self.parts):
-            yield pq.read_table(self.dir / f"{kind}-{i:06d}.parquet", columns=columns)
+            yield read_table(None, str(self.dir / f"{kind}-{i:06d}.parquet"), columns=columns)
 
     def schema(self) -> pa.Schema:
         """The episodes table's schema: LeRobot's columns, then the source values' in the
         order they first came (types unified over the parts)."""
-        schemas = [pq.read_schema(self.dir / f"rows-{i:06d}.parquet") for i in range(self.parts)]
+        names = [str(self.dir / f"rows-{i:06d}.parquet") for i in range(self.parts)]
+        schemas = [read_schema(None, name) for name in names]
         if not all(s.equals(schemas[0]) for s in schemas):
             schemas = [pa.unify_schemas(schemas, promote_options="permissive")]
         return pa.schema([f.with_type(_items(f.type)) for f in schemas[0]])
@@ -125,7 +126,7 @@ class EpisodeParts:
             nbytes += _conform(t, schema).nbytes
         meta_seq = roll_over(np.full(n, nbytes / n), data_limit)
         chunk, file = chunk_file(meta_seq, chunks_size)
-        writers: dict[tuple[int, int], pq.ParquetWriter] = {}
+        writers: dict[tuple[int, int], Any] = {}
         lengths = []
         at = 0
         try:
@@ -146,9 +147,7 @@ class EpisodeParts:
                     if where not in writers:
                         rel = f"meta/episodes/chunk-{where[0]:03d}/file-{where[1]:03d}.parquet"
                         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                        writers[where] = pq.ParquetWriter(
-                            folder / rel, schema, compression="snappy"
-                        )
+                        writers[where] = plain_writer(folder / rel, schema)
                     writers[where].write_table(t.slice(int(sel[0]), len(sel)))
                 lengths.append(t["length"].combine_chunks())
                 at += m
@@ -174,11 +173,11 @@ class EpisodeParts:
 
     def _sketch_part(self, i: int) -> tuple[pa.Schema, pa.Table]:
         """Sketch part ``i`` with Arrow's list child names, read in small batches: a whole
-        part per ``pq.read_table`` left the process ~3 MiB bigger per part (the sidecar's
+        part per ``read_table`` left the process ~3 MiB bigger per part (the sidecar's
         write grew with the episodes); in batches it stays flat. One table (one row group)."""
-        with pq.ParquetFile(self.dir / f"sketch-{i:06d}.parquet") as pf:
-            plain = pa.schema([f.with_type(_items(f.type)) for f in pf.schema_arrow])
-            batches = [b.cast(plain) for b in pf.iter_batches(SKETCH_BATCH, use_threads=False)]
+        schema, parts = local_batches(self.dir / f"sketch-{i:06d}.parquet", SKETCH_BATCH)
+        plain = pa.schema([f.with_type(_items(f.type)) for f in schema])
+        batches = [b.cast(plain) for b in parts]
         return plain, pa.Table.from_batches(batches, plain).combine_chunks()
 
     def keep(self, parts: int) -> None:
