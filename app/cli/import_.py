@@ -90,9 +90,10 @@ def import_command(
     as_json: bool,
 ) -> None:
     """Import SRC (an RLDS / Open X TFDS folder, a folder of ALOHA episode_N.hdf5 files, a
-    robomimic HDF5 file, or a ROS 1 / ROS 2 bag or a folder of bags, one episode each) as a
-    new LeRobot v3.0 dataset --out DIR (RLDS and ROS bags record no frame rate: give --fps;
-    a bag's topics are resampled onto that grid, docs/import.md says the rule).
+    robomimic HDF5 file, a diffusion policy / UMI zarr ReplayBuffer, or a ROS 1 / ROS 2 bag or
+    a folder of bags, one episode each) as a new LeRobot v3.0 dataset --out DIR (RLDS, zarr
+    and ROS bags record no frame rate: give --fps; a bag's topics are resampled onto that
+    grid, docs/import.md says the rule).
 
     Each episode is read, mapped (--map, else the format's built-in map: --print-map shows
     it) and written before the next: data parquet in 32 MiB row groups, cameras encoded as
