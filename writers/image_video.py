@@ -355,8 +355,10 @@ def planes(frame) -> np.ndarray:
 
 
 def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR of two uint8 images in dB (inf when equal)."""
-    d = (a.astype(np.int32) - b.astype(np.int32)).ravel()
+    """PSNR of two uint8 images in dB (inf when equal). The squared differences are summed
+    in int64: an int32 sum wraps past 2**31 (a 1080p frame off by 200 everywhere gave NaN,
+    which no ``q < MIN_PSNR_DB`` refuses)."""
+    d = (a.astype(np.int64) - b.astype(np.int64)).ravel()
     mse = float(np.dot(d, d)) / max(d.size, 1)
     return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 

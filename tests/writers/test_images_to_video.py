@@ -308,3 +308,12 @@ def test_images_too_small_for_the_encoder_are_one_line_exit_2(make_sample, tmp_p
     last = r.stderr.strip().splitlines()[-1]
     assert "observation.images.wrist: 2x2 images" in last and "Traceback" not in r.stderr
     assert not out.exists() and not [p for p in tmp_path.iterdir() if ".episodekit-" in p.name]
+
+
+def test_psnr_of_a_large_frame_far_off_is_its_true_low_value():
+    # 1080p off by 200 everywhere: the squared differences sum past 2**31 (int32 wrapped: NaN)
+    a = np.zeros((1080, 1920, 3), np.uint8)
+    b = np.full_like(a, 200)
+    want = 10 * np.log10(255.0**2 / 200.0**2)
+    assert image_video.psnr_db(a, b) == pytest.approx(want, abs=1e-9)
+    assert image_video.psnr_db(a, a) == float("inf")
