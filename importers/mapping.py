@@ -56,6 +56,7 @@ from episodekit.importers.episode import Images, Key, RawEpisode, SourceError
 RESERVED = ("index", "episode_index", "frame_index", "timestamp", "task_index", "task")
 VIDEO = ("av1", "h264", "none")
 CHANNELS = ("rgb", "bgr")
+MAX_FPS = 1e6  # a rate at or above it is a typo (and inf has no whole frame count)
 POLICIES: dict[str, tuple[str, ...]] = {  # quirk -> allowed answers (the first is the default)
     "zero_length": ("refuse", "skip"),
     "nan": ("refuse", "skip", "allow"),
@@ -185,7 +186,7 @@ def parse_map(doc: dict[str, Any], keys: dict[str, Key], name: str = "map") -> I
     _unknown(doc, TOP, name)
     fps = doc.get("fps")
     if fps is not None and (
-        isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < 1e6
+        isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < MAX_FPS
         or not math.isfinite(fps)
     ):  # fmt: skip
         raise _fail(f"{name}: fps", f"must be a positive number, got {fps!r}")

@@ -40,6 +40,7 @@ from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.progress import current
 from episodekit.core.version import __version__
 from episodekit.importers.mapping import (
+    MAX_FPS,
     ImportMap,
     MapError,
     Skip,
@@ -123,6 +124,8 @@ def _fps(m: ImportMap, reader: Any, options: ImportOptions) -> int:
     fps = options.fps or m.fps or reader.fps()
     if not fps:
         raise MapError("the source records no frame rate; give --fps N or fps = N in the map")
+    if not 0 < fps < MAX_FPS:  # --fps inf or a source's rate (the map's is checked when read)
+        raise MapError(f"fps {fps!r}: must be a positive number below {MAX_FPS:g}")
     if float(fps) != int(fps):
         raise MapError(f"fps {fps:g}: LeRobot's video needs a whole number of frames per second")
     return int(fps)

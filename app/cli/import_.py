@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from episodekit.cli.common import json_option
+from episodekit.cli.common import SIZE_MB, json_option
 from episodekit.core import jsonout
 
 
@@ -60,7 +60,7 @@ from episodekit.core import jsonout
 )
 @click.option(
     "--data-mb",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SIZE_MB,
     default=100.0,
     show_default=True,
     help="Data file size (MB, LeRobot's data_files_size_in_mb); a killed import resumes "
@@ -68,7 +68,7 @@ from episodekit.core import jsonout
 )
 @click.option(
     "--video-mb",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SIZE_MB,
     default=200.0,
     show_default=True,
     help="Video file size (MB, LeRobot's video_files_size_in_mb).",

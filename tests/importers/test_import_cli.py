@@ -174,6 +174,24 @@ def test_unknown_layout_is_one_line_exit_2(tmp_path):
     assert "notes.txt" in lines[0] and "--format" in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--fps", "inf", "fps inf: must be a positive number"),
+        ("--data-mb", "inf", "Invalid value for '--data-mb'"),
+        ("--video-mb", "1e300", "Invalid value for '--video-mb'"),
+    ],
+)
+def test_an_infinite_rate_or_size_is_one_line_exit_2(tmp_path, option, value, says):
+    # inf passed the option's range: the sizes failed after every episode was written, the
+    # fps crashed (OverflowError) before anything was
+    r = ek("import", str(FIX / "aloha_raw"), "--out", str(tmp_path / "out"), option, value)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("Error")]
+    assert len(lines) == 1 and says in lines[0], r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_rerun_is_idempotent(tmp_path):
     out = tmp_path / "out"
     assert ek("import", str(FIX / "aloha_raw"), "--out", str(out)).returncode == 0
