@@ -240,8 +240,9 @@ def _features(table: Any, keys: dict[str, Key], name: str) -> tuple[FeatureMap, 
             shapes = [keys[k].shape for k in src]
             if any(len(s) > 1 for s in shapes):
                 raise _fail(
-                    f"{where}.keys", "arrays of more than one dimension per step are not mapped "
-                    "(flatten them in the source or map each part)"  # fmt: skip
+                    f"{where}.keys",
+                    "arrays of more than one dimension per step are not mapped "
+                    "(flatten them in the source or map each part)",  # fmt: skip
                 )
         else:
             raise _fail(f"{where}.keys", f"mixes {' and '.join(sorted(kinds))} keys")
@@ -286,9 +287,7 @@ def _episodes(table: Any, name: str) -> tuple[dict[str, str], tuple[str, ...]]:
     if not isinstance(table, dict):
         raise _fail(where, "must be a table")
     _unknown(table, (*POLICIES, "meta"), where)
-    policies = {
-        q: _choice(table[q], POLICIES[q], f"{where}.{q}") for q in POLICIES if q in table
-    }
+    policies = {q: _choice(table[q], POLICIES[q], f"{where}.{q}") for q in POLICIES if q in table}
     meta = _str_list(table["meta"], f"{where}.meta") if "meta" in table else ()
     return policies, meta
 
@@ -443,6 +442,6 @@ def check_task(tasks: list[str], source: str, file: str | None = None) -> None:
     """LeRobot needs a non-empty task for every frame."""
     if any(not t for t in tasks):
         raise DatasetError(
-            f"episode {source}: a frame has no task; give [task] text = \"...\" in the map",
+            f'episode {source}: a frame has no task; give [task] text = "..." in the map',
             file,
         )
