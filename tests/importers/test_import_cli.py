@@ -6,26 +6,21 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import tomllib
 
+from episodekit.writers.image_video import psnr_db
+from tests.app.hostile import cli as ek
+from tests.importers.outputs import column, data, decoded
+
 FIX = Path(__file__).parents[1] / "fixtures" / "import"
 CAMS = ["cam_high", "cam_left_wrist"]
 MIN_PSNR_DB = 28.0  # measured 30.09 dB worst (aloha_raw cam_high: sparse noise pixels), 34.15 jpeg
-
-
-def ek(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "episodekit.cli", *args], capture_output=True, text=True
-    )
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +33,6 @@ def imported(tmp_path_factory) -> dict[str, Path]:
         assert "(verified)" in r.stdout
         out[name] = base / name
     return out
-
-
-def data(root: Path) -> pa.Table:
-    files = sorted((root / "data").rglob("*.parquet"))
-    return pa.concat_tables([pq.read_table(f) for f in files])
-
-
-def column(t: pa.Table, name: str) -> np.ndarray:
-    col = t[name].combine_chunks()
-    if pa.types.is_fixed_size_list(col.type):
-        return col.flatten().to_numpy().reshape(len(col), col.type.list_size)
-    return col.to_numpy()
 
 
 @pytest.mark.parametrize("name", ["aloha_raw", "aloha_jpeg", "robomimic.hdf5"])
@@ -107,19 +90,6 @@ def test_robomimic_numbers_splits_and_fps(imported):
     assert tasks.column(tasks.num_columns - 1).to_pylist() == ["Lift"]
 
 
-def _decoded(path: Path) -> np.ndarray:
-    import av
-
-    with av.open(str(path)) as c:
-        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    d = (a.astype(np.float64) - b.astype(np.float64)) ** 2
-    mse = d.mean()
-    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
-
-
 @pytest.mark.parametrize("name", ["aloha_raw", "aloha_jpeg"])
 def test_cameras_through_video_within_psnr(imported, name):
     from episodekit.importers.hdf5 import AlohaReader
@@ -128,7 +98,7 @@ def test_cameras_through_video_within_psnr(imported, name):
     for c in CAMS:
         mp4s = sorted((imported[name] / f"videos/observation.images.{c}").rglob("*.mp4"))
         assert len(mp4s) == 1
-        got = _decoded(mp4s[0])
+        got = decoded(mp4s[0])
         want = np.concatenate(
             [
                 np.stack(list(reader.read(ref).images[f"observations/images/{c}"].frames()))
@@ -136,7 +106,7 @@ def test_cameras_through_video_within_psnr(imported, name):
             ]
         )
         assert got.shape == want.shape == (60, 24, 32, 3)
-        worst = min(psnr(g, w) for g, w in zip(got, want))
+        worst = min(psnr_db(g, w) for g, w in zip(got, want))
         print(f"{name} {c}: min PSNR {worst:.2f} dB over {len(got)} frames")
         assert worst >= MIN_PSNR_DB
 

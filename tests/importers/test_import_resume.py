@@ -21,18 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodekit.core.crashpoint import CRASH_ENV, LOG_ENV
+from tests.app.hostile import cli as ek
 
 SMALL = ["--fps", "50", "--data-mb", "0.05", "--json"]
 CHECKPOINT = "import: checkpoint"
-
-
-def ek(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "episodekit.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def write_source(folder: Path, episodes: int = 40, steps: int = 20) -> Path:

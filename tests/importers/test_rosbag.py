@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 rosbags = pytest.importorskip("rosbags")
@@ -26,18 +24,14 @@ from rosbags.typesys import Stores, get_typestore  # noqa: E402
 from episodekit.importers.episode import MissingExtra, SourceError  # noqa: E402
 from episodekit.importers.mapping import MapError, Skip, apply_map, parse_map  # noqa: E402
 from episodekit.importers.rosbag import RosbagReader  # noqa: E402
+from tests.app.hostile import cli as ek  # noqa: E402
+from tests.importers.outputs import column, data  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "import"
 FORMATS = ["rosbag_mcap", "rosbag_sqlite3", "rosbag_ros1"]
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "gripper")
 TOPICS = ["/camera/image_raw", "/cmd", "/joint_states", "/task", "/wrist/image/compressed"]
 FPS = 10
-
-
-def ek(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "episodekit.cli", *args], capture_output=True, text=True
-    )
 
 
 def bag_path(fmt: str, ep: int) -> Path:
@@ -225,18 +219,6 @@ def test_missing_rosbags_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 # --------------------------------------------------------------------------------------------
 # The CLI
-
-
-def data(root: Path) -> pa.Table:
-    files = sorted((root / "data").rglob("*.parquet"))
-    return pa.concat_tables([pq.read_table(f) for f in files]).sort_by("index")
-
-
-def column(t: pa.Table, name: str) -> np.ndarray:
-    col = t[name].combine_chunks()
-    if pa.types.is_fixed_size_list(col.type):
-        return col.flatten().to_numpy().reshape(len(col), col.type.list_size)
-    return col.to_numpy()
 
 
 @pytest.fixture(scope="module")

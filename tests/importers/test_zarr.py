@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,6 +21,9 @@ pytest.importorskip("imagecodecs")
 from episodekit.importers.episode import MissingExtra, SourceError  # noqa: E402
 from episodekit.importers.registry import detect  # noqa: E402
 from episodekit.importers.zarr_replay import ZarrReader  # noqa: E402
+from episodekit.writers.image_video import psnr_db  # noqa: E402
+from tests.app.hostile import cli as ek  # noqa: E402
+from tests.importers.outputs import column, data, decoded  # noqa: E402
 
 FIX = Path(__file__).parents[1] / "fixtures" / "import"
 NAMES = ["pusht_v2.zarr", "pusht_v3.zarr", "umi.zarr.zip"]
@@ -30,36 +31,6 @@ FRAMES = {"pusht_v2.zarr": 53, "pusht_v3.zarr": 53, "umi.zarr.zip": 36}
 CAMERA = {"pusht_v2.zarr": "img", "pusht_v3.zarr": "img", "umi.zarr.zip": "camera0_rgb"}
 UMI_STATE = ["robot0_eef_pos", "robot0_eef_rot_axis_angle", "robot0_gripper_width"]
 MIN_PSNR_DB = 28.0  # measured worst frames: see test_cameras_through_video_within_psnr
-
-
-def ek(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "episodekit.cli", *args], capture_output=True, text=True
-    )
-
-
-def data(root: Path) -> pa.Table:
-    files = sorted((root / "data").rglob("*.parquet"))
-    return pa.concat_tables([pq.read_table(f) for f in files])
-
-
-def column(t: pa.Table, name: str) -> np.ndarray:
-    col = t[name].combine_chunks()
-    if pa.types.is_fixed_size_list(col.type):
-        return col.flatten().to_numpy().reshape(len(col), col.type.list_size)
-    return col.to_numpy()
-
-
-def decoded(path: Path) -> np.ndarray:
-    import av
-
-    with av.open(str(path)) as c:
-        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = ((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean()
-    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
 def zarr_root(path: Path):
@@ -235,7 +206,7 @@ def test_cameras_through_video_within_psnr(imported, name):
     got = decoded(mp4s[0])
     want = zarr_root(FIX / name)[f"data/{cam}"][:]
     assert got.shape == want.shape
-    worst = min(psnr(g, w) for g, w in zip(got, want))
+    worst = min(psnr_db(g, w) for g, w in zip(got, want))
     print(f"{name} {cam}: min PSNR {worst:.2f} dB over {len(got)} frames")
     assert worst >= MIN_PSNR_DB
 
