@@ -41,6 +41,7 @@ _running = False  # a run is under way: the first signal raises, it does not exi
 _program = False  # this process is the episodekit program: the handlers stay until it exits
 _deferred = False  # the signal arrived in a native import or a deferred() section: raised later
 _held = 0  # deferred() sections under way
+_at_end: list[Callable[[], None]] = []  # clean-ups run when a command ends (at_end)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -169,13 +170,30 @@ def reinstall() -> None:
             signal.signal(s, _handler)
 
 
+def at_end(fn: Callable[[], None]) -> None:
+    """Have :func:`run_command` call ``fn`` when a command ends, however it ends: for what only
+    the process knows is its own (a staging folder made just before a signal, whose caller had
+    no chance to discard it: :func:`episodekit.core.staging.discard_unfinished`)."""
+    if fn not in _at_end:
+        _at_end.append(fn)
+
+
+def _run_at_end() -> None:
+    for fn in _at_end:
+        with contextlib.suppress(Exception):
+            fn()
+
+
 def run_command(body: Callable[[], int | None]) -> int:
     """Run ``body`` (a command: its exit code, or None when it was interrupted) with SIGINT and
     SIGTERM handled as the module docstring says; its exit code, or 128 + signal when a signal
     arrived during the run. Off the main thread, ``body`` runs as it is."""
     global _received, _running, _deferred
     if not _on_main_thread():
-        code = body()
+        try:
+            code = body()
+        finally:
+            _run_at_end()
         return 128 + signal.SIGINT if code is None else code
     previous = {s: signal.getsignal(s) for s in SIGNALS}
     for s in SIGNALS:
@@ -190,6 +208,7 @@ def run_command(body: Callable[[], int | None]) -> int:
             _running = _deferred = False
             code = None
     finally:
+        _run_at_end()  # (a signal now ends the process at once: the next run cleans up)
         if not _program:
             for s, handler in previous.items():
                 signal.signal(s, handler)

@@ -47,6 +47,11 @@ _NAME = re.compile(r"^episodekit-(partial|old|backup)-([0-9a-f]{32})$")
 _MARKER_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+# Staging folders this process made and has not yet published, discarded or renamed (path ->
+# its output): a signal can land between a folder's making and the caller's ``try`` that
+# discards it, so whatever of these is still there, ours, when a command ends is removed
+# (:func:`discard_unfinished`, run by :func:`episodekit.core.interrupt.run_command`).
+_made: dict[Path, Path] = {}
 
 
 # Test-only crash hook: when set and its value occurs in the output's path, the process kills
@@ -91,7 +96,9 @@ def new_staging(out: str | os.PathLike) -> Path:
             "cross filesystems; give a folder inside it",
             str(out),
         )
-    return _new(out, "partial", "create the staging folder")
+    path = _new(out, "partial", "create the staging folder")
+    crashpoint.reached("staging: made")  # (the caller has not taken it over yet)
+    return path
 
 
 def new_backup(out: str | os.PathLike, files: dict[str, str] | None = None) -> Path:
@@ -108,6 +115,7 @@ def new_backup(out: str | os.PathLike, files: dict[str, str] | None = None) -> P
             (path / name).write_text(text)
         crashpoint.reached("backup: rename")
         os.rename(path, backup)
+        _made.pop(path, None)
     except BaseException as exc:
         discard(path, out)
         if isinstance(exc, OSError):
@@ -123,11 +131,14 @@ def _new(out: Path, kind: str, operation: str) -> Path:
     for _ in range(10):
         token = uuid.uuid4().hex
         path = staging_path(out, kind, token)
+        _made[path] = out  # (before it exists: no moment where it is there and not listed)
         try:
             crashpoint.reached("staging: create")
             path.mkdir()
             crashpoint.reached("staging: mark")
             _write_marker(path, out, token)
+            if (_marker(path) or {}).get("token") == token:
+                return path
         except BaseException as exc:
             if isinstance(exc, FileNotFoundError) and path.parent.is_dir() and not path.exists():
                 continue  # removed as empty by another run's clean-up before it was marked
@@ -137,8 +148,6 @@ def _new(out: Path, kind: str, operation: str) -> Path:
             if isinstance(exc, OSError):
                 raise _problem(exc, path, operation) from exc
             raise
-        if (_marker(path) or {}).get("token") == token:
-            return path
     raise EnvironmentProblem(f"cannot {operation}: other processes keep removing it", str(out))
 
 
@@ -384,6 +393,22 @@ def discard(staging: str | os.PathLike, out: str | os.PathLike) -> None:
     """Remove a staging folder this run created (only when it still is one of ours)."""
     if owned(staging, out):
         remove_marked(staging)
+    _made.pop(Path(staging), None)
+
+
+def discard_unfinished() -> None:
+    """Remove every staging folder this process made that is still there and still its own
+    (marked with its token and this process as the writer): what a signal between a folder's
+    making and its caller's clean-up would leave. Run when a command ends, however it ends."""
+    for path, out in list(_made.items()):
+        doc = _marker(path) or {}
+        if owned(path, out) and doc.get("pid") == os.getpid():
+            remove_marked(path)
+        if not os.path.lexists(path):
+            _made.pop(path, None)
+
+
+interrupt.at_end(discard_unfinished)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -428,6 +453,7 @@ def publish(staging: str | os.PathLike, out: str | os.PathLike, attempts: int = 
     token = named[1]
     with interrupt.deferred():  # a signal in the swap is raised once the new output is in
         _swap(staging, out, token, attempts)
+        _made.pop(staging, None)
         _maybe_die_after_swap(out)
         for p in (staging, staging_path(out, "old", token)):
             if p.is_dir() and not p.is_symlink():  # the replaced output, ours by its marker
