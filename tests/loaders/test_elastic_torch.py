@@ -186,6 +186,10 @@ def test_stateful_dataloader_same_size_and_resized(root):
     it = iter(sdl)
     head = [next(it)["index"].numpy() for _ in range(5)]
     sd = sdl.state_dict()
+    # its workers stopped before the next loader forks its own: a fork while this loader's
+    # queue threads work once left a child blocked on a lock held at the fork (CI hung)
+    it._shutdown_workers()
+    del it
     # same size: the StatefulDataLoader restores its workers and continues exactly
     again = StatefulDataLoader(
         TorchElasticDataset(loader(root, 1, 2)), batch_size=None, num_workers=2
@@ -203,6 +207,7 @@ def test_stateful_dataloader_same_size_and_resized(root):
     it0 = iter(sdl0)
     before += [next(it0)["index"].numpy() for _ in range(3)]
     states += elastic_states(sdl0.state_dict())
+    it0._shutdown_workers()
     one = loader(root, 0, 1)
     one.load_state_dict(merge_states(states))
     after = [b["index"] for b in one]
