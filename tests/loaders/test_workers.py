@@ -316,6 +316,53 @@ def test_too_little_shared_memory_is_one_clear_line(root, monkeypatch):
     loader.close()
 
 
+SLOW_S = 30.0
+
+
+def _slow_to_open_source(root, ticket):
+    from episodekit.loaders.sources import LoaderRun, RandomBatches
+
+    global SlowToOpen
+
+    class SlowToOpen(RandomBatches):
+        """The first worker process to open it takes SLOW_S to start (a late spawn, a worker
+        descheduled on a loaded machine)."""
+
+        def open(self):
+            if os.getpid() != self.parent:
+                try:
+                    os.close(os.open(self.ticket, os.O_CREAT | os.O_EXCL))
+                    time.sleep(SLOW_S)
+                except FileExistsError:
+                    pass
+            super().open()
+
+    SlowToOpen.__qualname__ = "SlowToOpen"  # (pickled by name: fork's children have it)
+    source = SlowToOpen(root, LoaderRun(batch_size=8), {"delta_timestamps": DELTAS}, {})
+    source.parent, source.ticket = os.getpid(), ticket
+    return source
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork only (test-made class)")
+def test_random_access_is_shared_out_a_late_worker_holds_nothing_up(root, tmp_path):
+    """Issue 49: random-access batches go to whichever worker is free (same batches, same
+    order); before, every other batch waited for the late worker (SLOW_S)."""
+    from episodekit.loaders.workers import BatchLoader
+
+    want = random_ref(root, 8, delta_timestamps=DELTAS)
+    source = _slow_to_open_source(root, str(tmp_path / "ticket"))
+    t0 = time.monotonic()
+    loader = BatchLoader(source, num_workers=2, start_method="fork")
+    try:
+        got = [{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in b.items()}
+               for b in loader]  # fmt: skip
+        took = time.monotonic() - t0
+    finally:
+        loader.close()
+    assert_same(got, want)
+    assert took < SLOW_S / 2, took
+
+
 def test_worker_exception_surfaces_with_its_message_and_close_twice(root, tmp_path):
     from episodekit.loaders.torch import make_loader
     from episodekit.loaders.workers import WorkerError
@@ -325,7 +372,7 @@ def test_worker_exception_surfaces_with_its_message_and_close_twice(root, tmp_pa
     loader = make_loader(broken, None, 32, 2, access="random")  # opened here, fine
     for f in (broken / "data").rglob("*.parquet"):
         f.write_bytes(b"not parquet at all")  # the workers open their own readers: they fail
-    with pytest.raises(WorkerError, match=r"loader worker 0 failed on starting the epoch: \w+"):
+    with pytest.raises(WorkerError, match=r"loader worker \d failed on starting the epoch: \w+"):
         next(iter(loader))
     assert loader.pool is None and not loader_children()  # stopped on the error
     loader.close()
