@@ -199,7 +199,7 @@ class _Worker:
             self.conn.send(("data", gen, b, batch))
             return
         self.written += 1
-        same = fields == self.sent_fields
+        same = fields is self.sent_fields or fields == self.sent_fields
         self.sent_fields = fields
         self.conn.send(("slot", gen, b, slot, None if same else fields, extras))
 
@@ -381,7 +381,9 @@ class WorkerPool:
         own order: its batches are consumed in increasing order, as it took them)."""
         conns = self.res.conns
         while b not in self.got:
-            for c in mp_connection.wait(conns):
+            # a message waiting (the usual case with workers ahead): no selector to build
+            ready = [c for c in conns if c.poll()] or mp_connection.wait(conns)
+            for c in ready:
                 w = conns.index(c)
                 msg = self._recv(w)  # (one message: the others may have the batch asked for)
                 if msg[0] == "slot" and msg[4] is not None:

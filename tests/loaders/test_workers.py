@@ -471,3 +471,25 @@ def test_two_rank_gloo_job_one_ring_per_rank(root, tmp_path):
         idx = EpisodeAwareSampler(ds, seed=0, rank=rank, world_size=2).epoch_indices(0)
         assert g["frames"] == ds.get_batch(idx)["index"].tolist()
     assert not set(got[0]["frames"]) & set(got[1]["frames"])
+
+
+@pytest.mark.skipif(not SHM.is_dir(), reason="needs /dev/shm (Linux)")
+def test_ring_reuses_the_layout_of_same_shaped_batches():
+    """A worker makes no layout per batch: the same object while names, dtypes and shapes stay
+    (the training process then compares it by identity); a short batch gets its own."""
+    from episodekit.loaders.ring import Ring, slot_bytes_for, split_batch
+
+    def arrays(rows, value):
+        return split_batch({"x": np.full((rows, 3), value, np.float32), "y": np.arange(rows)})[0]
+
+    ring = Ring.create(slot_bytes_for(arrays(4, 0), 4), 2)
+    try:
+        first = ring.write(0, arrays(4, 0))
+        again = ring.write(1, arrays(4, 1))
+        assert again is first
+        short = ring.write(0, arrays(2, 2))
+        assert short is not first and short[0].shape == (2, 3)
+        np.testing.assert_array_equal(ring.read(1, again, {})["x"], np.ones((4, 3)))
+        np.testing.assert_array_equal(ring.read(0, short, {})["x"], np.full((2, 3), 2))
+    finally:
+        ring.close()
