@@ -2,16 +2,16 @@
 
 numpy + pyarrow only (torch is optional: ``episodekit.loaders.torch`` wraps these for torch).
 
-- :class:`FrameDataset`: map-style frames (of a root, or of a mixture: one hierarchy, each class
-  builds the kind its first argument names) with LeRobot's delta windows, row-group-aware reads;
+- :class:`FrameDataset`: map-style frames (of a root, or of a mixture: one class, a root being
+  one source) with LeRobot's delta windows, row-group-aware reads;
 - :class:`EpisodeAwareSampler`: (seed, epoch)-determined, resumable order, O(episodes) memory;
 - :class:`ShardedLoader`: one (rank, worker) bin of a shard plan, equal counts on every rank;
 - :class:`ElasticLoader` / :func:`merge_states` / :func:`load_canonical_plan`: a canonical plan's
   epoch, resumable on another world size (:mod:`episodekit.loaders.elastic`);
 - :func:`load_plan` / :class:`Plan`: the shard plan written by ``episodekit metadata plan``;
-- the mixture kinds (:class:`MixtureFrameDataset`, :class:`MixtureSampler`, :class:`MixtureLoader`:
-  subclasses that claim mixture arguments, see :mod:`episodekit.loaders.kinds`; importing the
-  package registers them) and :class:`ReadOptions` (the reader options passed down);
+- :class:`MixtureFrameDataset`, :class:`MixtureSampler`, :class:`MixtureLoader`: the former
+  names of the mixture kinds, now the same three classes (``is_mixture`` tells the kind), and
+  :class:`ReadOptions` (the reader options passed down);
 - the errors a training script catches: :class:`PlanNotFoundError`, :class:`StalePlanError`
   (both :class:`PlanError`) and :class:`DatasetError`.
 """

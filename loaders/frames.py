@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import operator
 import os
-from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,7 +31,7 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.words import plural
-from episodekit.loaders.kinds import pick_kind
+from episodekit.loaders.kinds import looks_like_mixture, mixture_part
 from episodekit.loaders.options import AUTO, DEFAULT_TOLERANCE_S, ReadOptions
 from episodekit.loaders.reader import (
     DEFAULT_CACHE_MB,
@@ -87,49 +86,112 @@ def _speed_buckets(ds: Dataset, speed: bool | str) -> np.ndarray:
     return np.asarray(episode_buckets(ds, load_or_compute(ds, write=write)), dtype=np.int64)
 
 
-class FrameDataset(ABC):
+class FrameDataset:
     """Map-style frames of a prepared root or of a mixture: ``len()``, ``ds[i]`` (one sample),
     ``get_batch(indices)`` (a batch), all read through one :class:`ReadOptions`.
 
-    ``FrameDataset(x, ...)`` builds the kind ``x`` names, with the same arguments:
-    :class:`RootFrameDataset` for a root (path, URL, hub id or opened ``Dataset``),
-    :class:`~episodekit.loaders.mixture.MixtureFrameDataset` (one root per source) for a
-    mixture plan, its folder or a mixture spec. ``isinstance(ds, FrameDataset)`` holds for both.
+    One class for both: a dataset is its sources (``datasets``, each a
+    :class:`RootFrameDataset`), frames source after source. A root (path, URL, hub id or opened
+    ``Dataset``) is one source whose samples are its own (no renaming, padding or masks; its
+    reader's attributes, ``ds``, ``fps``, ``store``, ``locate``, ``get_frames``..., are the
+    dataset's); a mixture plan, its folder or a mixture spec is one source per root, with the
+    mixture's names, padding and masks plus ``source`` and ``source_index``
+    (:mod:`episodekit.loaders.mixture`). ``is_mixture`` says which.
     """
 
     options: ReadOptions
-
     is_mixture = False
 
-    def __new__(cls, root: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if cls is FrameDataset:
-            cls = pick_kind(FrameDataset, RootFrameDataset, root)
-        return super().__new__(cls)
+    def __init__(
+        self,
+        root: Any,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        episodes: Sequence[int] | np.ndarray | None = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        cache_mb: float = DEFAULT_CACHE_MB,
+        speed: bool | str = True,
+        footer_mb: float = DEFAULT_FOOTER_MB,
+        video_backend: str | PyAVBackend | None = "auto",
+        store: str | os.PathLike | None = AUTO,
+    ):
+        self.options = ReadOptions(
+            delta_timestamps, tolerance_s, cache_mb, speed, footer_mb, video_backend, store
+        )
+        self.delta_timestamps = dict(self.options.delta_timestamps or {})
+        if looks_like_mixture(root):
+            if episodes is not None:
+                raise ValueError(
+                    "a mixture selects episodes per source (sources[i].episodes/tasks)"
+                )
+            self.is_mixture = True
+            self.spec, self.features, self.datasets = mixture_part("open_sources")(
+                root, self.options
+            )
+            self.source_names = self.spec.names
+        else:
+            self._root = RootFrameDataset.open(root, self.options, episodes)
+            self.datasets = [self._root]
+        sizes = [len(f) for f in self.datasets]
+        self.source_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
-    @classmethod
-    def claims(cls, first: Any, plan: Any = None) -> bool:
-        """Whether ``FrameDataset(first, ...)`` is this kind (see :mod:`~.kinds`)."""
-        return False
+    def __getattr__(self, name: str) -> Any:
+        # a root's frames answer what its one source knows (ds, fps, store, locate, ...)
+        root = self.__dict__.get("_root")
+        if root is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(root, name)
 
-    def __init__(self, options: ReadOptions):
-        self.options = options
-        self.delta_timestamps = dict(options.delta_timestamps or {})
-
-    @abstractmethod
     def __len__(self) -> int:
-        """Frames (samples) of this dataset."""
+        return int(self.source_offsets[-1])
 
-    @abstractmethod
+    def __repr__(self) -> str:
+        if self.is_mixture:
+            return f"FrameDataset(sources={self.source_names}, frames={len(self)})"
+        return repr(self._root)
+
+    def source_of(self, indices: np.ndarray) -> np.ndarray:
+        """The source of each dataset index."""
+        return np.searchsorted(self.source_offsets, indices, side="right") - 1
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Sample ``i`` (numpy values, ``task`` a string)."""
+        if not self.is_mixture:
+            return self._root[i]
+        n = len(self)
+        i = int(int_indices(np.asarray(i)).ravel()[0]) if not isinstance(i, int) else i
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"frame index {i} out of range for {plural(n, 'frame')}")
+        s = int(self.source_of(np.array([i]))[0])
+        item = self.datasets[s][i - int(self.source_offsets[s])]
+        return self.features.convert(s, item, None)
 
-    @abstractmethod
     def get_batch(self, indices: np.ndarray | Sequence[int]) -> dict[str, Any]:
         """Samples ``indices`` as one batch (a leading batch axis; strings as lists)."""
+        if not self.is_mixture:
+            return self._root.get_batch(indices)
+        idx = int_indices(indices).ravel()
+        n = len(self)
+        idx = np.where(idx < 0, idx + n, idx)
+        if len(idx) and (idx.min() < 0 or idx.max() >= n):
+            raise IndexError(f"frame index out of range for {plural(n, 'frame')}")
+        src = self.source_of(idx)
+        parts = []
+        for s in np.unique(src).tolist():
+            rows = np.flatnonzero(src == s)
+            local = idx[rows] - self.source_offsets[s]
+            parts.append(
+                (rows, self.features.convert(s, self.datasets[s].get_batch(local), len(rows)))
+            )
+        if not parts:
+            raise ValueError("get_batch needs at least one index")
+        return mixture_part("assemble")(parts, len(idx))
 
 
-class RootFrameDataset(FrameDataset):
-    """Map-style frames of one LeRobot root (see the module docstring for the sample layout).
+class RootFrameDataset:
+    """The frames of one LeRobot root: a source of a :class:`FrameDataset` (see the module
+    docstring for the sample layout), also what the loaders read through.
 
     ``episodes`` selects episode indices (len() = their frames, in episode order);
     ``cache_mb`` bounds the decoded row-group pool, ``footer_mb`` the parsed footers of open
@@ -151,18 +213,9 @@ class RootFrameDataset(FrameDataset):
     def __init__(
         self,
         root: str | os.PathLike | Dataset,
-        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        options: ReadOptions,
         episodes: Sequence[int] | np.ndarray | None = None,
-        tolerance_s: float = DEFAULT_TOLERANCE_S,
-        cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool | str = True,
-        footer_mb: float = DEFAULT_FOOTER_MB,
-        video_backend: str | PyAVBackend | None = "auto",
-        store: str | os.PathLike | None = AUTO,
     ):
-        options = ReadOptions(
-            delta_timestamps, tolerance_s, cache_mb, speed, footer_mb, video_backend, store
-        )
         self._open(root, options, episodes)
 
     @classmethod
@@ -173,9 +226,7 @@ class RootFrameDataset(FrameDataset):
         episodes: Sequence[int] | np.ndarray | None = None,
     ) -> RootFrameDataset:
         """The frames of ``root``'s ``episodes`` read with ``options`` (what loaders call)."""
-        self = super().__new__(cls)
-        self._open(root, options, episodes)
-        return self
+        return cls(root, options, episodes)
 
     def _open(
         self,
@@ -183,7 +234,8 @@ class RootFrameDataset(FrameDataset):
         options: ReadOptions,
         episodes: Sequence[int] | np.ndarray | None,
     ) -> None:
-        super().__init__(options)
+        self.options = options
+        self.delta_timestamps = dict(options.delta_timestamps or {})
         delta_timestamps, tolerance_s = options.delta_timestamps, options.tolerance_s
         cache_mb, store = options.cache_mb, options.store
         if episodes is not None:

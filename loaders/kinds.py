@@ -1,9 +1,10 @@
-"""How each loader class builds the kind its arguments name, without knowing the kinds.
+"""Which kind (a root or a mixture) a loader's arguments name.
 
-``FrameDataset``, ``EpisodeAwareSampler`` and ``ShardedLoader`` are base classes; each kind (the
-root kind beside its base, the mixture kind in :mod:`episodekit.loaders.mixture`) is a subclass
-that says which arguments are its own (``claims``). ``Base(...)`` builds the subclass that claims
-them, else the root kind: the base never imports a kind, so a new kind is one subclass.
+``FrameDataset``, ``EpisodeAwareSampler`` and ``ShardedLoader`` are each one class for both
+kinds: a root is one source, a mixture one source per root. Each asks these tests in its
+``__init__`` and keeps what differs in a part it holds (``FrameDataset.datasets``, the
+sampler's ``draws``, the loader's ``stream``; the mixture parts in
+:mod:`episodekit.loaders.mixture`).
 """
 
 from __future__ import annotations
@@ -15,14 +16,6 @@ from episodekit.core.dataset import Dataset
 from episodekit.metadata.mixture.plan_file import MixturePlan
 from episodekit.metadata.mixture.spec import MixtureSpec
 from episodekit.metadata.plans.plan_file import is_mixture_dir
-
-
-def pick_kind(base: type, default: type, first: Any, plan: Any = None) -> type:
-    """The subclass of ``base`` whose ``claims(first, plan)`` is true, else ``default``."""
-    for kind in base.__subclasses__():
-        if kind is not default and kind.claims(first, plan):
-            return kind
-    return default
 
 
 def looks_like_mixture(obj: Any) -> bool:
@@ -48,3 +41,20 @@ def looks_like_mixture(obj: Any) -> bool:
 def is_mixture_plan(plan: Any) -> bool:
     """A plan that draws from several sources (a mixture plan)."""
     return getattr(plan, "item_source", None) is not None
+
+
+# The mixture's parts (``mixture.py`` registers them when imported; the package imports it):
+# ``open_sources`` (a FrameDataset's sources), ``assemble`` (its batches from the sources'
+# parts), ``draws`` (a sampler's), ``stream`` (a loader's).
+# The classes name the part they need; they never import the mixture module (no import cycle).
+_MIXTURE_PARTS: dict[str, Any] = {}
+
+
+def register_mixture(**parts: Any) -> None:
+    """Register the mixture's parts (called once by :mod:`episodekit.loaders.mixture`)."""
+    _MIXTURE_PARTS.update(parts)
+
+
+def mixture_part(name: str) -> Any:
+    """The mixture's part ``name`` (importing any loaders module has registered them)."""
+    return _MIXTURE_PARTS[name]

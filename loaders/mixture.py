@@ -2,9 +2,9 @@
 several roots at once (issue 16). Built through the usual classes::
 
     plan = load_plan("mix-plan", world_size=8, num_workers=4)      # a mixture plan folder
-    ds = FrameDataset(plan, delta_timestamps=...)                    # -> MixtureFrameDataset
-    sampler = EpisodeAwareSampler(ds, plan=plan, rank=r, world_size=8)  # -> MixtureSampler
-    loader = ShardedLoader("mix-plan", plan, rank=r, world_size=8)   # -> MixtureLoader
+    ds = FrameDataset(plan, delta_timestamps=...)                    # ds.is_mixture
+    sampler = EpisodeAwareSampler(ds, plan=plan, rank=r, world_size=8)  # draws: MixtureDraws
+    loader = ShardedLoader("mix-plan", plan, rank=r, world_size=8)   # stream: MixtureStream
 
 Samples carry ``source`` (the source's name) and ``source_index``. Features are the union of the
 sources' features under the mixture's names (``sources[i].rename`` maps a source's feature to
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -33,28 +33,33 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset
 from episodekit.core.paths import MIB
-from episodekit.core.words import plural
 from episodekit.loaders.arena import PoolArena
 from episodekit.loaders.frames import FrameDataset, RootFrameDataset
-from episodekit.loaders.kinds import is_mixture_plan, looks_like_mixture
+from episodekit.loaders.kinds import register_mixture
 from episodekit.loaders.mixture_features import (
     FeatureMap,
     assemble,
     join_parts,
     values_of,
 )
-from episodekit.loaders.options import DEFAULT_TOLERANCE_S, ReadOptions
-from episodekit.loaders.reader import DEFAULT_CACHE_MB, PoolRows
+from episodekit.loaders.options import ReadOptions
+from episodekit.loaders.reader import PoolRows
 from episodekit.loaders.sampler import (
     FEISTEL_ROUNDS,
+    Draws,
     EpisodeAwareSampler,
     EpochOrder,
     feistel_permute,
     items_to_ranges,
 )
-from episodekit.loaders.sharded import BinLayout, BinOrder, ShardedLoader, row_bytes_estimate
+from episodekit.loaders.sharded import (
+    BinLayout,
+    BinOrder,
+    ShardedLoader,
+    Stream,
+    row_bytes_estimate,
+)
 from episodekit.loaders.store import AUTO, find_store
-from episodekit.loaders.windows import int_indices
 from episodekit.metadata.mixture.plan_file import MixturePlan
 from episodekit.metadata.mixture.spec import MIXTURE_FILE, MixtureError, MixtureSpec, parse_mixture
 
@@ -66,7 +71,7 @@ def open_mixture(obj: Any) -> tuple[MixtureSpec, list[Dataset]]:
     """The spec and the opened source datasets of a mixture given in any accepted form."""
     from episodekit.core.dataset import open_dataset
 
-    if isinstance(obj, MixtureFrameDataset):
+    if isinstance(obj, FrameDataset) and obj.is_mixture:
         return obj.spec, [f.ds for f in obj.datasets]
     if isinstance(obj, MixturePlan):
         spec = obj.spec
@@ -91,90 +96,32 @@ def open_mixture(obj: Any) -> tuple[MixtureSpec, list[Dataset]]:
 # Map-style frames over all sources.
 
 
-class MixtureFrameDataset(FrameDataset):
-    """Frames of every source's selected episodes, source after source (``FrameDataset`` on a
-    mixture). ``ds[i]`` / ``get_batch`` like :class:`FrameDataset`, plus ``source`` and
-    ``source_index``, with the mixture's feature names, padding and masks. Each source is a
-    :class:`RootFrameDataset` opened with these :class:`ReadOptions` (its windows renamed)."""
+def open_sources(
+    mixture: Any, options: ReadOptions
+) -> tuple[MixtureSpec, FeatureMap, list[RootFrameDataset]]:
+    """A mixture's spec, feature map and sources (``FrameDataset`` on a mixture): each source a
+    :class:`RootFrameDataset` of its selected episodes opened with ``options``, its windows
+    renamed to the source's names."""
+    from episodekit.metadata.mixture.spec import select_episodes
 
-    is_mixture = True
+    spec, datasets = open_mixture(mixture)
+    features = FeatureMap(spec, datasets)
+    deltas = options.delta_timestamps
+    sources = [
+        RootFrameDataset.open(
+            ds,
+            options.replace(delta_timestamps=features.source_deltas(s, deltas)),
+            ds.column("episode_index")[select_episodes(ds, src, spec.where)],
+        )
+        for s, (src, ds) in enumerate(zip(spec.sources, datasets))
+    ]
+    return spec, features, sources
 
-    @classmethod
-    def claims(cls, first: Any, plan: Any = None) -> bool:
-        return looks_like_mixture(first)
 
-    def __init__(
-        self,
-        mixture: Any,
-        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-        episodes: Any = None,
-        tolerance_s: float = DEFAULT_TOLERANCE_S,
-        cache_mb: float = DEFAULT_CACHE_MB,
-        speed: bool | str = True,
-        **kwargs: Any,
-    ):
-        if episodes is not None:
-            raise ValueError("a mixture selects episodes per source (sources[i].episodes/tasks)")
-        from episodekit.metadata.mixture.spec import select_episodes
-
-        kwargs.update(
-            delta_timestamps=delta_timestamps, tolerance_s=tolerance_s, cache_mb=cache_mb,
-            speed=speed,
-        )  # fmt: skip
-        super().__init__(ReadOptions.from_kwargs(kwargs, "FrameDataset"))
-        self.spec, datasets = open_mixture(mixture)
-        self.features = FeatureMap(self.spec, datasets)
-        self.datasets = [
-            RootFrameDataset.open(
-                ds,
-                self.options.replace(
-                    delta_timestamps=self.features.source_deltas(s, delta_timestamps)
-                ),
-                ds.column("episode_index")[select_episodes(ds, src, self.spec.where)],
-            )
-            for s, (src, ds) in enumerate(zip(self.spec.sources, datasets))
-        ]
-        self.source_names = self.spec.names
-        sizes = [len(f) for f in self.datasets]
-        self.source_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-
-    def __len__(self) -> int:
-        return int(self.source_offsets[-1])
-
-    def __repr__(self) -> str:
-        return f"MixtureFrameDataset(sources={self.source_names}, frames={len(self)})"
-
-    def source_of(self, indices: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.source_offsets, indices, side="right") - 1
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        n = len(self)
-        i = int(int_indices(np.asarray(i)).ravel()[0]) if not isinstance(i, int) else i
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"frame index {i} out of range for {plural(n, 'frame')}")
-        s = int(self.source_of(np.array([i]))[0])
-        item = self.datasets[s][i - int(self.source_offsets[s])]
-        return self.features.convert(s, item, None)
-
-    def get_batch(self, indices: np.ndarray | Sequence[int]) -> dict[str, Any]:
-        idx = int_indices(indices).ravel()
-        n = len(self)
-        idx = np.where(idx < 0, idx + n, idx)
-        if len(idx) and (idx.min() < 0 or idx.max() >= n):
-            raise IndexError(f"frame index out of range for {plural(n, 'frame')}")
-        src = self.source_of(idx)
-        parts = []
-        for s in np.unique(src).tolist():
-            rows = np.flatnonzero(src == s)
-            local = idx[rows] - self.source_offsets[s]
-            parts.append(
-                (rows, self.features.convert(s, self.datasets[s].get_batch(local), len(rows)))
-            )
-        if not parts:
-            raise ValueError("get_batch needs at least one index")
-        return assemble(parts, len(idx))
+# The mixture kinds' former class names: the same classes (``is_mixture`` tells the kind).
+MixtureFrameDataset = FrameDataset
+MixtureSampler = EpisodeAwareSampler
+MixtureLoader = ShardedLoader
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,16 +161,12 @@ class BinMix:
 # Sampler (map-style).
 
 
-class MixtureSampler(EpisodeAwareSampler):
-    """:class:`EpisodeAwareSampler` over a :class:`MixtureFrameDataset` with its mixture plan:
-    rank ``r`` yields ``plan.samples_per_rank`` indices per epoch, each bin exactly its
-    ``bin_draws`` per source; a pure function of (seed, epoch); resumable at any position.
-    ``drop_n_first_frames``/``drop_n_last_frames`` (as LeRobot's sampler) are never drawn; the
-    quotas stay exact, so the kept frames of a source are drawn a little more often."""
-
-    @classmethod
-    def claims(cls, first: Any, plan: Any = None) -> bool:
-        return is_mixture_plan(plan) or isinstance(first, MixtureFrameDataset)
+class MixtureDraws(Draws):
+    """A mixture's draws (:class:`EpisodeAwareSampler` over a mixture ``FrameDataset`` with its
+    mixture plan): rank ``r`` yields ``plan.samples_per_rank`` indices per epoch, each bin
+    exactly its ``bin_draws`` per source; a pure function of (seed, epoch); resumable at any
+    position. ``drop_n_first_frames``/``drop_n_last_frames`` (as LeRobot's sampler) are never
+    drawn; the quotas stay exact, so the kept frames of a source are drawn a little more often."""
 
     def _select(self, dataset: Any, drop_first: int, drop_last: int) -> None:
         plan = self.plan
@@ -232,8 +175,8 @@ class MixtureSampler(EpisodeAwareSampler):
                 "a mixture needs its mixture plan: EpisodeAwareSampler(ds, plan=load_plan(DIR, "
                 "world_size, num_workers))"
             )
-        if not isinstance(dataset, MixtureFrameDataset):
-            dataset = MixtureFrameDataset(dataset)
+        if not (isinstance(dataset, FrameDataset) and dataset.is_mixture):
+            dataset = FrameDataset(dataset)
         if dataset.source_names != plan.source_names:
             raise ValueError(
                 f"dataset sources {dataset.source_names} differ from the plan's {plan.source_names}"
@@ -262,7 +205,7 @@ class MixtureSampler(EpisodeAwareSampler):
                 self._ranges[(w, s)] = (base + dataset.source_offsets[s], size)
         self._orders: dict[tuple, EpochOrder] = {}
         self._order_epoch = -1
-        self._identity = {
+        self.identity = {
             "plan": plan.digest,
             "rank": self.rank,
             "world_size": self.world_size,
@@ -270,7 +213,7 @@ class MixtureSampler(EpisodeAwareSampler):
             "frames": self.num_samples,
         }
         if drop_first or drop_last:  # (states without drops stay valid)
-            self._identity["drop"] = [int(drop_first), int(drop_last)]
+            self.identity["drop"] = [int(drop_first), int(drop_last)]
 
     def _pass_order(self, epoch: int, w: int, s: int, p: int) -> EpochOrder:
         if self._order_epoch != epoch:
@@ -316,15 +259,13 @@ class MixtureSampler(EpisodeAwareSampler):
 # Streaming loader.
 
 
-class MixtureLoader(ShardedLoader):
-    """:class:`ShardedLoader` over a mixture plan: one (rank, worker) bin, exactly
-    ``plan.bin_draws`` samples of each source per epoch, streamed pool by pool per source."""
+class MixtureStream(Stream):
+    """A mixture's stream (:class:`ShardedLoader` over a mixture plan): one (rank, worker) bin,
+    exactly ``plan.bin_draws`` samples of each source per epoch, streamed pool by pool per
+    source."""
 
-    @classmethod
-    def claims(cls, first: Any, plan: Any = None) -> bool:
-        return is_mixture_plan(plan) or (plan is None and looks_like_mixture(first))
-
-    def _source(self, root: Any) -> Any:
+    @staticmethod
+    def source(root: Any) -> Any:
         return None if root is None else os.fspath(root)
 
     def _open(self, source: Any, options: ReadOptions) -> None:
@@ -525,7 +466,7 @@ class MixtureLoader(ShardedLoader):
             self.shared_chunks += 1  # (figures for tests and benchmarks)
         return assemble(parts, n)
 
-    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
+    def blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
         # read several batches at once (one gather per source and part); the loader cuts them
         read = size * max(1, READ_ROWS // size)
         for n, chunk in self._chunks(epoch, start, read):
@@ -546,3 +487,8 @@ def _take(stream: list[list], n: int) -> list[tuple]:
             stream[0][3] = frames[n:]
             n = 0
     return out
+
+
+register_mixture(
+    open_sources=open_sources, assemble=assemble, draws=MixtureDraws, stream=MixtureStream
+)

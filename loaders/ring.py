@@ -159,6 +159,8 @@ class Ring:
     def __init__(self, shm: shared_memory.SharedMemory, slot_bytes: int, slots: int, owner: bool):
         self.shm, self.slot_bytes, self.slots, self.owner = shm, int(slot_bytes), int(slots), owner
         self.name = shm.name
+        self._last_key: list | None = None
+        self._last_layout: tuple[Layout, int] = ((), 0)
 
     @classmethod
     def create(
@@ -196,8 +198,15 @@ class Ring:
         return self.shm.buf[a : a + self.slot_bytes]
 
     def write(self, slot: int, arrays: list[tuple[tuple[str, ...], np.ndarray]]) -> Layout | None:
-        """Copy ``arrays`` into ``slot``; their layout, or None when they do not fit."""
-        fields, nbytes = layout_of(arrays)
+        """Copy ``arrays`` into ``slot``; their layout, or None when they do not fit. The layout
+        of the last batch is reused when the arrays have its names, dtypes and shapes (every
+        batch but an epoch's last: no Field objects made per batch, and the same object back)."""
+        key = [(p, a.dtype, a.shape) for p, a in arrays]
+        if key == self._last_key:
+            fields, nbytes = self._last_layout
+        else:
+            fields, nbytes = layout_of(arrays)
+            self._last_key, self._last_layout = key, (fields, nbytes)
         if nbytes > self.slot_bytes:
             return None
         buf = self._buf(slot)

@@ -17,7 +17,6 @@ samples (``trim`` drops a deterministic surplus, ``wrap`` repeats frames to reac
 from __future__ import annotations
 
 import os
-from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,8 +25,8 @@ import numpy as np
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.hashing import splitmix64
 from episodekit.core.world import fill_rank
-from episodekit.loaders.frames import FrameDataset
-from episodekit.loaders.kinds import pick_kind
+from episodekit.loaders.frames import FrameDataset, RootFrameDataset
+from episodekit.loaders.kinds import is_mixture_plan, mixture_part
 from episodekit.metadata.plans.plan_file import items_digest
 
 FEISTEL_ROUNDS = 4
@@ -101,7 +100,7 @@ class EpochOrder:
 
 def _episode_view(dataset: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(episode_index, length, first dataset position) per episode of a FrameDataset or root."""
-    if isinstance(dataset, FrameDataset):
+    if isinstance(dataset, (FrameDataset, RootFrameDataset)):
         return dataset.episode_index, dataset.episode_lengths, dataset.episode_starts
     ds: Dataset = as_dataset(dataset)
     length = ds.column("length")
@@ -161,7 +160,7 @@ def check_sampler_args(
     return int(rank), int(world_size)
 
 
-class EpisodeAwareSampler(ABC):
+class EpisodeAwareSampler:
     """Frame indices of a :class:`FrameDataset` (or a root) in a (seed, epoch)-determined order.
 
     ``drop_n_first_frames``/``drop_n_last_frames`` skip frames at each episode's edges (like
@@ -173,31 +172,10 @@ class EpisodeAwareSampler(ABC):
     ``state_dict()`` counts the indices handed out by the iterator; with a DataLoader (which
     prefetches), store ``{"epoch": e, "position": samples_consumed}`` yourself instead.
 
-    ``EpisodeAwareSampler(...)`` builds the kind its arguments name, same arguments:
-    :class:`RootSampler` for one root, :class:`~episodekit.loaders.mixture.MixtureSampler` for
-    a mixture plan or a mixture dataset. Both share iteration, epochs and states (this class);
-    each kind says which frames an epoch draws and in what order (``_select``, ``indices``).
+    One class for a root and a mixture (a mixture plan, or a mixture ``FrameDataset``): both
+    share iteration, epochs and states (this class); ``draws`` says which frames an epoch draws
+    and in what order (:class:`RootDraws`, or ``mixture.MixtureDraws``).
     """
-
-    def __new__(
-        cls,
-        dataset: Any = None,
-        seed: int = 0,
-        shuffle: bool = True,
-        drop_n_first_frames: int = 0,
-        drop_n_last_frames: int = 0,
-        plan: Any | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-    ) -> Any:
-        if cls is EpisodeAwareSampler:
-            cls = pick_kind(EpisodeAwareSampler, RootSampler, dataset, plan)
-        return super().__new__(cls)
-
-    @classmethod
-    def claims(cls, first: Any, plan: Any = None) -> bool:
-        """Whether ``EpisodeAwareSampler(first, plan=plan, ...)`` is this kind."""
-        return False
 
     def __init__(
         self,
@@ -218,16 +196,17 @@ class EpisodeAwareSampler(ABC):
         self.plan = plan
         self.epoch = 0
         self.position = 0
-        self._select(dataset, int(drop_n_first_frames), int(drop_n_last_frames))
+        if is_mixture_plan(plan) or getattr(dataset, "is_mixture", False) is True:
+            kind = mixture_part("draws")
+        else:
+            kind = RootDraws
+        self.draws = kind(self, dataset, int(drop_n_first_frames), int(drop_n_last_frames))
+        self.num_samples, self.natural = self.draws.num_samples, self.draws.natural
+        self._identity = self.draws.identity
 
-    @abstractmethod
-    def _select(self, dataset: Any, drop_first: int, drop_last: int) -> None:
-        """Which frames an epoch draws: sets ``num_samples``, ``natural`` (frames before the
-        plan's policy) and ``_identity`` (what a saved state must match)."""
-
-    @abstractmethod
     def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         """Indices at ``positions`` (0..len-1) of ``epoch``; vectorized, no state change."""
+        return self.draws.indices(epoch, positions)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -293,9 +272,28 @@ class EpisodeAwareSampler(ABC):
         self.epoch, self.position = int(state["epoch"]), position
 
 
-class RootSampler(EpisodeAwareSampler):
-    """:class:`EpisodeAwareSampler` over one root: an epoch is an :class:`EpochOrder` of the
-    episodes (or the rank's plan items), strided over the ranks when there is no plan."""
+class Draws:
+    """Which frames a sampler's epoch draws and in what order: made once from the sampler's
+    arguments (``seed``, ``shuffle``, ``rank``, ``world_size``, ``plan``); sets ``num_samples``,
+    ``natural`` (frames before the plan's policy) and ``identity`` (what a saved state must
+    match). :class:`RootDraws` for one root, ``mixture.MixtureDraws`` for a mixture."""
+
+    def __init__(self, sampler: EpisodeAwareSampler, dataset: Any, drop_first: int, drop_last: int):
+        self.seed, self.shuffle = sampler.seed, sampler.shuffle
+        self.rank, self.world_size, self.plan = sampler.rank, sampler.world_size, sampler.plan
+        self._select(dataset, drop_first, drop_last)
+
+    def _select(self, dataset: Any, drop_first: int, drop_last: int) -> None:
+        raise NotImplementedError
+
+    def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """Indices at ``positions`` (0..len-1) of ``epoch``; vectorized, no state change."""
+        raise NotImplementedError
+
+
+class RootDraws(Draws):
+    """One root's draws: an epoch is an :class:`EpochOrder` of the episodes (or the rank's plan
+    items), strided over the ranks when there is no plan."""
 
     def _select(self, dataset: Any, drop_first: int, drop_last: int) -> None:
         plan = self.plan
@@ -322,7 +320,7 @@ class RootSampler(EpisodeAwareSampler):
         if plan is not None:
             pi = np.asarray(plan.items, dtype=np.int64)
             plan_digest = items_digest([pi[:, 0], pi[:, 1], pi[:, 2]])
-        self._identity = {
+        self.identity = {
             "plan": plan_digest,
             "rank": self.rank,
             "world_size": self.world_size,
@@ -343,3 +341,7 @@ class RootSampler(EpisodeAwareSampler):
             raise IndexError(f"positions must be in [0, {self.num_samples})")
         natural = p * self._stride + (self.rank if self.plan is None else 0)
         return self._order_for(epoch)(natural)
+
+
+# The root kind's former class name: the same class.
+RootSampler = EpisodeAwareSampler

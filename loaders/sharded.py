@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import sys
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -35,7 +34,7 @@ from episodekit.core.paths import MIB
 from episodekit.core.words import plural
 from episodekit.core.world import fill_rank
 from episodekit.loaders.frames import RootFrameDataset
-from episodekit.loaders.kinds import pick_kind
+from episodekit.loaders.kinds import is_mixture_plan, looks_like_mixture, mixture_part
 from episodekit.loaders.options import DEFAULT_TOLERANCE_S, ReadOptions
 from episodekit.loaders.reader import DEFAULT_CACHE_MB
 from episodekit.loaders.sampler import FEISTEL_ROUNDS, feistel_permute
@@ -245,7 +244,7 @@ def check_run(
         raise ValueError(f"cache_mb must be > 0, got {cache_mb}")
 
 
-class ShardedLoader(ABC):
+class ShardedLoader:
     """Stream one rank's (and worker's) share of a root, or of a mixture, by its shard plan.
 
     ``plan`` is a :class:`~episodekit.metadata.plans.plan_file.Plan` (or None: ``load_plan(root,
@@ -255,22 +254,13 @@ class ShardedLoader(ABC):
     (like ``get_batch``; the epoch's last batch may be shorter). ``cache_mb`` bounds the decoded
     row groups held at once, hence the pool: more mixing for more memory.
 
-    ``ShardedLoader(...)`` builds the kind its arguments name, same arguments:
-    :class:`RootLoader` for one root, :class:`~episodekit.loaders.mixture.MixtureLoader` for a
-    mixture plan (or ``root`` a mixture plan folder with no plan given). This class holds what
-    both share (the run's checks, bins, epochs, iteration, states); each kind opens its readers
-    (``_open``) and reads an epoch's blocks of samples (``_blocks``).
+    One class for a root and a mixture (a mixture plan, or ``root`` a mixture plan folder with
+    no plan given): it holds what both share (the run's checks, bins, epochs, iteration,
+    states); its ``stream`` (:class:`RootStream`, or ``mixture.MixtureStream``) opens the
+    readers and reads an epoch's blocks of samples, and answers for what only its kind has
+    (``frames``, ``bin_order``, ``epoch_frames`` of a root; ``sources``, ``epoch_draws`` of a
+    mixture).
     """
-
-    def __new__(cls, root: Any = None, plan: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if cls is ShardedLoader:
-            cls = pick_kind(ShardedLoader, RootLoader, root, plan)
-        return super().__new__(cls)
-
-    @classmethod
-    def claims(cls, first: Any, plan: Any = None) -> bool:
-        """Whether ``ShardedLoader(first, plan, ...)`` is this kind."""
-        return False
 
     def __init__(
         self,
@@ -289,7 +279,11 @@ class ShardedLoader(ABC):
         video_backend: Any = "auto",
     ):
         rank, world_size = fill_rank(rank, world_size)
-        source = self._source(root)
+        if is_mixture_plan(plan) or (plan is None and looks_like_mixture(root)):
+            kind = mixture_part("stream")
+        else:
+            kind = RootStream
+        source = kind.source(root)
         if plan is None:
             from episodekit.metadata.plans.load import load_plan
 
@@ -307,21 +301,25 @@ class ShardedLoader(ABC):
             delta_timestamps, tolerance_s, cache_mb, speed, video_backend=video_backend,
             warn_cache=False,  # a stream decodes each row group once per epoch
         )  # fmt: skip
-        self._open(source, options)
+        self.stream = kind(self, source, options)
 
-    @abstractmethod
-    def _source(self, root: Any) -> Any:
-        """What a default plan is loaded from (``load_plan``'s first argument)."""
+    def __getattr__(self, name: str) -> Any:
+        # what only the kind has (frames, bin_order, sources, epoch_draws, ...): its stream's
+        stream = self.__dict__.get("stream")
+        if stream is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(stream, name)
 
-    @abstractmethod
-    def _open(self, source: Any, options: ReadOptions) -> None:
-        """Open the readers of this rank's bins; sets ``pool_rows`` (part of the order)."""
+    @property
+    def pool_rows(self) -> int:
+        """The pool size in rows (from ``cache_mb``; part of the order)."""
+        return self.stream.pool_rows
 
-    @abstractmethod
     def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
         """``(n, read)`` from sample ``start`` of ``epoch`` on: ``read()`` returns the block's
         ``n`` samples as one batch; ``n`` is a multiple of ``size`` except at the end (the
         loader cuts blocks into batches, and reads a block only when one of them is asked)."""
+        return self.stream.blocks(epoch, start, size)
 
     # -- which bins this process reads ---------------------------------------------------------
 
@@ -437,11 +435,43 @@ class ShardedLoader(ABC):
         self.seek(int(state["epoch"]), int(state["position"]))
 
 
-class RootLoader(ShardedLoader):
-    """:class:`ShardedLoader` over one root: each bin's episodes streamed pool by pool (see the
-    module docstring)."""
+class Stream:
+    """How a :class:`ShardedLoader` reads its kind: opens the readers of the loader's bins
+    (sets ``pool_rows``, part of the order) and reads an epoch's blocks (``blocks``). The run's
+    figures (plan, rank, bins, seed) are the loader's."""
 
-    def _source(self, root: Any) -> Dataset:
+    def __init__(self, loader: ShardedLoader, source: Any, options: ReadOptions):
+        self.loader = loader
+        self._open(source, options)
+
+    @staticmethod
+    def source(root: Any) -> Any:
+        """What a default plan is loaded from (``load_plan``'s first argument)."""
+        raise NotImplementedError
+
+    def _open(self, source: Any, options: ReadOptions) -> None:
+        raise NotImplementedError
+
+    def blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
+        """See :meth:`ShardedLoader._blocks`."""
+        raise NotImplementedError
+
+    plan = property(lambda self: self.loader.plan)
+    rank = property(lambda self: self.loader.rank)
+    num_workers = property(lambda self: self.loader.num_workers)
+    samples_per_worker = property(lambda self: self.loader.samples_per_worker)
+    seed = property(lambda self: self.loader.seed)
+
+    def workers(self) -> list[int]:
+        return self.loader.workers()
+
+
+class RootStream(Stream):
+    """One root's stream: each bin's episodes streamed pool by pool (see the module
+    docstring)."""
+
+    @staticmethod
+    def source(root: Any) -> Dataset:
         return as_dataset(root)
 
     def _open(self, ds: Dataset, options: ReadOptions) -> None:
@@ -531,7 +561,7 @@ class RootLoader(ShardedLoader):
             out.append(self.frames.get_frames(frames))
         return out[0] if len(out) == 1 else concat_batches(out)
 
-    def _blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
+    def blocks(self, epoch: int, start: int, size: int) -> Iterator[tuple[int, Callable]]:
         for parts in self._chunks(epoch, start, size):
             yield sum(len(f) for _, f in parts), partial(self._read, parts)
 
@@ -587,3 +617,7 @@ def slice_batch(batch: Mapping[str, Any], a: int, b: int) -> dict[str, Any]:
     return {
         k: (slice_batch(v, a, b) if isinstance(v, Mapping) else v[a:b]) for k, v in batch.items()
     }
+
+
+# The root kind's former class name: the same class.
+RootLoader = ShardedLoader

@@ -55,6 +55,9 @@ class BatchSource(ABC):
 
     kind = ""
     _opened: tuple[str, ...] = ()
+    # any process makes any batch at the same cost (no per-worker reader state): make_loader's
+    # workers then take the next batch as each gets free, not every N-th one
+    any_worker = False
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in self._opened}
@@ -154,6 +157,7 @@ class RandomBatches(BatchSource):
 
     kind = "random"
     _opened = ("ds", "sampler")
+    any_worker = True  # batch b is get_batch of positions [b * size, ...): a pure function of b
 
     def __init__(
         self,

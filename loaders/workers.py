@@ -6,7 +6,12 @@ Linux when that is safe, else 'spawn': :mod:`~episodekit.loaders.process_start`;
 the source and opens its own readers). Worker ``w`` of ``N`` makes
 batches ``w, w + N, ...`` of the epoch and copies each into one of its ``prefetch`` slots of the
 ring (:mod:`~episodekit.loaders.ring`); the reader takes batch ``b`` from worker ``b % N``, so the
-batches come in the same order as in-process, whatever ``N``. A batch is numpy views of its slot:
+batches come in the same order as in-process, whatever ``N``. A source any process can serve at
+the same cost (``BatchSource.any_worker``: random access) is shared out as the workers get free
+instead: each takes the next batch number from a counter in shared memory (under a lock, tagged
+with the epoch's generation), so a worker that starts late or is descheduled on a loaded machine
+holds up nothing but its own batches, and the reader takes batch ``b`` from whichever worker
+says it made it (the same batches, the same order). A batch is numpy views of its slot:
 valid until the next batch is asked for (the slot then goes back to its worker).
 
 Slots go back through shared memory, not a message per slot: worker ``w`` fills its slots in
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import pickle
 import signal
@@ -67,9 +73,11 @@ class _Worker:
         parent_pid: int,
         released: Any = None,
         wake: Any = None,
+        claim: Any = None,
     ):
         self.source, self.w, self.n, self.conn, self.parent_pid = source, w, n, conn, parent_pid
         self.released, self.wake = released, wake  # (shared counts, this worker's semaphore)
+        self.claim = claim  # (lock, [generation, next batch]) when batches are shared out
         self.ring: Ring | None = None
         self.ids: list[int] = []
         self.gen = -1
@@ -146,8 +154,12 @@ class _Worker:
             return
         # messages are read only when no slot is free: a new start/stop is seen after at most
         # `prefetch` more batches (no poll per batch on the hot path)
-        for b in range(self.w, n, self.n):
+        b = self.w - self.n
+        while True:
             if (self.ring is None and self.unslotted) and not self.wait_slot():
+                return
+            b = self.next_batch(b, n)
+            if b is None:
                 return
             try:
                 batch = self.source.batch(b)
@@ -157,6 +169,20 @@ class _Worker:
             self.send(gen, b, batch)
             if self.pending is not None:
                 return
+
+    def next_batch(self, b: int, n: int) -> int | None:
+        """The batch to make after ``b``: every N-th, or the next one nobody took (shared
+        out: the counter is this epoch's, else a new start is on its way); None when done."""
+        if self.claim is None:
+            b += self.n
+            return b if b < n else None
+        lock, counter = self.claim
+        with lock:
+            if counter[0] != self.gen or counter[1] >= n:
+                return None
+            b = int(counter[1])
+            counter[1] = b + 1
+        return b
 
     def send(self, gen: int, b: int, batch: dict[str, Any]) -> None:
         if self.ring is None:
@@ -173,7 +199,7 @@ class _Worker:
             self.conn.send(("data", gen, b, batch))
             return
         self.written += 1
-        same = fields == self.sent_fields
+        same = fields is self.sent_fields or fields == self.sent_fields
         self.sent_fields = fields
         self.conn.send(("slot", gen, b, slot, None if same else fields, extras))
 
@@ -196,6 +222,7 @@ def worker_main(
     parent_pid: int,
     released: Any = None,
     wake: Any = None,
+    claim: Any = None,
 ) -> None:
     """Entry point of worker ``w`` of ``n`` (importable: 'spawn' and 'forkserver' run it).
 
@@ -203,7 +230,7 @@ def worker_main(
     readers the training process opened (file offsets and handles are shared across a fork),
     so it unpickles the description and opens its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
-    worker = _Worker(pickle.loads(source), w, n, conn, parent_pid, released, wake)
+    worker = _Worker(pickle.loads(source), w, n, conn, parent_pid, released, wake, claim)
     threading.Thread(target=_watch_parent, args=(worker, parent_pid), daemon=True).start()
     try:
         worker.run()
@@ -271,13 +298,16 @@ class WorkerPool:
         payload = pickle.dumps(source)
         # batches of each worker released (shared; only this process writes it)
         self.released = ctx.RawArray(ctypes.c_int64, self.n)
+        # shared out (see the module docstring): [generation, next batch] under a lock
+        self.claim = (ctx.Lock(), ctx.RawArray(ctypes.c_int64, 2)) if source.any_worker else None
+        self.got: dict[int, tuple] = {}  # batches that came before their turn (shared out)
         for w in range(self.n):
             mine, theirs = ctx.Pipe(duplex=True)
             wake = ctx.Semaphore(0)
             self.res.wakes.append(wake)
             p = ctx.Process(
                 target=worker_main,
-                args=(payload, w, self.n, theirs, os.getpid(), self.released, wake),
+                args=(payload, w, self.n, theirs, os.getpid(), self.released, wake, self.claim),
                 daemon=True,
                 name=f"episodekit-loader-{w}",
             )
@@ -303,6 +333,11 @@ class WorkerPool:
         """Every worker starts making the batches of the epoch that begins at ``state``."""
         self.gen += 1
         self.held = None
+        self.got.clear()
+        if self.claim is not None:
+            lock, counter = self.claim
+            with lock:
+                counter[0], counter[1] = self.gen, 0
         for w, c in enumerate(self.res.conns):
             c.send(("start", self.gen, state, int(n), int(self.released[w])))
             self.res.wakes[w].release()
@@ -313,13 +348,7 @@ class WorkerPool:
             w, self.held = self.held, None
             self.released[w] += 1
             self.res.wakes[w].release()
-        w = b % self.n
-        while True:
-            msg = self._recv(w)
-            if msg[0] == "slot" and msg[4] is not None:
-                self.fields[w] = msg[4]
-            if msg[1] == self.gen:
-                break
+        w, msg, fields = self._shared(b) if self.claim is not None else self._next_of(b % self.n)
         kind = msg[0]
         if kind == "error":
             where = "starting the epoch" if msg[2] < 0 else f"batch {msg[2]}"
@@ -335,7 +364,38 @@ class WorkerPool:
             return batch
         slot, extras = msg[3], msg[5]
         self.held = w
-        return self.res.ring.read(slot, self.fields[w], extras)
+        return self.res.ring.read(slot, fields, extras)
+
+    def _next_of(self, w: int) -> tuple[int, tuple, Any]:
+        """(w, worker ``w``'s next message of this epoch, the layout it goes with)."""
+        while True:
+            msg = self._recv(w)
+            if msg[0] == "slot" and msg[4] is not None:
+                self.fields[w] = msg[4]
+            if msg[1] == self.gen:
+                return w, msg, self.fields[w]
+
+    def _shared(self, b: int) -> tuple[int, tuple, Any]:
+        """(worker, message, layout) of batch ``b`` when batches are shared out: messages of
+        other batches are kept for their turn (each worker's slots are still released in its
+        own order: its batches are consumed in increasing order, as it took them)."""
+        conns = self.res.conns
+        while b not in self.got:
+            # a message waiting (the usual case with workers ahead): no selector to build
+            ready = [c for c in conns if c.poll()] or mp_connection.wait(conns)
+            for c in ready:
+                w = conns.index(c)
+                msg = self._recv(w)  # (one message: the others may have the batch asked for)
+                if msg[0] == "slot" and msg[4] is not None:
+                    self.fields[w] = msg[4]
+                if msg[1] != self.gen:
+                    continue
+                if msg[0] == "error":
+                    return w, msg, None
+                if msg[0] == "data" and self.res.ring is None:
+                    self._make_ring(msg[3])
+                self.got[msg[2]] = (w, msg, self.fields[w])
+        return self.got.pop(b)
 
     def _recv(self, w: int) -> tuple:
         """Worker ``w``'s next message; a dead worker's pipe end is closed by the kernel, so a

@@ -77,6 +77,36 @@ def test_dispatch_and_padding_masks(roots, tmp_path):
     np.testing.assert_array_equal(batch["index"], [x["index"], y["index"], ds[3]["index"]])
 
 
+def test_one_class_per_name_for_a_root_and_a_mixture(roots, tmp_path):
+    """Issue 49: no class call returns another class; a root is one source, a mixture one per
+    root; both pickle (worker processes) and read the same after."""
+    import pickle
+
+    _, a, _ = roots
+    plan = make_plan(roots, tmp_path / "p", 1, 1)
+    deltas = {"action": [0.0, 1 / 30]}
+    root_ds, mix_ds = FrameDataset(a, delta_timestamps=deltas), FrameDataset(plan)
+    assert type(root_ds) is FrameDataset and type(mix_ds) is FrameDataset
+    assert (root_ds.is_mixture, mix_ds.is_mixture) == (False, True)
+    assert len(root_ds.datasets) == 1 and len(mix_ds.datasets) == 2
+    assert root_ds.fps == open_dataset(str(a)).fps  # a root answers its source's attributes
+    smp = EpisodeAwareSampler(mix_ds, plan=plan, rank=0, world_size=1)
+    root_smp = EpisodeAwareSampler(root_ds, rank=0, world_size=1)
+    assert type(smp) is EpisodeAwareSampler and type(root_smp) is EpisodeAwareSampler
+    ld = ShardedLoader(None, plan, rank=0, world_size=1, worker=0)
+    assert type(ld) is ShardedLoader and len(ld.sources) == 2
+    for ds in (root_ds, mix_ds):
+        back = pickle.loads(pickle.dumps(ds))
+        assert type(back) is FrameDataset and len(back) == len(ds)
+        want, got = ds.get_batch([0, 5, len(ds) - 1]), back.get_batch([0, 5, len(ds) - 1])
+        assert sorted(want) == sorted(got)
+        for k in want:
+            if isinstance(want[k], np.ndarray):
+                assert np.array_equal(want[k], got[k]), k
+    with pytest.raises(AttributeError):
+        getattr(mix_ds, "fps")  # noqa: B009  (a mixture has no one root to answer for)
+
+
 def test_missing_key_is_an_error_and_a_mapping_fixes_it(roots):
     _, a, b = roots
     one = {

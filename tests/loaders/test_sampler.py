@@ -171,7 +171,8 @@ def test_memory_is_per_item_not_per_frame(root):
     s = sampler(root)
     s.epoch_indices(0)
     arrays = [v for v in vars(s).values() if isinstance(v, np.ndarray)]
-    arrays += [v for v in vars(s._order).values() if isinstance(v, np.ndarray)]
+    arrays += [v for v in vars(s.draws).values() if isinstance(v, np.ndarray)]
+    arrays += [v for v in vars(s.draws._order).values() if isinstance(v, np.ndarray)]
     assert max(a.size for a in arrays) <= SPEC["episodes"] + 1
 
 

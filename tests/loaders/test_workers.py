@@ -316,6 +316,53 @@ def test_too_little_shared_memory_is_one_clear_line(root, monkeypatch):
     loader.close()
 
 
+SLOW_S = 30.0
+
+
+def _slow_to_open_source(root, ticket):
+    from episodekit.loaders.sources import LoaderRun, RandomBatches
+
+    global SlowToOpen
+
+    class SlowToOpen(RandomBatches):
+        """The first worker process to open it takes SLOW_S to start (a late spawn, a worker
+        descheduled on a loaded machine)."""
+
+        def open(self):
+            if os.getpid() != self.parent:
+                try:
+                    os.close(os.open(self.ticket, os.O_CREAT | os.O_EXCL))
+                    time.sleep(SLOW_S)
+                except FileExistsError:
+                    pass
+            super().open()
+
+    SlowToOpen.__qualname__ = "SlowToOpen"  # (pickled by name: fork's children have it)
+    source = SlowToOpen(root, LoaderRun(batch_size=8), {"delta_timestamps": DELTAS}, {})
+    source.parent, source.ticket = os.getpid(), ticket
+    return source
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork only (test-made class)")
+def test_random_access_is_shared_out_a_late_worker_holds_nothing_up(root, tmp_path):
+    """Issue 49: random-access batches go to whichever worker is free (same batches, same
+    order); before, every other batch waited for the late worker (SLOW_S)."""
+    from episodekit.loaders.workers import BatchLoader
+
+    want = random_ref(root, 8, delta_timestamps=DELTAS)
+    source = _slow_to_open_source(root, str(tmp_path / "ticket"))
+    t0 = time.monotonic()
+    loader = BatchLoader(source, num_workers=2, start_method="fork")
+    try:
+        got = [{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in b.items()}
+               for b in loader]  # fmt: skip
+        took = time.monotonic() - t0
+    finally:
+        loader.close()
+    assert_same(got, want)
+    assert took < SLOW_S / 2, took
+
+
 def test_worker_exception_surfaces_with_its_message_and_close_twice(root, tmp_path):
     from episodekit.loaders.torch import make_loader
     from episodekit.loaders.workers import WorkerError
@@ -325,7 +372,7 @@ def test_worker_exception_surfaces_with_its_message_and_close_twice(root, tmp_pa
     loader = make_loader(broken, None, 32, 2, access="random")  # opened here, fine
     for f in (broken / "data").rglob("*.parquet"):
         f.write_bytes(b"not parquet at all")  # the workers open their own readers: they fail
-    with pytest.raises(WorkerError, match=r"loader worker 0 failed on starting the epoch: \w+"):
+    with pytest.raises(WorkerError, match=r"loader worker \d failed on starting the epoch: \w+"):
         next(iter(loader))
     assert loader.pool is None and not loader_children()  # stopped on the error
     loader.close()
@@ -424,3 +471,25 @@ def test_two_rank_gloo_job_one_ring_per_rank(root, tmp_path):
         idx = EpisodeAwareSampler(ds, seed=0, rank=rank, world_size=2).epoch_indices(0)
         assert g["frames"] == ds.get_batch(idx)["index"].tolist()
     assert not set(got[0]["frames"]) & set(got[1]["frames"])
+
+
+@pytest.mark.skipif(not SHM.is_dir(), reason="needs /dev/shm (Linux)")
+def test_ring_reuses_the_layout_of_same_shaped_batches():
+    """A worker makes no layout per batch: the same object while names, dtypes and shapes stay
+    (the training process then compares it by identity); a short batch gets its own."""
+    from episodekit.loaders.ring import Ring, slot_bytes_for, split_batch
+
+    def arrays(rows, value):
+        return split_batch({"x": np.full((rows, 3), value, np.float32), "y": np.arange(rows)})[0]
+
+    ring = Ring.create(slot_bytes_for(arrays(4, 0), 4), 2)
+    try:
+        first = ring.write(0, arrays(4, 0))
+        again = ring.write(1, arrays(4, 1))
+        assert again is first
+        short = ring.write(0, arrays(2, 2))
+        assert short is not first and short[0].shape == (2, 3)
+        np.testing.assert_array_equal(ring.read(1, again, {})["x"], np.ones((4, 3)))
+        np.testing.assert_array_equal(ring.read(0, short, {})["x"], np.full((2, 3), 2))
+    finally:
+        ring.close()
