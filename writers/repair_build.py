@@ -173,7 +173,10 @@ def _take_recovered(plan: RepairPlan, rows: list[int]) -> tuple[pa.Table, pa.Sch
         if rows:
             raise ValueError("the plan's recovered rows were already taken (built twice?)")
         return pa.table({}), None
-    schema = source.drop_columns(["__file"]).schema
+    source = source.drop_columns(["__file"])
+    if rows == list(range(source.num_rows)) and all(c.num_chunks == 1 for c in source.columns):
+        return source, source.schema  # every row in order, one chunk a column: what take gives
+    schema = source.schema
     cols: list[pa.ChunkedArray | None] = [source.column(name) for name in schema.names]
     del source
     where = pa.array(rows, pa.int64())
@@ -182,6 +185,7 @@ def _take_recovered(plan: RepairPlan, rows: list[int]) -> tuple[pa.Table, pa.Sch
         col, cols[i] = cols[i], None  # its buffers go back to the pool once taken
         taken.append(col.take(where))
         del col
+        pa.default_memory_pool().release_unused()
     return pa.Table.from_arrays(taken, schema=schema), schema
 
 
