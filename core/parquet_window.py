@@ -122,7 +122,7 @@ class RowGroupWindows:
             return self.read(range(0), columns)
         return pa.concat_tables(parts)
 
-    def read_combined(self, columns_a_pass: int = 8) -> pa.Table:
+    def read_combined(self, columns_a_pass: int = 16) -> pa.Table:
         """The whole file as one table of one chunk a column, read ``columns_a_pass`` columns
         at a time (a pass over the windows each), each pass's windows combined and let go
         before the next: the windows' chunks of all the columns are never held with the
