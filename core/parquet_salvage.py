@@ -23,13 +23,13 @@ import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from episodekit.core import thrift_compact as tc
 from episodekit.core.parquet_footer import group_meta
+from episodekit.core.parquet_groups import Group, Groups
 from episodekit.core.parquet_pages import (
     DATA_PAGE,
     DICTIONARY_PAGE,
@@ -82,22 +82,13 @@ class RowGroup:
         return self.chunks[-1].end
 
 
-class Group(NamedTuple):
-    """A whole row group found: where it starts and ends, its rows, its encoded ``RowGroup``
-    struct (what the footer lists; kept encoded, not as thousands of objects)."""
-
-    start: int
-    end: int
-    num_rows: int
-    meta: bytes
-
-
 @dataclass
 class Salvage:
-    """What a walk found: the whole row groups, where they end, and why the walk stopped."""
+    """What a walk found: the whole row groups (packed: :class:`~episodekit.core.
+    parquet_groups.Groups`), where they end, and why the walk stopped."""
 
     size: int
-    row_groups: list[Group]
+    row_groups: Groups
     codec: int
     stop: str  # why no further row group was recovered (``END``: the file ended right there)
     structs: bool = True  # the row groups' encoded structs are held (False: :meth:`places`)
@@ -106,16 +97,15 @@ class Salvage:
         """The same row groups without their encoded ``RowGroup`` structs (their places and
         rows only: what a report of the file needs, once its rows were read; ~10 KB a row
         group of a ``meta/episodes`` file). It can no longer be read or written."""
-        groups = [Group(g.start, g.end, g.num_rows, b"") for g in self.row_groups]
-        return replace(self, row_groups=groups, structs=False)
+        return replace(self, row_groups=self.row_groups.places(), structs=False)
 
     @property
     def end(self) -> int:
-        return self.row_groups[-1].end if self.row_groups else len(MAGIC)
+        return self.row_groups.last_end() if self.row_groups else len(MAGIC)
 
     @property
     def num_rows(self) -> int:
-        return sum(g.num_rows for g in self.row_groups)
+        return int(self.row_groups.rows().sum())
 
     @property
     def dropped_bytes(self) -> int:
@@ -182,14 +172,14 @@ def scan(path: str | os.PathLike, template: tc.Struct, codec: int | None = None)
         reader = PageReader(fd, size)
         if size < len(MAGIC) or bytes(reader.read(0, len(MAGIC))) != MAGIC:
             raise SalvageError(f"{path}: does not start with {MAGIC!r}: not a parquet file")
-        groups: list[Group] = []
+        groups = Groups()
         heads: dict = {}  # encoded column metadata heads, per column and page kinds
         pos, stop = len(MAGIC), END
         if codec is None:
             try:
                 codec = detect_codec(reader, reader.page(pos))
             except NotAPage as exc:
-                return Salvage(size, [], 0, exc.reason)
+                return Salvage(size, Groups(), 0, exc.reason)
         walk = RegularWalk(reader, cols, codec)
         regular = False  # the row group before was one of :func:`_regular_group`'s
         while True:
@@ -311,7 +301,7 @@ def footer(template: tc.Struct, salvage: Salvage) -> bytes:
     """The encoded ``FileMetaData`` for ``salvage``'s row groups under ``template``'s schema."""
     if not salvage.structs:
         raise ValueError("the row groups' structs were dropped (Salvage.places)")
-    return encode_footer(template, [g.meta for g in salvage.row_groups], salvage.num_rows)
+    return encode_footer(template, list(salvage.row_groups.structs()), salvage.num_rows)
 
 
 def footer_parts(template: tc.Struct, salvage: Salvage) -> Iterator[bytes]:
@@ -323,8 +313,7 @@ def footer_parts(template: tc.Struct, salvage: Salvage) -> Iterator[bytes]:
     one = encode_footer(template, [b""], salvage.num_rows)  # a list of one (empty) element
     at = _list_at(one)  # its header: one byte, where the list of every row group's goes
     yield one[:at] + bytes(_list_header(len(salvage.row_groups)))
-    for g in salvage.row_groups:
-        yield g.meta
+    yield from salvage.row_groups.structs()
     yield one[at + 1 :]
 
 
@@ -371,8 +360,7 @@ def _list_at(encoded_with_one_empty: bytes) -> int:
 
 def group_rows(salvage: Salvage) -> np.ndarray:
     """Rows of each whole row group found (int64)."""
-    groups = salvage.row_groups
-    return np.fromiter((g.num_rows for g in groups), np.int64, len(groups))
+    return salvage.row_groups.rows()
 
 
 def windows(path: str | os.PathLike, salvage: Salvage, template: tc.Struct) -> RowGroupWindows:
@@ -381,8 +369,8 @@ def windows(path: str | os.PathLike, salvage: Salvage, template: tc.Struct) -> R
     place, without pyarrow ever parsing a footer of every row group."""
     if not salvage.structs:
         raise ValueError(f"{path}: its row groups' structs were dropped (Salvage.places)")
-    metas = [g.meta for g in salvage.row_groups]
-    return RowGroupWindows(os.fspath(path), template, metas, group_rows(salvage))
+    structs = salvage.row_groups.structs()
+    return RowGroupWindows(os.fspath(path), template, structs, group_rows(salvage))
 
 
 class _Joined(io.RawIOBase):

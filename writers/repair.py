@@ -280,6 +280,7 @@ def _stage(
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
     stats = repair_build.lerobot_stats(plan, episodes)
+    del episodes  # every kept metadata row: not held through the verification
     say("verifying the repaired root")
     ranges = repair_build.value_ranges(plan, stats)
     counts = verify(plan, staging, options.executor, ranges, staged.salvaged)

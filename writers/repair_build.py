@@ -65,7 +65,7 @@ def _prefix(df, runs: list[int]) -> ps.Salvage | None:
     if runs != list(range(len(runs))) or not df.group_end[runs[-1]]:
         return None
     rows = int(df.rows[: len(runs)].sum())
-    ends = np.cumsum([g.num_rows for g in df.salvage.row_groups])
+    ends = np.cumsum(df.salvage.row_groups.rows())
     groups = int(np.searchsorted(ends, rows)) + 1
     return replace(df.salvage, row_groups=df.salvage.row_groups[:groups])
 
@@ -107,12 +107,14 @@ def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
     """Write the ``meta/episodes`` files that change; return every kept row (for stats)."""
     inv = plan.inventory
     places = repair_meta.meta_files(plan)
-    recovered = plan.recovered.drop_columns(["__file"]) if plan.recovered is not None else None
-    like = recovered.schema if recovered is not None else repair_schema.episodes_schema(inv.info)
-    tables = []
+    on_disk = {
+        m.rel: m.table["episode_index"].to_numpy() for m in inv.episodes if m.table is not None
+    }
     kept_rows = [e.meta_row for e in plan.kept if not e.rebuilt]
-    if kept_rows:
-        tables.append(recovered.take(pa.array(kept_rows, pa.int64())))
+    kept, like = _take_recovered(plan, kept_rows)
+    like = like if like is not None else repair_schema.episodes_schema(inv.info)
+    tables = [kept] if kept_rows else []
+    del kept
     rows = [
         repair_meta.rebuilt_row(plan, e, place) for e, place in zip(plan.kept, places) if e.rebuilt
     ]
@@ -140,7 +142,7 @@ def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
             src is not None
             and src.intact
             and not any(e.rebuilt for e in eps)
-            and src.table["episode_index"].to_pylist() == [e.index for e in eps]
+            and np.array_equal(on_disk.get(rel, []), [e.index for e in eps])
         )
         if same:
             staged.unchanged.append(rel)
@@ -155,6 +157,36 @@ def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
         written.add(rel)
     staged.removed += [m.rel for m in inv.episodes if m.rel not in written]
     return everything
+
+
+def _take_recovered(plan: RepairPlan, rows: list[int]) -> tuple[pa.Table, pa.Schema | None]:
+    """The recovered metadata rows ``rows`` (in that order) as one table, a column at a time,
+    and the recovered rows' schema (None: none recovered). The plan's recovered rows are
+    given up (``plan.recovered`` and each episodes file's ``table`` set to None: a plan is
+    built once), each column as soon as it is taken: two copies of every metadata row
+    (~1.8 KB an episode) are never held at once. (A column taken alone is the same one chunk
+    the whole table's ``take`` gives: the file written is the same bytes.)"""
+    source, plan.recovered = plan.recovered, None
+    for m in plan.inventory.episodes:
+        m.table = None
+    if source is None:
+        if rows:
+            raise ValueError("the plan's recovered rows were already taken (built twice?)")
+        return pa.table({}), None
+    source = source.drop_columns(["__file"])
+    if rows == list(range(source.num_rows)) and all(c.num_chunks == 1 for c in source.columns):
+        return source, source.schema  # every row in order, one chunk a column: what take gives
+    schema = source.schema
+    cols: list[pa.ChunkedArray | None] = [source.column(name) for name in schema.names]
+    del source
+    where = pa.array(rows, pa.int64())
+    taken = []
+    for i in range(len(cols)):
+        col, cols[i] = cols[i], None  # its buffers go back to the pool once taken
+        taken.append(col.take(where))
+        del col
+        pa.default_memory_pool().release_unused()
+    return pa.Table.from_arrays(taken, schema=schema), schema
 
 
 def _whole_in_order(table: pa.Table, order) -> bool:

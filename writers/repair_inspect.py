@@ -397,9 +397,11 @@ def inspect_episodes(root: Path, episodes: list[MetaFile]) -> None:
     for s in episodes:
         if s.intact or s.salvage is not None:
             try:
-                s.table = s.read(root)
-                if s.salvage is not None:  # read once: its row groups' structs are not needed
-                    s.salvage = s.salvage.places()
+                if s.salvage is None:
+                    s.table = s.read(root)
+                else:  # one chunk a column (the rewrite then copies none of them)
+                    s.table = s.windows(root).read_combined()
+                    s.salvage = s.salvage.places()  # read once: the structs are not needed
             except (DatasetError, pa.ArrowException, OSError) as exc:
                 interrupt.check()  # Ctrl-C that a library turned into an error
                 s.intact, s.salvage = False, None

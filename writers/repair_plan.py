@@ -20,7 +20,9 @@ camera's mp4 appended, metadata row buffered, info.json and stats.json rewritten
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -198,12 +200,12 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     runs = _data_runs(inv, damages)
     recovered = _recovered(inv)
     rows: dict[int, int] = {}
-    columns: dict[str, list] = {}  # the recovered columns the plan reads, as Python lists
+    columns: dict[str, Callable[[int], Any]] = {}  # the recovered columns the plan reads
     if recovered is not None:
         for i, ep in enumerate(recovered["episode_index"].to_pylist()):
             rows.setdefault(int(ep), i)
         wanted = [*PLAN_COLUMNS, *(c for c in recovered.column_names if c.startswith("videos/"))]
-        columns = {c: recovered[c].to_pylist() for c in wanted if c in recovered.column_names}
+        columns = {c: _column(recovered[c]) for c in wanted if c in recovered.column_names}
     saved_count = _count(inv.info.get("total_episodes"))
     if saved_count is None:  # info.json cut short (LeRobot rewrites it in place) or damaged
         saved_count = _saved_from_stats(inv, runs, columns.get("length"), rows)
@@ -213,7 +215,7 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     cursors = {k: _Cursor(files) for k, files in inv.videos.items()}
     shared: dict[tuple, list[str]] = {}  # one list per set of tasks, not one per episode
     for ep in sorted(set(runs) | set(rows)):
-        row = {c: v[rows[ep]] for c, v in columns.items()} if ep in rows else None
+        row = {c: value(rows[ep]) for c, value in columns.items()} if ep in rows else None
         if ep not in runs:
             n = int(row["length"]) if row else 0
             why = "zero-length episode" if n == 0 else "its rows are not in the data files"
@@ -261,6 +263,38 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     return plan
 
 
+def _column(col: pa.ChunkedArray) -> Callable[[int], Any]:
+    """A recovered column, read a row at a time as the Python value ``to_pylist`` gives,
+    without a Python object per row held: numbers in a numpy array, strings and lists of
+    strings (``tasks``) as codes into their distinct values; anything else (nulls) as a
+    list. (100,000 episodes: ~30 MB of Python objects fewer at the plan's peak.)"""
+    t = col.type
+    if col.null_count:
+        return col.to_pylist().__getitem__
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        values = col.to_numpy()
+        return lambda i: values[i].item()
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        codes, words = _codes(col.combine_chunks())
+        return lambda i: words[codes[i]]
+    is_list = pa.types.is_list(t) or pa.types.is_large_list(t)
+    if is_list and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
+        lists = col.combine_chunks()
+        flat = lists.flatten()
+        if not flat.null_count:
+            offsets = lists.offsets.to_numpy()
+            offsets = offsets - offsets[0]
+            codes, words = _codes(flat)
+            return lambda i: [words[k] for k in codes[offsets[i] : offsets[i + 1]].tolist()]
+    return col.to_pylist().__getitem__
+
+
+def _codes(strings: pa.Array) -> tuple[np.ndarray, list[str]]:
+    """Each string's code (int) and the distinct strings (no null among them)."""
+    encoded = strings.dictionary_encode()
+    return encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
+
+
 def _count(value: object) -> int | None:
     """A count info.json holds (None when it holds no count: missing, not an integer)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -268,7 +302,10 @@ def _count(value: object) -> int | None:
 
 
 def _saved_from_stats(
-    inv: Inventory, runs: dict[int, tuple[DataFile, int]], lengths: list | None, rows: dict
+    inv: Inventory,
+    runs: dict[int, tuple[DataFile, int]],
+    lengths: Callable[[int], Any] | None,
+    rows: dict,
 ) -> int | None:
     """How many episodes the recorder saved, from stats.json when info.json does not say: it
     rewrites stats.json after info.json for every saved episode, so its ``count`` is the frames
@@ -287,10 +324,14 @@ def _saved_from_stats(
         if ep != k or total >= count:
             break
         df, r = runs[ep] if ep in runs else (None, 0)
-        total += int(df.rows[r]) if df is not None else int((lengths or [0])[rows[ep]] or 0)
+        total += int(df.rows[r]) if df is not None else int((lengths or _zero)(rows[ep]) or 0)
         if total == count:
             return k + 1
     return 0 if count == 0 else None
+
+
+def _zero(_: int) -> int:
+    return 0
 
 
 def _no_rows(episodes: list[int], no_file: str = "") -> str:

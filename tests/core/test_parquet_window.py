@@ -143,3 +143,18 @@ def test_places_keep_what_a_report_says_and_refuse_to_be_read(tmp_path):
         list(ps.footer_parts(template, p))
     with pytest.raises(ValueError, match="dropped"):
         ps.footer(template, p)
+
+
+@pytest.mark.parametrize("a_pass", [1, 2, 100])
+def test_read_combined_is_the_file_in_one_chunk_a_column(tmp_path, monkeypatch, a_pass):
+    """Read a few columns at a time over many windows, then combined: the same table (schema
+    and its metadata too) as the closed file's, one chunk a column."""
+    monkeypatch.setattr(pw, "WINDOW_CHUNKS", 12)  # a few row groups a window
+    lengths = [3, 1, 10, 7, 2, 9, 4, 1, 1, 12] * 3
+    full, crashed, template, s = crash(tmp_path, lengths)
+    w = ps.windows(crashed, s, template)
+    assert len(w.windows()) > 5 and w.read_all().column(0).num_chunks > 5
+    got = w.read_combined(a_pass)
+    expect = pq.read_table(full)
+    assert got.equals(expect) and got.schema.equals(expect.schema, check_metadata=True)
+    assert all(c.num_chunks == 1 for c in got.columns)
