@@ -1,0 +1,227 @@
+"""One camera's video of an import, encoded in a process of its own (the episode sink's
+cameras run side by side, and beside the reading and the data files).
+
+:class:`CameraProcess` (the sink's side) starts a 'spawn' child tied to this process
+(:func:`episodekit.core.lifeline.follow`: it dies with it) and hands it each episode's frames
+as raw bytes through a pipe (``send_bytes``: one copy, no pickling per frame). The child does
+what the sink did in turn for each camera: appends the frames to the camera's current mp4 (a
+new one, keyframe first, past ``video_files_size_in_mb``: :func:`encode_episode`) and computes
+LeRobot's image stats of the episode, and answers with the episode's ``videos/*`` values and
+stats, in order. Same frames, same encoder, same settings: the same bytes as one process.
+
+The sink sends episode ``e`` and then takes the answer for ``e - 1``: while the children encode
+``e`` the sink reads and writes ``e + 1``. A child reads the next episode only once it answered
+the last, so at most one episode waits in each pipe (memory: two episodes per camera).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from episodekit.core.errors import DatasetError
+from episodekit.core.layout.files import chunk_file, file_path
+from episodekit.core.layout.rules import VIDEO_PATH_V3
+
+STOP_S = 10.0  # how long a child is given to exit before it is killed
+
+
+@dataclass
+class Camera:
+    """A camera's files: the current one (``file_no``), frames in it (``in_file``), every
+    file's frames (``counts``: rel -> frames); ``writer`` only in the encoding process."""
+
+    feature: Any  # writers.sink.SinkFeature
+    writer: Any = None
+    file_no: int = -1
+    in_file: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    chunks_size: int = 1000
+
+    def rel(self) -> str:
+        where = chunk_file(self.file_no, self.chunks_size)
+        return file_path(VIDEO_PATH_V3, *where, video_key=self.feature.name)
+
+
+def encode_episode(
+    cam: Camera, frames: np.ndarray, folder: Path, fps: int, limit: float
+) -> tuple[tuple[int, int, float, float], dict[str, np.ndarray]]:
+    """One episode's RGB ``frames`` appended to the camera's current mp4 (a new one once the
+    current reached ``limit`` bytes), keyframe first; its ``videos/*`` values (chunk, file,
+    from and to timestamps) and LeRobot's image stats (its sampled, downsampled frames)."""
+    from episodekit.core.video_writer import VideoWriter
+    from episodekit.metadata.image_stats import downsample_step, sample_indices
+    from episodekit.writers import repair_schema
+    from episodekit.writers.image_video import LEROBOT_RGB
+
+    f, n = cam.feature, len(frames)
+    if cam.writer is None or cam.writer.bytes >= limit:
+        if cam.writer is not None:
+            cam.writer.close()
+        cam.file_no, cam.in_file = cam.file_no + 1, 0
+        path = folder / cam.rel()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        h, w = f.shape[:2]
+        preset = None if f.video == "h264" else LEROBOT_RGB.preset
+        cam.writer = VideoWriter(path, w, h, fps, LEROBOT_RGB, codec=f.video, preset=preset)
+    cam.writer.write(frames, keyframe_first=True)
+    start = cam.in_file / fps
+    cam.in_file += n
+    rel = cam.rel()
+    cam.counts[rel] = cam.counts.get(rel, 0) + n
+    sample = frames[sample_indices(n)]
+    step = downsample_step(sample.shape[1], sample.shape[2])
+    stats = repair_schema.lerobot_image_stats(sample[:, ::step, ::step])
+    chunk, file = chunk_file(cam.file_no, cam.chunks_size)
+    return (int(chunk), int(file), start, cam.in_file / fps), stats
+
+
+def _serve(conn: Any, parent: int, cam: Camera, folder: str, fps: int, limit: float) -> None:
+    """The child: episodes in, answers out, until told to stop (or the parent is gone). A
+    thread takes the messages off the pipe as they come (the sink's send returns without
+    waiting for the episode before to be encoded: the sink bounds what is in flight)."""
+    from episodekit.core import lifeline
+
+    lifeline.follow(parent)
+    root = Path(folder)
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_read, args=(conn, inbox), daemon=True).start()
+    while True:
+        item = inbox.get()
+        if item is None:  # the sink is gone: nothing to finish
+            os._exit(1)
+        msg, data = item
+        kind = msg[0]
+        if kind == "episode":
+            _, shape, channels = msg
+            frames = np.frombuffer(data, dtype=np.uint8).reshape(shape)
+            if channels == "bgr":
+                frames = frames[..., ::-1]
+            try:
+                videos, stats = encode_episode(cam, frames, root, fps, limit)
+                conn.send(("ok", videos, stats, cam.file_no, cam.rel(), len(frames)))
+            except Exception as exc:  # the sink raises it, with the episode's name
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            del frames, data
+        elif kind == "close":  # a checkpoint: the current mp4 ends here
+            if cam.writer is not None:
+                cam.writer.close()
+                cam.writer = None
+            conn.send(("closed",))
+        elif kind == "restore":
+            cam.file_no = int(msg[1])
+        elif kind == "quit":
+            if cam.writer is not None:
+                cam.writer.close()
+            conn.send(("closed",))
+            # the files are closed; skip the interpreter's teardown, where SVT-AV1 (PyAV 18)
+            # was seen to hang now and then after its last packet
+            os._exit(0)
+
+
+def _read(conn: Any, inbox: queue.SimpleQueue) -> None:
+    """The child's reader thread: each message (an episode's with its frames' bytes) into
+    ``inbox``; None once the pipe is closed."""
+    try:
+        while True:
+            msg = conn.recv()
+            inbox.put((msg, conn.recv_bytes() if msg[0] == "episode" else None))
+    except (EOFError, OSError):
+        inbox.put(None)
+
+
+class CameraProcess:
+    """The sink's handle on one camera's encoding child (see the module docstring); keeps the
+    camera's files as the child reports them (:attr:`cam`: ``file_no``, ``counts``)."""
+
+    def __init__(self, cam: Camera, folder: Path, fps: int, limit: float) -> None:
+        self.cam = cam
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe(duplex=True)
+        child_cam = Camera(cam.feature, chunks_size=cam.chunks_size)
+        args = (child, os.getpid(), child_cam, str(folder), int(fps), float(limit))
+        self.proc = ctx.Process(target=_serve, args=args, daemon=True, name="episodekit-encode")
+        self.proc.start()
+        child.close()
+        self.waiting: list[str] = []  # sources of the episodes sent, not yet answered
+        self.open = False  # the child has an mp4 open (episodes answered since the last close)
+        self.in_flight = 0  # bytes of the frames sent, not yet answered
+        self.sizes: list[int] = []  # and per episode
+
+    def send(self, frames: np.ndarray, channels: str, source: str) -> None:
+        """Hand over one episode's ``(N, H, W, 3)`` uint8 frames (the child queues them: the
+        caller bounds :attr:`in_flight`)."""
+        frames = np.ascontiguousarray(frames, dtype=np.uint8)
+        self.conn.send(("episode", frames.shape, channels))
+        self.conn.send_bytes(frames.reshape(-1).data)
+        self.waiting.append(source)
+        self.in_flight += frames.nbytes
+        self.sizes.append(frames.nbytes)
+
+    def answer(self) -> tuple[tuple[int, int, float, float], dict[str, np.ndarray]]:
+        """The oldest episode sent: its ``videos/*`` values and image stats."""
+        source = self.waiting.pop(0)
+        self.in_flight -= self.sizes.pop(0)
+        msg = self._recv()
+        if msg[0] != "ok":
+            raise DatasetError(
+                f"episode {source}: key {self.cam.feature.name!r}: encoding failed: {msg[1]}"
+            )
+        _, videos, stats, file_no, rel, n = msg
+        self.cam.file_no, self.open = file_no, True
+        self.cam.counts[rel] = self.cam.counts.get(rel, 0) + n
+        return videos, stats
+
+    def close_file(self) -> bool:
+        """End the current mp4, if one is open (every episode sent must have been answered);
+        whether one was."""
+        if not self.open:
+            return False
+        self.conn.send(("close",))
+        self._expect_closed()
+        self.open = False
+        return True
+
+    def restore(self, file_no: int) -> None:
+        """Carry on after file ``file_no`` (a resumed import: its next episode starts a file)."""
+        self.cam.file_no = file_no
+        self.conn.send(("restore", int(file_no)))
+
+    def finish(self) -> None:
+        """Close the current mp4 and end the child."""
+        self.conn.send(("quit",))
+        self._expect_closed()
+        self.proc.join(STOP_S)
+        self.stop()
+
+    def stop(self) -> None:
+        """End the child now, whatever it was doing (after an error: its files are discarded);
+        returns once it is gone."""
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(STOP_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+    def _expect_closed(self) -> None:
+        msg = self._recv()
+        if msg[0] != "closed":
+            raise DatasetError(f"key {self.cam.feature.name!r}: encoder answered {msg[0]!r}")
+
+    def _recv(self) -> Any:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as exc:
+            code = self.proc.exitcode
+            raise DatasetError(
+                f"key {self.cam.feature.name!r}: the encoding process ended (exit code {code})"
+            ) from exc
