@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -48,6 +49,18 @@ class Camera:
     def rel(self) -> str:
         where = chunk_file(self.file_no, self.chunks_size)
         return file_path(VIDEO_PATH_V3, *where, video_key=self.feature.name)
+
+
+def episode_frames(feature: Any, images: Any, n: int, source: str) -> np.ndarray:
+    """One episode's frames of a camera (an ``importers.episode.Images``, decoded here) as one
+    ``(N, H, W, C)`` array, checked against the feature's shape."""
+    frames = np.stack(list(images.frames())) if n else np.zeros((0, *feature.shape), np.uint8)
+    if frames.shape != (n, *feature.shape):
+        raise DatasetError(
+            f"episode {source}: key {feature.name!r}: images of shape {frames.shape[1:]}, the "
+            f"first episode's were {feature.shape} (one video stream needs one size)"
+        )
+    return frames
 
 
 def encode_episode(
@@ -99,31 +112,50 @@ def _serve(conn: Any, parent: int, cam: Camera, folder: str, fps: int, limit: fl
             os._exit(1)
         msg, data = item
         kind = msg[0]
-        if kind == "episode":
-            _, shape, channels = msg
-            frames = np.frombuffer(data, dtype=np.uint8).reshape(shape)
-            if channels == "bgr":
-                frames = frames[..., ::-1]
+        if kind in ("episode", "encoded"):
             try:
+                if kind == "episode":
+                    frames = np.frombuffer(data, dtype=np.uint8).reshape(msg[1])
+                else:  # the images still encoded: decoded here, beside the other cameras
+                    frames = episode_frames(cam.feature, msg[1], msg[3], msg[4])
+                if msg[2] == "bgr":
+                    frames = frames[..., ::-1]
                 videos, stats = encode_episode(cam, frames, root, fps, limit)
                 conn.send(("ok", videos, stats, cam.file_no, cam.rel(), len(frames)))
-            except Exception as exc:  # the sink raises it, with the episode's name
-                conn.send(("error", f"{type(exc).__name__}: {exc}"))
-            del frames, data
-        elif kind == "close":  # a checkpoint: the current mp4 ends here
-            if cam.writer is not None:
-                cam.writer.close()
-                cam.writer = None
-            conn.send(("closed",))
+            except Exception as exc:  # the sink raises it (as it is, when it pickles)
+                _send_error(conn, exc)
+            frames = data = None
+        elif kind in ("close", "quit"):  # a checkpoint (the current mp4 ends here), the end
+            conn.send(("closed", _close(cam, root)))
+            if kind == "quit":
+                # the files are closed; skip the interpreter's teardown, where SVT-AV1 (PyAV
+                # 18) was seen to hang now and then after its last packet
+                os._exit(0)
         elif kind == "restore":
             cam.file_no = int(msg[1])
-        elif kind == "quit":
-            if cam.writer is not None:
-                cam.writer.close()
-            conn.send(("closed",))
-            # the files are closed; skip the interpreter's teardown, where SVT-AV1 (PyAV 18)
-            # was seen to hang now and then after its last packet
-            os._exit(0)
+
+
+def _close(cam: Camera, root: Path) -> tuple[str, int] | str | None:
+    """Close the camera's current mp4 and read back its frame count (from its sample tables,
+    as :func:`episodekit.writers.verify.verify_videos` does): ``(rel, frames)``, None when no
+    file was open, the error's message when it does not read."""
+    from episodekit.core.video import probe
+
+    if cam.writer is None:
+        return None
+    cam.writer.close()
+    cam.writer = None
+    try:
+        return cam.rel(), probe(str(root / cam.rel())).num_frames
+    except Exception as exc:
+        return f"{cam.rel()}: does not read back ({type(exc).__name__}: {exc})"
+
+
+def _send_error(conn: Any, exc: Exception) -> None:
+    try:
+        conn.send(("error", exc))
+    except Exception:  # an exception that does not pickle: its message
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
 def _read(conn: Any, inbox: queue.SimpleQueue) -> None:
@@ -152,6 +184,7 @@ class CameraProcess:
         child.close()
         self.waiting: list[str] = []  # sources of the episodes sent, not yet answered
         self.open = False  # the child has an mp4 open (episodes answered since the last close)
+        self.checked: set[str] = set()  # files closed and read back by the child
         self.in_flight = 0  # bytes of the frames sent, not yet answered
         self.sizes: list[int] = []  # and per episode
 
@@ -165,11 +198,34 @@ class CameraProcess:
         self.in_flight += frames.nbytes
         self.sizes.append(frames.nbytes)
 
+    def send_images(self, images: Any, channels: str, source: str, n: int) -> int:
+        """Hand over one episode's images (an ``importers.episode.Images``): still encoded
+        (PNG/JPEG files: the child decodes them) when they are, else decoded here and sent as
+        frames. Returns the bytes sent (what the caller's in-flight bound counts)."""
+        from episodekit.importers.episode import EncodedImages
+
+        if type(images) is EncodedImages:
+            try:  # pickled first, then written: one that does not pickle leaves the pipe as it was
+                self.conn.send(("encoded", images, channels, n, source))
+            except (pickle.PicklingError, AttributeError, TypeError):
+                pass  # (a reader's decode that does not pickle): decoded here
+            else:
+                self.waiting.append(source)
+                size = sum(len(b) for b in images.blobs)
+                self.in_flight += size
+                self.sizes.append(size)
+                return size
+        frames = episode_frames(self.cam.feature, images, n, source)
+        self.send(frames, channels, source)
+        return frames.nbytes
+
     def answer(self) -> tuple[tuple[int, int, float, float], dict[str, np.ndarray]]:
         """The oldest episode sent: its ``videos/*`` values and image stats."""
         source = self.waiting.pop(0)
         self.in_flight -= self.sizes.pop(0)
         msg = self._recv()
+        if msg[0] != "ok" and isinstance(msg[1], Exception):
+            raise msg[1]
         if msg[0] != "ok":
             raise DatasetError(
                 f"episode {source}: key {self.cam.feature.name!r}: encoding failed: {msg[1]}"
@@ -179,15 +235,12 @@ class CameraProcess:
         self.cam.counts[rel] = self.cam.counts.get(rel, 0) + n
         return videos, stats
 
-    def close_file(self) -> bool:
-        """End the current mp4, if one is open (every episode sent must have been answered);
-        whether one was."""
-        if not self.open:
-            return False
-        self.conn.send(("close",))
-        self._expect_closed()
-        self.open = False
-        return True
+    def close_file(self) -> None:
+        """End the current mp4, if one is open (every episode sent must have been answered),
+        and check its frames as read back (:class:`VerificationError`)."""
+        if self.open:
+            self.conn.send(("close",))
+            self._expect_closed()
 
     def restore(self, file_no: int) -> None:
         """Carry on after file ``file_no`` (a resumed import: its next episode starts a file)."""
@@ -195,7 +248,7 @@ class CameraProcess:
         self.conn.send(("restore", int(file_no)))
 
     def finish(self) -> None:
-        """Close the current mp4 and end the child."""
+        """Close the current mp4 (checked as :meth:`close_file` does) and end the child."""
         self.conn.send(("quit",))
         self._expect_closed()
         self.proc.join(STOP_S)
@@ -213,9 +266,22 @@ class CameraProcess:
         self.conn.close()
 
     def _expect_closed(self) -> None:
+        from episodekit.core.parquet_write import VerificationError
+
         msg = self._recv()
         if msg[0] != "closed":
             raise DatasetError(f"key {self.cam.feature.name!r}: encoder answered {msg[0]!r}")
+        self.open, read = False, msg[1]
+        if isinstance(read, str):
+            raise VerificationError(read)
+        if read is not None:
+            rel, got = read
+            expected = self.cam.counts.get(rel)
+            if got != expected:  # verify_videos' message
+                raise VerificationError(
+                    f"{rel}: {got} frames, its episodes have {expected} ({self.cam.feature.name})"
+                )
+            self.checked.add(rel)
 
     def _recv(self) -> Any:
         try:
