@@ -192,8 +192,8 @@ class CameraProcess:
         """Hand over one episode's ``(N, H, W, 3)`` uint8 frames (the child queues them: the
         caller bounds :attr:`in_flight`)."""
         frames = np.ascontiguousarray(frames, dtype=np.uint8)
-        self.conn.send(("episode", frames.shape, channels))
-        self.conn.send_bytes(frames.reshape(-1).data)
+        self._send(("episode", frames.shape, channels))
+        self._send(frames.reshape(-1).data, raw=True)
         self.waiting.append(source)
         self.in_flight += frames.nbytes
         self.sizes.append(frames.nbytes)
@@ -206,7 +206,7 @@ class CameraProcess:
 
         if type(images) is EncodedImages:
             try:  # pickled first, then written: one that does not pickle leaves the pipe as it was
-                self.conn.send(("encoded", images, channels, n, source))
+                self._send(("encoded", images, channels, n, source))
             except (pickle.PicklingError, AttributeError, TypeError):
                 pass  # (a reader's decode that does not pickle): decoded here
             else:
@@ -239,17 +239,17 @@ class CameraProcess:
         """End the current mp4, if one is open (every episode sent must have been answered),
         and check its frames as read back (:class:`VerificationError`)."""
         if self.open:
-            self.conn.send(("close",))
+            self._send(("close",))
             self._expect_closed()
 
     def restore(self, file_no: int) -> None:
         """Carry on after file ``file_no`` (a resumed import: its next episode starts a file)."""
         self.cam.file_no = file_no
-        self.conn.send(("restore", int(file_no)))
+        self._send(("restore", int(file_no)))
 
     def finish(self) -> None:
         """Close the current mp4 (checked as :meth:`close_file` does) and end the child."""
-        self.conn.send(("quit",))
+        self._send(("quit",))
         self._expect_closed()
         self.proc.join(STOP_S)
         self.stop()
@@ -283,11 +283,21 @@ class CameraProcess:
                 )
             self.checked.add(rel)
 
+    def _send(self, obj: Any, raw: bool = False) -> None:
+        try:
+            self.conn.send_bytes(obj) if raw else self.conn.send(obj)
+        except OSError as exc:  # the child is gone (a broken pipe)
+            raise self._gone() from exc
+
     def _recv(self) -> Any:
         try:
             return self.conn.recv()
         except (EOFError, OSError) as exc:
-            code = self.proc.exitcode
-            raise DatasetError(
-                f"key {self.cam.feature.name!r}: the encoding process ended (exit code {code})"
-            ) from exc
+            raise self._gone() from exc
+
+    def _gone(self) -> DatasetError:
+        self.proc.join(1.0)
+        code = self.proc.exitcode
+        return DatasetError(
+            f"key {self.cam.feature.name!r}: the encoding process ended (exit code {code})"
+        )

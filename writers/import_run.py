@@ -271,6 +271,7 @@ def _feed(
             if mapped.report:  # a resumed run reports only the episodes it read itself
                 result.reports[mapped.source] = mapped.report
             sink.add(mapped)
+    sink.drain()  # the last episodes' videos encoded (an error in them is the feeding's)
 
 
 def _prepare(ref: Any, reader: Any, m: ImportMap, keys: dict, decode: bool) -> Any:

@@ -227,6 +227,10 @@ class EpisodeSink:
         self.frames += n
         self._episodes += 1
 
+    def drain(self) -> None:
+        """Wait for the cameras' encoding of every episode added (their errors raised here)."""
+        self._settle()
+
     def _settle(self, count: int | None = None) -> None:
         """The oldest ``count`` episodes in flight (None: all): their cameras' answers
         (``videos/*`` values, image stats) taken, their metadata rows written to the parts."""
