@@ -23,6 +23,7 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -69,10 +70,12 @@ def encode_episode(
     """One episode's RGB ``frames`` appended to the camera's current mp4 (a new one once the
     current reached ``limit`` bytes), keyframe first; its ``videos/*`` values (chunk, file,
     from and to timestamps) and LeRobot's image stats (its sampled, downsampled frames)."""
-    from episodekit.core.video_writer import VideoWriter
-    from episodekit.metadata.image_stats import downsample_step, sample_indices
-    from episodekit.writers import repair_schema
-    from episodekit.writers.image_video import LEROBOT_RGB
+    from episodekit.core.video_writer import LEROBOT_RGB, VideoWriter
+    from episodekit.metadata.lerobot_image_stats import (
+        downsample_step,
+        lerobot_image_stats,
+        sample_indices,
+    )
 
     f, n = cam.feature, len(frames)
     if cam.writer is None or cam.writer.bytes >= limit:
@@ -91,7 +94,7 @@ def encode_episode(
     cam.counts[rel] = cam.counts.get(rel, 0) + n
     sample = frames[sample_indices(n)]
     step = downsample_step(sample.shape[1], sample.shape[2])
-    stats = repair_schema.lerobot_image_stats(sample[:, ::step, ::step])
+    stats = lerobot_image_stats(sample[:, ::step, ::step])
     chunk, file = chunk_file(cam.file_no, cam.chunks_size)
     return (int(chunk), int(file), start, cam.in_file / fps), stats
 
@@ -177,7 +180,9 @@ class CameraProcess:
         self.cam = cam
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
-        child_cam = Camera(cam.feature, chunks_size=cam.chunks_size)
+        f = cam.feature  # what the child needs of it (a SinkFeature would load writers.sink)
+        plain = SimpleNamespace(name=f.name, shape=tuple(f.shape), video=f.video)
+        child_cam = Camera(plain, chunks_size=cam.chunks_size)
         args = (child, os.getpid(), child_cam, str(folder), int(fps), float(limit))
         self.proc = ctx.Process(target=_serve, args=args, daemon=True, name="episodekit-encode")
         self.proc.start()

@@ -1,5 +1,5 @@
 """LeRobot's per-episode image stats from per-channel value counts and float32 cumsums
-(``repair_schema.lerobot_image_stats``) are bit for bit those of the float32 path
+(``metadata.lerobot_image_stats``) are bit for bit those of the float32 path
 (``lerobot_stats.episode_stats`` on every pixel, histograms of the pixels themselves)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from episodekit.writers.repair_schema import _image_stats, lerobot_image_stats
+from episodekit.metadata.lerobot_image_stats import _image_stats, lerobot_image_stats
 
 
 def _frames() -> list[np.ndarray]:
