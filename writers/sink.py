@@ -12,7 +12,10 @@ frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 - videos: each camera's episodes in ``videos/KEY/chunk-XXX/file-YYY.mp4``, every episode
   starting on a keyframe, with LeRobot 0.6.1's encoder settings (AV1 libsvtav1, g 2, crf 30,
   yuv420p, preset 12: :data:`~episodekit.writers.image_video.LEROBOT_RGB`) or h264; a new file
-  once the current one reached ``video_files_size_in_mb``;
+  once the current one reached ``video_files_size_in_mb``. Each camera is decoded, encoded and
+  its image stats computed in a process of its own (:mod:`~episodekit.writers.camera_encoder`),
+  up to :data:`AHEAD_BYTES` / :data:`AHEAD_EPISODES` behind the reading: an episode's metadata
+  row is written once its cameras answered (same bytes as encoding here, in any ``--jobs``);
 - ``meta/episodes`` (LeRobot's rows: :func:`~episodekit.writers.repair_schema.episode_row`, with
   LeRobot's per-episode stats: sampled and downsampled frames for cameras), the episodes'
   kept source values as extra columns, ``meta/tasks.parquet``, ``meta/info.json`` (parsed
@@ -22,7 +25,8 @@ frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 :meth:`EpisodeSink.finish` then verifies the folder: every data file read back against the
 checksums of the rows meant for it (row counts, ``index``), each mp4's frame count against its
 episodes, the root read back as a dataset. Memory: one episode and one row group's rows (about
-``target_mb``), plus what reading a data file back costs; the episodes' metadata rows and
+``target_mb``), plus what reading a data file back costs, plus per camera its process (numpy
+and PyAV, ~66 MiB) and the frames in flight to it; the episodes' metadata rows and
 sketch points go to disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the
 dataset quantiles are exact by range counts over the written files
 (:mod:`~episodekit.writers.import_stats`). Not flat yet: 1.14x peak from 1,000 to 4,000
