@@ -326,6 +326,7 @@ class EpisodeSink:
         for enc in self.encoders.values():
             enc.close_file()  # its frames read back by the encoding process
         self.parts.flush()
+        pa.default_memory_pool().release_unused()  # the closed file's buffers back to the OS
         if self.on_checkpoint is not None:
             self.on_checkpoint(self.state())
 
