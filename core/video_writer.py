@@ -36,6 +36,8 @@ class EncodeOptions:
     threads: int = 0
 
 
+# LeRobot 0.6.1's encoder: rgb_encoder_defaults() (lerobot/configs/video.py)
+LEROBOT_RGB = EncodeOptions(codec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset="12")
 MIN_TIMESCALE = 10_000  # the mp4 muxer's smallest video time scale (movenc)
 
 

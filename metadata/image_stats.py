@@ -38,10 +38,18 @@ from episodekit.core.executor import map_files
 from episodekit.core.parquet_read import open_data_file, read_table
 from episodekit.core.paths import UnsafePathError, inside_root
 from episodekit.core.video import VideoFile, require_av
+from episodekit.metadata.lerobot_image_stats import (  # noqa: F401 - also this module's API
+    DOWNSAMPLE_TARGET,
+    DOWNSAMPLE_THRESHOLD,
+    MAX_SAMPLES,
+    MIN_SAMPLES,
+    SAMPLE_POWER,
+    downsample_step,
+    estimate_num_samples,
+    sample_indices,
+)
 
 IMAGE_DTYPES = ("image", "video")
-MIN_SAMPLES, MAX_SAMPLES, SAMPLE_POWER = 100, 10_000, 0.75
-DOWNSAMPLE_TARGET, DOWNSAMPLE_THRESHOLD = 150, 300
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 QUANTILE_KEYS = ("q01", "q10", "q50", "q90", "q99")
 TOLERANCE_S = 1e-4  # LeRobot's default tolerance between a query and the decoded frame
@@ -85,25 +93,6 @@ def _require_pil():
     except ImportError as exc:  # a third-party optional dependency
         raise EnvironmentProblem(PIL_HINT) from exc
     return Image
-
-
-def estimate_num_samples(length: int) -> int:
-    """LeRobot's ``estimate_num_samples`` (default arguments)."""
-    low = min(MIN_SAMPLES, length)
-    return max(low, min(int(length**SAMPLE_POWER), MAX_SAMPLES))
-
-
-def sample_indices(length: int) -> np.ndarray:
-    """LeRobot's ``sample_indices``: the frames (0-based, within the episode) that are sampled."""
-    n = estimate_num_samples(int(length))
-    return np.round(np.linspace(0, length - 1, n)).astype(np.int64)
-
-
-def downsample_step(height: int, width: int) -> int:
-    """LeRobot's ``auto_downsample_height_width`` stride (1: kept whole)."""
-    if max(width, height) < DOWNSAMPLE_THRESHOLD:
-        return 1
-    return max(1, int((width if width > height else height) / DOWNSAMPLE_TARGET))
 
 
 def pixel_histogram(frames: np.ndarray) -> np.ndarray:

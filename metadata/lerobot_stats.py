@@ -44,6 +44,35 @@ def _histogram_quantiles(col: np.ndarray, lo, hi) -> np.ndarray:
     return out
 
 
+def _sorted_quantiles(ordered: np.ndarray, lo, hi) -> np.ndarray:
+    """:func:`_histogram_quantiles` of one dimension's sorted finite values, without building
+    the histogram: the bin holding ``q * n`` is the one holding the ``k``-th smallest value
+    (``k = ceil(q * n)``: a count reaches ``q * n`` when it reaches ``k``), and the counts
+    before and inside it are the values below its edges (``np.histogram``'s comparisons: left
+    edges exclusive, the last edge inclusive). The same bits (tests compare the two)."""
+    n = len(ordered)
+    edges = np.linspace(lo - PAD, hi + PAD, NUM_BINS + 1)
+    out = np.empty(len(LEROBOT_QUANTILES))
+    for i, q in enumerate(LEROBOT_QUANTILES):
+        target = q * n
+        k = min(max(int(np.ceil(target)), 1), n)
+        idx = min(int(edges.searchsorted(ordered[k - 1], "right")) - 1, NUM_BINS - 1)
+        if idx == 0:
+            out[i] = edges[0]
+            continue
+        before = int(ordered.searchsorted(edges[idx], "left"))
+        if idx < NUM_BINS - 1:
+            upto = int(ordered.searchsorted(edges[idx + 1], "left"))
+        else:
+            upto = int(ordered.searchsorted(edges[-1], "right"))
+        before, in_bin = np.int64(before), np.int64(upto - before)
+        if in_bin == 0:
+            out[i] = edges[idx]
+        else:
+            out[i] = edges[idx] + (target - before) / in_bin * (edges[idx + 1] - edges[idx])
+    return out
+
+
 def episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     """LeRobot's stats of one episode's ``(frames, D)`` values: ``{key: (D,) array}``, count
     ``(1,)``."""
@@ -57,13 +86,13 @@ def episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     else:
         var = np.mean(x**2, axis=0) - stats["mean"] ** 2
         stats["std"] = np.sqrt(np.maximum(0, var))
-        qs = np.stack(
-            [
-                _histogram_quantiles(x[:, j], stats["min"][j], stats["max"][j])
-                for j in range(x.shape[1])
-            ],
-            axis=1,
-        )
+        lo, hi = stats["min"], stats["max"]
+        if np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)):  # (else np.histogram's checks)
+            ordered = np.sort(x, axis=0)
+            qs = [_sorted_quantiles(ordered[:, j], lo[j], hi[j]) for j in range(x.shape[1])]
+        else:
+            qs = [_histogram_quantiles(x[:, j], lo[j], hi[j]) for j in range(x.shape[1])]
+        qs = np.stack(qs, axis=1)
         for i, k in enumerate(LEROBOT_QUANTILE_KEYS):
             stats[k] = qs[i]
     stats["count"] = np.array([n])

@@ -44,12 +44,11 @@ from episodekit.core.errors import DatasetError
 from episodekit.core.layout.files import chunk_file, file_path
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.core.progress import current
-from episodekit.core.video_writer import EncodeOptions
+from episodekit.core.video_writer import LEROBOT_RGB  # noqa: F401 - also this module's API
 from episodekit.writers.plan import OutputPlan
 
 ALL = "all"  # --images-to-video without a KEY: every image feature
-# LeRobot 0.6.1's rgb_encoder_defaults() (lerobot/configs/video.py)
-LEROBOT_RGB = EncodeOptions(codec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset="12")
+# LeRobot 0.6.1's rgb_encoder_defaults() (lerobot/configs/video.py), LEROBOT_RGB's settings
 ENCODER_INFO = {
     "video.g": 2,
     "video.crf": 30,

@@ -271,11 +271,13 @@ def _feed(
             if mapped.report:  # a resumed run reports only the episodes it read itself
                 result.reports[mapped.source] = mapped.report
             sink.add(mapped)
+    sink.drain()  # the last episodes' videos encoded (an error in them is the feeding's)
 
 
 def _prepare(ref: Any, reader: Any, m: ImportMap, keys: dict, decode: bool) -> Any:
     """One episode read and mapped (a skip: its reason); with ``decode`` (a worker process)
-    its images decoded, so what crosses to the writer is plain arrays."""
+    its images read, so what crosses to the writer is plain values: image files (PNG/JPEG)
+    as they are (the sink's camera processes decode them), other images decoded."""
     file = _file(reader, ref)
     try:
         mapped = apply_map(reader.read(ref), m, keys, file)
@@ -285,10 +287,13 @@ def _prepare(ref: Any, reader: Any, m: ImportMap, keys: dict, decode: bool) -> A
     if decode:
         import numpy as np
 
-        from episodekit.importers.episode import ArrayImages
+        from episodekit.importers.episode import ArrayImages, EncodedImages
 
         mapped.images = {
-            k: (ArrayImages(np.stack(list(img.frames()))), ch)
+            k: (
+                img if type(img) is EncodedImages else ArrayImages(np.stack(list(img.frames()))),
+                ch,
+            )
             for k, (img, ch) in mapped.images.items()
         }
     return mapped

@@ -27,8 +27,11 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.metadata import lerobot_stats
+from episodekit.metadata.lerobot_image_stats import (  # noqa: F401 - also this module's API
+    STAT_KEYS,
+    lerobot_image_stats,
+)
 
-STAT_KEYS = ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
 NO_STATS = ("string", "language")  # dtypes LeRobot computes no stats for
 
 
@@ -162,54 +165,6 @@ def lerobot_episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     x = x.reshape(len(x), -1)
     x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
     return lerobot_stats.episode_stats(x)
-
-
-def _quantiles_as_recorded(pixels: np.ndarray) -> dict[str, np.ndarray]:
-    """LeRobot's ``RunningQuantileStats`` quantiles of ``(rows, C)`` float32 values, in the
-    dtype it gets them in: per quantile the channels' values as one array, float32 when every
-    channel's value is a histogram edge (an edge is float32), else float64 (interpolated)."""
-    lo, hi = pixels.min(axis=0), pixels.max(axis=0)
-    n = len(pixels)
-    per: dict[str, list] = {k: [] for k in lerobot_stats.LEROBOT_QUANTILE_KEYS}
-    for j in range(pixels.shape[1]):
-        pad = lerobot_stats.PAD
-        edges = np.linspace(lo[j] - pad, hi[j] + pad, lerobot_stats.NUM_BINS + 1)
-        hist, _ = np.histogram(pixels[:, j], bins=edges)
-        cumsum = np.cumsum(hist.astype(np.float64))
-        for q, k in zip(lerobot_stats.LEROBOT_QUANTILES, lerobot_stats.LEROBOT_QUANTILE_KEYS):
-            target = q * n
-            idx = int(np.searchsorted(cumsum, target))
-            if idx == 0:
-                v = edges[0]
-            elif idx >= len(cumsum):
-                v = edges[-1]
-            elif cumsum[idx] - cumsum[idx - 1] == 0:
-                v = edges[idx]
-            else:
-                fraction = (target - cumsum[idx - 1]) / (cumsum[idx] - cumsum[idx - 1])
-                v = edges[idx] + fraction * (edges[idx + 1] - edges[idx])
-            per[k].append(v)
-    return {k: np.array(v) for k, v in per.items()}
-
-
-def lerobot_image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
-    """LeRobot's stats of one episode's sampled ``(N, H, W, C)`` uint8 frames: per channel over
-    every pixel in float32, divided by 255 in the dtype each stat has there (min/max/mean/std
-    float32; quantiles: :func:`_quantiles_as_recorded`), as ``(C, 1, 1)``; ``count`` is N."""
-    n, c = len(frames), frames.shape[-1]
-    pixels = frames.reshape(-1, c).astype(np.float32)
-    x = {k: np.asarray(v) for k, v in lerobot_stats.episode_stats(pixels).items()}
-    if len(pixels) >= 2:
-        x.update(_quantiles_as_recorded(pixels))
-    out: dict[str, np.ndarray] = {}
-    for k in STAT_KEYS:
-        if k == "count":
-            out[k] = np.array([n], dtype=np.int64)
-        elif k in ("min", "max", "mean", "std") or len(pixels) < 2:
-            out[k] = (x[k].astype(np.float32) / np.float32(255.0)).reshape(c, 1, 1)
-        else:
-            out[k] = (x[k] / 255.0).reshape(c, 1, 1)
-    return out
 
 
 def _columns(table: pa.Table, name: str) -> tuple[tuple[int, ...], dict[str, np.ndarray]]:

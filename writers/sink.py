@@ -12,7 +12,10 @@ frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 - videos: each camera's episodes in ``videos/KEY/chunk-XXX/file-YYY.mp4``, every episode
   starting on a keyframe, with LeRobot 0.6.1's encoder settings (AV1 libsvtav1, g 2, crf 30,
   yuv420p, preset 12: :data:`~episodekit.writers.image_video.LEROBOT_RGB`) or h264; a new file
-  once the current one reached ``video_files_size_in_mb``;
+  once the current one reached ``video_files_size_in_mb``. Each camera is decoded, encoded and
+  its image stats computed in a process of its own (:mod:`~episodekit.writers.camera_encoder`),
+  up to :data:`AHEAD_BYTES` / :data:`AHEAD_EPISODES` behind the reading: an episode's metadata
+  row is written once its cameras answered (same bytes as encoding here, in any ``--jobs``);
 - ``meta/episodes`` (LeRobot's rows: :func:`~episodekit.writers.repair_schema.episode_row`, with
   LeRobot's per-episode stats: sampled and downsampled frames for cameras), the episodes'
   kept source values as extra columns, ``meta/tasks.parquet``, ``meta/info.json`` (parsed
@@ -22,7 +25,8 @@ frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 :meth:`EpisodeSink.finish` then verifies the folder: every data file read back against the
 checksums of the rows meant for it (row counts, ``index``), each mp4's frame count against its
 episodes, the root read back as a dataset. Memory: one episode and one row group's rows (about
-``target_mb``), plus what reading a data file back costs; the episodes' metadata rows and
+``target_mb``), plus what reading a data file back costs, plus per camera its process (numpy
+and PyAV, ~66 MiB) and the frames in flight to it; the episodes' metadata rows and
 sketch points go to disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the
 dataset quantiles are exact by range counts over the written files
 (:mod:`~episodekit.writers.import_stats`). Not flat yet: 1.14x peak from 1,000 to 4,000
@@ -39,6 +43,7 @@ file is what lets one episode boundary end every file at once.
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,6 +64,7 @@ from episodekit.importers.mapping import MappedEpisode
 from episodekit.metadata.stats import numeric_features
 from episodekit.writers import meta as meta_mod
 from episodekit.writers import repair_schema
+from episodekit.writers.camera_encoder import Camera, CameraProcess
 from episodekit.writers.import_parts import EpisodeParts
 
 DEFAULT_COLUMNS = {  # LeRobot's DEFAULT_FEATURES, after the dataset's own
@@ -72,6 +78,10 @@ CODECS = {"av1": "libsvtav1", "h264": "libx264"}
 # Rows a data file is read back in: a 100 MB file's check peaked ~150 MiB above the import
 # in 64K-row batches, ~70 at 8K (the checksums do not depend on the batches).
 VERIFY_BATCH_ROWS = 8192
+# Frames handed to a camera's encoding process and not encoded yet, at most (more episodes
+# ahead only while these stay under both): the reading runs ahead of the encoders by that much.
+AHEAD_BYTES = 64 * MIB
+AHEAD_EPISODES = 8
 
 
 @dataclass(frozen=True)
@@ -99,20 +109,6 @@ class SinkResult:
     features: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Camera:
-    feature: SinkFeature
-    writer: Any = None
-    file_no: int = -1
-    in_file: int = 0
-    counts: dict[str, int] = field(default_factory=dict)  # rel -> frames
-    chunks_size: int = 1000
-
-    def rel(self) -> str:
-        where = chunk_file(self.file_no, self.chunks_size)
-        return file_path(VIDEO_PATH_V3, *where, video_key=self.feature.name)
-
-
 class EpisodeSink:
     """Write episodes (in order) as a v3.0 root in ``folder`` (see the module docstring)."""
 
@@ -134,7 +130,7 @@ class EpisodeSink:
         self.data_limit, self.video_limit = data_mb * MIB, video_mb * MIB
         self.target = target_mb * MIB
         self.cameras = {
-            f.name: _Camera(f, chunks_size=chunks_size) for f in self.features if f.kind == "image"
+            f.name: Camera(f, chunks_size=chunks_size) for f in self.features if f.kind == "image"
         }
         self.info = self._info_dict(robot_type, data_mb, video_mb)
         self.schema = repair_schema.data_schema(self.info)
@@ -150,6 +146,13 @@ class EpisodeSink:
         self._pending_bytes = 0
         self._checksums: dict[str, Any] = {}  # rel -> TableChecksum (or _Digests: resumed)
         self._file_rows: dict[str, tuple[int, int]] = {}  # rel -> (first index, rows)
+        self._rows: deque = deque()  # the episodes whose cameras have not answered yet
+        # each camera encoded in a process of its own (writers.camera_encoder), started now:
+        # their start-up overlaps the reading of the first episode
+        self.encoders = {
+            name: CameraProcess(cam, self.folder, self.fps, self.video_limit)
+            for name, cam in self.cameras.items()
+        }
 
     # ---------------------------------------------------------------------------------------
     def _info_dict(self, robot_type: str | None, data_mb: float, video_mb: float) -> dict:
@@ -216,30 +219,48 @@ class EpisodeSink:
             if name in values:
                 stats[name] = repair_schema.lerobot_episode_stats(values[name].reshape(n, -1))
         data_file = self._data(table)
-        videos = {}
-        for name, cam in self.cameras.items():
+        for name in self.cameras:
             images, channels = ep.images[name]
-            videos[name], stats[name] = self._encode(cam, images, channels, n, ep.source)
-        seen: dict[str, None] = {}
-        for t in ep.tasks:
-            seen.setdefault(t, None)
-        self.parts.add(
-            repair_schema.episode_row(
-                self.info,
-                e,
-                list(seen),
-                n,
-                chunk_file(data_file, self.chunks_size),
-                self.frames,
-                videos,
-                stats,
-                (0, 0),
-            ),
-            ep.meta,
-            table,
-        )
+            enc = self.encoders[name]
+            while enc.waiting and (
+                enc.in_flight > AHEAD_BYTES or len(enc.waiting) >= AHEAD_EPISODES
+            ):
+                self._settle(1)  # the oldest episode in flight: its answers, its row
+            enc.send_images(images, channels, ep.source, n)
+        self._rows.append((e, ep.tasks, n, data_file, self.frames, stats, ep.meta, table))
         self.frames += n
         self._episodes += 1
+
+    def drain(self) -> None:
+        """Wait for the cameras' encoding of every episode added (their errors raised here)."""
+        self._settle()
+
+    def _settle(self, count: int | None = None) -> None:
+        """The oldest ``count`` episodes in flight (None: all): their cameras' answers
+        (``videos/*`` values, image stats) taken, their metadata rows written to the parts."""
+        for _ in range(len(self._rows) if count is None else count):
+            self._settle_one()
+
+    def _settle_one(self) -> None:
+        e, tasks, n, data_file, first, stats, meta, table = self._rows.popleft()
+        videos = {}
+        for name, enc in self.encoders.items():
+            videos[name], stats[name] = enc.answer()
+        seen: dict[str, None] = {}
+        for t in tasks:
+            seen.setdefault(t, None)
+        row = repair_schema.episode_row(
+            self.info,
+            e,
+            list(seen),
+            n,
+            chunk_file(data_file, self.chunks_size),
+            first,
+            videos,
+            stats,
+            (0, 0),
+        )
+        self.parts.add(row, meta, table)
 
     def _table(self, values: dict[str, np.ndarray]) -> pa.Table:
         cols = []
@@ -298,16 +319,14 @@ class EpisodeSink:
     def _checkpoint(self) -> None:
         """The data file is full: close it and read it back, close the cameras' mp4s (and
         check their frames), write the episodes' parts; then tell ``on_checkpoint``."""
-        from episodekit.writers.verify import verify_videos
 
+        self._settle()
         self._close_file()
         self._verify_data(self._rel())
-        for cam in self.cameras.values():
-            if cam.writer is not None:
-                cam.writer.close()
-                cam.writer = None
-                verify_videos(self.folder, {cam.feature.name: {cam.rel(): cam.counts[cam.rel()]}})
+        for enc in self.encoders.values():
+            enc.close_file()  # its frames read back by the encoding process
         self.parts.flush()
+        pa.default_memory_pool().release_unused()  # the closed file's buffers back to the OS
         if self.on_checkpoint is not None:
             self.on_checkpoint(self.state())
 
@@ -338,7 +357,8 @@ class EpisodeSink:
         keep = set(state["data"])
         for name, (file_no, counts) in state["cameras"].items():
             cam = self.cameras[name]
-            cam.file_no, cam.counts = int(file_no), {k: int(v) for k, v in counts.items()}
+            cam.counts = {k: int(v) for k, v in counts.items()}
+            self.encoders[name].restore(int(file_no))
             keep.update(cam.counts)
         for top in ("data", "videos", "meta"):
             for p in sorted((self.folder / top).rglob("*")) if (self.folder / top).is_dir() else []:
@@ -346,57 +366,11 @@ class EpisodeSink:
                     p.unlink()
         self.parts.keep(int(state["parts"]))
 
-    def _encode(
-        self, cam: _Camera, images: Any, channels: str, n: int, source: str
-    ) -> tuple[tuple[int, int, float, float], dict[str, np.ndarray]]:
-        """One episode's frames appended to the camera's current mp4 (a new one past the size
-        limit), keyframe first; its ``videos/*`` values and LeRobot's image stats."""
-        from episodekit.core.video_writer import VideoWriter
-        from episodekit.metadata.image_stats import downsample_step, sample_indices
-        from episodekit.writers.image_video import LEROBOT_RGB
-
-        f = cam.feature
-        frames = np.stack(list(images.frames())) if n else np.zeros((0, *f.shape), np.uint8)
-        if frames.shape != (n, *f.shape):
-            raise DatasetError(
-                f"episode {source}: key {f.name!r}: images of shape {frames.shape[1:]}, the "
-                f"first episode's were {f.shape} (one video stream needs one size)"
-            )
-        if channels == "bgr":
-            frames = frames[..., ::-1]
-        if cam.writer is None or cam.writer.bytes >= self.video_limit:
-            if cam.writer is not None:
-                cam.writer.close()
-            cam.file_no, cam.in_file = cam.file_no + 1, 0
-            path = self.folder / cam.rel()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            h, w = f.shape[:2]
-            cam.writer = VideoWriter(
-                path,
-                w,
-                h,
-                self.fps,
-                LEROBOT_RGB,
-                codec=f.video,
-                preset=None if f.video == "h264" else LEROBOT_RGB.preset,
-            )
-        cam.writer.write(frames, keyframe_first=True)
-        start = cam.in_file / self.fps
-        cam.in_file += n
-        rel = cam.rel()
-        cam.counts[rel] = cam.counts.get(rel, 0) + n
-        sample = frames[sample_indices(n)]
-        step = downsample_step(sample.shape[1], sample.shape[2])
-        stats = repair_schema.lerobot_image_stats(sample[:, ::step, ::step])
-        chunk, file = chunk_file(cam.file_no, self.chunks_size)
-        return (int(chunk), int(file), start, cam.in_file / self.fps), stats
-
     def abort(self) -> None:
         """Close what is open after an error (the folder is discarded by the caller)."""
-        for cam in self.cameras.values():
-            if cam.writer is not None:
-                cam.writer.abort()
-                cam.writer = None
+        self._rows.clear()
+        for enc in self.encoders.values():
+            enc.stop()
         if self._writer is not None:
             try:
                 self._writer.__exit__(RuntimeError, None, None)
@@ -412,11 +386,10 @@ class EpisodeSink:
 
         if not self._episodes:
             raise DatasetError("no episodes to write (every episode was skipped or none found)")
+        self._settle()
         self._close_file()
-        for cam in self.cameras.values():
-            if cam.writer is not None:
-                cam.writer.close()
-                cam.writer = None
+        for enc in self.encoders.values():
+            enc.finish()
         n = self._episodes
         self.parts.flush()
         lengths = self.parts.write_meta(self.folder, n, self.data_limit, self.chunks_size)
@@ -452,7 +425,12 @@ class EpisodeSink:
 
         for rel in self._checksums:
             self._verify_data(rel)
-        verify_videos(self.folder, {k: dict(c.counts) for k, c in self.cameras.items()})
+        # the mp4s this run closed were read back by their encoding process as they closed
+        unchecked = {
+            k: {rel: n for rel, n in c.counts.items() if rel not in self.encoders[k].checked}
+            for k, c in self.cameras.items()
+        }
+        verify_videos(self.folder, unchecked)
         verify_root(self.folder, plan)
 
     def _verify_data(self, rel: str) -> None:
