@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.episodekit-test
 DEMO_DIR ?= ./demo-data
 DEMO_EPISODES ?= 2500
 
-.PHONY: demo test ci docs lint install clean
+.PHONY: demo test ci docs lint install clean lerobot-reads
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,14 @@ docs: $(TEST_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+
+# LeRobot 0.6.1 reads every import fixture's output (tests/fixtures/import) with the source's
+# values: our CLI imports, the formats' own libraries dump the source, LeRobot's venv reads back
+# (docs/import.md). Not CI: give LEROBOT_PY, a python with lerobot[dataset]==0.6.1 and
+# tensorflow-datasets (for the RLDS fixture's values).
+lerobot-reads: $(TEST_STAMP)
+	@test -n "$(LEROBOT_PY)" || { echo "give LEROBOT_PY=<LeRobot 0.6.1's venv python>"; exit 2; }
+	$(BIN)/python scripts/check_lerobot_reads.py all --lerobot-python $(LEROBOT_PY)
 
 # Everything `make`, `make demo` and `make test` wrote: the venv, build and test caches, the demo
 # dataset, and the demo's frame store under ~/.cache/episodekit/frames (found before the venv goes).

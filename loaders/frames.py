@@ -31,6 +31,13 @@ import numpy as np
 
 from episodekit.core.dataset import Dataset, as_dataset
 from episodekit.core.words import plural
+from episodekit.loaders.batch_dicts import _no_rows, _squeeze
+from episodekit.loaders.frame_columns import (  # noqa: F401 (python_valued: re-exported)
+    DEFAULT_SPEED,
+    _row_shape,
+    _speed_buckets,
+    python_valued,
+)
 from episodekit.loaders.kinds import looks_like_mixture, mixture_part
 from episodekit.loaders.options import AUTO, DEFAULT_TOLERANCE_S, ReadOptions
 from episodekit.loaders.reader import (
@@ -48,42 +55,6 @@ from episodekit.loaders.windows import (
     delta_offsets,
     int_indices,
 )
-
-DEFAULT_SPEED = 50
-
-
-def _row_shape(feature: Mapping[str, Any]) -> tuple[int, ...]:
-    if feature.get("dtype") in ("image", "string") or python_valued(feature):
-        return ()
-    shape = tuple(int(x) for x in feature.get("shape") or ())
-    return () if shape in ((), (1,)) else shape
-
-
-def python_valued(feature: Mapping[str, Any]) -> bool:
-    """A feature whose values are Python objects (LeRobot's ``language`` columns, other nested
-    dtypes): per sample the row's value, per batch a list of them."""
-    dtype = feature.get("dtype")
-    if dtype in ("image", "string", "video"):
-        return False
-    try:
-        np.dtype(dtype)
-    except TypeError:
-        return True
-    return False
-
-
-def _speed_buckets(ds: Dataset, speed: bool | str) -> np.ndarray:
-    """Per-episode speed bucket (ds.episodes row order) from the artifact, computed when missing
-    and then written (the loaders' only write, announced; ``speed="memory"`` or
-    ``EPISODEKIT_SPEED_IN_MEMORY=1``: kept in memory); 50 each with ``speed=False``."""
-    from episodekit.metadata.speed import SPEED_IN_MEMORY_ENV, episode_buckets, load_or_compute
-
-    if isinstance(speed, str) and speed != "memory":
-        raise ValueError(f"speed must be True, False or 'memory', got {speed!r}")
-    if not speed:
-        return np.full(ds.num_episodes, DEFAULT_SPEED, dtype=np.int64)
-    write = speed != "memory" and os.environ.get(SPEED_IN_MEMORY_ENV, "") not in ("1", "true")
-    return np.asarray(episode_buckets(ds, load_or_compute(ds, write=write)), dtype=np.int64)
 
 
 class FrameDataset:
@@ -617,18 +588,3 @@ class RootFrameDataset:
                         out.append(np.take(pool[c], rows, axis=0))
                 return out
         return reader.gather(requests)
-
-
-def _squeeze(batch: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, v in batch.items():
-        out[key] = _squeeze(v) if isinstance(v, dict) else v[0]
-    return out
-
-
-def _no_rows(value: Any) -> Any:
-    """``value`` (a batch entry: an array, a list, or a dict of those such as a video key's
-    path and timestamp) with 0 rows."""
-    if isinstance(value, dict):
-        return {k: _no_rows(v) for k, v in value.items()}
-    return value[:0]

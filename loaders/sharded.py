@@ -33,6 +33,7 @@ from episodekit.core.footer import read_footer
 from episodekit.core.paths import MIB
 from episodekit.core.words import plural
 from episodekit.core.world import fill_rank
+from episodekit.loaders.batch_dicts import batch_row, concat_batches, slice_batch  # noqa: F401
 from episodekit.loaders.frames import RootFrameDataset
 from episodekit.loaders.kinds import is_mixture_plan, looks_like_mixture, mixture_part
 from episodekit.loaders.options import DEFAULT_TOLERANCE_S, ReadOptions
@@ -591,32 +592,6 @@ class BatchRef:
     def read(self) -> dict[str, Any]:
         batch = self._block.get()
         return batch if self._whole else slice_batch(batch, self._lo, self._lo + self.rows)
-
-
-def concat_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
-    """Concatenate batch dicts along the batch axis (lists are joined, dicts recursed)."""
-    out: dict[str, Any] = {}
-    for key, v in batches[0].items():
-        values = [b[key] for b in batches]
-        if isinstance(v, Mapping):
-            out[key] = concat_batches(values)
-        elif isinstance(v, list):
-            out[key] = [x for vs in values for x in vs]
-        else:
-            out[key] = np.concatenate(values)
-    return out
-
-
-def batch_row(batch: Mapping[str, Any], j: int) -> dict[str, Any]:
-    """Sample ``j`` of a batch dict (nested video dicts included)."""
-    return {k: (batch_row(v, j) if isinstance(v, Mapping) else v[j]) for k, v in batch.items()}
-
-
-def slice_batch(batch: Mapping[str, Any], a: int, b: int) -> dict[str, Any]:
-    """Rows ``[a, b)`` of a batch dict (nested dicts included)."""
-    return {
-        k: (slice_batch(v, a, b) if isinstance(v, Mapping) else v[a:b]) for k, v in batch.items()
-    }
 
 
 # The root kind's former class name: the same class.
