@@ -14,6 +14,7 @@ read by :mod:`episodekit.core.mp4`. Without PyAV every entry point raises
 from __future__ import annotations
 
 import contextlib
+import gc
 import mmap
 import os
 import struct
@@ -66,6 +67,11 @@ def require_av() -> Any:
         raise EnvironmentProblem(INSTALL_HINT) from exc
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole config otherwise
     av.logging.set_level(av.logging.ERROR)
+    # A decoder left in a reference cycle is freed by whichever process collects it: in a
+    # forked child (a DataLoader worker) its codec's threads do not exist, and freeing it
+    # blocks for ever (dav1d waits on them: a CI run hung). Collect in the parent, before
+    # every fork, where those threads still run.
+    os.register_at_fork(before=gc.collect)
     _AV = av
     return av
 
