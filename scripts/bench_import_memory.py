@@ -10,8 +10,9 @@ bounded by one row group (``target_mb``, 32 MiB of rows) or one data file (``--d
 smaller: at 100 steps an episode both sizes are past it, so the ratio shows what grows with the
 episodes alone.
 
-Each peak comes with the import's own process (``driver``) and every child's peak (the camera
-processes, ``writers/camera_encoder.py``; Python's resource tracker). ``--base PYTHON``: the
+Each peak comes with what it was made of (each process's RSS at that moment, the import's own
+first) and each process's own peak: the import's (``driver``) and the spawned children's (the
+camera processes, ``writers/camera_encoder.py``). ``--base PYTHON``: the
 same imports, interleaved in the same run, with another install's ``episodekit`` (the
 ``episodekit`` next to that interpreter: e.g. the base commit's venv), both ratios printed;
 the load average is printed at the start and the end.
@@ -49,9 +50,11 @@ def _line(side: str, n: int, steps: int, r: dict) -> str:
     kids = ", ".join(
         f"{mib:.1f}" for name, mib in r["processes"] if name == "multiprocessing.spawn"
     )
+    at = " + ".join(f"{mib:.1f}" for _, mib in r["tree_at_peak"])
     return (
         f"{side:<5} {n} episodes x {steps} steps: peak {r['tree_mib']:.1f} MiB in "
-        f"{r['seconds']:.1f}s (driver {r['driver_mib']:.1f}, spawned children [{kids}])"
+        f"{r['seconds']:.1f}s (= {at}: the import's process first; own peaks: driver "
+        f"{r['driver_mib']:.1f}, spawned children [{kids}])"
     )
 
 

@@ -79,22 +79,26 @@ def _poll(root: psutil.Process, peaks: dict, names: dict, total: list) -> tuple[
     except psutil.NoSuchProcess:
         return 0, 0
     now = {"driver": 0, "worker": 0}
-    tree = 0
+    tree, seen = 0, []
     for p in procs:
         try:
             rss = p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         tree += rss
+        seen.append((p, rss))
         kind = "driver" if p.pid == root.pid else _kind(p)
         old = peaks.get(p.pid, (kind, 0))
         kind = kind if kind != "gone" else old[0]
         peaks[p.pid] = (kind, max(old[1], rss))
-        if kind == "other" and p.pid not in names:
-            names[p.pid] = _name(p)
+        if kind == "other":  # named at each look: a child seen before its exec has the
+            name = _name(p)  # parent's command line
+            names[p.pid] = name if name != "gone" else names.get(p.pid, "gone")
         if kind in now:
             now[kind] = max(now[kind], rss)
-    total[0] = max(total[0], tree)
+    if tree > total[0]:  # the tree's largest sum, and what it was made of
+        total[0] = tree
+        total[1:] = [{str(p.pid): rss for p, rss in seen}]
     return now["driver"], now["worker"]
 
 
@@ -109,7 +113,7 @@ def measure(cmd: list[str], interval: float = 0.02) -> dict:
     root = psutil.Process(proc.pid)
     peaks: dict[int, tuple[str, int]] = {}
     names: dict[int, str] = {}
-    total = [0]
+    total: list = [0, {}]
     timeline = []
     while proc.poll() is None:
         timeline.append((time.perf_counter(), *_poll(root, peaks, names, total)))
@@ -140,6 +144,11 @@ def measure(cmd: list[str], interval: float = 0.02) -> dict:
         # the largest sum of every process's RSS seen at one look (shared pages, the object
         # store's among them, count in each process that maps them)
         "tree_mib": round(total[0] / MIB, 1),
+        # each process's RSS at that look: [name, MiB], the driver first
+        "tree_at_peak": [
+            ["driver" if int(pid) == root.pid else names.get(int(pid), "?"), round(rss / MIB, 1)]
+            for pid, rss in sorted(total[1].items(), key=lambda kv: int(kv[0]) != root.pid)
+        ],
         "workers": sum(k == "worker" for k, _ in peaks.values()),
         "steps": steps,
         # every child's own peak, in start order: [name, MiB]
