@@ -195,3 +195,90 @@ def mp4_samples(fh: Any, name: str = "") -> tuple[np.ndarray, np.ndarray] | None
     plain mp4 this reader understands. Raises :class:`VideoError` for a truncated file."""
     table = mp4_sample_table(fh, name, with_bytes=False)
     return None if table is None else (table.pts, table.keyframe)
+
+
+STREAM_ENTRIES = 65536  # stts runs read at a time by mp4_frame_count (512 KiB)
+
+
+def _walk(fh: Any, start: int, end: int, name: str) -> Iterator[tuple[bytes, int, int]]:
+    """Boxes in the file's ``[start, end)`` read by their headers only (seek + 16 bytes each):
+    (type, payload start, box end); :class:`VideoError` for a box past ``end``."""
+    pos = start
+    while pos + 8 <= end:
+        fh.seek(pos)
+        head = fh.read(16)
+        if len(head) < 8:
+            raise VideoError(f"file is truncated at byte {pos}", name)
+        size, typ = struct.unpack_from(">I4s", head, 0)
+        hlen = 8
+        if size == 1:
+            (size,) = struct.unpack_from(">Q", head, 8)
+            hlen = 16
+        elif size == 0:
+            size = end - pos
+        if size < hlen or pos + size > end:
+            raise VideoError(
+                f"file is truncated or malformed: box {typ.decode('latin-1')!r} at byte {pos} "
+                f"ends at byte {pos + size}, its parent at {end}",
+                name,
+            )
+        yield typ, pos + hlen, pos + size
+        pos += size
+
+
+def _find(fh: Any, start: int, end: int, typ: bytes, name: str) -> tuple[int, int] | None:
+    return next(((a, b) for t, a, b in _walk(fh, start, end, name) if t == typ), None)
+
+
+def _u32_blocks(fh: Any, at: int, count: int, name: str, width: int = 1) -> Iterator[np.ndarray]:
+    """``count`` entries of ``width`` big-endian u32 from byte ``at``, in blocks of at most
+    :data:`STREAM_ENTRIES` entries (memory independent of ``count``)."""
+    fh.seek(at)
+    while count > 0:
+        n = min(count, STREAM_ENTRIES)
+        raw = fh.read(4 * width * n)
+        if len(raw) != 4 * width * n:
+            raise VideoError(f"sample table at byte {at} cut short", name)
+        yield np.frombuffer(raw, dtype=">u4").reshape(n, width).astype(np.int64)
+        count -= n
+
+
+def mp4_frame_count(fh: Any, name: str = "") -> int | None:
+    """The first video track's frame count read from the file's stts and stsz boxes by
+    seeking: only box headers, stsz's header and stts' runs (in blocks) are read, so memory does
+    not grow with the frames (unlike :func:`mp4_sample_table`, or opening the file with PyAV,
+    whose demuxer indexes every sample). None for a file without a ``moov`` or a fragmented
+    one; :class:`VideoError` for a file cut short or whose two tables disagree on the count."""
+    fh.seek(0, os.SEEK_END)
+    total = fh.tell()
+    moov = None
+    for typ, a, b in _walk(fh, 0, total, name):
+        if typ == b"moof":
+            return None
+        if typ == b"moov":
+            moov = (a, b)
+    if moov is None:
+        return None
+    for typ, a, b in _walk(fh, *moov, name):
+        mdia = _find(fh, a, b, b"mdia", name) if typ == b"trak" else None
+        hdlr = mdia and _find(fh, *mdia, b"hdlr", name)
+        if not hdlr:
+            continue
+        fh.seek(hdlr[0] + 8)
+        if fh.read(4) != b"vide":
+            continue
+        minf = _find(fh, *mdia, b"minf", name)
+        stbl = minf and _find(fh, *minf, b"stbl", name)
+        stts = stbl and _find(fh, *stbl, b"stts", name)
+        stsz = stbl and _find(fh, *stbl, b"stsz", name)
+        if not stts or not stsz:
+            raise VideoError("the video track has no stts or stsz box", name)
+        fh.seek(stts[0] + 4)
+        (runs,) = struct.unpack(">I", fh.read(4))
+        frames = sum(int(blk[:, 0].sum()) for blk in _u32_blocks(fh, stts[0] + 8, runs, name, 2))
+        fh.seek(stsz[0] + 8)
+        (count,) = struct.unpack(">I", fh.read(4))
+        if count != frames:
+            raise VideoError(f"stts counts {frames} samples, stsz {count}", name)
+        return frames
+    return None

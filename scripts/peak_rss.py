@@ -1,6 +1,6 @@
 """Peak resident memory of a command and of every process it starts (Ray workers included).
 
-    .venv/bin/python scripts/peak_rss.py [--json] -- COMMAND [ARG ...]
+    .venv/bin/python scripts/peak_rss.py [--json] [--per-process] -- COMMAND [ARG ...]
 
 Polls the process tree every 20 ms with psutil and prints the driver's peak RSS (the command's
 own process), the largest peak of any Ray worker process (``ray::...``: one runs the tasks), of
@@ -9,7 +9,8 @@ spike shorter than the interval; the figures are lower bounds of the true peaks 
 The command's output passes through; lines like ``rowgroups: done in 1.2s`` (prepare's step
 lines) end a step, and the peaks are also given per step (``steps``: the driver's and the largest
 worker's RSS seen while that step ran; a worker keeps memory it freed, so a later step may show
-an earlier step's high-water mark).
+an earlier step's high-water mark). ``processes`` (``--per-process`` in text): every child's
+own peak, in start order.
 """
 
 from __future__ import annotations
@@ -53,11 +54,15 @@ def _follow(stream, marks: list[tuple[float, str]]) -> None:
 
 def _name(p: psutil.Process) -> str:
     """A child's name for the report: Ray's daemons by their program (gcs_server, raylet,
-    dashboard, ...)."""
+    dashboard, ...), multiprocessing's children by its module (multiprocessing.spawn: a
+    'spawn' process, e.g. an import's camera process)."""
     try:
         cmd = p.cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return "gone"
+    for arg in cmd:  # a Python child started by multiprocessing: python [flags] -c "from ..."
+        if arg.startswith("from multiprocessing."):
+            return arg.split()[1]  # multiprocessing.spawn, multiprocessing.resource_tracker
     for arg in cmd[:3]:
         base = arg.rsplit("/", 1)[-1]
         if base and not base.startswith("python") and not base.startswith("-"):
@@ -74,22 +79,26 @@ def _poll(root: psutil.Process, peaks: dict, names: dict, total: list) -> tuple[
     except psutil.NoSuchProcess:
         return 0, 0
     now = {"driver": 0, "worker": 0}
-    tree = 0
+    tree, seen = 0, []
     for p in procs:
         try:
             rss = p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         tree += rss
+        seen.append((p, rss))
         kind = "driver" if p.pid == root.pid else _kind(p)
         old = peaks.get(p.pid, (kind, 0))
         kind = kind if kind != "gone" else old[0]
         peaks[p.pid] = (kind, max(old[1], rss))
-        if kind == "other" and p.pid not in names:
-            names[p.pid] = _name(p)
+        if kind == "other":  # named at each look: a child seen before its exec has the
+            name = _name(p)  # parent's command line
+            names[p.pid] = name if name != "gone" else names.get(p.pid, "gone")
         if kind in now:
             now[kind] = max(now[kind], rss)
-    total[0] = max(total[0], tree)
+    if tree > total[0]:  # the tree's largest sum, and what it was made of
+        total[0] = tree
+        total[1:] = [{str(p.pid): rss for p, rss in seen}]
     return now["driver"], now["worker"]
 
 
@@ -104,7 +113,7 @@ def measure(cmd: list[str], interval: float = 0.02) -> dict:
     root = psutil.Process(proc.pid)
     peaks: dict[int, tuple[str, int]] = {}
     names: dict[int, str] = {}
-    total = [0]
+    total: list = [0, {}]
     timeline = []
     while proc.poll() is None:
         timeline.append((time.perf_counter(), *_poll(root, peaks, names, total)))
@@ -135,8 +144,19 @@ def measure(cmd: list[str], interval: float = 0.02) -> dict:
         # the largest sum of every process's RSS seen at one look (shared pages, the object
         # store's among them, count in each process that maps them)
         "tree_mib": round(total[0] / MIB, 1),
+        # each process's RSS at that look: [name, MiB], the driver first
+        "tree_at_peak": [
+            ["driver" if int(pid) == root.pid else names.get(int(pid), "?"), round(rss / MIB, 1)]
+            for pid, rss in sorted(total[1].items(), key=lambda kv: int(kv[0]) != root.pid)
+        ],
         "workers": sum(k == "worker" for k, _ in peaks.values()),
         "steps": steps,
+        # every child's own peak, in start order: [name, MiB]
+        "processes": [
+            [names.get(pid, kind), round(rss / MIB, 1)]
+            for pid, (kind, rss) in sorted(peaks.items())
+            if pid != root.pid
+        ],
     }
 
 
@@ -153,6 +173,7 @@ def _by_name(peaks: dict, names: dict) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--per-process", action="store_true", help="also each child's own peak")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -170,6 +191,8 @@ def main() -> None:
         )
         for name, (d, w) in res["steps"].items():
             print(f"  {name:<10} driver {d:7.1f} MiB  max worker {w:7.1f} MiB", file=sys.stderr)
+        for name, mib in res["processes"] if args.per_process else []:
+            print(f"  child {mib:7.1f} MiB  {name}", file=sys.stderr)
     sys.exit(0)
 
 

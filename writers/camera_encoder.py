@@ -5,9 +5,10 @@ cameras run side by side, and beside the reading and the data files).
 (:func:`episodekit.core.lifeline.follow`: it dies with it) and hands it each episode's frames
 as raw bytes through a pipe (``send_bytes``: one copy, no pickling per frame). The child does
 what the sink did in turn for each camera: appends the frames to the camera's current mp4 (a
-new one, keyframe first, past ``video_files_size_in_mb``: :func:`encode_episode`) and computes
-LeRobot's image stats of the episode, and answers with the episode's ``videos/*`` values and
-stats, in order. Same frames, same encoder, same settings: the same bytes as one process.
+new one, keyframe first, past ``video_files_size_in_mb`` or :data:`MAX_FILE_FRAMES` frames:
+:func:`encode_episode`; each file it closes is read back, :func:`_close`) and computes LeRobot's
+image stats of the episode, and answers with the episode's ``videos/*`` values and stats, in
+order. Same frames, same encoder, same settings: the same bytes as one process.
 
 The sink sends episode ``e`` and then takes the answer for ``e - 1``: while the children encode
 ``e`` the sink reads and writes ``e + 1``. A child reads the next episode only once it answered
@@ -33,6 +34,12 @@ from episodekit.core.layout.files import chunk_file, file_path
 from episodekit.core.layout.rules import VIDEO_PATH_V3
 
 STOP_S = 10.0  # how long a child is given to exit before it is killed
+# Frames in one mp4 before the next episode starts a new one, whatever its bytes. FFmpeg's mp4
+# muxer keeps an index entry per frame (~70 bytes measured) until it writes the moov box at
+# close (a plain, not fragmented, mp4 as LeRobot's): a camera process grows with its current
+# file's frames. 2**16 frames bound that to ~4.5 MiB; LeRobot's size rule (200 MB) comes first
+# at any frame over ~3 KB encoded (640x480 AV1: tens of KB), so only small images meet it.
+MAX_FILE_FRAMES = 2**16
 
 
 @dataclass
@@ -64,12 +71,19 @@ def episode_frames(feature: Any, images: Any, n: int, source: str) -> np.ndarray
     return frames
 
 
+def is_full(cam: Camera, limit: float) -> bool:
+    """The camera's current mp4 takes no more episodes: ``limit`` bytes or
+    :data:`MAX_FILE_FRAMES` frames reached."""
+    return cam.writer is not None and (cam.writer.bytes >= limit or cam.in_file >= MAX_FILE_FRAMES)
+
+
 def encode_episode(
     cam: Camera, frames: np.ndarray, folder: Path, fps: int, limit: float
 ) -> tuple[tuple[int, int, float, float], dict[str, np.ndarray]]:
     """One episode's RGB ``frames`` appended to the camera's current mp4 (a new one once the
-    current reached ``limit`` bytes), keyframe first; its ``videos/*`` values (chunk, file,
-    from and to timestamps) and LeRobot's image stats (its sampled, downsampled frames)."""
+    current reached ``limit`` bytes or :data:`MAX_FILE_FRAMES` frames), keyframe first; its
+    ``videos/*`` values (chunk, file, from and to timestamps) and LeRobot's image stats (its
+    sampled, downsampled frames)."""
     from episodekit.core.video_writer import LEROBOT_RGB, VideoWriter
     from episodekit.metadata.lerobot_image_stats import (
         downsample_step,
@@ -78,7 +92,7 @@ def encode_episode(
     )
 
     f, n = cam.feature, len(frames)
-    if cam.writer is None or cam.writer.bytes >= limit:
+    if cam.writer is None or is_full(cam, limit):
         if cam.writer is not None:
             cam.writer.close()
         cam.file_no, cam.in_file = cam.file_no + 1, 0
@@ -123,8 +137,10 @@ def _serve(conn: Any, parent: int, cam: Camera, folder: str, fps: int, limit: fl
                     frames = episode_frames(cam.feature, msg[1], msg[3], msg[4])
                 if msg[2] == "bgr":
                     frames = frames[..., ::-1]
+                # a full mp4 is closed and read back here (else encode_episode closes it)
+                closed = _close(cam, root) if is_full(cam, limit) else None
                 videos, stats = encode_episode(cam, frames, root, fps, limit)
-                conn.send(("ok", videos, stats, cam.file_no, cam.rel(), len(frames)))
+                conn.send(("ok", videos, stats, cam.file_no, cam.rel(), len(frames), closed))
             except Exception as exc:  # the sink raises it (as it is, when it pickles)
                 _send_error(conn, exc)
             frames = data = None
@@ -139,19 +155,25 @@ def _serve(conn: Any, parent: int, cam: Camera, folder: str, fps: int, limit: fl
 
 
 def _close(cam: Camera, root: Path) -> tuple[str, int] | str | None:
-    """Close the camera's current mp4 and read back its frame count (from its sample tables,
-    as :func:`episodekit.writers.verify.verify_videos` does): ``(rel, frames)``, None when no
-    file was open, the error's message when it does not read."""
-    from episodekit.core.video import probe
+    """Close the camera's current mp4 and read back its frame count from its stts and stsz
+    boxes (:func:`~episodekit.core.mp4.mp4_frame_count`: a few box headers, not the sample
+    index PyAV's demuxer builds, which grew the process by ~100 bytes a frame): ``(rel,
+    frames)``, None when no file was open, the error's message when it does not read."""
+    from episodekit.core.mp4 import mp4_frame_count
 
     if cam.writer is None:
         return None
     cam.writer.close()
     cam.writer = None
+    path = root / cam.rel()
     try:
-        return cam.rel(), probe(str(root / cam.rel())).num_frames
+        with open(path, "rb") as fh:
+            frames = mp4_frame_count(fh, str(path))
     except Exception as exc:
         return f"{cam.rel()}: does not read back ({type(exc).__name__}: {exc})"
+    if frames is None:
+        return f"{cam.rel()}: does not read back (no moov box, or a fragmented mp4)"
+    return cam.rel(), frames
 
 
 def _send_error(conn: Any, exc: Exception) -> None:
@@ -235,7 +257,9 @@ class CameraProcess:
             raise DatasetError(
                 f"episode {source}: key {self.cam.feature.name!r}: encoding failed: {msg[1]}"
             )
-        _, videos, stats, file_no, rel, n = msg
+        _, videos, stats, file_no, rel, n, closed = msg
+        if closed is not None:  # the file before, full, closed and read back by the child
+            self._check_read_back(closed)
         self.cam.file_no, self.open = file_no, True
         self.cam.counts[rel] = self.cam.counts.get(rel, 0) + n
         return videos, stats
@@ -271,12 +295,18 @@ class CameraProcess:
         self.conn.close()
 
     def _expect_closed(self) -> None:
-        from episodekit.core.parquet_write import VerificationError
 
         msg = self._recv()
         if msg[0] != "closed":
             raise DatasetError(f"key {self.cam.feature.name!r}: encoder answered {msg[0]!r}")
-        self.open, read = False, msg[1]
+        self.open = False
+        self._check_read_back(msg[1])
+
+    def _check_read_back(self, read: tuple[str, int] | str | None) -> None:
+        """A closed mp4's frame count as the child read it back (:func:`_close`) against its
+        episodes' (:class:`VerificationError`); the file is then :attr:`checked`."""
+        from episodekit.core.parquet_write import VerificationError
+
         if isinstance(read, str):
             raise VerificationError(read)
         if read is not None:

@@ -91,3 +91,37 @@ def test_a_killed_child_is_one_clear_error(tmp_path: Path) -> None:
         child.answer()
     child.stop()
     assert not child.proc.is_alive()
+
+
+def test_an_mp4_ends_at_max_file_frames(tmp_path: Path, monkeypatch) -> None:
+    """The mp4 muxer keeps an index entry per frame until the file closes: a file takes no new
+    episode past ``MAX_FILE_FRAMES`` frames, whatever its bytes; each file closed is read back
+    without PyAV's demuxer (whose sample index grows with the frames)."""
+    import episodekit.core.video as video
+    from episodekit.writers import camera_encoder
+
+    monkeypatch.setattr(camera_encoder, "MAX_FILE_FRAMES", 6)
+    monkeypatch.setattr(video, "probe", None)  # the read-back must not need it
+    cam = Camera(FEATURE)
+    got = [encode_episode(cam, ep, tmp_path, 15, 1e12)[0] for ep in _episodes()]
+    assert [v[:2] for v in got] == [(0, 0), (0, 0), (0, 1)]  # 5 + 1 frames, then 9
+    assert camera_encoder._close(cam, tmp_path) == (cam.rel(), 9)
+    assert cam.counts == {"videos/observation.images.top/chunk-000/file-000.mp4": 6, cam.rel(): 9}
+
+
+def test_the_child_reads_back_every_mp4_it_closes(tmp_path: Path) -> None:
+    """Files rolled over between checkpoints (here: every episode, a 1-byte limit) are read
+    back by the child as it closes them, not left to the sink's final check."""
+    cam = Camera(FEATURE)
+    child = CameraProcess(cam, tmp_path, 15, 1)
+    try:
+        for i, ep in enumerate(_episodes()):
+            child.send(ep, "rgb", f"ep{i}")
+            child.answer()
+        child.finish()
+    finally:
+        child.stop()
+    assert cam.counts == {
+        f"videos/{FEATURE.name}/chunk-000/file-00{i}.mp4": n for i, n in enumerate((5, 1, 9))
+    }
+    assert child.checked == set(cam.counts)
