@@ -159,6 +159,7 @@ def imap_files(
         for i, r in _run(fn, [(i, items[i]) for i in todo], executor, workers, shared):
             task.advance()
             yield i, r
+            del r  # not held while the next job is awaited (see _run_ray)
 
 
 def _run(
@@ -269,12 +270,14 @@ def _run_ray(
     try:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            for r in done:
-                # Forget the ref once fetched: the object store may then reuse its memory (the
-                # driver maps that memory; a result kept alive by a ref keeps its pages
-                # resident).
-                yield refs.pop(r), ray.get(r)
-            del done
+            ref = done.pop()
+            # Neither the ref nor the value is held here once handed over: a result stays in
+            # the object store while anything refers to it (its ref, or arrays viewing its
+            # buffer), and a result kept while the next one is awaited makes the store place
+            # that one elsewhere. The driver maps every store page it reads, so results alive
+            # together add up in its RSS; consumed one at a time, they reuse the same pages.
+            yield refs.pop(ref), ray.get(ref)
+            del ref
     except BaseException:
         _cancel_ray(ray, list(refs))
         raise

@@ -251,10 +251,12 @@ class DataFile:
             cols = list(columns) if columns is not None else None
             return self.parquet.read_row_groups(list(groups), columns=cols, use_threads=use_threads)
 
-    def read_row_group(self, i: int, columns: Sequence[str] | None = None) -> pa.Table:
+    def read_row_group(
+        self, i: int, columns: Sequence[str] | None = None, use_threads: bool = True
+    ) -> pa.Table:
         with parquet_errors(self.path):
             cols = list(columns) if columns is not None else None
-            return self.parquet.read_row_group(i, columns=cols)
+            return self.parquet.read_row_group(i, columns=cols, use_threads=use_threads)
 
     def read(self, columns: Sequence[str] | None = None) -> pa.Table:
         """The whole file (or ``columns`` of it) as one table."""

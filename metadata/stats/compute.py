@@ -30,7 +30,7 @@ from episodekit.metadata.stats.keys import (
     QUANTILE_MODES,
     numeric_features,
 )
-from episodekit.metadata.stats.scan import scan_file
+from episodekit.metadata.stats.scan import scan_file, unpack
 from episodekit.metadata.stats.select import exact_from_runs, exact_quantiles
 from episodekit.metadata.stats.sketch import (
     FeatureStats,
@@ -243,24 +243,14 @@ def compute_stats(
             "points": int(opts.sketch_points),
             "batch_rows": int(batch_rows),
             "spill": spill,
+            "pack": executor == "ray",  # the sketch points through Ray's store: compressed
         }
         todo = [{**common, "rel": r, "file_id": i} for r, i in zip(rels, ids)]
         fold = EpisodeFold(ds.column("episode_index"), feats, len(todo), opts.spill_dir)
         for i, r in imap_files(scan_file, todo, executor, jobs):
             if episodes is not None:
                 r = _keep_episodes(r, np.asarray(episodes))
-            ep, count = np.asarray(r["episodes"], np.int64), np.asarray(r["count"], np.int64)
-            points = {n: r["features"][n].pop("points") for n in feats}
-            start = 0
-            for b, m in enumerate(r["block_episodes"]):  # on disk as it comes: a group a block
-                part = {n: p[b] for n, p in points.items()}
-                end = start + m
-                sketch_spill.add(
-                    EpisodeSketches(ep[start:end], count[start:end], part, blocks.POINTS)
-                )
-                start = end
-            del points
-            fold.add(i, r)
+            _take(i, r, fold, sketch_spill)
             del r  # folded: its memory (in Ray's object store) can go
         per = fold.finish()
         dataset = _dataset_stats(feats, per, fold)
@@ -286,6 +276,23 @@ def compute_stats(
         images=compute_image_stats(ds, executor, jobs) if images else None,
         sketches=sketches,
     )
+
+
+def _take(i: int, r: dict, fold: EpisodeFold, sketch_spill: SketchSpill) -> None:
+    """File ``i``'s scan result folded and its sketch points spilled, a block at a time. Nothing
+    of ``r`` outlives the call: with Ray its arrays view the result's object in the store, and
+    a view left in a variable would keep that object (mapped by this process) alive while the
+    next result is awaited."""
+    ep, count = np.asarray(r["episodes"], np.int64), np.asarray(r["count"], np.int64)
+    points = {n: f.pop("points") for n, f in r["features"].items()}
+    start = 0
+    for b, m in enumerate(r["block_episodes"]):  # on disk as it comes: a group a block
+        part = {n: unpack(p[b]) for n, p in points.items()}
+        sketch_spill.add(
+            EpisodeSketches(ep[start : start + m], count[start : start + m], part, blocks.POINTS)
+        )
+        start += m
+    fold.add(i, r)
 
 
 def _keep_episodes(r: dict, keep: np.ndarray) -> dict:

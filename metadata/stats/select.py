@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from episodekit.core.executor import map_files
+from episodekit.core.executor import imap_files
 from episodekit.metadata.stats.keys import (
     QUANTILES,
 )
@@ -148,11 +148,17 @@ def exact_quantiles(
         }
         for rel in rels
     ]
-    results = map_files(refine_file, todo, executor=executor, workers=jobs)
+    below = {n: 0 for n in feats}
+    inside: dict[str, list[tuple[np.ndarray, ...]]] = {n: [] for n in feats}
+    for _, r in imap_files(refine_file, todo, executor=executor, workers=jobs):
+        for n in feats:  # copied: a result is let go as soon as it is read (see imap_files)
+            below[n] = below[n] + r["below"][n]
+            inside[n].append(tuple(np.array(a) for a in r["inside"][n]))
+        del r
     for n in feats:
-        below = sum(r["below"][n] for r in results)
-        inside = tuple(np.concatenate([r["inside"][n][k] for r in results]) for k in range(4))
-        select_candidates(dataset[n], brs[n], below, inside)
+        found = tuple(np.concatenate([f[k] for f in inside[n]]) for k in range(4))
+        inside[n] = []
+        select_candidates(dataset[n], brs[n], below[n], found)
 
 
 REFINE_CANDIDATES = 2_000_000  # candidate values gathered at most (~26 MB), else narrow first
@@ -181,12 +187,15 @@ def _narrow(root, rels, feats, dataset, brackets, executor, jobs, batch_rows, wi
         }
         for rel in rels
     ]
-    results = map_files(count_file, todo, executor=executor, workers=jobs)
+    cums = {n: 0 for n in brackets}
+    for _, r in imap_files(count_file, todo, executor=executor, workers=jobs):
+        for n in brackets:  # summed as they come
+            cums[n] = cums[n] + r["cum"][n]
+        del r
     out = {}
     for n, (lo, hi, k0s, k1s, _) in brackets.items():
         e = edges[n]
-        # cum[i, d, b] = values <= e[i, d, b]
-        cum = sum(r["cum"][n] for r in results)
+        cum = cums[n]  # cum[i, d, b] = values <= e[i, d, b]
         new_lo, new_hi = lo.copy(), hi.copy()
         bound = 0.0
         for i in range(lo.shape[0]):

@@ -84,9 +84,11 @@ def _copy_groups(src: str, dest: str | os.PathLike, record: dict, order) -> None
         schema = plain.with_metadata({SKETCHES_KEY: json.dumps(record)})
         groups = range(df.parquet.metadata.num_row_groups) if order is None else order
         with RowGroupWriter(dest, schema, encoding=ENCODING) as w:
-            for g in groups:
-                group = df.read_row_group(int(g)).replace_schema_metadata(None)
-                w.write_group(group.cast(plain))
+            for g in groups:  # one thread: each column read in parallel holds them all at once
+                group = df.read_row_group(int(g), use_threads=False)
+                w.write_group(group.replace_schema_metadata(None).cast(plain))
+                del group
+                pa.default_memory_pool().release_unused()  # a group's buffers, not the most seen
             w.finish()
 
 
