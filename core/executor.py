@@ -85,7 +85,11 @@ def _connect_ray(ray: Any, num_cpus: int | None) -> None:
         ray.init(address="auto", ignore_reinit_error=True, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError):
         interrupt.check()
+        # "local": a new instance of our own, even if another process started one since the
+        # "auto" attempt (else Ray refuses num_cpus for "an existing cluster": seen when two
+        # commands started at once)
         ray.init(
+            address="local",
             num_cpus=num_cpus,
             ignore_reinit_error=True,
             log_to_driver=False,

@@ -190,7 +190,7 @@ def test_ray_executor_is_byte_identical_to_local(make_sample, tmp_path):
     a = prepare(str(src), out=str(local), target_mb=1, world_sizes=(2,), num_workers=2, jobs=2)
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         b = prepare(
             str(src),

@@ -151,7 +151,7 @@ def test_ray_executor_gives_the_threaded_findings(make_sample):
     assert {check for check, _, _ in seeded} <= {f["check"] for f in want}
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         got = [f.to_dict() for f in q.check_quality(raw, rels, executor="ray")]
     finally:
