@@ -397,6 +397,14 @@ class WorkerPool:
                 self.got[msg[2]] = (w, msg, self.fields[w])
         return self.got.pop(b)
 
+    def check_alive(self) -> None:
+        """Raise :class:`WorkerError` for a worker that died: with batches shared out, the
+        others may have made every batch it would have (nothing lost, but the pool is broken)."""
+        for w, proc in enumerate(self.res.procs):
+            if not proc.is_alive():
+                proc.join(1.0)
+                raise WorkerError(died(w, proc, self.res.relays[w], self.start_method))
+
     def _recv(self, w: int) -> tuple:
         """Worker ``w``'s next message; a dead worker's pipe end is closed by the kernel, so a
         blocking read ends with EOF (no polling on the hot path)."""
@@ -513,6 +521,11 @@ class BatchLoader:
             yield self.convert(batch)
             if pool.gen != gen:  # iterated again or reloaded meanwhile
                 return
+        try:  # a worker that died holding no batch: said now, not at the next epoch's start
+            pool.check_alive()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         """Stop the workers and free the ring (safe to call again)."""
