@@ -42,35 +42,16 @@ def _child(buf: bytes, start: int, end: int, typ: bytes) -> tuple[int, int] | No
 
 
 def _read_moov(fh: Any, name: str) -> bytes | None:
-    """The ``moov`` payload, walking top-level boxes by their headers only. None for a
-    fragmented file; :class:`VideoError` for a file cut short (a box past the end)."""
+    """The ``moov`` payload, walking top-level boxes by their headers only (:func:`_walk`).
+    None for a fragmented file; :class:`VideoError` for a file cut short (a box past the end)."""
     fh.seek(0, os.SEEK_END)
-    total = fh.tell()
-    pos, moov = 0, None
-    while pos + 8 <= total:
-        fh.seek(pos)
-        head = fh.read(16)
-        size, typ = struct.unpack_from(">I4s", head, 0)
-        hlen = 8
-        if size == 1:
-            (size,) = struct.unpack_from(">Q", head, 8)
-            hlen = 16
-        elif size == 0:
-            size = total - pos
-        if size < hlen:
-            raise VideoError(f"bad box header at byte {pos}", name)
-        if pos + size > total:
-            raise VideoError(
-                f"file is truncated: box {typ.decode('latin-1')!r} ends at byte {pos + size}, "
-                f"the file has {total}",
-                name,
-            )
+    moov = None
+    for typ, start, end in _walk(fh, 0, fh.tell(), name):
         if typ == b"moof":
             return None
         if typ == b"moov":
-            fh.seek(pos + hlen)
-            moov = fh.read(size - hlen)
-        pos += size
+            fh.seek(start)
+            moov = fh.read(end - start)
     return moov
 
 
