@@ -295,7 +295,6 @@ class CameraProcess:
         self.conn.close()
 
     def _expect_closed(self) -> None:
-
         msg = self._recv()
         if msg[0] != "closed":
             raise DatasetError(f"key {self.cam.feature.name!r}: encoder answered {msg[0]!r}")
