@@ -270,7 +270,7 @@ def _stage(
     """Build, bring in the unchanged files (hard links when ``link``), stats, verify."""
     say = current().step
     say(f"writing the repaired files of {len(plan.kept):,} episodes")
-    staged, episodes = repair_build.build(plan, staging)
+    staged, stats = repair_build.build(plan, staging)
     root = plan.inventory.root
     for rel in staged.unchanged:
         src, dst = root / rel, staging / rel
@@ -279,8 +279,6 @@ def _stage(
         else:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
-    stats = repair_build.lerobot_stats(plan, episodes)
-    del episodes  # every kept metadata row: not held through the verification
     say("verifying the repaired root")
     ranges = repair_build.value_ranges(plan, stats)
     counts = verify(plan, staging, options.executor, ranges, staged.salvaged)

@@ -30,11 +30,10 @@ import pyarrow as pa
 from episodekit.core.errors import DatasetError
 from episodekit.core.words import noun_for
 from episodekit.writers import repair_schema
+from episodekit.writers.repair_columns import RecoveredColumns
 from episodekit.writers.repair_inspect import DataFile, Inventory, VideoState
 
 HALF = 0.5  # of a frame: where a frame belongs when its time sits near a boundary
-PLAN_COLUMNS = ("length", "dataset_from_index", "data/chunk_index", "data/file_index", "tasks")
-PLAN_COLUMNS += ("__file",)
 
 
 @dataclass(slots=True)
@@ -74,7 +73,7 @@ class RepairPlan:
     damages: list[tuple[str, str]]
     kept: list[Episode]
     dropped: list[Dropped]
-    recovered: pa.Table | None  # every recovered metadata row (all files), by episode_index
+    recovered: RecoveredColumns | None  # the plan's columns of every recovered metadata row
     tasks: list[str]  # the output's tasks (task_index order)
     staged: dict[str, int]  # what is left behind: "PNG files", "episode mp4s" -> count
     stats_reason: str = ""  # why stats.json is rebuilt ("" keeps it)
@@ -92,15 +91,8 @@ class RepairPlan:
         return int(sum(e.length for e in self.kept))
 
 
-def _recovered(inv: Inventory) -> pa.Table | None:
-    tables = [
-        m.table.append_column("__file", pa.array([m.rel] * m.table.num_rows))
-        for m in inv.episodes
-        if m.table is not None and m.table.num_rows
-    ]
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="permissive")
+def _recovered(inv: Inventory) -> RecoveredColumns | None:
+    return inv.recovered if inv.recovered.num_rows else None
 
 
 def _data_runs(inv: Inventory, damages: list) -> dict[int, tuple[DataFile, int]]:
@@ -202,10 +194,11 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     rows: dict[int, int] = {}
     columns: dict[str, Callable[[int], Any]] = {}  # the recovered columns the plan reads
     if recovered is not None:
-        for i, ep in enumerate(recovered["episode_index"].to_pylist()):
+        for i, ep in enumerate(recovered.episode_index().tolist()):
             rows.setdefault(int(ep), i)
-        wanted = [*PLAN_COLUMNS, *(c for c in recovered.column_names if c.startswith("videos/"))]
-        columns = {c: _column(recovered[c]) for c in wanted if c in recovered.column_names}
+        columns = recovered.getters()
+        file_of, rels = recovered.file_of, [m.rel for m in inv.episodes]
+        columns["__file"] = lambda i: rels[file_of[i]]
     saved_count = _count(inv.info.get("total_episodes"))
     if saved_count is None:  # info.json cut short (LeRobot rewrites it in place) or damaged
         saved_count = _saved_from_stats(inv, runs, columns.get("length"), rows)
@@ -261,38 +254,6 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     _staged(plan)
     _info_and_stats(plan)
     return plan
-
-
-def _column(col: pa.ChunkedArray) -> Callable[[int], Any]:
-    """A recovered column, read a row at a time as the Python value ``to_pylist`` gives,
-    without a Python object per row held: numbers in a numpy array, strings and lists of
-    strings (``tasks``) as codes into their distinct values; anything else (nulls) as a
-    list. (100,000 episodes: ~30 MB of Python objects fewer at the plan's peak.)"""
-    t = col.type
-    if col.null_count:
-        return col.to_pylist().__getitem__
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        values = col.to_numpy()
-        return lambda i: values[i].item()
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        codes, words = _codes(col.combine_chunks())
-        return lambda i: words[codes[i]]
-    is_list = pa.types.is_list(t) or pa.types.is_large_list(t)
-    if is_list and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
-        lists = col.combine_chunks()
-        flat = lists.flatten()
-        if not flat.null_count:
-            offsets = lists.offsets.to_numpy()
-            offsets = offsets - offsets[0]
-            codes, words = _codes(flat)
-            return lambda i: [words[k] for k in codes[offsets[i] : offsets[i + 1]].tolist()]
-    return col.to_pylist().__getitem__
-
-
-def _codes(strings: pa.Array) -> tuple[np.ndarray, list[str]]:
-    """Each string's code (int) and the distinct strings (no null among them)."""
-    encoded = strings.dictionary_encode()
-    return encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
 
 
 def _count(value: object) -> int | None:
