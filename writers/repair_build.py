@@ -35,7 +35,8 @@ from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, numeric_feat
 from episodekit.metadata.stats.range_counts import RangeCounts, exact_from_counts
 from episodekit.writers import meta as meta_mod
 from episodekit.writers import repair_episodes, repair_info
-from episodekit.writers.repair_plan import Episode, RepairPlan
+from episodekit.writers.repair_kept import column, files_of
+from episodekit.writers.repair_plan import RepairPlan
 
 INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
 
@@ -71,27 +72,26 @@ def _prefix(df, runs: list[int]) -> ps.Salvage | None:
     return replace(df.salvage, row_groups=df.salvage.row_groups[:groups])
 
 
-def _rewrite(plan: RepairPlan, df, episodes: list[Episode], dest: Path) -> None:
-    """``df`` without the rows of dropped episodes: one row group per kept episode."""
+def _rewrite(plan: RepairPlan, df, runs: list[int], dest: Path) -> None:
+    """``df`` without the rows of dropped episodes: one row group per kept episode (``runs``:
+    the kept ones' runs in ``df``)."""
     root = plan.inventory.root
     ends = np.cumsum(df.group_rows(root))
     lerobot = Encoding(dictionary=True, page_index=False)  # how LeRobot's recorder writes
     with RowGroupWriter(dest, df.schema(root), encoding=lerobot) as w:
-        for e in episodes:
-            a, n = int(df.first_row[e.run]), int(df.rows[e.run])
+        for run in runs:
+            a, n = int(df.first_row[run]), int(df.rows[run])
             w.write_group(df.read_rows(root, a, n, ends=ends))
         w.finish()
 
 
 def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
-    by_file: dict[str, list[Episode]] = {}
-    for e in plan.kept:
-        by_file.setdefault(e.data.rel, []).append(e)
     root = plan.inventory.root
-    for df in plan.inventory.data:
-        eps = by_file.get(df.rel, [])
-        runs = [e.run for e in eps]
-        if not eps:
+    where = files_of(plan.kept, plan.inventory.data)  # columns: no Episode held per episode
+    run_of = column(plan.kept, "run")
+    for f, df in enumerate(plan.inventory.data):
+        runs = run_of[where == f].tolist()
+        if not runs:
             staged.removed.append(df.rel)
         elif df.intact and runs == list(range(len(df.episode))):
             staged.unchanged.append(df.rel)
@@ -100,8 +100,8 @@ def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
             staged.salvaged[df.rel] = (cut, df.template)
             staged.written[df.rel] = f"new footer over {len(cut.row_groups)} whole row groups"
         else:
-            _rewrite(plan, df, eps, _dest(staging, df.rel))
-            staged.written[df.rel] = f"rewritten with the rows of {len(eps)} kept episodes"
+            _rewrite(plan, df, runs, _dest(staging, df.rel))
+            staged.written[df.rel] = f"rewritten with the rows of {len(runs)} kept episodes"
 
 
 def build_videos(plan: RepairPlan, staging: Path, staged: Staged) -> None:

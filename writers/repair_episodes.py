@@ -24,6 +24,7 @@ from episodekit.core.parquet_window import WINDOW_CHUNKS
 from episodekit.core.parquet_write import plain_writer
 from episodekit.writers import repair_meta, repair_schema
 from episodekit.writers.repair_inspect import MetaFile
+from episodekit.writers.repair_kept import column
 from episodekit.writers.repair_plan import RepairPlan
 
 BLOCK = 4096  # kept rows taken, fed to the stats and written at a time (a row group each)
@@ -97,8 +98,8 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
     kept = plan.kept
     where = np.array(repair_meta.meta_files(plan), np.int64).reshape(-1, 2)
     rec = plan.recovered
-    meta_row = np.array([-1 if e.meta_row is None else e.meta_row for e in kept], np.int64)
-    index = np.array([e.index for e in kept], np.int64)
+    meta_row = column(kept, "meta_row")
+    index = column(kept, "index")
     file_of = rec.file_of if rec is not None else np.zeros(0, np.int32)
     row_in = rec.row_in_file if rec is not None else np.zeros(0, np.int64)
     on_disk = rec.episode_index() if rec is not None else np.zeros(0, np.int64)
