@@ -1,17 +1,23 @@
 """The whole row groups a salvage found (:mod:`episodekit.core.parquet_salvage`), held packed:
 their places and rows in int64 arrays, their encoded ``RowGroup`` structs (what a footer lists)
-concatenated and zlib-compressed :data:`BLOCK` at a time.
+concatenated and zlib-compressed :data:`BLOCK` at a time, each full block spilled to an unnamed
+temporary file (read back with ``pread`` when asked): what stays in memory is ~32 bytes a group
+and the last, partial block, however many groups.
 
 A recording LeRobot's recorder left has one row group per episode: held as one Python object
 and one ``bytes`` each, 100,000 of them took ~85 MB (data file, ~750 bytes a struct) and
 ~120 MB (``meta/episodes`` file, ~10 KB); the structs of consecutive groups differ in little
-but offsets and statistics, and compress ~6x. :class:`Groups` is a read-only sequence of
+but offsets and statistics, and compress ~6x; held compressed in memory, they still grew
+~0.3 KB an episode (~30 MB at 100,000 episodes: the structs of both files), so the blocks go to
+disk. :class:`Groups` is a read-only sequence of
 :class:`Group` (what the salvage code and its tests index, slice and iterate); the structs are
 read back in order (footers, windows) a block at a time.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import zlib
 from array import array
 from collections.abc import Iterator, Sequence
@@ -32,6 +38,34 @@ class Group(NamedTuple):
     meta: bytes
 
 
+class _Spill:
+    """Compressed blocks appended to an unnamed temporary file (gone with the process however
+    it ends), each read back by its place."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="episodekit-groups-")
+        self.size = 0
+
+    def put(self, data: bytes) -> tuple[int, int]:
+        """Append ``data``; its place (offset, length)."""
+        at = self.size
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self._file.fileno(), view, self.size)
+            view, self.size = view[n:], self.size + n
+        return at, len(data)
+
+    def get(self, place: tuple[int, int]) -> bytes:
+        at, n = place
+        out = bytearray()
+        while len(out) < n:
+            got = os.pread(self._file.fileno(), n - len(out), at + len(out))
+            if not got:
+                raise OSError(f"spilled row-group structs cut short at {at + len(out)}")
+            out += got
+        return bytes(out)
+
+
 class Groups(Sequence[Group]):
     """Row groups in file order, appended one at a time (:meth:`append`), then read."""
 
@@ -40,7 +74,8 @@ class Groups(Sequence[Group]):
         self._end = array("q")
         self._rows = array("q")
         self._size = array("q")  # bytes of each struct
-        self._blocks: list[bytes] = []  # compressed, BLOCK structs each
+        self._blocks: list[tuple[int, int]] = []  # places in _spill, BLOCK structs each
+        self._spill: _Spill | None = None  # shared by prefixes
         self._tail = bytearray()  # the structs after the last full block, as they are
         self._cached: tuple[int, bytes, np.ndarray] | None = None  # block, bytes, offsets
         for g in groups:
@@ -53,7 +88,9 @@ class Groups(Sequence[Group]):
         self._size.append(len(g.meta))
         self._tail += g.meta
         if len(self._size) % BLOCK == 0:
-            self._blocks.append(zlib.compress(bytes(self._tail), 1))
+            if self._spill is None:
+                self._spill = _Spill()
+            self._blocks.append(self._spill.put(zlib.compress(bytes(self._tail), 1)))
             self._tail = bytearray()
 
     def __len__(self) -> int:
@@ -91,7 +128,11 @@ class Groups(Sequence[Group]):
         if self._cached is not None and self._cached[0] == b:
             return self._cached[1], self._cached[2]
         # past the blocks: the tail (or, of :meth:`places`, no struct at all)
-        data = zlib.decompress(self._blocks[b]) if b < len(self._blocks) else bytes(self._tail)
+        if b < len(self._blocks):
+            assert self._spill is not None
+            data = zlib.decompress(self._spill.get(self._blocks[b]))
+        else:
+            data = bytes(self._tail)
         sizes = np.frombuffer(self._size, np.int64)[b * BLOCK : (b + 1) * BLOCK]
         offsets = np.r_[0, np.cumsum(sizes)]
         self._cached = (b, data, offsets)
@@ -126,7 +167,7 @@ class Groups(Sequence[Group]):
         out._start, out._end = self._start[:n], self._end[:n]
         out._rows, out._size = self._rows[:n], self._size[:n]
         full = n // BLOCK
-        out._blocks = self._blocks[:full]
+        out._blocks, out._spill = self._blocks[:full], self._spill
         if n % BLOCK:
             data, offsets = self._block(full)
             out._tail = bytearray(data[: int(offsets[n % BLOCK])])
@@ -139,15 +180,28 @@ class Groups(Sequence[Group]):
         out._size = array("q", bytes(8 * len(self)))
         return out
 
-    def __reduce__(self):  # pickled for executor jobs: the packed form as it is
-        state = (self._start, self._end, self._rows, self._size, self._blocks, bytes(self._tail))
+    def held_bytes(self) -> int:
+        """Bytes of structs held in memory (the spilled blocks are on disk)."""
+        return len(self._tail)
+
+    def spilled_bytes(self) -> int:
+        """Bytes of compressed structs in the temporary file."""
+        return sum(n for _, n in self._blocks)
+
+    def __reduce__(self):  # pickled for executor jobs: the compressed blocks themselves
+        spill = self._spill
+        blocks = [spill.get(p) for p in self._blocks] if spill is not None else []
+        state = (self._start, self._end, self._rows, self._size, blocks, bytes(self._tail))
         return _unpickle, state
 
 
 def _unpickle(start, end, rows, size, blocks, tail) -> Groups:
     out = Groups()
     out._start, out._end, out._rows, out._size = start, end, rows, size
-    out._blocks, out._tail = list(blocks), bytearray(tail)
+    if blocks:
+        out._spill = _Spill()
+        out._blocks = [out._spill.put(b) for b in blocks]
+    out._tail = bytearray(tail)
     return out
 
 

@@ -73,6 +73,7 @@ from episodekit.writers.repair_backup import (  # noqa: F401 - restore, undo_hin
     undo_hint,
 )
 from episodekit.writers.repair_inspect import inspect_root
+from episodekit.writers.repair_kept import Kept, column
 from episodekit.writers.repair_plan import RepairPlan, plan_repair
 
 RECIPE = ".episodekit-repair.json"
@@ -270,7 +271,7 @@ def _stage(
     """Build, bring in the unchanged files (hard links when ``link``), stats, verify."""
     say = current().step
     say(f"writing the repaired files of {len(plan.kept):,} episodes")
-    staged, episodes = repair_build.build(plan, staging)
+    staged, stats = repair_build.build(plan, staging)
     root = plan.inventory.root
     for rel in staged.unchanged:
         src, dst = root / rel, staging / rel
@@ -279,8 +280,6 @@ def _stage(
         else:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
-    stats = repair_build.lerobot_stats(plan, episodes)
-    del episodes  # every kept metadata row: not held through the verification
     say("verifying the repaired root")
     ranges = repair_build.value_ranges(plan, stats)
     counts = verify(plan, staging, options.executor, ranges, staged.salvaged)
@@ -470,18 +469,20 @@ def verify(
         ds = open_dataset(str(staging))
     except DatasetError as exc:
         raise RepairVerificationError(f"the repaired root does not open: {exc}") from exc
-    lengths = [e.length for e in plan.kept]
-    if ds.num_episodes != len(plan.kept) or ds.column("length").tolist() != lengths:
+    lengths = column(plan.kept, "length")
+    same = ds.num_episodes == len(plan.kept)
+    if not same or not np.array_equal(np.asarray(ds.column("length")), lengths):
         raise RepairVerificationError("the repaired root's episodes differ from the plan")
-    by_file: dict[str, tuple[int, list[int], list[int]]] = {}
-    for e in plan.kept:
-        by_file.setdefault(e.data.rel, (e.first_index, [], []))
-        by_file[e.data.rel][1].append(e.index)
-        by_file[e.data.rel][2].append(e.length)
-    jobs = [
-        (rel, f, np.asarray(eps, np.int64), np.asarray(ns, np.int64), (salvaged or {}).get(rel))
-        for rel, (f, eps, ns) in by_file.items()
-    ]
+    del ds
+    index, first = column(plan.kept, "index"), column(plan.kept, "first_index")
+    rels = [e.data.rel for e in plan.kept] if not isinstance(plan.kept, Kept) else None
+    where = np.array([rels.index(r) for r in rels]) if rels is not None else plan.kept.files()
+    jobs = []
+    for f in dict.fromkeys(where.tolist()):  # each data file's episodes, in order
+        mine = np.flatnonzero(where == f)
+        rel = plan.kept[int(mine[0])].data.rel
+        job = (rel, int(first[mine[0]]), index[mine], lengths[mine], (salvaged or {}).get(rel))
+        jobs.append(job)
     workers = 1 if executor == "local" else None
     counts: dict[str, RangeCounts] | None = None
     for _, part in imap_files(_verify_file, jobs, executor, workers, shared=(str(staging), ranges)):

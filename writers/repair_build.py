@@ -6,7 +6,8 @@
   one that must lose rows inside it is rewritten from its kept rows (one row group per episode,
   as the recorder writes);
 - ``meta/episodes``: recovered rows as they were, rebuilt rows
-  (:mod:`episodekit.writers.repair_meta`), each file written whole;
+  (:mod:`episodekit.writers.repair_meta`), written a block of rows at a time
+  (:mod:`episodekit.writers.repair_episodes`);
 - an mp4 with frames after its last kept episode (the unsaved one's, or a cut-off tail) is cut
   by packet copy (:func:`~episodekit.prep.remux.remux`);
 - info.json totals and splits (and the keys :mod:`~episodekit.writers.repair_info` rebuilt;
@@ -33,8 +34,9 @@ from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
 from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, numeric_features
 from episodekit.metadata.stats.range_counts import RangeCounts, exact_from_counts
 from episodekit.writers import meta as meta_mod
-from episodekit.writers import repair_info, repair_meta, repair_schema
-from episodekit.writers.repair_plan import Episode, RepairPlan
+from episodekit.writers import repair_episodes, repair_info
+from episodekit.writers.repair_kept import column, files_of
+from episodekit.writers.repair_plan import RepairPlan
 
 INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
 
@@ -70,27 +72,26 @@ def _prefix(df, runs: list[int]) -> ps.Salvage | None:
     return replace(df.salvage, row_groups=df.salvage.row_groups[:groups])
 
 
-def _rewrite(plan: RepairPlan, df, episodes: list[Episode], dest: Path) -> None:
-    """``df`` without the rows of dropped episodes: one row group per kept episode."""
+def _rewrite(plan: RepairPlan, df, runs: list[int], dest: Path) -> None:
+    """``df`` without the rows of dropped episodes: one row group per kept episode (``runs``:
+    the kept ones' runs in ``df``)."""
     root = plan.inventory.root
     ends = np.cumsum(df.group_rows(root))
     lerobot = Encoding(dictionary=True, page_index=False)  # how LeRobot's recorder writes
     with RowGroupWriter(dest, df.schema(root), encoding=lerobot) as w:
-        for e in episodes:
-            a, n = int(df.first_row[e.run]), int(df.rows[e.run])
+        for run in runs:
+            a, n = int(df.first_row[run]), int(df.rows[run])
             w.write_group(df.read_rows(root, a, n, ends=ends))
         w.finish()
 
 
 def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
-    by_file: dict[str, list[Episode]] = {}
-    for e in plan.kept:
-        by_file.setdefault(e.data.rel, []).append(e)
     root = plan.inventory.root
-    for df in plan.inventory.data:
-        eps = by_file.get(df.rel, [])
-        runs = [e.run for e in eps]
-        if not eps:
+    where = files_of(plan.kept, plan.inventory.data)  # columns: no Episode held per episode
+    run_of = column(plan.kept, "run")
+    for f, df in enumerate(plan.inventory.data):
+        runs = run_of[where == f].tolist()
+        if not runs:
             staged.removed.append(df.rel)
         elif df.intact and runs == list(range(len(df.episode))):
             staged.unchanged.append(df.rel)
@@ -99,102 +100,8 @@ def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
             staged.salvaged[df.rel] = (cut, df.template)
             staged.written[df.rel] = f"new footer over {len(cut.row_groups)} whole row groups"
         else:
-            _rewrite(plan, df, eps, _dest(staging, df.rel))
-            staged.written[df.rel] = f"rewritten with the rows of {len(eps)} kept episodes"
-
-
-def build_episodes(plan: RepairPlan, staging: Path, staged: Staged) -> pa.Table:
-    """Write the ``meta/episodes`` files that change; return every kept row (for stats)."""
-    inv = plan.inventory
-    places = repair_meta.meta_files(plan)
-    on_disk = {
-        m.rel: m.table["episode_index"].to_numpy() for m in inv.episodes if m.table is not None
-    }
-    kept_rows = [e.meta_row for e in plan.kept if not e.rebuilt]
-    kept, like = _take_recovered(plan, kept_rows)
-    like = like if like is not None else repair_schema.episodes_schema(inv.info)
-    tables = [kept] if kept_rows else []
-    del kept
-    rows = [
-        repair_meta.rebuilt_row(plan, e, place) for e, place in zip(plan.kept, places) if e.rebuilt
-    ]
-    staged.rebuilt += [e.index for e in plan.kept if e.rebuilt]
-    if rows:
-        tables.append(repair_schema.episodes_table(rows, like))
-    everything = pa.concat_tables(tables, promote_options="permissive")
-    del tables
-    if not _whole_in_order(everything, everything.column("episode_index").to_numpy()):
-        everything = everything.sort_by("episode_index")  # the kept episodes' order
-    where = np.array(places, dtype=np.int64).reshape(-1, 2)
-    for i, col in enumerate(("chunk_index", "file_index")):  # where each row now lives
-        name = f"meta/episodes/{col}"
-        pos = everything.schema.get_field_index(name)
-        everything = everything.set_column(pos, name, pa.array(where[:, i]))
-    by_rel = {m.rel: m for m in inv.episodes}
-    written = set()
-    key = where[:, 0] * (1 << 32) + where[:, 1]
-    for chunk, file in dict.fromkeys(places):
-        rel = f"meta/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
-        pos = np.flatnonzero(key == chunk * (1 << 32) + file).tolist()
-        eps = [plan.kept[i] for i in pos]
-        src = by_rel.get(rel)
-        same = (
-            src is not None
-            and src.intact
-            and not any(e.rebuilt for e in eps)
-            and np.array_equal(on_disk.get(rel, []), [e.index for e in eps])
-        )
-        if same:
-            staged.unchanged.append(rel)
-        else:
-            if pos == list(range(everything.num_rows)) and _whole_in_order(everything, pos):
-                rows_of = everything  # every row, in order: no copy
-            else:
-                rows_of = everything.take(pa.array(pos))
-            write_table(rows_of, _dest(staging, rel))
-            rebuilt = sum(e.rebuilt for e in eps)
-            staged.written[rel] = f"{len(eps)} rows ({rebuilt} rebuilt)"
-        written.add(rel)
-    staged.removed += [m.rel for m in inv.episodes if m.rel not in written]
-    return everything
-
-
-def _take_recovered(plan: RepairPlan, rows: list[int]) -> tuple[pa.Table, pa.Schema | None]:
-    """The recovered metadata rows ``rows`` (in that order) as one table, a column at a time,
-    and the recovered rows' schema (None: none recovered). The plan's recovered rows are
-    given up (``plan.recovered`` and each episodes file's ``table`` set to None: a plan is
-    built once), each column as soon as it is taken: two copies of every metadata row
-    (~1.8 KB an episode) are never held at once. (A column taken alone is the same one chunk
-    the whole table's ``take`` gives: the file written is the same bytes.)"""
-    source, plan.recovered = plan.recovered, None
-    for m in plan.inventory.episodes:
-        m.table = None
-    if source is None:
-        if rows:
-            raise ValueError("the plan's recovered rows were already taken (built twice?)")
-        return pa.table({}), None
-    source = source.drop_columns(["__file"])
-    if rows == list(range(source.num_rows)) and all(c.num_chunks == 1 for c in source.columns):
-        return source, source.schema  # every row in order, one chunk a column: what take gives
-    schema = source.schema
-    cols: list[pa.ChunkedArray | None] = [source.column(name) for name in schema.names]
-    del source
-    where = pa.array(rows, pa.int64())
-    taken = []
-    for i in range(len(cols)):
-        col, cols[i] = cols[i], None  # its buffers go back to the pool once taken
-        taken.append(col.take(where))
-        del col
-        pa.default_memory_pool().release_unused()
-    return pa.Table.from_arrays(taken, schema=schema), schema
-
-
-def _whole_in_order(table: pa.Table, order) -> bool:
-    """Whether ``table`` is one chunk a column and ``order`` goes up strictly: sorting or
-    taking every row of it then gives the table it is, and is skipped (a copy of every
-    metadata row: ~1.7 KB an episode)."""
-    single = all(c.num_chunks <= 1 for c in table.columns)
-    return single and bool(np.all(np.diff(np.asarray(order, np.int64)) > 0))
+            _rewrite(plan, df, runs, _dest(staging, df.rel))
+            staged.written[df.rel] = f"rewritten with the rows of {len(runs)} kept episodes"
 
 
 def build_videos(plan: RepairPlan, staging: Path, staged: Staged) -> None:
@@ -256,13 +163,6 @@ def build_tables(plan: RepairPlan, staging: Path, staged: Staged) -> None:
     staged.written[INFO] = how
 
 
-def lerobot_stats(plan: RepairPlan, episodes: pa.Table) -> dict:
-    """What LeRobot's recorder writes in stats.json for the kept episodes: its aggregation of
-    their per-episode stats, episode after episode (also what ``validate --deep`` checks
-    LeRobot's per-episode stats against). Its quantiles are replaced by :func:`build_stats`."""
-    return repair_schema.lerobot_dataset_stats(plan.inventory.info, episodes)
-
-
 def value_ranges(plan: RepairPlan, stats: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per numeric feature with quantile keys, the kept episodes' min and max per dimension
     (from their own stats): the range the verification counts its values over. A feature
@@ -317,17 +217,21 @@ def build_stats(
     )
 
 
-def build(plan: RepairPlan, staging: Path) -> tuple[Staged, pa.Table]:
+def build(plan: RepairPlan, staging: Path) -> tuple[Staged, dict]:
     """Every changed file of the output under ``staging``, except stats.json (see
-    :func:`build_stats`, which needs the verified root)."""
+    :func:`build_stats`, which needs the verified root); and what LeRobot's recorder writes in
+    stats.json for the kept episodes (its aggregation of their per-episode stats, episode after
+    episode, fed the metadata rows as they are written:
+    :func:`~episodekit.writers.repair_episodes.build_episodes`; its quantiles are replaced by
+    :func:`build_stats`)."""
     staged = Staged()
     build_data(plan, staging, staged)
-    episodes = build_episodes(plan, staging, staged)
+    stats = repair_episodes.build_episodes(plan, staging, staged)
     build_videos(plan, staging, staged)
     build_tables(plan, staging, staged)
     staged.unchanged += plan.inventory.other
     staged.removed += _left_behind(plan)
-    return staged, episodes
+    return staged, stats
 
 
 def _left_behind(plan: RepairPlan) -> list[str]:

@@ -35,6 +35,7 @@ from episodekit.core.dataset import read_tasks_table, resolve_root
 from episodekit.core.errors import DatasetError, EnvironmentProblem
 from episodekit.core.executor import imap_files
 from episodekit.writers import repair_info, repair_schema
+from episodekit.writers.repair_columns import RecoveredColumns
 
 CHUNK_FILE = re.compile(r"chunk-(\d+)/file-(\d+)\.(?:parquet|mp4)$")
 STAGED_PNG = re.compile(r"images/(.+)/episode-(\d+)/[^/]+\.png$")
@@ -95,14 +96,17 @@ class ParquetState:
                 return pf.row_group_rows()
         return ps.group_rows(self.salvage)
 
-    def tables(self, root: Path, columns: list[str] | None = None) -> Iterator[pa.Table]:
-        """Every row in order, a bounded part at a time (``columns`` only)."""
+    def tables(
+        self, root: Path, columns: list[str] | None = None, rows: int | None = None
+    ) -> Iterator[pa.Table]:
+        """Every row in order, a bounded part (about ``rows``) at a time (``columns`` only)."""
+        rows = rows or RUN_BATCH
         if self.intact:
             with self.open(root) as pf:
-                for batch in pf.batches(RUN_BATCH, columns):
+                for batch in pf.batches(rows, columns):
                     yield pa.Table.from_batches([batch])
             return
-        yield from self.windows(root).tables(columns, RUN_BATCH)
+        yield from self.windows(root).tables(columns, rows)
 
     def read(self, root: Path, columns: list[str] | None = None) -> pa.Table:
         """The whole file (``columns`` only) as one table."""
@@ -167,9 +171,10 @@ class DataFile(ParquetState):
 
 @dataclass
 class MetaFile(ParquetState):
-    """A ``meta/episodes`` file and the rows recovered from it."""
+    """A ``meta/episodes`` file; its rows recovered (``recovered``: the plan's columns of them
+    are in :attr:`Inventory.recovered`; the whole rows are read again when written)."""
 
-    table: pa.Table | None = None
+    recovered: int = 0
 
 
 @dataclass
@@ -215,6 +220,7 @@ class Inventory:
     other: list[str]  # files repair leaves as they are (README, ...)
     info_on_disk: dict | None = None  # info.json as read (None: not a JSON object)
     info_damages: list[tuple[str, str]] = field(default_factory=list)  # info.json's keys rebuilt
+    recovered: RecoveredColumns = field(default_factory=RecoveredColumns)  # the plan's columns
 
 
 def _chunk_file(rel: str) -> tuple[int, int]:
@@ -392,20 +398,31 @@ def inspect_data(root: Path, data: list[DataFile]) -> None:
                 s.problem = f"its rows cannot be read ({_first_line(exc)})"
 
 
-def inspect_episodes(root: Path, episodes: list[MetaFile]) -> None:
-    """The rows of every readable or salvaged ``meta/episodes`` file."""
-    for s in episodes:
+META_ROWS = 4096  # rows of a meta/episodes file decoded at a time (~1.7 KB each)
+
+
+def inspect_episodes(root: Path, episodes: list[MetaFile]) -> RecoveredColumns:
+    """The rows of every readable or salvaged ``meta/episodes`` file, decoded whole a part at
+    a time (a page that does not decode makes the file unreadable here, not when it is
+    written); of them, the columns the plan reads are kept
+    (:class:`~episodekit.writers.repair_columns.RecoveredColumns`)."""
+    out = RecoveredColumns()
+    for i, s in enumerate(episodes):
         if s.intact or s.salvage is not None:
+            mark = out.mark()
             try:
-                if s.salvage is None:
-                    s.table = s.read(root)
-                else:  # one chunk a column (the rewrite then copies none of them)
-                    s.table = s.windows(root).read_combined()
-                    s.salvage = s.salvage.places()  # read once: the structs are not needed
+                for part in s.tables(root, rows=META_ROWS):
+                    out.add(part, i)
+                    s.recovered += part.num_rows
+                    del part
             except (DatasetError, pa.ArrowException, OSError) as exc:
                 interrupt.check()  # Ctrl-C that a library turned into an error
-                s.intact, s.salvage = False, None
+                out.rollback(mark)
+                s.intact, s.salvage, s.recovered = False, None, 0
                 s.problem = f"its rows cannot be read ({_first_line(exc)})"
+            finally:
+                pa.default_memory_pool().release_unused()
+    return out
 
 
 def _video_state(root: Path, rel: str) -> VideoState:
@@ -511,7 +528,7 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
     inspect_data(base, data)
     if checked.fps_problem:
         _derive_fps(base, data, checked)
-    inspect_episodes(base, episodes)
+    recovered = inspect_episodes(base, episodes)
     videos = inspect_videos(base, info)
     handled = {"meta/info.json", "meta/stats.json", "meta/tasks.parquet"}
     handled |= {s.rel for s in data} | {m.rel for m in episodes}
@@ -541,6 +558,7 @@ def inspect_root(root: str | os.PathLike, executor: str = "local") -> Inventory:
         other=other,
         info_on_disk=checked.on_disk,
         info_damages=checked.damages,
+        recovered=recovered,
     )
 
 

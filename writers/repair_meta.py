@@ -45,8 +45,7 @@ def meta_files(plan: RepairPlan) -> list[tuple[int, int]]:
     """The ``meta/episodes`` (chunk, file) of each kept episode's row (see the module
     docstring)."""
     inv = plan.inventory
-    by_rel = {m.rel: m for m in inv.episodes}
-    files = plan.recovered["__file"].to_pylist() if plan.recovered is not None else []
+    file_of = plan.recovered.file_of if plan.recovered is not None else None
     chunks_size = int(inv.info.get("chunks_size") or 1000)
     out: list[tuple[int, int]] = []
     prev: tuple[int, int] | None = None
@@ -54,7 +53,7 @@ def meta_files(plan: RepairPlan) -> list[tuple[int, int]]:
     for e in plan.kept:
         row = e.source_row
         if row is not None:  # recovered, or rebuilt because it disagreed: it stays in its file
-            m = by_rel[files[row]]
+            m = inv.episodes[int(file_of[row])]
             prev, prev_closed = (m.chunk, m.file), m.intact
         elif prev is None:
             prev, prev_closed = (0, 0), False

@@ -20,8 +20,8 @@ camera's mp4 appended, metadata row buffered, info.json and stats.json rewritten
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,33 +30,11 @@ import pyarrow as pa
 from episodekit.core.errors import DatasetError
 from episodekit.core.words import noun_for
 from episodekit.writers import repair_schema
+from episodekit.writers.repair_columns import RecoveredColumns
 from episodekit.writers.repair_inspect import DataFile, Inventory, VideoState
+from episodekit.writers.repair_kept import Episode, Kept, column
 
 HALF = 0.5  # of a frame: where a frame belongs when its time sits near a boundary
-PLAN_COLUMNS = ("length", "dataset_from_index", "data/chunk_index", "data/file_index", "tasks")
-PLAN_COLUMNS += ("__file",)
-
-
-@dataclass(slots=True)
-class Episode:
-    """A kept episode: where its rows are, its metadata row (recovered: the row's position in
-    the recovered table; else rebuilt), each camera's place in the mp4s. (Slots: one is kept
-    per episode, ~100 bytes less each.)"""
-
-    index: int
-    length: int
-    first_index: int
-    data: DataFile
-    run: int  # its run in ``data``
-    meta_row: int | None  # its recovered row (None: rebuilt)
-    source_row: int | None = None  # the recovered row found for it, even when rebuilt
-    tasks: list[str] = field(default_factory=list)
-    videos: dict[str, tuple[int, int, float, float]] = field(default_factory=dict)
-    why_rebuilt: str = ""
-
-    @property
-    def rebuilt(self) -> bool:
-        return self.meta_row is None
 
 
 @dataclass
@@ -72,16 +50,16 @@ class RepairPlan:
 
     inventory: Inventory
     damages: list[tuple[str, str]]
-    kept: list[Episode]
+    kept: Sequence[Episode]  # a :class:`~episodekit.writers.repair_kept.Kept` (columns)
     dropped: list[Dropped]
-    recovered: pa.Table | None  # every recovered metadata row (all files), by episode_index
+    recovered: RecoveredColumns | None  # the plan's columns of every recovered metadata row
     tasks: list[str]  # the output's tasks (task_index order)
     staged: dict[str, int]  # what is left behind: "PNG files", "episode mp4s" -> count
     stats_reason: str = ""  # why stats.json is rebuilt ("" keeps it)
 
     @property
     def needs_renumbering(self) -> bool:
-        return [e.index for e in self.kept] != list(range(len(self.kept)))
+        return not np.array_equal(column(self.kept, "index"), np.arange(len(self.kept)))
 
     @property
     def healthy(self) -> bool:
@@ -89,35 +67,66 @@ class RepairPlan:
 
     @property
     def frames(self) -> int:
-        return int(sum(e.length for e in self.kept))
+        return int(column(self.kept, "length").sum())
 
 
-def _recovered(inv: Inventory) -> pa.Table | None:
-    tables = [
-        m.table.append_column("__file", pa.array([m.rel] * m.table.num_rows))
-        for m in inv.episodes
-        if m.table is not None and m.table.num_rows
-    ]
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="permissive")
+def _recovered(inv: Inventory) -> RecoveredColumns | None:
+    return inv.recovered if inv.recovered.num_rows else None
 
 
-def _data_runs(inv: Inventory, damages: list) -> dict[int, tuple[DataFile, int]]:
-    """episode_index -> (data file, run) of every whole episode found in the data."""
-    runs: dict[int, tuple[DataFile, int]] = {}
-    for df in inv.data:
+class _Lookup(Mapping):
+    """A read-only ``episode -> value`` mapping over sorted episodes (numpy), each value made
+    when asked: no Python object per episode held (100,000 episodes: ~30 MB of dicts)."""
+
+    def __init__(self, keys: np.ndarray, value: Callable[[int], Any]) -> None:
+        self.keys, self.value = keys, value
+
+    def _at(self, ep: object) -> int:
+        if not isinstance(ep, (int, np.integer)):
+            return -1
+        i = int(np.searchsorted(self.keys, ep))
+        return i if i < len(self.keys) and self.keys[i] == ep else -1
+
+    def __getitem__(self, ep: int) -> Any:
+        i = self._at(ep)
+        if i < 0:
+            raise KeyError(ep)
+        return self.value(i)
+
+    def __contains__(self, ep: object) -> bool:
+        return self._at(ep) >= 0
+
+    def __iter__(self):
+        return iter(self.keys.tolist())
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def _data_runs(inv: Inventory, damages: list) -> _Lookup:
+    """episode_index -> (data file, run) of every whole episode found in the data (the first
+    run of an episode found twice)."""
+    eps = [df.episode.astype(np.int64) for df in inv.data]
+    all_ep = np.concatenate(eps) if eps else np.zeros(0, np.int64)
+    file_of = np.repeat(np.arange(len(eps)), [len(e) for e in eps])
+    run_of = np.concatenate([np.arange(len(e)) for e in eps]) if eps else all_ep
+    keys, first = np.unique(all_ep, return_index=True)
+    again = np.ones(len(all_ep), bool)
+    again[first] = False
+    at = 0
+    for f, df in enumerate(inv.data):
         what = df.damage()
         if what:
             damages.append((df.rel, what))
         if df.index_gaps:
             damages.append((df.rel, f"index skips values in {df.index_gaps} places"))
-        for r, ep in enumerate(df.episode.tolist()):
-            if ep in runs:
-                damages.append((df.rel, f"episode {ep} appears again (first in {runs[ep][0].rel})"))
-                continue
-            runs[ep] = (df, r)
-    return runs
+        for k in np.flatnonzero(again[at : at + len(eps[f])]).tolist():
+            ep = int(all_ep[at + k])
+            was = inv.data[int(file_of[first[np.searchsorted(keys, ep)]])].rel
+            damages.append((df.rel, f"episode {ep} appears again (first in {was})"))
+        at += len(eps[f])
+    files, runs = file_of[first], run_of[first]
+    return _Lookup(keys, lambda i: (inv.data[int(files[i])], int(runs[i])))
 
 
 def _meta_disagrees(row: dict, df: DataFile, r: int) -> str:
@@ -199,23 +208,25 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
         damages.append(no_file)
     runs = _data_runs(inv, damages)
     recovered = _recovered(inv)
-    rows: dict[int, int] = {}
+    rows = _Lookup(np.zeros(0, np.int64), int)  # episode -> its first recovered row
     columns: dict[str, Callable[[int], Any]] = {}  # the recovered columns the plan reads
     if recovered is not None:
-        for i, ep in enumerate(recovered["episode_index"].to_pylist()):
-            rows.setdefault(int(ep), i)
-        wanted = [*PLAN_COLUMNS, *(c for c in recovered.column_names if c.startswith("videos/"))]
-        columns = {c: _column(recovered[c]) for c in wanted if c in recovered.column_names}
+        keys, first = np.unique(recovered.episode_index(), return_index=True)
+        rows = _Lookup(keys, lambda i: int(first[i]))
+        columns = recovered.getters()
+        file_of, rels = recovered.file_of, [m.rel for m in inv.episodes]
+        columns["__file"] = lambda i: rels[file_of[i]]
     saved_count = _count(inv.info.get("total_episodes"))
     if saved_count is None:  # info.json cut short (LeRobot rewrites it in place) or damaged
         saved_count = _saved_from_stats(inv, runs, columns.get("length"), rows)
     tasks = inv.tasks["task"].to_pylist() if inv.tasks is not None else []
-    kept: list[Episode] = []
+    kept = Kept(inv.data, list(inv.videos))
     dropped: list[Dropped] = []
     cursors = {k: _Cursor(files) for k, files in inv.videos.items()}
     shared: dict[tuple, list[str]] = {}  # one list per set of tasks, not one per episode
-    for ep in sorted(set(runs) | set(rows)):
-        row = {c: value(rows[ep]) for c, value in columns.items()} if ep in rows else None
+    for ep in np.union1d(runs.keys, rows.keys).tolist():
+        ri = rows.get(ep)
+        row = {c: value(ri) for c, value in columns.items()} if ri is not None else None
         if ep not in runs:
             n = int(row["length"]) if row else 0
             why = "zero-length episode" if n == 0 else "its rows are not in the data files"
@@ -235,7 +246,7 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
         if row is not None and n < row["length"] and not df.intact:
             dropped.append(Dropped(ep, n, f"{n} of its {row['length']} rows are on disk"))
             continue
-        e = Episode(ep, n, int(df.first_index[r]), df, r, rows.get(ep), rows.get(ep))
+        e = Episode(ep, n, int(df.first_index[r]), df, r, ri, ri)
         if row is not None:
             e.why_rebuilt = _meta_disagrees(row, df, r)
             if e.why_rebuilt:
@@ -263,38 +274,6 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     return plan
 
 
-def _column(col: pa.ChunkedArray) -> Callable[[int], Any]:
-    """A recovered column, read a row at a time as the Python value ``to_pylist`` gives,
-    without a Python object per row held: numbers in a numpy array, strings and lists of
-    strings (``tasks``) as codes into their distinct values; anything else (nulls) as a
-    list. (100,000 episodes: ~30 MB of Python objects fewer at the plan's peak.)"""
-    t = col.type
-    if col.null_count:
-        return col.to_pylist().__getitem__
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        values = col.to_numpy()
-        return lambda i: values[i].item()
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        codes, words = _codes(col.combine_chunks())
-        return lambda i: words[codes[i]]
-    is_list = pa.types.is_list(t) or pa.types.is_large_list(t)
-    if is_list and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
-        lists = col.combine_chunks()
-        flat = lists.flatten()
-        if not flat.null_count:
-            offsets = lists.offsets.to_numpy()
-            offsets = offsets - offsets[0]
-            codes, words = _codes(flat)
-            return lambda i: [words[k] for k in codes[offsets[i] : offsets[i + 1]].tolist()]
-    return col.to_pylist().__getitem__
-
-
-def _codes(strings: pa.Array) -> tuple[np.ndarray, list[str]]:
-    """Each string's code (int) and the distinct strings (no null among them)."""
-    encoded = strings.dictionary_encode()
-    return encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
-
-
 def _count(value: object) -> int | None:
     """A count info.json holds (None when it holds no count: missing, not an integer)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -303,9 +282,9 @@ def _count(value: object) -> int | None:
 
 def _saved_from_stats(
     inv: Inventory,
-    runs: dict[int, tuple[DataFile, int]],
+    runs: _Lookup,
     lengths: Callable[[int], Any] | None,
-    rows: dict,
+    rows: _Lookup,
 ) -> int | None:
     """How many episodes the recorder saved, from stats.json when info.json does not say: it
     rewrites stats.json after info.json for every saved episode, so its ``count`` is the frames
@@ -320,7 +299,7 @@ def _saved_from_stats(
     if not isinstance(count, int) or isinstance(count, bool):
         return None
     total = 0
-    for k, ep in enumerate(sorted(set(runs) | set(rows))):
+    for k, ep in enumerate(np.union1d(runs.keys, rows.keys).tolist()):
         if ep != k or total >= count:
             break
         df, r = runs[ep] if ep in runs else (None, 0)

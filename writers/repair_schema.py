@@ -216,7 +216,17 @@ def lerobot_dataset_stats(
     info: dict, episodes: pa.Table | list[dict[str, Any]], block: int = STATS_BLOCK
 ) -> dict[str, dict[str, list]]:
     """stats.json as LeRobot's recorder writes it for these episodes (a ``meta/episodes``
-    table, or its rows, in order): after each episode ``stats = aggregate_stats([stats,
+    table, or its rows, in order): :class:`DatasetStats` fed the whole table."""
+    table = episodes if isinstance(episodes, pa.Table) else episodes_table(list(episodes))
+    acc = DatasetStats(info, block)
+    acc.add(table)
+    return acc.result()
+
+
+class DatasetStats:
+    """stats.json as LeRobot's recorder writes it, fed the episodes' ``meta/episodes`` rows in
+    order, a table at a time (:meth:`add`; memory: one ``block`` of episodes' arrays and the
+    running values, whatever the episodes): after each episode ``stats = aggregate_stats([stats,
     episode_stats])``, its ``aggregate_feature_stats`` (0.4.x-0.6.1) bit for bit: count-weighted
     mean and quantiles, parallel variance (each step squares the ``std`` the step before
     wrote).
@@ -226,38 +236,54 @@ def lerobot_dataset_stats(
     recorder computes them as ``frame_index / fps``), quantiles float64 (an episode of one frame:
     its mean's type), count int64. Every numpy step of LeRobot's promotes to float64 before it
     rounds, so the recurrence runs in float64 over every feature's values at once (one step per
-    episode, not one per feature and episode); min and max are order-free, taken in one go.
-    The episodes' stats leave the table ``block`` episodes at a time (memory: one block's
-    arrays, whatever the episodes)."""
-    table = episodes if isinstance(episodes, pa.Table) else episodes_table(list(episodes))
-    feats = info.get("features") or {}
-    names = [n for n in stats_features(info) if f"stats/{n}/count" in table.column_names]
-    n = table.num_rows
-    if not n or not names:
-        return {}
-    quantiles = lerobot_stats.LEROBOT_QUANTILE_KEYS
-    keys = ("mean", "var", *quantiles)
-    acc: dict | None = None
-    first: list[tuple] = []
-    lows: list[np.ndarray] = []
-    highs: list[np.ndarray] = []
-    for at in range(0, n, max(1, block)):
-        parts = _held(table.slice(at, block), names, feats)
-        if not first:
-            first = parts
-        for p, q in zip(parts, first):
-            if (p[1], p[2]) != (q[1], q[2]):
-                raise ValueError(f"stats/{p[0]}/mean: values of different shapes")
-        lo = [p[4]["min"].min(axis=0) for p in parts]
-        hi = [p[4]["max"].max(axis=0) for p in parts]
-        lows = lo if not lows else [np.minimum(a, b) for a, b in zip(lows, lo)]
-        highs = hi if not highs else [np.maximum(a, b) for a, b in zip(highs, hi)]
-        # every feature side by side: one float64 row per episode
-        count = np.concatenate([p[5] for p in parts], axis=1)
-        rows = {
-            k: np.concatenate([p[4][k].astype(np.float64) for p in parts], axis=1) for k in keys
-        }
-        start = 0
+    episode, not one per feature and episode); min and max are order-free, taken in one go."""
+
+    def __init__(self, info: dict, block: int = STATS_BLOCK) -> None:
+        self.info = info
+        self.block = max(1, block)
+        self.names: list[str] | None = None  # from the first table's columns
+        self.n = 0
+        self._acc: dict | None = None
+        self._first: list[tuple] = []
+        self._lows: list[np.ndarray] = []
+        self._highs: list[np.ndarray] = []
+
+    def add(self, table: pa.Table) -> None:
+        """The next episodes' rows, in order."""
+        feats = self.info.get("features") or {}
+        if self.names is None:
+            names = stats_features(self.info)
+            self.names = [n for n in names if f"stats/{n}/count" in table.column_names]
+        if not self.names:
+            self.n += table.num_rows
+            return
+        quantiles = lerobot_stats.LEROBOT_QUANTILE_KEYS
+        keys = ("mean", "var", *quantiles)
+        for at in range(0, table.num_rows, self.block):
+            parts = _held(table.slice(at, self.block), self.names, feats)
+            if not self._first:  # the first episode's values (their shapes, an only episode)
+                self._first = [
+                    (*p[:4], {k: v[:1].copy() for k, v in p[4].items()}, p[5][:1].copy())
+                    for p in parts
+                ]
+            for p, q in zip(parts, self._first):
+                if (p[1], p[2]) != (q[1], q[2]):
+                    raise ValueError(f"stats/{p[0]}/mean: values of different shapes")
+            lo = [p[4]["min"].min(axis=0) for p in parts]
+            hi = [p[4]["max"].max(axis=0) for p in parts]
+            lows, highs = self._lows, self._highs
+            self._lows = lo if not lows else [np.minimum(a, b) for a, b in zip(lows, lo)]
+            self._highs = hi if not highs else [np.maximum(a, b) for a, b in zip(highs, hi)]
+            # every feature side by side: one float64 row per episode
+            count = np.concatenate([p[5] for p in parts], axis=1)
+            rows = {
+                k: np.concatenate([p[4][k].astype(np.float64) for p in parts], axis=1) for k in keys
+            }
+            self._steps(count, rows, keys, quantiles)
+        self.n += table.num_rows
+
+    def _steps(self, count: np.ndarray, rows: dict, keys: tuple, quantiles: tuple) -> None:
+        acc, start = self._acc, 0
         if acc is None:
             acc = {k: rows[k][0] for k in keys}
             acc["count"], acc["std"] = count[0], None
@@ -273,20 +299,28 @@ def lerobot_dataset_stats(
             ) / total
             acc = {q: (acc[q] * c_a + rows[q][i] * c_b) / total for q in quantiles}
             acc.update(mean=mean, var=var, std=np.sqrt(var), count=total)
-    out = {}
-    at = 0
-    for f, (name, shape, width, _, held, cnt) in enumerate(first):
-        sl = slice(at, at + width)
-        at += width
-        if n == 1:  # nothing aggregated: the episode's own values, in their types
-            got = {k: held[k][0] for k in ("min", "max", "mean", "std", *quantiles)}
-            got["count"] = cnt[0, :1]
-        else:
-            got = {k: acc[k][sl] for k in ("mean", "std", *quantiles)}
-            got["min"], got["max"] = lows[f], highs[f]
-            got["count"] = acc["count"][sl][:1]
-        out[name] = {
-            k: (got[k] if k == "count" else got[k].reshape(shape or got[k].shape)).tolist()
-            for k in STAT_KEYS
-        }
-    return out
+        self._acc = acc
+
+    def result(self) -> dict[str, dict[str, list]]:
+        """stats.json's features for the episodes added ({} for none)."""
+        if not self.n or not self.names:
+            return {}
+        quantiles = lerobot_stats.LEROBOT_QUANTILE_KEYS
+        acc = self._acc or {}
+        out = {}
+        at = 0
+        for f, (name, shape, width, _, held, cnt) in enumerate(self._first):
+            sl = slice(at, at + width)
+            at += width
+            if self.n == 1:  # nothing aggregated: the episode's own values, in their types
+                got = {k: held[k][0] for k in ("min", "max", "mean", "std", *quantiles)}
+                got["count"] = cnt[0, :1]
+            else:
+                got = {k: acc[k][sl] for k in ("mean", "std", *quantiles)}
+                got["min"], got["max"] = self._lows[f], self._highs[f]
+                got["count"] = acc["count"][sl][:1]
+            out[name] = {
+                k: (got[k] if k == "count" else got[k].reshape(shape or got[k].shape)).tolist()
+                for k in STAT_KEYS
+            }
+        return out

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.metadata.stats.blocks import feature_values
-from episodekit.metadata.stats.scan import file_batches, run_length
+from episodekit.metadata.stats.scan import file_batches
 from episodekit.metadata.stats.select import (
     REFINE_CANDIDATES,
     brackets,
@@ -178,13 +178,23 @@ def _open_bounds(lo: np.ndarray, hi: np.ndarray, dtype: np.dtype) -> tuple[np.nd
     return a.astype(dtype), b.astype(dtype)
 
 
+COMPACT = 1 << 16  # candidates held raw before they are run-length encoded together
+
+
 class _Inside:
-    """One feature's candidates: the values strictly inside each quantile's bracket."""
+    """One feature's candidates: the values strictly inside each quantile's bracket, held
+    run-length encoded (distinct quantile, dimension, value and a count) once more than
+    :data:`COMPACT` (then twice as many as the last encoding left) are held: a dimension of
+    few values (``frame_index``, ``task_index``: ties) fills its brackets with every frame,
+    ~2.4 million values at a million frames (~60 MB with their copies) that are a few
+    entries encoded."""
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray):
         self.lo, self.hi = lo, hi
         self.bounds: tuple[np.ndarray, np.ndarray] | None = None
-        self.found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.found: list[tuple[np.ndarray, ...]] = []
+        self.held = 0
+        self.limit = COMPACT
 
     def add(self, x: np.ndarray) -> None:
         d = x.shape[1]
@@ -201,12 +211,32 @@ class _Inside:
             if len(flat):
                 qi = np.full(len(flat), i, dtype=np.int8)
                 dim = (flat % d).astype(np.int32)
-                self.found.append((qi, dim, x.reshape(-1)[flat].astype(np.float64)))
+                val = x.reshape(-1)[flat].astype(np.float64)
+                self.found.append((qi, dim, val, np.ones(len(flat), np.int64)))
+                self.held += len(flat)
+        if self.held > self.limit:
+            self._compact()
+            self.limit = max(COMPACT, 2 * self.held)
+
+    def _compact(self) -> None:
+        """Every candidate held as distinct (quantile, dimension, value) with its count."""
+        qi, dim, val, cnt = (np.concatenate([f[k] for f in self.found]) for k in range(4))
+        self.found = []
+        order = np.lexsort((val, dim, qi))
+        qi, dim, val, cnt = qi[order], dim[order], val[order], cnt[order]
+        new = np.concatenate(
+            [[True], (qi[1:] != qi[:-1]) | (dim[1:] != dim[:-1]) | (val[1:] != val[:-1])]
+        )
+        starts = np.flatnonzero(new)
+        self.found = [(qi[starts], dim[starts], val[starts], np.add.reduceat(cnt, starts))]
+        self.held = len(starts)
 
     def candidates(self) -> tuple[np.ndarray, ...]:
+        """(quantile, dimension, value, count) of every distinct candidate."""
         if not self.found:
-            return (np.zeros(0, np.int8), np.zeros(0, np.int32), np.zeros(0))
-        return tuple(np.concatenate([f[k] for f in self.found]) for k in range(3))
+            return (np.zeros(0, np.int8), np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64))
+        self._compact()
+        return self.found[0]
 
 
 def exact_from_counts(
@@ -250,5 +280,5 @@ def exact_from_counts(
         for j, s in enumerate(fs.sketches):  # values <= lo: the counts say (no rank error)
             cum = np.concatenate([[0], np.cumsum(s.weights)])
             below[:, j] = cum[np.searchsorted(s.values, br[0][:, j], side="right")]
-        select_candidates(fs, br, below, run_length(*found.candidates()))
+        select_candidates(fs, br, below, found.candidates())
     return {n: fs.quantiles for n, fs in dataset.items()}

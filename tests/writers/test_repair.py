@@ -684,3 +684,37 @@ def test_no_footer_of_every_row_group_is_parsed(tmp_path, monkeypatch):
     footerless = [n for source, n in opened if "file-001" in source or "BufferReader" in source]
     assert len(footerless) > 3 and max(footerless) == 1  # file-001 has 3 row groups
     check_against_reference(out, "crash_rec7", 7, result.rebuilt)
+
+
+@pytest.mark.parametrize("name", ["crash_rollover", "crash_vid5"])
+def test_episodes_files_are_written_a_block_of_rows_at_a_time(name, tmp_path, monkeypatch):
+    """The kept metadata rows are taken, fed to LeRobot's stats recurrence and written a block
+    at a time (issue 49: the whole recovered table was held from the inspection to the write):
+    with blocks of 3 rows, each episodes file is row groups of at most 3 rows, every row is
+    the reference's, and stats.json and the rows are those of one block per file."""
+    from episodekit.writers import repair_episodes
+
+    src = copy(name, tmp_path)
+    whole = tmp_path / "whole"
+    repair(src, RepairOptions(out=str(whole)))
+    monkeypatch.setattr(repair_episodes, "BLOCK", 3)
+    out = tmp_path / "out"
+    result = repair(src, RepairOptions(out=str(out)))
+    check_against_reference(out, name, CRASHED[name][0], result.rebuilt)
+    assert (out / "meta/stats.json").read_bytes() == (whole / "meta/stats.json").read_bytes()
+    files = sorted(out.glob("meta/episodes/*/*.parquet"))
+    assert [f.relative_to(out) for f in files] == [
+        f.relative_to(whole) for f in sorted(whole.glob("meta/episodes/*/*.parquet"))
+    ]
+    longest = 0
+    for f in files:
+        rel = f.relative_to(out).as_posix()
+        assert pq.read_table(f).equals(pq.read_table(whole / rel))
+        if rel not in result.files:  # unchanged: the root's file as it was
+            continue
+        meta = pq.read_metadata(f)
+        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert max(rows) <= 3, (f, rows)
+        assert pq.read_metadata(whole / rel).num_row_groups == 1  # one block: one group
+        longest = max(longest, meta.num_rows)
+    assert longest > 3  # a file written in several blocks

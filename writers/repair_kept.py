@@ -1,0 +1,143 @@
+"""The episodes ``episodekit repair`` keeps: :class:`Episode` (one kept episode, as the plan
+and the build read it) and :class:`Kept`, the plan's list of them held as columns (a few
+arrays of numbers, tasks and camera places as codes): an :class:`Episode` is made when one is
+read, none is held per episode. At 100,000 episodes the Python objects of one ``Episode``
+each (ints, lists, dicts) took ~30 MB for the whole run; the columns take ~6 MB.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from episodekit.writers.repair_inspect import DataFile
+
+INTS = ("index", "length", "first_index", "run", "meta_row", "source_row")
+
+
+@dataclass(slots=True)
+class Episode:
+    """A kept episode: where its rows are, its metadata row (recovered: the row's position in
+    the recovered rows; else rebuilt), each camera's place in the mp4s."""
+
+    index: int
+    length: int
+    first_index: int
+    data: DataFile
+    run: int  # its run in ``data``
+    meta_row: int | None  # its recovered row (None: rebuilt)
+    source_row: int | None = None  # the recovered row found for it, even when rebuilt
+    tasks: list[str] = field(default_factory=list)
+    videos: dict[str, tuple[int, int, float, float]] = field(default_factory=dict)
+    why_rebuilt: str = ""
+
+    @property
+    def rebuilt(self) -> bool:
+        return self.meta_row is None
+
+
+class Kept(Sequence[Episode]):
+    """Kept episodes in order, appended one at a time (:meth:`append`), held as columns; read
+    back as :class:`Episode` values (made when read: changing one changes nothing held), or a
+    column at a time (:meth:`column`)."""
+
+    def __init__(self, data: Sequence[DataFile], cameras: Sequence[str]) -> None:
+        self._data = list(data)
+        self._data_id = {id(df): i for i, df in enumerate(self._data)}
+        self._cameras = list(cameras)
+        self._ints = {k: array("q") for k in INTS}
+        self._file = array("i")
+        self._tasks = array("i")
+        self._task_code: dict[tuple[str, ...], int] = {}
+        self._task_lists: list[tuple[str, ...]] = []
+        self._places = {c: (array("q"), array("q"), array("d"), array("d")) for c in cameras}
+        self._odd: dict[int, dict] = {}  # episodes whose cameras are not exactly ``cameras``
+        self._why: dict[int, str] = {}
+
+    def append(self, e: Episode) -> None:
+        """Hold ``e`` (its values as they are now)."""
+        i = len(self)
+        for k in INTS:
+            v = getattr(e, k)
+            self._ints[k].append(-1 if v is None else int(v))
+        self._file.append(self._data_id[id(e.data)])
+        tasks = tuple(e.tasks)
+        self._tasks.append(self._task_code.setdefault(tasks, len(self._task_code)))
+        if len(self._task_lists) < len(self._task_code):
+            self._task_lists.append(tasks)
+        if set(e.videos) == set(self._cameras):
+            for c in self._cameras:
+                for col, v in zip(self._places[c], e.videos[c]):
+                    col.append(v)
+        else:
+            self._odd[i] = dict(e.videos)
+            for c in self._cameras:
+                for col in self._places[c]:
+                    col.append(0)
+        if e.why_rebuilt:
+            self._why[i] = e.why_rebuilt
+
+    def __len__(self) -> int:
+        return len(self._file)
+
+    def _one(self, i: int) -> Episode:
+        ints = {k: self._ints[k][i] for k in INTS}
+        videos = self._odd.get(i)
+        if videos is None:
+            videos = {
+                c: (int(a[i]), int(b[i]), float(s[i]), float(t[i]))
+                for c, (a, b, s, t) in self._places.items()
+            }
+        return Episode(
+            ints["index"],
+            ints["length"],
+            ints["first_index"],
+            self._data[self._file[i]],
+            ints["run"],
+            None if ints["meta_row"] < 0 else ints["meta_row"],
+            None if ints["source_row"] < 0 else ints["source_row"],
+            list(self._task_lists[self._tasks[i]]),
+            dict(videos),
+            self._why.get(i, ""),
+        )
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self._one(k) for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("kept episode index out of range")
+        return self._one(i)
+
+    def __iter__(self) -> Iterator[Episode]:
+        for i in range(len(self)):
+            yield self._one(i)
+
+    def files(self) -> np.ndarray:
+        """Each kept episode's data file (its position in the inventory's, int64)."""
+        return np.frombuffer(self._file, np.int32).astype(np.int64)
+
+    def column(self, name: str) -> np.ndarray:
+        """One of :data:`INTS` for every kept episode (int64; -1 for a None)."""
+        return np.frombuffer(self._ints[name], np.int64).copy()
+
+
+def column(kept: Sequence[Episode], name: str) -> np.ndarray:
+    """``name`` (one of :data:`INTS`) of every episode of ``kept`` (int64; -1 for a None)."""
+    if isinstance(kept, Kept):
+        return kept.column(name)
+    values = [getattr(e, name) for e in kept]
+    return np.array([-1 if v is None else v for v in values], np.int64)
+
+
+def files_of(kept: Sequence[Episode], data: Sequence[DataFile]) -> np.ndarray:
+    """Each episode's data file in ``kept``, as its position in ``data`` (int64)."""
+    if isinstance(kept, Kept) and kept._data == list(data):
+        return kept.files()
+    at = {id(df): i for i, df in enumerate(data)}
+    return np.array([at[id(e.data)] for e in kept], np.int64)
