@@ -56,11 +56,12 @@ lint: $(TEST_STAMP)
 
 # LeRobot 0.6.1 reads every import fixture's output (tests/fixtures/import) with the source's
 # values: our CLI imports, the formats' own libraries dump the source, LeRobot's venv reads back
-# (docs/import.md). Not CI: give LEROBOT_PY, a python with lerobot[dataset]==0.6.1 and
-# tensorflow-datasets (for the RLDS fixture's values).
+# (docs/import.md). Not CI: give LEROBOT_PY, a python with lerobot[dataset]==0.6.1, and TFDS_PY
+# a python with tensorflow-datasets (for the RLDS fixture's values; default LEROBOT_PY).
 lerobot-reads: $(TEST_STAMP)
 	@test -n "$(LEROBOT_PY)" || { echo "give LEROBOT_PY=<LeRobot 0.6.1's venv python>"; exit 2; }
-	$(BIN)/python scripts/check_lerobot_reads.py all --lerobot-python $(LEROBOT_PY)
+	$(BIN)/python scripts/check_lerobot_reads.py all --lerobot-python $(LEROBOT_PY) \
+		$(if $(TFDS_PY),--tfds-python $(TFDS_PY))
 
 # Everything `make`, `make demo` and `make test` wrote: the venv, build and test caches, the demo
 # dataset, and the demo's frame store under ~/.cache/episodekit/frames (found before the venv goes).

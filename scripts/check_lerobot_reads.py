@@ -9,8 +9,11 @@ Two steps, two Pythons (LeRobot's venv has no zarr / rosbags; ours has no LeRobo
     # 2. the output through LeRobot 0.6.1's LeRobotDataset (LeRobot's venv)
     LEROBOT_PY scripts/check_lerobot_reads.py check OUT /tmp/src.npz
     # every fixture under tests/fixtures/import: import with our CLI, dump, check (`make
-    # lerobot-reads LEROBOT_PY=...`; RLDS is dumped by LEROBOT_PY, which needs TFDS)
-    .venv/bin/python scripts/check_lerobot_reads.py all --lerobot-python LEROBOT_PY
+    # lerobot-reads LEROBOT_PY=... [TFDS_PY=...]`; RLDS is dumped by TFDS_PY, default LEROBOT_PY)
+    .venv/bin/python scripts/check_lerobot_reads.py all --lerobot-python LEROBOT_PY \
+        [--tfds-python TFDS_PY]
+    # any root without cameras (a repaired one): LeRobot's frames against the data parquet
+    LEROBOT_PY scripts/check_lerobot_reads.py root ROOT
 
 ``dump`` writes, per output feature of the built-in map, the source's values in the order the
 import writes episodes (``episode_N`` / ``demo_N`` by N, zarr by ``episode_ends``, bags by name,
@@ -267,8 +270,43 @@ def check(root: Path, npz: Path) -> int:
     return 1 if bad else 0
 
 
-def run_all(lerobot_py: str, work: Path) -> int:
-    """Import every fixture with our CLI, dump its source, check the output in LeRobot's venv."""
+def check_root(root: Path, samples: int = 300) -> int:
+    """Load ROOT (any v3.0 root without cameras: a repaired one, say) with LeRobot and compare
+    ``samples`` random frames plus the first and last with the data parquet's rows, and
+    ``meta/episodes``' ``dataset_from_index`` / ``dataset_to_index`` with the data's episodes."""
+    import lerobot
+    import pyarrow.parquet as pq
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset("local/root", root=root)
+    table = pq.read_table(sorted((root / "data").glob("*/*.parquet")))
+    n = table.num_rows
+    print(f"lerobot {lerobot.__version__}: {ds.num_episodes} episodes, {len(ds)} frames")
+    idx = np.unique(np.r_[np.random.default_rng(0).integers(0, n, samples), 0, n - 1])
+    bad = int(len(ds) != n)
+    for i in idx.tolist():
+        item = ds[i]
+        for col in table.column_names:
+            want = np.asarray(table[col][i].as_py())
+            got = np.asarray(item[col]).reshape(want.shape).astype(want.dtype)
+            if not np.array_equal(got, want):
+                bad += 1
+                print(f"frame {i} {col}: LeRobot {got} != stored {want}")
+    ep = table["episode_index"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]])
+    ends = np.r_[starts[1:], n]
+    meta = ds.meta.episodes
+    ok = np.array_equal(np.asarray(meta["dataset_from_index"]), starts)
+    ok = ok and np.array_equal(np.asarray(meta["dataset_to_index"]), ends)
+    print(f"{len(idx)} frames compared, {bad} different; episodes' index ranges "
+          f"{'equal' if ok else 'DIFFERENT'} ({len(starts)} episodes)")  # fmt: skip
+    return 1 if bad or not ok else 0
+
+
+def run_all(lerobot_py: str, work: Path, tfds_py: str | None = None) -> int:
+    """Import every fixture with our CLI, dump its source, check the output in LeRobot's venv
+    (RLDS dumped by ``tfds_py``, default ``lerobot_py``); a fixture that fails any step is
+    named at the end, the others still run."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     failed = []
     for fixture, extra in FIXTURES.items():
@@ -277,10 +315,13 @@ def run_all(lerobot_py: str, work: Path) -> int:
         print(f"== {fixture}", flush=True)
         subprocess.run([sys.executable, "-m", "episodekit.cli", "import", str(src), "--out",
                         str(out), *extra], check=True, capture_output=True)  # fmt: skip
-        dumper = lerobot_py if name == "rlds" else sys.executable  # TFDS: LeRobot's venv
-        subprocess.run([dumper, __file__, "dump", str(src), str(npz)], check=True, env=env)
-        if subprocess.run([lerobot_py, __file__, "check", str(out), str(npz)], env=env).returncode:
-            failed.append(fixture)
+        dumper = (tfds_py or lerobot_py) if name == "rlds" else sys.executable  # needs TFDS
+        if subprocess.run([dumper, __file__, "dump", str(src), str(npz)], env=env).returncode:
+            failed.append(f"{fixture} (dump by {dumper})")
+        else:
+            checked = subprocess.run([lerobot_py, __file__, "check", str(out), str(npz)], env=env)
+            if checked.returncode:
+                failed.append(fixture)
     print(f"{len(FIXTURES) - len(failed)} of {len(FIXTURES)} fixtures read back equal by LeRobot"
           + (f"; failed: {failed}" if failed else ""))  # fmt: skip
     return 1 if failed else 0
@@ -295,20 +336,29 @@ def main() -> None:
     c = sub.add_parser("check", help="read OUT with LeRobot and compare (LeRobot's venv)")
     c.add_argument("out", type=Path)
     c.add_argument("npz", type=Path)
+    r = sub.add_parser("root", help="read a root without cameras with LeRobot, compare frames")
+    r.add_argument("root", type=Path)
     a = sub.add_parser("all", help="every fixture: import, dump, check")
     a.add_argument("--lerobot-python", default=os.environ.get("LEROBOT_PY"), required=False)
     a.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp dir)")
+    a.add_argument(
+        "--tfds-python",
+        default=None,
+        help="a python with tensorflow-datasets, to dump RLDS (default: LeRobot's)",
+    )
     args = ap.parse_args()
     if args.cmd == "dump":
         dump(args.src, args.npz)
     elif args.cmd == "check":
         sys.exit(check(args.out, args.npz))
+    elif args.cmd == "root":
+        sys.exit(check_root(args.root))
     else:
         if not args.lerobot_python:
             sys.exit("give --lerobot-python (LeRobot 0.6.1's venv python, with TFDS for RLDS)")
         work = args.work or Path(tempfile.mkdtemp(prefix="lerobot-reads-"))
         work.mkdir(parents=True, exist_ok=True)
-        sys.exit(run_all(args.lerobot_python, work))
+        sys.exit(run_all(args.lerobot_python, work, args.tfds_python))
 
 
 if __name__ == "__main__":
