@@ -300,6 +300,113 @@ def _cancel_ray(ray: Any, refs: list) -> None:
             ray.cancel(ref, force=True)
 
 
+def imap_ordered(
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    executor: str = "local",
+    workers: int = 1,
+    ahead: int | None = None,
+    shared: Any = _NONE,
+) -> Iterator[R]:
+    """Yield ``fn(item)`` (``fn(item, shared)`` with ``shared``) in input order, for a consumer
+    that must take results in order (``import``'s episode sink). At most ``ahead`` (default
+    ``2 * workers``) jobs are submitted and not yet consumed: memory holds a bounded window of
+    results, whatever the number of items. ``items`` may be a lazy iterable.
+
+    ``executor="local"``: in this process when ``workers`` is 1, else a 'spawn' pool of
+    ``workers`` processes that die with this one; ``"ray"``: one Ray task per item on the
+    cluster :func:`imap_files` would use (``shared`` put in the object store once), its
+    ``workers`` the CPUs of a local instance it starts. Stopped early (an interrupt, a job's
+    error, the caller closing the generator), the jobs not consumed are stopped or cancelled.
+    A job's exception is raised as it was raised (a Ray task's: its cause, not Ray's wrapper)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    workers = max(1, int(workers))
+    ahead = max(1, ahead or 2 * workers)
+    extra = _extra(shared)
+    if executor == "ray":
+        yield from _ordered_ray(fn, items, workers, ahead, extra)
+        return
+    if workers == 1:
+        for item in items:
+            yield _call(fn, item, *extra)
+        return
+    import multiprocessing  # noqa: PLC0415
+    from collections import deque  # noqa: PLC0415
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=lifeline.follow,
+        initargs=(os.getpid(),),
+    )
+
+    def submit(item: Any) -> Any:
+        with interrupt.deferred():  # submit may start a worker: not cut half-way
+            return pool.submit(_call_job, fn, item, *extra)
+
+    try:
+        yield from _in_order(items, ahead, submit, lambda fut: fut.result(), deque())
+        pool.shutdown(wait=True)
+    except BaseException:
+        _stop(pool)
+        raise
+
+
+def _ordered_ray(
+    fn: Callable[[T], R], items: Iterable[T], workers: int, ahead: int, extra: tuple
+) -> Iterator[R]:
+    """:func:`imap_ordered` on Ray: a window of ``ahead`` tasks, taken in order."""
+    from collections import deque  # noqa: PLC0415
+
+    ray = _init_ray(workers)
+    remote = ray.remote(max_retries=RAY_MAX_RETRIES, retry_exceptions=False)(_call_task)
+    extra = tuple(ray.put(x) for x in extra)  # once, not pickled into every task
+    pending: deque = deque()
+    try:
+
+        def submit(item: Any) -> Any:
+            return remote.remote(fn, item, *extra)
+
+        yield from _in_order(items, ahead, submit, lambda ref: _get_ray(ray, ref), pending)
+    except BaseException:
+        _cancel_ray(ray, list(pending))
+        raise
+
+
+def _in_order(
+    items: Iterable[Any], ahead: int, submit: Callable, get: Callable, pending: Any
+) -> Iterator[Any]:
+    """``ahead`` jobs submitted, then each result taken in order, the next job submitted before
+    it is handed over (so ``ahead`` run while the consumer works); ``pending`` (a deque) holds
+    the jobs submitted and not taken, for the caller to stop on an error."""
+    todo = iter(items)
+    for item in todo:
+        pending.append(submit(item))
+        if len(pending) >= ahead:
+            break
+    while pending:
+        result = get(pending.popleft())
+        for item in todo:  # the next one, if any
+            pending.append(submit(item))
+            break
+        yield result
+        del result  # not held while the next one is awaited
+
+
+def _get_ray(ray: Any, ref: Any) -> Any:
+    """``ray.get(ref)``; a task's exception raised as itself (its cause), so that it reads and
+    is classified as the same exception raised by a local job."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise
+
+
 def imap_threads(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[tuple[int, R]]:
     """Yield ``(position, fn(item))`` as ``threads`` threads finish them (any order). Stopped
     early (an interrupt, an error, the caller closing the generator), the items not started are

@@ -60,7 +60,9 @@ JOURNAL = "journal.json"  # in the staging folder's parts: what a killed run fin
 @dataclass(frozen=True)
 class ImportOptions:
     """``--format`` (None: detected), ``--map``, ``--fps``, ``--video``, ``--jobs``,
-    ``--data-mb``, ``--video-mb`` (LeRobot's file sizes)."""
+    ``--data-mb``, ``--video-mb`` (LeRobot's file sizes), ``--executor`` (where the episodes
+    are read and mapped: ``local`` processes or Ray tasks; not part of the inputs key, the
+    output is the same bytes)."""
 
     fmt: str | None = None
     map_path: str | None = None
@@ -69,6 +71,7 @@ class ImportOptions:
     jobs: int = 1
     data_mb: float = 100.0
     video_mb: float = 200.0
+    executor: str = "local"
 
 
 @dataclass
@@ -161,6 +164,8 @@ def run_import(
     t0 = time.perf_counter()
     if options.jobs < 1:
         raise ValueError(f"--jobs {options.jobs}: expected 1 or more")
+    if options.executor not in ("local", "ray"):
+        raise ValueError(f"--executor {options.executor!r}: expected local or ray")
     reader = open_reader(src, options)
     m, keys, doc = _load(reader, options)
     fps = _fps(m, reader, options)
@@ -264,7 +269,7 @@ def _feed(
         say(f"importing {len(refs)} {reader.format} episodes from {src}")
     at = [start]
     sink.on_checkpoint = lambda state: _write_journal(staging, key, at[0], result.skipped, state)
-    for at[0], mapped in enumerate(_mapped(reader, m, keys, refs[start:], options.jobs), start):
+    for at[0], mapped in enumerate(_mapped(reader, m, keys, refs[start:], options), start):
         if isinstance(mapped, str):
             result.skipped.append(mapped)
         else:
@@ -299,44 +304,30 @@ def _prepare(ref: Any, reader: Any, m: ImportMap, keys: dict, decode: bool) -> A
     return mapped
 
 
-def _mapped(reader: Any, m: ImportMap, keys: dict, refs: list, jobs: int) -> Iterator[Any]:
-    """The episodes read and mapped, in source order: in this process (``jobs`` 1), else in
-    ``jobs`` 'spawn' processes at most ``2 * jobs`` episodes ahead of the writer (memory: a
-    bounded number of episodes). The writer takes them in order either way, so the output is
-    the same bytes whatever ``jobs``."""
-    if jobs == 1:
+def _prepare_job(ref: Any, shared: tuple) -> Any:
+    """:func:`_prepare` in a worker (a process of the pool or a Ray task): ``shared`` is the
+    reader, the map and the source's keys."""
+    reader, m, keys = shared
+    return _prepare(ref, reader, m, keys, True)
+
+
+def _mapped(
+    reader: Any, m: ImportMap, keys: dict, refs: list, options: ImportOptions
+) -> Iterator[Any]:
+    """The episodes read and mapped, in source order: in this process (``--jobs 1``, local),
+    else in ``--jobs`` 'spawn' processes or as Ray tasks (``--executor ray``: the reader, map
+    and keys put in Ray's object store once), at most ``2 * jobs`` episodes ahead of the writer
+    (memory: a bounded number of episodes; :func:`episodekit.core.executor.imap_ordered`). The
+    writer takes them in order either way, so the output is the same bytes whatever ``jobs``
+    and the executor."""
+    if options.jobs == 1 and options.executor == "local":
         for ref in refs:
             yield _prepare(ref, reader, m, keys, False)
         return
-    import multiprocessing
-    from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
+    from episodekit.core.executor import imap_ordered
 
-    from episodekit.core import executor, lifeline
-
-    pool = ProcessPoolExecutor(
-        max_workers=jobs,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=lifeline.follow,
-        initargs=(os.getpid(),),
-    )
-    try:
-        pending: deque = deque()
-        todo = iter(refs)
-        for ref in todo:
-            pending.append(pool.submit(_prepare, ref, reader, m, keys, True))
-            if len(pending) >= 2 * jobs:
-                break
-        while pending:
-            done = pending.popleft().result()
-            nxt = next(todo, None)
-            if nxt is not None:
-                pending.append(pool.submit(_prepare, nxt, reader, m, keys, True))
-            yield done
-        pool.shutdown(wait=True)
-    except BaseException:
-        executor._stop(pool)
-        raise
+    shared = (reader, m, keys)
+    yield from imap_ordered(_prepare_job, refs, options.executor, options.jobs, shared=shared)
 
 
 def _file(reader: Any, ref: Any) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from episodekit.cli.common import SIZE_MB, json_option
+from episodekit.cli.common import SIZE_MB, executor_option, json_option
 from episodekit.core import jsonout
 
 
@@ -55,8 +55,9 @@ from episodekit.core import jsonout
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Processes reading, mapping and decoding episodes (the encoding and writing "
-    "stay in one process, in order: the output is the same bytes whatever N).",
+    help="Processes (or with --executor ray, Ray tasks at a time) reading, mapping and "
+    "decoding episodes (the encoding and writing stay on this machine, in order: the output "
+    "is the same bytes whatever N and the executor).",
 )
 @click.option(
     "--data-mb",
@@ -73,6 +74,7 @@ from episodekit.core import jsonout
     show_default=True,
     help="Video file size (MB, LeRobot's video_files_size_in_mb).",
 )
+@executor_option
 @click.option("--dry-run", is_flag=True, help="Check the source and the map, write nothing.")
 @json_option
 def import_command(
@@ -86,6 +88,7 @@ def import_command(
     jobs: int,
     data_mb: float,
     video_mb: float,
+    executor: str,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -106,7 +109,7 @@ def import_command(
     from episodekit.importers.registry import UnknownLayout
     from episodekit.writers.import_run import ImportOptions, inferred_map, run_import
 
-    options = ImportOptions(fmt, map_path, fps, video, jobs, data_mb, video_mb)
+    options = ImportOptions(fmt, map_path, fps, video, jobs, data_mb, video_mb, executor)
     try:
         if print_map:
             click.echo(inferred_map(src, options), nl=False)
