@@ -393,15 +393,18 @@ def _ray_address(ctx: click.Context, param: click.Parameter, value: str | None) 
         os.environ[RAY_ADDRESS_ENV] = value
 
 
-_executor = click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    callback=_executor_available,
-    default="local",
-    show_default=True,
-    help="local: this machine (a process pool where files are processed in parallel); ray: one "
-    "Ray task per file (same results either way; ray is an extra).",
-)
+def _executor(unit: str):
+    return click.option(
+        "--executor",
+        type=click.Choice(EXECUTORS),
+        callback=_executor_available,
+        default="local",
+        show_default=True,
+        help=f"local: this machine (a process pool where {unit}s are processed in parallel); ray: "
+        f"one Ray task per {unit} (same results either way; ray is an extra).",
+    )
+
+
 _ray_address_option = click.option(
     "--ray-address",
     metavar="ADDRESS",
@@ -412,9 +415,12 @@ _ray_address_option = click.option(
 )
 
 
-def executor_option(fn):
-    """``--executor`` and ``--ray-address`` (the latter sets ``$RAY_ADDRESS`` for the run)."""
-    return _executor(_ray_address_option(fn))
+def executor_option(fn=None, *, unit: str = "file"):
+    """``--executor`` and ``--ray-address`` (the latter sets ``$RAY_ADDRESS`` for the run); the
+    help names the ``unit`` one Ray task processes (``@executor_option(unit="episode")``)."""
+    if fn is None:
+        return lambda f: _executor(unit)(_ray_address_option(f))
+    return _executor(unit)(_ray_address_option(fn))
 
 
 def cost_option(name: str = "--cost"):

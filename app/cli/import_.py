@@ -74,7 +74,7 @@ from episodekit.core import jsonout
     show_default=True,
     help="Video file size (MB, LeRobot's video_files_size_in_mb).",
 )
-@executor_option
+@executor_option(unit="episode")
 @click.option("--dry-run", is_flag=True, help="Check the source and the map, write nothing.")
 @json_option
 def import_command(
