@@ -292,11 +292,13 @@ def open_data_file(
     *,
     stream: bool = False,
     shared_footer: bool = True,
+    buffer: int | None = None,
 ) -> DataFile:
     """Open ``path`` (local, or a path in ``fs``). ``stream``: no pre-buffering, each column
     read through a bounded buffer (memory stays bounded on giant row groups; see
-    :func:`stream_buffer`). ``shared_footer``: take the footer from :func:`read_footer` (False:
-    this handle parses its own, for a caller that budgets footer memory itself)."""
+    :func:`stream_buffer`; ``buffer``: that many bytes a column instead). ``shared_footer``:
+    take the footer from :func:`read_footer` (False: this handle parses its own, for a caller
+    that budgets footer memory itself)."""
     meta = read_footer(path, fs) if shared_footer else None
     fh = None
     with parquet_errors(path):
@@ -305,10 +307,15 @@ def open_data_file(
             fh = None if is_local(fs) else source
             opts: dict[str, Any] = {}
             if stream:
-                buffer = stream_buffer(meta.num_columns) if meta is not None else MIB
-                opts = {"pre_buffer": False, "buffer_size": buffer}
+                size = buffer or (stream_buffer(meta.num_columns) if meta is not None else MIB)
+                opts = {"pre_buffer": False, "buffer_size": int(size)}
             pf = pq.ParquetFile(source, metadata=meta, **opts)
-            if stream and meta is None and stream_buffer(pf.metadata.num_columns) != MIB:
+            if (
+                stream
+                and not buffer
+                and meta is None
+                and stream_buffer(pf.metadata.num_columns) != MIB
+            ):
                 meta = pf.metadata  # its own footer, parsed: reopen with the buffer it asks
                 pf.close()
                 opts["buffer_size"] = stream_buffer(meta.num_columns)

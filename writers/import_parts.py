@@ -168,6 +168,7 @@ class EpisodeParts:
                     writer = RowGroupWriter(tmp, schema, encoding=ENCODING)
                 writer.write_group(part)
                 part = None
+                pa.default_memory_pool().release_unused()  # the part's read and write buffers
             if writer is not None:
                 writer.finish()
 

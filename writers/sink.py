@@ -29,9 +29,9 @@ episodes, the root read back as a dataset. Memory: one episode and one row group
 and PyAV, ~66 MiB) and the frames in flight to it; the episodes' metadata rows and
 sketch points go to disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the
 dataset quantiles are exact by range counts over the written files
-(:mod:`~episodekit.writers.import_stats`). Not flat yet: 1.12-1.14x peak from 1,000 to
-4,000 episodes of 100 steps, the camera processes flat, this process's checkpoint with the
-cameras alive what grows (docs/import.md).
+(:mod:`~episodekit.writers.import_stats`). A checkpoint's read-back (with the cameras alive)
+goes through small column buffers, Arrow's pool released after each batch: peak 1.07x from
+1,000 to 4,000 episodes of 100 steps (docs/import.md).
 
 Checkpoints (resuming a killed import): when a data file is full, it is closed, read back
 and checked, the cameras' mp4s are closed with it (the next episode starts new ones) and the
@@ -79,6 +79,10 @@ CODECS = {"av1": "libsvtav1", "h264": "libx264"}
 # Rows a data file is read back in: a 100 MB file's check peaked ~150 MiB above the import
 # in 64K-row batches, ~70 at 8K (the checksums do not depend on the batches).
 VERIFY_BATCH_ROWS = 8192
+# Each column's read buffer then (the default shares 32 MiB between the columns: a checkpoint's
+# read-back, with the cameras alive, held ~26 MiB of them), and Arrow's pool given back to the
+# OS after each batch: the read-back's peak ~25 MiB above the import, not ~50.
+VERIFY_BUFFER = MIB
 # Frames handed to a camera's encoding process and not encoded yet, at most (more episodes
 # ahead only while these stay under both): the reading runs ahead of the encoders by that much.
 AHEAD_BYTES = 64 * MIB
@@ -323,6 +327,7 @@ class EpisodeSink:
 
         self._settle()
         self._close_file()
+        pa.default_memory_pool().release_unused()  # the last row group's write buffers
         self._verify_data(self._rel())
         for enc in self.encoders.values():
             enc.close_file()  # its frames read back by the encoding process
@@ -439,7 +444,9 @@ class EpisodeSink:
         want = self._checksums[rel]
         first, rows = self._file_rows[rel]
         got, at = TableChecksum(), first
-        with open_data_file(str(self.folder / rel), stream=True, shared_footer=False) as df:
+        pool = pa.default_memory_pool()
+        path = str(self.folder / rel)
+        with open_data_file(path, stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
             if not df.schema.remove_metadata().equals(self.schema.remove_metadata()):
                 raise VerificationError(f"{rel}: schema differs from the one written")
             for batch in df.batches(VERIFY_BATCH_ROWS):
@@ -448,6 +455,8 @@ class EpisodeSink:
                     raise VerificationError(f"{rel}: index is not {at}.. in order")
                 got.update(batch)
                 at += batch.num_rows
+                batch = idx = None
+                pool.release_unused()  # else mimalloc keeps each batch's pages
         if at - first != rows:
             raise VerificationError(f"{rel}: {at - first} rows, {rows} were written")
         if got.digests() != want.digests():

@@ -149,6 +149,7 @@ def threaded(
         for name in names:
             work(name, feature_values(batch.column(name), dims[name], name))
 
+    arrow_pool = pa.default_memory_pool()
     with ThreadPoolExecutor(max(len(groups), 1)) as pool:
         pending: list = []
         for batch in batches:
@@ -156,6 +157,8 @@ def threaded(
             for f in pending:
                 f.result()
             pending = [pool.submit(run, g, batch) for g in groups]
+            batch = None
+            arrow_pool.release_unused()  # the batch before's decode buffers: RSS at one batch
         for f in pending:
             f.result()
     pa.default_memory_pool().release_unused()  # the decode buffers kept for the next batch
