@@ -1,6 +1,8 @@
 """Write a synthetic dataset in the exact LeRobot v3.0 (or v2.1) layout (see the package
-docstring), staged aside and swapped in, its parquet files through the data-file layer
-(:mod:`episodekit.core.parquet_write`)."""
+docstring), staged aside and swapped in. A v3.0 sample's data files are written by the episode
+sink's data files (:class:`~episodekit.writers.sink_data.DataFiles`, the import's too), one
+episode at a time, in the layout of its style (:data:`~episodekit.writers.sink_data.RECORDER`:
+a row group per episode; :data:`~episodekit.writers.sink_data.EDITOR`: one per file)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from episodekit.core.atomic import atomic_write_text
 from episodekit.core.layout.files import chunk_file, file_path, roll_over
 from episodekit.core.layout.info import Info
 from episodekit.core.outdir import check_output_dir, mark_output_dir
-from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
+from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import (
     DATA_PATH_V2,
     DATA_PATH_V3,
@@ -43,8 +45,7 @@ from episodekit.sample.tables import (
     v21_episode_stats,
 )
 from episodekit.sample.video import encode_file, write_camera_v30
-
-LEROBOT_ENCODING = Encoding(dictionary=True, page_index=False)  # pyarrow's default, LeRobot's
+from episodekit.writers.sink_data import EDITOR, RECORDER, DataFiles
 
 
 def write_sample(
@@ -88,19 +89,6 @@ def write_sample(
     return root
 
 
-def _write_data_file(path: Path, table: pa.Table, lengths: np.ndarray, style: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if style == "edited":  # one row group per file, as LeRobot's editing tools write
-        write_table(table, path, "snappy", row_group_rows=max(1, table.num_rows))
-        return
-    with RowGroupWriter(path, table.schema, encoding=LEROBOT_ENCODING) as writer:
-        start = 0
-        for n in lengths.tolist():  # one row group per episode, as LeRobot's recorder writes
-            writer.write_group(table.slice(start, n))
-            start += n
-        writer.finish()
-
-
 def _setup(spec: SampleSpec) -> tuple:
     """What both layouts' writers start from: episode lengths and tasks, the rows' random
     generator, the features, their huggingface metadata, the image bytes, the task names."""
@@ -124,12 +112,15 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     to_index = np.cumsum(lengths)
     from_index = to_index - lengths
 
-    per_frame = bytes_per_frame(spec, len(png or b""))
-    file_seq = roll_over(lengths * per_frame, spec.data_files_size_in_mb * MIB)
+    # each episode's size for LeRobot's roll-over rule: an estimate from the spec; the rows are
+    # made a file at a time (the random draws depend on it), so the files are known first
+    sizes = lengths * bytes_per_frame(spec, len(png or b""))
+    file_seq = roll_over(sizes, spec.data_files_size_in_mb * MIB)
     data_chunk, data_file = chunk_file(file_seq, spec.chunks_size)
 
     episode_cols: dict[str, pa.Array] = {}
     stats_parts: list[dict[str, pa.Array]] = []
+    sink: DataFiles | None = None
     for f in np.unique(file_seq).tolist():
         sel = np.flatnonzero(file_seq == f)
         table = frames_table(
@@ -142,11 +133,20 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
             png,
             hf_meta,
         )
-        path = root / DATA_PATH_V3.format(
-            chunk_index=int(data_chunk[sel[0]]), file_index=int(data_file[sel[0]])
-        )
-        _write_data_file(path, table, lengths[sel], spec.style)
+        if sink is None:
+            policy = EDITOR if spec.style == "edited" else RECORDER
+            sink = DataFiles(
+                root, table.schema, spec.chunks_size, spec.data_files_size_in_mb, policy
+            )
+        start = 0
+        for e in sel.tolist():  # the sink decides the file by the same rule and sizes
+            n = int(lengths[e])
+            if sink.add(table.slice(start, n), sizes[e]) != f:
+                raise AssertionError(f"episode {e}: the sink rolled over apart from the plan")
+            start += n
+        sink.close()  # the file is complete: written now, its rows not held past it
         stats_parts.append(episode_stats_columns(table, features, lengths[sel]))
+        del table
 
     for name in stats_parts[0]:
         episode_cols[name] = pa.concat_arrays([p[name] for p in stats_parts])
@@ -239,7 +239,8 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
             spec, rng, np.array([e]), np.array([n]), np.array([t]), start, png, hf_meta
         )
         path = root / DATA_PATH_V2.format(episode_chunk=e // spec.chunks_size, episode_index=e)
-        _write_data_file(path, table, np.array([n]), "edited")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_table(table, path, "snappy", row_group_rows=max(1, n))  # one group, as v2.1 wrote
         for i in range(spec.videos):
             vpath = root / VIDEO_PATH_V2.format(
                 episode_chunk=e // spec.chunks_size,
