@@ -9,42 +9,39 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 
 from episodekit.core import staging
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.layout.files import chunk_file, file_path, roll_over
+from episodekit.core.layout.files import chunk_file, roll_over
 from episodekit.core.layout.info import Info
 from episodekit.core.outdir import check_output_dir, mark_output_dir
 from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import (
     DATA_PATH_V2,
-    DATA_PATH_V3,
-    EPISODES_PATH_V3,
     INFO_FILE,
     MIB,
     VIDEO_PATH_V2,
-    VIDEO_PATH_V3,
 )
 from episodekit.core.video import ENCODERS, require_av
 from episodekit.sample.spec import STYLES, VERSIONS, SampleSpec
 from episodekit.sample.tables import (
     bytes_per_frame,
-    dataset_stats,
     episode_lengths_and_tasks,
     episode_stats_columns,
     features_for,
     frames_table,
     huggingface_metadata,
     task_names,
-    tasks_table,
     tiny_png,
     v21_dataset_stats,
     v21_episode_stats,
 )
 from episodekit.sample.video import encode_file, write_camera_v30
+from episodekit.writers import meta as meta_mod
 from episodekit.writers.sink_data import EDITOR, RECORDER, DataFiles
 
 
@@ -179,22 +176,27 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     cols["meta/episodes/chunk_index"] = pa.array(meta_chunk)
     cols["meta/episodes/file_index"] = pa.array(meta_file)
     episodes = pa.table(cols)
-    for f in np.unique(meta_seq).tolist():
-        sel = np.flatnonzero(meta_seq == f)
-        part = episodes.slice(int(sel[0]), len(sel))
-        path = root / file_path(EPISODES_PATH_V3, *chunk_file(f, spec.chunks_size))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_table(part, path)
+    # the metadata as the dataset writers write theirs (writers.meta): the episodes files, the
+    # tasks table, info.json (parsed strictly: one LeRobot could not read is never written)
+    # and stats.json, LeRobot 0.4.4's aggregation of the episodes' stats (count-weighted mean
+    # and quantiles, parallel-variance std)
+    meta_mod.write_episodes(root, episodes)
+    write_table(meta_mod.tasks_table(tasks, spec.tasks_index_name), root / "meta/tasks.parquet")
+    base = _info_base(spec, features, lengths)
+    base.update(
+        data_files_size_in_mb=spec.data_files_size_in_mb,
+        video_files_size_in_mb=spec.video_files_size_in_mb,
+    )
+    plan = SimpleNamespace(num_episodes=n_ep, num_frames=int(lengths.sum()))
+    meta_mod.write_info(root / INFO_FILE, meta_mod.info_json(base, plan, spec.tasks, features))
+    stats = meta_mod.dataset_stats(episodes, features, {})
+    atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
 
-    write_table(tasks_table(tasks, spec.tasks_index_name), root / "meta/tasks.parquet")
-    _write_info_and_stats(root, spec, features, lengths, episodes)
 
-
-def _write_info_and_stats(
-    root: Path, spec: SampleSpec, features: dict, lengths: np.ndarray, episodes: pa.Table | None
-) -> None:
+def _info_base(spec: SampleSpec, features: dict, lengths: np.ndarray) -> dict:
+    """info.json's keys both versions write, in LeRobot's order."""
     n_ep = len(lengths)
-    info = {
+    return {
         "codebase_version": spec.version,
         "robot_type": "sample_bot",
         "total_episodes": n_ep,
@@ -205,28 +207,6 @@ def _write_info_and_stats(
         "splits": {"train": f"0:{n_ep}"},
         "features": features,
     }
-    if spec.version == "v3.0":
-        info.update(
-            data_files_size_in_mb=spec.data_files_size_in_mb,
-            video_files_size_in_mb=spec.video_files_size_in_mb,
-            data_path=DATA_PATH_V3,
-            video_path=VIDEO_PATH_V3 if spec.videos else None,
-        )
-    else:
-        info.update(
-            total_chunks=int((n_ep - 1) // spec.chunks_size + 1),
-            total_videos=n_ep * spec.videos,
-            data_path=DATA_PATH_V2,
-            video_path=VIDEO_PATH_V2 if spec.videos else None,
-        )
-    # parsed strictly: a sample whose info.json LeRobot could not read is a bug, never written
-    atomic_write_text(root / INFO_FILE, Info.parse(info, INFO_FILE).to_json())
-    stats = {}
-    if episodes is not None:
-        # Dataset stats as LeRobot 0.4.4 writes them: its aggregation of the episodes' stats
-        # (count-weighted mean and quantiles, parallel-variance std)
-        stats = dataset_stats(episodes, features)
-    atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
 
 
 def _write_v21(root: Path, spec: SampleSpec) -> None:
@@ -258,5 +238,13 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
     (root / "meta/tasks.jsonl").write_text(
         "\n".join(json.dumps({"task_index": i, "task": s}) for i, s in enumerate(tasks)) + "\n"
     )
-    _write_info_and_stats(root, spec, features, lengths, None)
+    info = _info_base(spec, features, lengths)
+    info.update(
+        total_chunks=int((len(lengths) - 1) // spec.chunks_size + 1),
+        total_videos=len(lengths) * spec.videos,
+        data_path=DATA_PATH_V2,
+        video_path=VIDEO_PATH_V2 if spec.videos else None,
+    )
+    # parsed strictly: a sample whose info.json LeRobot could not read is a bug, never written
+    atomic_write_text(root / INFO_FILE, Info.parse(info, INFO_FILE).to_json())
     atomic_write_text(root / "meta/stats.json", json.dumps(v21_dataset_stats(per_episode)))
