@@ -135,12 +135,9 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
             sink = DataFiles(
                 root, table.schema, spec.chunks_size, spec.data_files_size_in_mb, policy
             )
-        start = 0
-        for e in sel.tolist():  # the sink decides the file by the same rule and sizes
-            n = int(lengths[e])
-            if sink.add(table.slice(start, n), sizes[e]) != f:
-                raise AssertionError(f"episode {e}: the sink rolled over apart from the plan")
-            start += n
+        # the sink decides the files by the same rule on the same sizes
+        if not (sink.add_episodes(table, lengths[sel], sizes[sel]) == f).all():
+            raise AssertionError(f"data file {f}: the sink rolled over apart from the plan")
         sink.close()  # the file is complete: written now, its rows not held past it
         stats_parts.append(episode_stats_columns(table, features, lengths[sel]))
         del table

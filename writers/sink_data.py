@@ -20,6 +20,7 @@ TableChecksum`) and :meth:`DataFiles.verify` reads a closed file back against th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,19 +107,43 @@ class DataFiles:
         """One episode's rows (``size``: its bytes for the roll-over, default its Arrow
         bytes) to the current file or a new one; the file number it went to."""
         size = float(table.nbytes) if size is None else float(size)
-        if self.rolls_over(size):
-            self.close()
-            self._open()
-        self._file_bytes += size
-        self.rows += table.num_rows
-        if self.policy.row_groups == "episode":
-            self._write([table])
-        else:
-            self._pending.append(table)
-            self._pending_bytes += table.nbytes
-            if self.policy.row_groups == "target" and self._pending_bytes >= self.target:
-                self._flush()
-        return self.file_no
+        return int(self.add_episodes(table, [table.num_rows], [size])[0])
+
+    def add_episodes(
+        self, table: pa.Table, lengths: Sequence[int] | np.ndarray, sizes: Any = None
+    ) -> np.ndarray:
+        """Consecutive episodes' rows at once (``lengths`` rows each, ``sizes`` their bytes
+        for the roll-over, default their Arrow bytes), each where :meth:`add` would put it; the
+        file number of each. With ``file`` row groups the episodes that land in one file are
+        kept as one slice of ``table``: a file of the caller's one table is written without a
+        copy (a file made of several tables is copied into one: the same bytes)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        files = np.empty(len(lengths), dtype=np.int64)
+        whole = self.policy.row_groups == "file"
+        start, run = 0, 0  # ``file``: the rows of ``table`` not handed on yet start at ``run``
+        for i, n in enumerate(lengths.tolist()):
+            rows = table.slice(start, n)
+            size = float(rows.nbytes if sizes is None else sizes[i])
+            if self.rolls_over(size):
+                if whole and start > run:
+                    self._pending.append(table.slice(run, start - run))
+                run = start
+                self.close()
+                self._open()
+            self._file_bytes += size
+            self.rows += n
+            files[i] = self.file_no
+            start += n
+            if self.policy.row_groups == "episode":
+                self._write([rows])
+            elif self.policy.row_groups == "target":
+                self._pending.append(rows)
+                self._pending_bytes += rows.nbytes
+                if self._pending_bytes >= self.target:
+                    self._flush()
+        if whole and start > run:
+            self._pending.append(table.slice(run, start - run))
+        return files
 
     @property
     def target(self) -> float:

@@ -98,3 +98,19 @@ def test_verify_reads_the_file_back_against_its_checksums(tmp_path):
 def test_a_policy_is_one_of_the_three_layouts():
     with pytest.raises(ValueError, match="row_groups"):
         DataPolicy("chunk")
+
+
+@pytest.mark.parametrize("policy", [RECORDER, EDITOR, DataPolicy(target_mb=0.0)])
+def test_episodes_added_at_once_land_as_added_one_by_one(tmp_path, policy):
+    sizes = [float(n) * 100_000 for n in LENGTHS]  # two files, a roll-over inside the call
+    one = _write(tmp_path / "one", policy, sizes, data_mb=1.0)
+    eps = _episodes()
+    many = DataFiles(tmp_path / "many", eps[0].schema, chunks_size=2, data_mb=1.0, policy=policy)
+    first = many.add_episodes(pa.concat_tables(eps[:4]).combine_chunks(), LENGTHS[:4], sizes[:4])
+    rest = [many.add(t, s) for t, s in zip(eps[4:], sizes[4:])]
+    many.close()
+    assert [*first.tolist(), *rest] == roll_over(np.array(sizes), 2**20).tolist()
+    for path in sorted((tmp_path / "one").rglob("*.parquet")):
+        rel = path.relative_to(tmp_path / "one")
+        assert (tmp_path / "many" / rel).read_bytes() == path.read_bytes(), rel
+    assert many.file_no == one.file_no
