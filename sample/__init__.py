@@ -11,8 +11,8 @@ Everything is generated with column operations, one file at a time.
 
 Modules: :mod:`~episodekit.sample.spec` (what a sample is), :mod:`~episodekit.sample.tables`
 (its tables), :mod:`~episodekit.sample.video` (its cameras), :mod:`~episodekit.sample.writer`
-(the files). A layer of its own above the library (it uses ``core`` and ``metadata``), below the
-CLI; nothing else in the package imports it.
+(the files). A layer of its own above the library (it uses ``core``, ``metadata`` and the
+episode sink's data files in ``writers``), below the CLI; nothing else in the package imports it.
 """
 
 from episodekit.core.lazy import lazy_getattr

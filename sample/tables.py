@@ -1,7 +1,8 @@
 """The tables of a synthetic sample, made with column operations: frames (joint trajectories,
 images, language columns), ``features`` and the ``huggingface`` schema metadata, per-episode
-stats columns and ``stats.json`` (LeRobot's aggregation), the tasks table with the task string as
-the pandas index. LeRobot's file roll-over rule lives in core: :mod:`episodekit.core.layout`."""
+stats columns and ``stats.json`` (LeRobot's aggregation). LeRobot's file roll-over rule lives in
+core (:mod:`episodekit.core.layout`), the tasks table with the writers
+(:func:`episodekit.writers.meta.tasks_table`)."""
 
 from __future__ import annotations
 
@@ -247,44 +248,6 @@ def episode_stats_columns(
     return out
 
 
-def tasks_table(tasks: list[str], index_name: str | None) -> pa.Table:
-    col = index_name or "__index_level_0__"
-    pandas_meta = {
-        "index_columns": [col],
-        "column_indexes": [
-            {
-                "name": None,
-                "field_name": None,
-                "pandas_type": "unicode",
-                "numpy_type": "object",
-                "metadata": {"encoding": "UTF-8"},
-            }
-        ],
-        "columns": [
-            {
-                "name": "task_index",
-                "field_name": "task_index",
-                "pandas_type": "int64",
-                "numpy_type": "int64",
-                "metadata": None,
-            },
-            {
-                "name": index_name,
-                "field_name": col,
-                "pandas_type": "unicode",
-                "numpy_type": "object",
-                "metadata": None,
-            },
-        ],
-        "creator": {"library": "pyarrow", "version": pa.__version__},
-        "pandas_version": "2.2.3",
-    }
-    table = pa.table(
-        {"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), col: pa.array(tasks)}
-    )
-    return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
-
-
 def task_names(n: int) -> list[str]:
     names = list(TASK_NAMES[:n])
     names += [f"task number {i}" for i in range(len(names), n)]
@@ -296,22 +259,6 @@ def bytes_per_frame(spec: SampleSpec, png_len: int) -> float:
     if spec.images:
         b += png_len + 8
     return float(b)
-
-
-def dataset_stats(episodes: pa.Table, features: dict) -> dict[str, dict[str, list]]:
-    """stats.json from the per-episode stats columns, aggregated LeRobot's way."""
-    out = {}
-    for name, f in features.items():
-        if f["dtype"] in STATS_EXCLUDED_DTYPES and f["dtype"] not in ("image", "video"):
-            continue
-        keys = [
-            k for k in ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
-        ]
-        cols = {k: episodes[f"stats/{name}/{k}"].to_pylist() for k in keys}
-        per = [{k: np.asarray(cols[k][e]) for k in keys} for e in range(episodes.num_rows)]
-        agg = lerobot_stats.aggregate(per)
-        out[name] = {k: np.asarray(v).tolist() for k, v in agg.items()}
-    return out
 
 
 def v21_episode_stats(table: pa.Table, features: dict, n: int) -> dict[str, dict[str, list]]:

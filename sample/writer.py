@@ -1,50 +1,48 @@
 """Write a synthetic dataset in the exact LeRobot v3.0 (or v2.1) layout (see the package
-docstring), staged aside and swapped in, its parquet files through the data-file layer
-(:mod:`episodekit.core.parquet_write`)."""
+docstring), staged aside and swapped in. A v3.0 sample's data files are written by the episode
+sink's data files (:class:`~episodekit.writers.sink_data.DataFiles`, the import's too), one
+episode at a time, in the layout of its style (:data:`~episodekit.writers.sink_data.RECORDER`:
+a row group per episode; :data:`~episodekit.writers.sink_data.EDITOR`: one per file)."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 
 from episodekit.core import staging
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.layout.files import chunk_file, file_path, roll_over
+from episodekit.core.layout.files import chunk_file, roll_over
 from episodekit.core.layout.info import Info
 from episodekit.core.outdir import check_output_dir, mark_output_dir
-from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
+from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import (
     DATA_PATH_V2,
-    DATA_PATH_V3,
-    EPISODES_PATH_V3,
     INFO_FILE,
     MIB,
     VIDEO_PATH_V2,
-    VIDEO_PATH_V3,
 )
 from episodekit.core.video import ENCODERS, require_av
 from episodekit.sample.spec import STYLES, VERSIONS, SampleSpec
 from episodekit.sample.tables import (
     bytes_per_frame,
-    dataset_stats,
     episode_lengths_and_tasks,
     episode_stats_columns,
     features_for,
     frames_table,
     huggingface_metadata,
     task_names,
-    tasks_table,
     tiny_png,
     v21_dataset_stats,
     v21_episode_stats,
 )
 from episodekit.sample.video import encode_file, write_camera_v30
-
-LEROBOT_ENCODING = Encoding(dictionary=True, page_index=False)  # pyarrow's default, LeRobot's
+from episodekit.writers import meta as meta_mod
+from episodekit.writers.sink_data import EDITOR, RECORDER, DataFiles
 
 
 def write_sample(
@@ -88,19 +86,6 @@ def write_sample(
     return root
 
 
-def _write_data_file(path: Path, table: pa.Table, lengths: np.ndarray, style: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if style == "edited":  # one row group per file, as LeRobot's editing tools write
-        write_table(table, path, "snappy", row_group_rows=max(1, table.num_rows))
-        return
-    with RowGroupWriter(path, table.schema, encoding=LEROBOT_ENCODING) as writer:
-        start = 0
-        for n in lengths.tolist():  # one row group per episode, as LeRobot's recorder writes
-            writer.write_group(table.slice(start, n))
-            start += n
-        writer.finish()
-
-
 def _setup(spec: SampleSpec) -> tuple:
     """What both layouts' writers start from: episode lengths and tasks, the rows' random
     generator, the features, their huggingface metadata, the image bytes, the task names."""
@@ -124,12 +109,15 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     to_index = np.cumsum(lengths)
     from_index = to_index - lengths
 
-    per_frame = bytes_per_frame(spec, len(png or b""))
-    file_seq = roll_over(lengths * per_frame, spec.data_files_size_in_mb * MIB)
+    # each episode's size for LeRobot's roll-over rule: an estimate from the spec; the rows are
+    # made a file at a time (the random draws depend on it), so the files are known first
+    sizes = lengths * bytes_per_frame(spec, len(png or b""))
+    file_seq = roll_over(sizes, spec.data_files_size_in_mb * MIB)
     data_chunk, data_file = chunk_file(file_seq, spec.chunks_size)
 
     episode_cols: dict[str, pa.Array] = {}
     stats_parts: list[dict[str, pa.Array]] = []
+    sink: DataFiles | None = None
     for f in np.unique(file_seq).tolist():
         sel = np.flatnonzero(file_seq == f)
         table = frames_table(
@@ -142,11 +130,17 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
             png,
             hf_meta,
         )
-        path = root / DATA_PATH_V3.format(
-            chunk_index=int(data_chunk[sel[0]]), file_index=int(data_file[sel[0]])
-        )
-        _write_data_file(path, table, lengths[sel], spec.style)
+        if sink is None:
+            policy = EDITOR if spec.style == "edited" else RECORDER
+            sink = DataFiles(
+                root, table.schema, spec.chunks_size, spec.data_files_size_in_mb, policy
+            )
+        # the sink decides the files by the same rule on the same sizes
+        if not (sink.add_episodes(table, lengths[sel], sizes[sel]) == f).all():
+            raise AssertionError(f"data file {f}: the sink rolled over apart from the plan")
+        sink.close()  # the file is complete: written now, its rows not held past it
         stats_parts.append(episode_stats_columns(table, features, lengths[sel]))
+        del table
 
     for name in stats_parts[0]:
         episode_cols[name] = pa.concat_arrays([p[name] for p in stats_parts])
@@ -179,22 +173,27 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     cols["meta/episodes/chunk_index"] = pa.array(meta_chunk)
     cols["meta/episodes/file_index"] = pa.array(meta_file)
     episodes = pa.table(cols)
-    for f in np.unique(meta_seq).tolist():
-        sel = np.flatnonzero(meta_seq == f)
-        part = episodes.slice(int(sel[0]), len(sel))
-        path = root / file_path(EPISODES_PATH_V3, *chunk_file(f, spec.chunks_size))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_table(part, path)
+    # the metadata as the dataset writers write theirs (writers.meta): the episodes files, the
+    # tasks table, info.json (parsed strictly: one LeRobot could not read is never written)
+    # and stats.json, LeRobot 0.4.4's aggregation of the episodes' stats (count-weighted mean
+    # and quantiles, parallel-variance std)
+    meta_mod.write_episodes(root, episodes)
+    write_table(meta_mod.tasks_table(tasks, spec.tasks_index_name), root / "meta/tasks.parquet")
+    base = _info_base(spec, features, lengths)
+    base.update(
+        data_files_size_in_mb=spec.data_files_size_in_mb,
+        video_files_size_in_mb=spec.video_files_size_in_mb,
+    )
+    plan = SimpleNamespace(num_episodes=n_ep, num_frames=int(lengths.sum()))
+    meta_mod.write_info(root / INFO_FILE, meta_mod.info_json(base, plan, spec.tasks, features))
+    stats = meta_mod.dataset_stats(episodes, features, {})
+    atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
 
-    write_table(tasks_table(tasks, spec.tasks_index_name), root / "meta/tasks.parquet")
-    _write_info_and_stats(root, spec, features, lengths, episodes)
 
-
-def _write_info_and_stats(
-    root: Path, spec: SampleSpec, features: dict, lengths: np.ndarray, episodes: pa.Table | None
-) -> None:
+def _info_base(spec: SampleSpec, features: dict, lengths: np.ndarray) -> dict:
+    """info.json's keys both versions write, in LeRobot's order."""
     n_ep = len(lengths)
-    info = {
+    return {
         "codebase_version": spec.version,
         "robot_type": "sample_bot",
         "total_episodes": n_ep,
@@ -205,28 +204,6 @@ def _write_info_and_stats(
         "splits": {"train": f"0:{n_ep}"},
         "features": features,
     }
-    if spec.version == "v3.0":
-        info.update(
-            data_files_size_in_mb=spec.data_files_size_in_mb,
-            video_files_size_in_mb=spec.video_files_size_in_mb,
-            data_path=DATA_PATH_V3,
-            video_path=VIDEO_PATH_V3 if spec.videos else None,
-        )
-    else:
-        info.update(
-            total_chunks=int((n_ep - 1) // spec.chunks_size + 1),
-            total_videos=n_ep * spec.videos,
-            data_path=DATA_PATH_V2,
-            video_path=VIDEO_PATH_V2 if spec.videos else None,
-        )
-    # parsed strictly: a sample whose info.json LeRobot could not read is a bug, never written
-    atomic_write_text(root / INFO_FILE, Info.parse(info, INFO_FILE).to_json())
-    stats = {}
-    if episodes is not None:
-        # Dataset stats as LeRobot 0.4.4 writes them: its aggregation of the episodes' stats
-        # (count-weighted mean and quantiles, parallel-variance std)
-        stats = dataset_stats(episodes, features)
-    atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
 
 
 def _write_v21(root: Path, spec: SampleSpec) -> None:
@@ -239,7 +216,8 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
             spec, rng, np.array([e]), np.array([n]), np.array([t]), start, png, hf_meta
         )
         path = root / DATA_PATH_V2.format(episode_chunk=e // spec.chunks_size, episode_index=e)
-        _write_data_file(path, table, np.array([n]), "edited")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_table(table, path, "snappy", row_group_rows=max(1, n))  # one group, as v2.1 wrote
         for i in range(spec.videos):
             vpath = root / VIDEO_PATH_V2.format(
                 episode_chunk=e // spec.chunks_size,
@@ -257,5 +235,13 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
     (root / "meta/tasks.jsonl").write_text(
         "\n".join(json.dumps({"task_index": i, "task": s}) for i, s in enumerate(tasks)) + "\n"
     )
-    _write_info_and_stats(root, spec, features, lengths, None)
+    info = _info_base(spec, features, lengths)
+    info.update(
+        total_chunks=int((len(lengths) - 1) // spec.chunks_size + 1),
+        total_videos=len(lengths) * spec.videos,
+        data_path=DATA_PATH_V2,
+        video_path=VIDEO_PATH_V2 if spec.videos else None,
+    )
+    # parsed strictly: a sample whose info.json LeRobot could not read is a bug, never written
+    atomic_write_text(root / INFO_FILE, Info.parse(info, INFO_FILE).to_json())
     atomic_write_text(root / "meta/stats.json", json.dumps(v21_dataset_stats(per_episode)))

@@ -67,9 +67,10 @@ def unify_tasks(
     return list(order), maps, ep_tasks
 
 
-def tasks_table(tasks: list[str]) -> pa.Table:
-    """meta/tasks.parquet as LeRobot writes it: the task string is the pandas index."""
-    col = "__index_level_0__"
+def tasks_table(tasks: list[str], index_name: str | None = None) -> pa.Table:
+    """meta/tasks.parquet as LeRobot writes it: the task string is the pandas index, unnamed
+    (column ``__index_level_0__``, older LeRobot) or ``index_name`` (newer: ``task``)."""
+    col = index_name or "__index_level_0__"
     pandas_meta = {
         "index_columns": [col],
         "column_indexes": [
@@ -79,8 +80,8 @@ def tasks_table(tasks: list[str]) -> pa.Table:
         "columns": [
             {"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
              "numpy_type": "int64", "metadata": None},
-            {"name": None, "field_name": col, "pandas_type": "unicode", "numpy_type": "object",
-             "metadata": None},
+            {"name": index_name, "field_name": col, "pandas_type": "unicode",
+             "numpy_type": "object", "metadata": None},
         ],
         "creator": {"library": "pyarrow", "version": pa.__version__},
         "pandas_version": "2.2.3",

@@ -5,10 +5,12 @@ An episode is a :class:`~episodekit.importers.mapping.MappedEpisode`: per featur
 frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 
 - data: ``data/chunk-XXX/file-YYY.parquet`` in LeRobot's column order and schema
-  (:func:`~episodekit.writers.repair_schema.data_schema`), row groups of about ``target_mb``
-  (32 MiB) of rows written as they fill (:class:`~episodekit.core.parquet_write.RowGroupWriter`:
-  statistics, page index), a new file when LeRobot's roll-over rule says
-  (:func:`~episodekit.core.layout.files.roll_over`, on the episodes' Arrow bytes);
+  (:func:`~episodekit.writers.repair_schema.data_schema`), through
+  :class:`~episodekit.writers.sink_data.DataFiles` (the sample writer's data files too): row
+  groups and encoding by a :class:`~episodekit.writers.sink_data.DataPolicy` (here about
+  ``target_mb``, 32 MiB, of rows written as they fill: statistics, page index), a new file
+  when LeRobot's roll-over rule says (:func:`~episodekit.core.layout.files.roll_over`, on the
+  episodes' Arrow bytes);
 - videos: each camera's episodes in ``videos/KEY/chunk-XXX/file-YYY.mp4``, every episode
   starting on a keyframe, with LeRobot 0.6.1's encoder settings (AV1 libsvtav1, g 2, crf 30,
   yuv420p, preset 12: :data:`~episodekit.writers.image_video.LEROBOT_RGB`) or h264; a new file
@@ -54,12 +56,10 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core.atomic import atomic_write_text
-from episodekit.core.checksum import TableChecksum
 from episodekit.core.errors import DatasetError
-from episodekit.core.layout.files import chunk_file, file_path, roll_over
+from episodekit.core.layout.files import chunk_file
 from episodekit.core.layout.rules import DATA_PATH_V3, VIDEO_PATH_V3
-from episodekit.core.parquet_read import open_data_file
-from episodekit.core.parquet_write import RowGroupWriter, VerificationError, write_table
+from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import MIB
 from episodekit.importers.mapping import MappedEpisode
 from episodekit.metadata.stats import numeric_features
@@ -67,6 +67,7 @@ from episodekit.writers import meta as meta_mod
 from episodekit.writers import repair_schema
 from episodekit.writers.camera_encoder import Camera, CameraProcess
 from episodekit.writers.import_parts import EpisodeParts
+from episodekit.writers.sink_data import DataFiles, DataPolicy
 
 DEFAULT_COLUMNS = {  # LeRobot's DEFAULT_FEATURES, after the dataset's own
     "timestamp": {"dtype": "float32", "shape": [1], "names": None},
@@ -76,13 +77,6 @@ DEFAULT_COLUMNS = {  # LeRobot's DEFAULT_FEATURES, after the dataset's own
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
 CODECS = {"av1": "libsvtav1", "h264": "libx264"}
-# Rows a data file is read back in: a 100 MB file's check peaked ~150 MiB above the import
-# in 64K-row batches, ~70 at 8K (the checksums do not depend on the batches).
-VERIFY_BATCH_ROWS = 8192
-# Each column's read buffer then (the default shares 32 MiB between the columns: a checkpoint's
-# read-back, with the cameras alive, held ~26 MiB of them), and Arrow's pool given back to the
-# OS after each batch: the read-back's peak ~25 MiB above the import, not ~50.
-VERIFY_BUFFER = MIB
 # Frames handed to a camera's encoding process and not encoded yet, at most (more episodes
 # ahead only while these stay under both): the reading runs ahead of the encoders by that much.
 AHEAD_BYTES = 64 * MIB
@@ -133,7 +127,6 @@ class EpisodeSink:
         self.features = list(features)
         self.chunks_size = chunks_size
         self.data_limit, self.video_limit = data_mb * MIB, video_mb * MIB
-        self.target = target_mb * MIB
         self.cameras = {
             f.name: Camera(f, chunks_size=chunks_size) for f in self.features if f.kind == "image"
         }
@@ -144,13 +137,9 @@ class EpisodeSink:
         self._episodes = 0
         self.on_checkpoint: Any = None  # called with state() after each checkpoint
         self.frames = 0
-        self._file_no = -1
-        self._file_bytes = 0.0
-        self._writer: RowGroupWriter | None = None
-        self._pending: list[pa.Table] = []
-        self._pending_bytes = 0
-        self._checksums: dict[str, Any] = {}  # rel -> TableChecksum (or _Digests: resumed)
-        self._file_rows: dict[str, tuple[int, int]] = {}  # rel -> (first index, rows)
+        self.data = DataFiles(
+            self.folder, self.schema, chunks_size, data_mb, DataPolicy(target_mb=target_mb)
+        )
         self._rows: deque = deque()  # the episodes whose cameras have not answered yet
         # each camera encoded in a process of its own (writers.camera_encoder), started now:
         # their start-up overlaps the reading of the first episode
@@ -279,56 +268,20 @@ class EpisodeSink:
         return pa.Table.from_arrays(cols, schema=self.schema)
 
     def _data(self, table: pa.Table) -> int:
-        """Rows to the current data file (or a new one by LeRobot's rule); its file number."""
-        size = float(table.nbytes)
-        if (
-            self._writer is None
-            or roll_over(np.array([self._file_bytes, size]), self.data_limit)[1]
-        ):
-            if self._writer is not None:
-                self._checkpoint()
-            self._open_file()
-        self._file_bytes += size
-        self._pending.append(table)
-        self._pending_bytes += table.nbytes
-        if self._pending_bytes >= self.target:
-            self._flush()
-        return self._file_no
-
-    def _rel(self) -> str:
-        return file_path(DATA_PATH_V3, *chunk_file(self._file_no, self.chunks_size))
-
-    def _open_file(self) -> None:
-        self._file_no += 1
-        rel = self._rel()
-        (self.folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        checksum = self._checksums[rel] = TableChecksum()
-        self._file_rows[rel] = (self.frames, 0)
-        self._writer = RowGroupWriter(self.folder / rel, self.schema, on_group=checksum.update)
-        self._file_bytes = 0.0
-
-    def _flush(self) -> None:
-        if self._pending and self._writer is not None:
-            table = pa.concat_tables(self._pending)
-            self._writer.write_group(table)
-            first, rows = self._file_rows[self._rel()]
-            self._file_rows[self._rel()] = (first, rows + table.num_rows)
-        self._pending, self._pending_bytes = [], 0
-
-    def _close_file(self) -> None:
-        if self._writer is not None:
-            self._flush()
-            self._writer.finish()
-            self._writer = None
+        """Rows to the current data file (or a new one by LeRobot's rule: a checkpoint first);
+        its file number."""
+        if self.data.is_open and self.data.rolls_over(float(table.nbytes)):
+            self._checkpoint()
+        return self.data.add(table)
 
     def _checkpoint(self) -> None:
         """The data file is full: close it and read it back, close the cameras' mp4s (and
         check their frames), write the episodes' parts; then tell ``on_checkpoint``."""
 
         self._settle()
-        self._close_file()
+        rel = self.data.close() or self.data.rel()
         pa.default_memory_pool().release_unused()  # the last row group's write buffers
-        self._verify_data(self._rel())
+        self.data.verify(rel)
         for enc in self.encoders.values():
             enc.close_file()  # its frames read back by the encoding process
         self.parts.flush()
@@ -344,10 +297,8 @@ class EpisodeSink:
             "frames": self.frames,
             "tasks": list(self.tasks),
             "parts": self.parts.parts,
-            "file_no": self._file_no,
-            "data": {
-                rel: [*self._file_rows[rel], c.digests()] for rel, c in self._checksums.items()
-            },
+            "file_no": self.data.file_no,
+            "data": self.data.state(),
             "cameras": {k: [c.file_no, dict(c.counts)] for k, c in self.cameras.items()},
         }
 
@@ -356,10 +307,7 @@ class EpisodeSink:
         what it lists is kept, everything else the killed run wrote is removed."""
         self._episodes, self.frames = int(state["episodes"]), int(state["frames"])
         self.tasks = {t: i for i, t in enumerate(state["tasks"])}
-        self._file_no = int(state["file_no"])
-        for rel, (first, rows, digests) in state["data"].items():
-            self._file_rows[rel] = (int(first), int(rows))
-            self._checksums[rel] = _Digests(digests)
+        self.data.restore(state["file_no"], self.frames, state["data"])
         keep = set(state["data"])
         for name, (file_no, counts) in state["cameras"].items():
             cam = self.cameras[name]
@@ -377,11 +325,7 @@ class EpisodeSink:
         self._rows.clear()
         for enc in self.encoders.values():
             enc.stop()
-        if self._writer is not None:
-            try:
-                self._writer.__exit__(RuntimeError, None, None)
-            finally:
-                self._writer = None
+        self.data.abort()
 
     # ---------------------------------------------------------------------------------------
     def finish(self) -> SinkResult:
@@ -393,7 +337,7 @@ class EpisodeSink:
         if not self._episodes:
             raise DatasetError("no episodes to write (every episode was skipped or none found)")
         self._settle()
-        self._close_file()
+        self.data.close()
         for enc in self.encoders.values():
             enc.finish()
         n = self._episodes
@@ -409,7 +353,7 @@ class EpisodeSink:
             stats.update(meta_mod.dataset_stats(self.parts.stats_table(name), {name: feat}, {}))
         stats = {k: stats[k] for k in self.info["features"] if k in stats}
         feats = self.parts.feats
-        set_exact_quantiles(self.folder, list(self._checksums), stats, feats)
+        set_exact_quantiles(self.folder, list(self.data.checksums), stats, feats)
         ds = open_dataset(str(self.folder))
         meta = {"fingerprint": ds.fingerprint, "data_state": data_state(ds), "stats": "quantiles"}
         self.parts.write_sketches(self.folder, meta)
@@ -419,7 +363,7 @@ class EpisodeSink:
             episodes=n,
             frames=self.frames,
             tasks=len(tasks),
-            data_files=len(self._checksums),
+            data_files=len(self.data.checksums),
             video_files=sum(len(c.counts) for c in self.cameras.values()),
             features=[f.name for f in self.features],
         )
@@ -429,8 +373,8 @@ class EpisodeSink:
         frame count, the root read as a dataset: :class:`VerificationError` on a difference."""
         from episodekit.writers.verify import verify_root, verify_videos
 
-        for rel in self._checksums:
-            self._verify_data(rel)
+        for rel in self.data.checksums:
+            self.data.verify(rel)
         # the mp4s this run closed were read back by their encoding process as they closed
         unchecked = {
             k: {rel: n for rel, n in c.counts.items() if rel not in self.encoders[k].checked}
@@ -438,40 +382,6 @@ class EpisodeSink:
         }
         verify_videos(self.folder, unchecked)
         verify_root(self.folder, plan)
-
-    def _verify_data(self, rel: str) -> None:
-        """Data file ``rel`` read back: its rows, ``index`` and column digests as written."""
-        want = self._checksums[rel]
-        first, rows = self._file_rows[rel]
-        got, at = TableChecksum(), first
-        pool = pa.default_memory_pool()
-        path = str(self.folder / rel)
-        with open_data_file(path, stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
-            if not df.schema.remove_metadata().equals(self.schema.remove_metadata()):
-                raise VerificationError(f"{rel}: schema differs from the one written")
-            for batch in df.batches(VERIFY_BATCH_ROWS):
-                idx = batch.column("index").to_numpy()
-                if not np.array_equal(idx, np.arange(at, at + batch.num_rows)):
-                    raise VerificationError(f"{rel}: index is not {at}.. in order")
-                got.update(batch)
-                at += batch.num_rows
-                batch = idx = None
-                pool.release_unused()  # else mimalloc keeps each batch's pages
-        if at - first != rows:
-            raise VerificationError(f"{rel}: {at - first} rows, {rows} were written")
-        if got.digests() != want.digests():
-            bad = sorted(c for c, d in got.digests().items() if want.digests().get(c) != d)
-            raise VerificationError(f"{rel}: values differ from those written in {bad}")
-
-
-@dataclass(frozen=True)
-class _Digests:
-    """A kept data file's column digests, as its checkpoint recorded them."""
-
-    recorded: dict[str, str]
-
-    def digests(self) -> dict[str, str]:
-        return dict(self.recorded)
 
 
 def features_from_map(m: Any, keys: dict, video: str) -> list[SinkFeature]:

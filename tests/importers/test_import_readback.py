@@ -1,5 +1,5 @@
 """The import's read-back of each full data file (a checkpoint, with the cameras alive) goes
-through small column buffers (``writers.sink.VERIFY_BUFFER``, not the default 32 MiB shared
+through small column buffers (``writers.sink_data.VERIFY_BUFFER``, not the default 32 MiB shared
 between the columns): part of what kept the import's peak memory growing with the episodes
 (docs/import.md, Memory). The output is the same whatever the buffers."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from episodekit.core import parquet_read
-from episodekit.writers import sink as sink_mod
+from episodekit.writers import sink_data as sink_mod
 from episodekit.writers.import_run import ImportOptions, run_import
 from tests.importers.test_import_resume import write_source
 

@@ -33,8 +33,9 @@ ALLOWED = {
     # repair), with LeRobot's stats and validation's findings: above validate, below the app
     "writers": {"core", "prep", "metadata", "validate", "importers", "writers"},
     # sample (episodekit.sample): synthetic LeRobot datasets, the test data of tests, demo and
-    # benchmarks; written through core's data-file layer, stats LeRobot's way (metadata)
-    "sample": {"core", "metadata", "sample"},
+    # benchmarks; data files through the episode sink's (writers.sink_data), stats LeRobot's
+    # way (metadata)
+    "sample": {"core", "metadata", "writers", "sample"},
     # importers (episodekit.importers): readers of other formats (RLDS, HDF5, zarr, ROS bags)
     # and the import map; on core only (the writers' import pipeline feeds them to the sink)
     "importers": {"core", "importers"},

@@ -1,0 +1,116 @@
+"""The episode sink's data files (writers.sink_data.DataFiles): files by LeRobot's roll-over rule
+on the sizes given, row groups by the policy (``target`` bytes, one per ``episode``, one per
+``file``), the same bytes as a whole file written at once, checksums read back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from episodekit.core.layout.files import roll_over
+from episodekit.core.parquet_write import VerificationError, write_table
+from episodekit.writers.sink_data import EDITOR, RECORDER, DataFiles, DataPolicy
+
+LENGTHS = [7, 3, 12, 5, 9, 4]
+
+
+def _episodes() -> list[pa.Table]:
+    rng = np.random.default_rng(3)
+    out, at = [], 0
+    for e, n in enumerate(LENGTHS):
+        state = rng.standard_normal((n, 4)).astype(np.float32)
+        out.append(
+            pa.table(
+                {
+                    "observation.state": pa.FixedSizeListArray.from_arrays(
+                        pa.array(state.reshape(-1)), 4
+                    ),
+                    "episode_index": pa.array(np.full(n, e, dtype=np.int64)),
+                    "index": pa.array(np.arange(at, at + n, dtype=np.int64)),
+                }
+            )
+        )
+        at += n
+    return out
+
+
+def _write(tmp_path, policy: DataPolicy, sizes=None, data_mb: float = 100.0) -> DataFiles:
+    eps = _episodes()
+    sink = DataFiles(tmp_path, eps[0].schema, chunks_size=2, data_mb=data_mb, policy=policy)
+    for i, t in enumerate(eps):
+        sink.add(t, None if sizes is None else sizes[i])
+    sink.close()
+    return sink
+
+
+def _groups(path) -> list[int]:
+    md = pq.ParquetFile(path).metadata
+    return [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+
+
+def test_files_follow_the_roll_over_rule_on_the_sizes_given(tmp_path):
+    sizes = [float(n) * 100_000 for n in LENGTHS]
+    sink = _write(tmp_path, RECORDER, sizes, data_mb=1.0)
+    want = roll_over(np.array(sizes), 1.0 * 2**20)
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.parquet"))
+    assert len(files) == int(want.max()) + 1 == sink.file_no + 1
+    assert files[2] == "data/chunk-001/file-000.parquet"  # chunks_size 2
+    for f, path in enumerate(files):
+        assert _groups(tmp_path / path) == [n for n, g in zip(LENGTHS, want) if g == f]
+
+
+@pytest.mark.parametrize(
+    "policy, groups",
+    [(RECORDER, LENGTHS), (EDITOR, [sum(LENGTHS)]), (DataPolicy(target_mb=0.0), LENGTHS)],
+    ids=["episode", "file", "target"],
+)
+def test_row_groups_by_policy(tmp_path, policy, groups):
+    _write(tmp_path, policy)
+    assert _groups(tmp_path / "data/chunk-000/file-000.parquet") == groups
+
+
+def test_one_group_per_file_is_the_bytes_of_a_whole_file_written_at_once(tmp_path):
+    _write(tmp_path / "sink", EDITOR)
+    whole = pa.concat_tables(_episodes()).combine_chunks()
+    write_table(whole, tmp_path / "whole.parquet", "snappy", row_group_rows=whole.num_rows)
+    got = (tmp_path / "sink/data/chunk-000/file-000.parquet").read_bytes()
+    assert got == (tmp_path / "whole.parquet").read_bytes()
+
+
+def test_verify_reads_the_file_back_against_its_checksums(tmp_path):
+    sink = _write(tmp_path, DataPolicy())
+    rel = "data/chunk-000/file-000.parquet"
+    sink.verify(rel)
+    table = pq.read_table(tmp_path / rel)
+    state = table.column("observation.state").combine_chunks()
+    flat = state.values.to_numpy().copy()
+    flat[5] += 1.0
+    bad = table.set_column(
+        0, "observation.state", pa.FixedSizeListArray.from_arrays(pa.array(flat), 4)
+    )
+    pq.write_table(bad, tmp_path / rel)
+    with pytest.raises(VerificationError, match="observation.state"):
+        sink.verify(rel)
+
+
+def test_a_policy_is_one_of_the_three_layouts():
+    with pytest.raises(ValueError, match="row_groups"):
+        DataPolicy("chunk")
+
+
+@pytest.mark.parametrize("policy", [RECORDER, EDITOR, DataPolicy(target_mb=0.0)])
+def test_episodes_added_at_once_land_as_added_one_by_one(tmp_path, policy):
+    sizes = [float(n) * 100_000 for n in LENGTHS]  # two files, a roll-over inside the call
+    one = _write(tmp_path / "one", policy, sizes, data_mb=1.0)
+    eps = _episodes()
+    many = DataFiles(tmp_path / "many", eps[0].schema, chunks_size=2, data_mb=1.0, policy=policy)
+    first = many.add_episodes(pa.concat_tables(eps[:4]).combine_chunks(), LENGTHS[:4], sizes[:4])
+    rest = [many.add(t, s) for t, s in zip(eps[4:], sizes[4:])]
+    many.close()
+    assert [*first.tolist(), *rest] == roll_over(np.array(sizes), 2**20).tolist()
+    for path in sorted((tmp_path / "one").rglob("*.parquet")):
+        rel = path.relative_to(tmp_path / "one")
+        assert (tmp_path / "many" / rel).read_bytes() == path.read_bytes(), rel
+    assert many.file_no == one.file_no

@@ -1,0 +1,245 @@
+"""The episode sink's data files: rows in, episode by episode, ``data/chunk-XXX/file-YYY.parquet``
+out (:class:`DataFiles`, used by :class:`~episodekit.writers.sink.EpisodeSink` and by the sample
+writer, :mod:`episodekit.sample.writer`).
+
+A new file starts when LeRobot's roll-over rule says
+(:func:`~episodekit.core.layout.files.roll_over` on each episode's size: its Arrow bytes, or the
+caller's estimate). How a file is cut into row groups and encoded is a :class:`DataPolicy`, one
+of three layouts:
+
+- ``target``: groups of about ``target_mb`` of rows, written as they fill, targeted dictionaries
+  and the page index (the import's: what a streaming reader wants);
+- ``episode``: one group per episode, pyarrow's default encoding (what LeRobot's recorder writes:
+  one ``write_table`` per episode);
+- ``file``: one group per file, pyarrow's default encoding (what LeRobot's editing tools write,
+  through pandas); the file's rows are held until it closes.
+
+With ``verify`` each group's rows are checksummed as written (:class:`~episodekit.core.checksum.
+TableChecksum`) and :meth:`DataFiles.verify` reads a closed file back against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from episodekit.core.checksum import TableChecksum
+from episodekit.core.layout.files import chunk_file, file_path, roll_over
+from episodekit.core.layout.rules import DATA_PATH_V3
+from episodekit.core.parquet_read import open_data_file
+from episodekit.core.parquet_write import Encoding, RowGroupWriter, VerificationError
+from episodekit.core.paths import MIB
+
+ROW_GROUPS = ("target", "episode", "file")
+# Rows a data file is read back in: a 100 MB file's check peaked ~150 MiB above the import
+# in 64K-row batches, ~70 at 8K (the checksums do not depend on the batches).
+VERIFY_BATCH_ROWS = 8192
+# Each column's read buffer then (the default shares 32 MiB between the columns: an import's
+# checkpoint read-back, with the cameras alive, held ~26 MiB of them), and Arrow's pool given
+# back to the OS after each batch: the read-back's peak ~25 MiB above the import, not ~50.
+VERIFY_BUFFER = MIB
+
+
+@dataclass(frozen=True)
+class DataPolicy:
+    """How data files are laid out (see the module docstring): ``row_groups`` (``target``,
+    ``episode`` or ``file``), ``encoding``, ``target_mb`` (``target`` only) and ``verify``."""
+
+    row_groups: str = "target"
+    encoding: Encoding = Encoding()
+    target_mb: float = 32.0
+    verify: bool = True
+
+    def __post_init__(self) -> None:
+        if self.row_groups not in ROW_GROUPS:
+            raise ValueError(f"row_groups must be one of {ROW_GROUPS}, got {self.row_groups!r}")
+
+
+LEROBOT_ENCODING = Encoding(dictionary=True, page_index=False)  # pyarrow's default, LeRobot's
+RECORDER = DataPolicy("episode", LEROBOT_ENCODING, verify=False)  # LeRobot's recorder
+EDITOR = DataPolicy("file", LEROBOT_ENCODING, verify=False)  # LeRobot's editing tools
+
+
+class DataFiles:
+    """Episodes' rows (in ``index`` order, ``schema``) as data files in ``folder``: a file rolls
+    over at ``data_mb`` (LeRobot's rule), ``chunks_size`` files a chunk, row groups and encoding
+    by ``policy``."""
+
+    def __init__(
+        self,
+        folder: str | Path,
+        schema: pa.Schema,
+        chunks_size: int = 1000,
+        data_mb: float = 100.0,
+        policy: DataPolicy = DataPolicy(),
+    ) -> None:
+        self.folder = Path(folder)
+        self.schema = schema
+        self.chunks_size = chunks_size
+        self.limit = data_mb * MIB
+        self.policy = policy
+        self.rows = 0  # rows added so far (the next row's ``index``)
+        self.file_no = -1
+        self.checksums: dict[str, Any] = {}  # rel -> TableChecksum (or Digests: resumed)
+        self.file_rows: dict[str, tuple[int, int]] = {}  # rel -> (first index, rows)
+        self._file_bytes = 0.0
+        self._writer: RowGroupWriter | None = None
+        self._pending: list[pa.Table] = []
+        self._pending_bytes = 0
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a file is open (rows were added since the last :meth:`close`)."""
+        return self._writer is not None
+
+    def rel(self) -> str:
+        """The current (or last) file's path relative to the folder."""
+        return file_path(DATA_PATH_V3, *chunk_file(self.file_no, self.chunks_size))
+
+    def rolls_over(self, size: float) -> bool:
+        """Whether an episode of ``size`` bytes starts a new file (always when none is open)."""
+        return self._writer is None or bool(
+            roll_over(np.array([self._file_bytes, size]), self.limit)[1]
+        )
+
+    def add(self, table: pa.Table, size: float | None = None) -> int:
+        """One episode's rows (``size``: its bytes for the roll-over, default its Arrow
+        bytes) to the current file or a new one; the file number it went to."""
+        size = float(table.nbytes) if size is None else float(size)
+        return int(self.add_episodes(table, [table.num_rows], [size])[0])
+
+    def add_episodes(
+        self, table: pa.Table, lengths: Sequence[int] | np.ndarray, sizes: Any = None
+    ) -> np.ndarray:
+        """Consecutive episodes' rows at once (``lengths`` rows each, ``sizes`` their bytes
+        for the roll-over, default their Arrow bytes), each where :meth:`add` would put it; the
+        file number of each. With ``file`` row groups the episodes that land in one file are
+        kept as one slice of ``table``: a file of the caller's one table is written without a
+        copy (a file made of several tables is copied into one: the same bytes)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        files = np.empty(len(lengths), dtype=np.int64)
+        whole = self.policy.row_groups == "file"
+        start, run = 0, 0  # ``file``: the rows of ``table`` not handed on yet start at ``run``
+        for i, n in enumerate(lengths.tolist()):
+            rows = table.slice(start, n)
+            size = float(rows.nbytes if sizes is None else sizes[i])
+            if self.rolls_over(size):
+                if whole and start > run:
+                    self._pending.append(table.slice(run, start - run))
+                run = start
+                self.close()
+                self._open()
+            self._file_bytes += size
+            self.rows += n
+            files[i] = self.file_no
+            start += n
+            if self.policy.row_groups == "episode":
+                self._write([rows])
+            elif self.policy.row_groups == "target":
+                self._pending.append(rows)
+                self._pending_bytes += rows.nbytes
+                if self._pending_bytes >= self.target:
+                    self._flush()
+        if whole and start > run:
+            self._pending.append(table.slice(run, start - run))
+        return files
+
+    @property
+    def target(self) -> float:
+        """Bytes of rows a ``target`` row group holds."""
+        return self.policy.target_mb * MIB
+
+    def _open(self) -> None:
+        self.file_no += 1
+        rel = self.rel()
+        (self.folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        on_group = None
+        if self.policy.verify:
+            on_group = self.checksums.setdefault(rel, TableChecksum()).update
+        self.file_rows[rel] = (self.rows, 0)
+        self._writer = RowGroupWriter(
+            self.folder / rel, self.schema, encoding=self.policy.encoding, on_group=on_group
+        )
+        self._file_bytes = 0.0
+
+    def _write(self, tables: list[pa.Table]) -> None:
+        """These rows as one row group of the current file."""
+        assert self._writer is not None
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
+        self._writer.write_group(table)  # one contiguous table: same bytes as a whole file's
+        first, rows = self.file_rows[self.rel()]
+        self.file_rows[self.rel()] = (first, rows + table.num_rows)
+
+    def _flush(self) -> None:
+        if self._pending and self._writer is not None:
+            self._write(self._pending)
+        self._pending, self._pending_bytes = [], 0
+
+    def close(self) -> str | None:
+        """Close the current file (its rows written); its path, or None when none was open."""
+        if self._writer is None:
+            return None
+        self._flush()
+        self._writer.finish()
+        self._writer = None
+        return self.rel()
+
+    def abort(self) -> None:
+        """Close an open file after an error, without its footer's marker (discarded)."""
+        self._pending, self._pending_bytes = [], 0
+        if self._writer is not None:
+            try:
+                self._writer.__exit__(RuntimeError, None, None)
+            finally:
+                self._writer = None
+
+    def state(self) -> dict:
+        """The closed files as a checkpoint keeps them (JSON): rel -> [first, rows, digests]."""
+        return {rel: [*self.file_rows[rel], c.digests()] for rel, c in self.checksums.items()}
+
+    def restore(self, file_no: int, rows: int, data: dict) -> None:
+        """Carry on after a checkpoint's files (:meth:`state`), ``rows`` rows added so far."""
+        self.file_no, self.rows = int(file_no), int(rows)
+        for rel, (first, count, digests) in data.items():
+            self.file_rows[rel] = (int(first), int(count))
+            self.checksums[rel] = Digests(digests)
+
+    def verify(self, rel: str) -> None:
+        """Data file ``rel`` read back: its rows, ``index`` and column digests as written."""
+        want = self.checksums[rel]
+        first, rows = self.file_rows[rel]
+        got, at = TableChecksum(), first
+        pool = pa.default_memory_pool()
+        path = str(self.folder / rel)
+        with open_data_file(path, stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
+            if not df.schema.remove_metadata().equals(self.schema.remove_metadata()):
+                raise VerificationError(f"{rel}: schema differs from the one written")
+            for batch in df.batches(VERIFY_BATCH_ROWS):
+                idx = batch.column("index").to_numpy()
+                if not np.array_equal(idx, np.arange(at, at + batch.num_rows)):
+                    raise VerificationError(f"{rel}: index is not {at}.. in order")
+                got.update(batch)
+                at += batch.num_rows
+                batch = idx = None
+                pool.release_unused()  # else mimalloc keeps each batch's pages
+        if at - first != rows:
+            raise VerificationError(f"{rel}: {at - first} rows, {rows} were written")
+        if got.digests() != want.digests():
+            bad = sorted(c for c, d in got.digests().items() if want.digests().get(c) != d)
+            raise VerificationError(f"{rel}: values differ from those written in {bad}")
+
+
+@dataclass(frozen=True)
+class Digests:
+    """A kept data file's column digests, as its checkpoint recorded them."""
+
+    recorded: dict[str, str]
+
+    def digests(self) -> dict[str, str]:
+        """The recorded digests (a copy)."""
+        return dict(self.recorded)
