@@ -4,9 +4,10 @@ Every per-file step uses this (row-group rewrite, validation scans, stats passes
 columns, video re-encodes): files are independent, and one process per file is how parquet work
 parallelizes (pyarrow's writer is single-threaded). ``executor="ray"`` connects to the cluster at
 ``$RAY_ADDRESS`` (the CLI's ``--ray-address``; ``ray://host:10001`` or ``host:6379``) when set,
-else to a running local cluster (``ray.init(address="auto")``), else starts a local instance; ray
-is an optional extra (``episodekit[ray]``). A Ray task whose node dies is retried elsewhere
-(``RAY_MAX_RETRIES`` times); every per-file job writes atomically, so a retried job starts over on
+else to the cluster ``ray start`` recorded on this machine, else starts a local instance of its
+own (never another command's: it ends with that command); ray is an optional extra
+(``episodekit[ray]``). A Ray task whose node dies is retried elsewhere (``RAY_MAX_RETRIES``
+times); every per-file job writes atomically, so a retried job starts over on
 a clean slate and nothing half-written is published.
 
 What a job returns travels back to the driver: return small summaries (counts, per-episode
@@ -81,20 +82,34 @@ def _connect_ray(ray: Any, num_cpus: int | None) -> None:
                 f"(or ${RAY_ADDRESS_ENV})"
             ) from exc
         return
+    recorded = _recorded_cluster()
+    if recorded:
+        try:
+            ray.init(address=recorded, ignore_reinit_error=True, log_to_driver=False)
+            return
+        except (ConnectionError, RuntimeError, ValueError):
+            interrupt.check()  # a stale record (the cluster is gone): an instance of our own
+    # "local": a new instance of our own, even if another process started one meanwhile (Ray
+    # refuses num_cpus for "an existing cluster": seen when two commands started at once)
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        ignore_reinit_error=True,
+        log_to_driver=False,
+        include_dashboard=False,
+    )
+
+
+def _recorded_cluster() -> str | None:
+    """The address of the cluster ``ray start`` recorded on this machine (read as ``ray.init()``
+    reads it), or None. Not ``address="auto"``: that also joins any Ray it finds running, such
+    as the local instance another ``--executor ray`` command started for itself, which ends
+    with that command (a second command then failed: "The task's local raylet died")."""
     try:
-        ray.init(address="auto", ignore_reinit_error=True, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError):
-        interrupt.check()
-        # "local": a new instance of our own, even if another process started one since the
-        # "auto" attempt (else Ray refuses num_cpus for "an existing cluster": seen when two
-        # commands started at once)
-        ray.init(
-            address="local",
-            num_cpus=num_cpus,
-            ignore_reinit_error=True,
-            log_to_driver=False,
-            include_dashboard=False,
-        )
+        from ray._private.utils import read_ray_address
+    except ImportError:  # a Ray that moved it: no recorded cluster, an instance of our own
+        return None
+    return read_ray_address() or None
 
 
 def _call(fn: Callable, item: Any, *shared: Any) -> Any:

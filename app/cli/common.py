@@ -411,7 +411,8 @@ _ray_address_option = click.option(
     expose_value=False,
     callback=_ray_address,
     help="With --executor ray: the cluster to run on (ray://HEAD:10001 or HEAD:6379; default "
-    "$RAY_ADDRESS, else a running local cluster, else a new local instance).",
+    "$RAY_ADDRESS, else the cluster `ray start` recorded on this machine, else a new local "
+    "instance of this command's own).",
 )
 
 
