@@ -141,3 +141,10 @@ def files_of(kept: Sequence[Episode], data: Sequence[DataFile]) -> np.ndarray:
         return kept.files()
     at = {id(df): i for i, df in enumerate(data)}
     return np.array([at[id(e.data)] for e in kept], np.int64)
+
+
+def task_lists(kept: Sequence[Episode]) -> list[tuple[str, ...]]:
+    """The distinct task lists the episodes of ``kept`` have (each once, as a tuple)."""
+    if isinstance(kept, Kept):
+        return list(kept._task_lists)
+    return list(dict.fromkeys(tuple(e.tasks) for e in kept))

@@ -32,7 +32,7 @@ from episodekit.core.words import noun_for
 from episodekit.writers import repair_schema
 from episodekit.writers.repair_columns import RecoveredColumns
 from episodekit.writers.repair_inspect import DataFile, Inventory, VideoState
-from episodekit.writers.repair_kept import Episode, Kept, column
+from episodekit.writers.repair_kept import Episode, Kept, column, task_lists
 
 HALF = 0.5  # of a frame: where a frame belongs when its time sits near a boundary
 
@@ -262,11 +262,15 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
             dropped.append(Dropped(ep, n, why))
             continue
         kept.append(e)
-    lost = [e.index for e in kept if e.rebuilt and e.source_row is None]
+    no_row = (column(kept, "meta_row") < 0) & (column(kept, "source_row") < 0)
+    lost = column(kept, "index")[no_row].tolist()
     if lost:  # whatever the footers say: every file may be whole (the writer rolled over)
         if no_file in damages:  # one line says both
             damages.remove(no_file)
         damages.append(("meta/episodes", _no_rows(lost, no_file[1] if not inv.episodes else "")))
+    if recovered is not None:  # what is read after the plan: each row's file, row, episode
+        del columns, rows
+        recovered.keep_only(("episode_index",))
     plan = RepairPlan(inv, damages, kept, dropped, recovered, [], {})
     _tasks_and_totals(plan, tasks)
     _staged(plan)
@@ -373,7 +377,7 @@ def _place_videos(e: Episode, row: dict | None, cursors: dict[str, _Cursor]) -> 
 def _tasks_and_totals(plan: RepairPlan, tasks: list[str]) -> None:
     """The output's tasks: the table's up to the last one a kept episode uses (a task only the
     dropped episode brought is not kept)."""
-    used = {t for e in plan.kept for t in e.tasks}
+    used = {t for tasks in task_lists(plan.kept) for t in tasks}
     last = max((i for i, t in enumerate(tasks) if t in used), default=-1)
     plan.tasks = tasks[: last + 1]
     missing = sorted(used - set(plan.tasks))
