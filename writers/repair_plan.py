@@ -197,7 +197,8 @@ def _cut_off(f: VideoState, end: int) -> str:
 
 
 def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
-    """Decide what to keep, rebuild and drop (see the module docstring)."""
+    """Decide what to keep, rebuild and drop (see the module docstring). Once per
+    ``inv``: the recovered columns only the plan reads are let go when it is made."""
     damages: list[tuple[str, str]] = list(inv.info_damages)
     for m in inv.episodes:
         what = m.damage()
@@ -377,7 +378,7 @@ def _place_videos(e: Episode, row: dict | None, cursors: dict[str, _Cursor]) -> 
 def _tasks_and_totals(plan: RepairPlan, tasks: list[str]) -> None:
     """The output's tasks: the table's up to the last one a kept episode uses (a task only the
     dropped episode brought is not kept)."""
-    used = {t for tasks in task_lists(plan.kept) for t in tasks}
+    used = {t for ts in task_lists(plan.kept) for t in ts}
     last = max((i for i, t in enumerate(tasks) if t in used), default=-1)
     plan.tasks = tasks[: last + 1]
     missing = sorted(used - set(plan.tasks))
