@@ -221,11 +221,12 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     if saved_count is None:  # info.json cut short (LeRobot rewrites it in place) or damaged
         saved_count = _saved_from_stats(inv, runs, columns.get("length"), rows)
     tasks = inv.tasks["task"].to_pylist() if inv.tasks is not None else []
-    kept = Kept(inv.data, list(inv.videos))
+    candidates = np.union1d(runs.keys, rows.keys)
+    kept = Kept(inv.data, list(inv.videos), capacity=len(candidates))
     dropped: list[Dropped] = []
     cursors = {k: _Cursor(files) for k, files in inv.videos.items()}
     shared: dict[tuple, list[str]] = {}  # one list per set of tasks, not one per episode
-    for ep in np.union1d(runs.keys, rows.keys).tolist():
+    for ep in candidates.tolist():
         ri = rows.get(ep)
         row = {c: value(ri) for c, value in columns.items()} if ri is not None else None
         if ep not in runs:
