@@ -130,7 +130,7 @@ def describe(plan: RepairPlan, root: str) -> RepairResult:
         damages=[{"file": f, "damage": d} for f, d in plan.damages],
         episodes=len(plan.kept),
         frames=plan.frames,
-        rebuilt=[e.index for e in plan.kept if e.rebuilt],
+        rebuilt=column(plan.kept, "index")[column(plan.kept, "meta_row") < 0].tolist(),
         dropped=[
             {"episode": d.episode, "frames": d.frames, "reason": d.reason} for d in plan.dropped
         ],

@@ -69,6 +69,8 @@ def _prefix(df, runs: list[int]) -> ps.Salvage | None:
     rows = int(df.rows[: len(runs)].sum())
     ends = np.cumsum(df.salvage.row_groups.rows())
     groups = int(np.searchsorted(ends, rows)) + 1
+    if groups == len(df.salvage.row_groups):  # every group: the salvage itself, not a copy
+        return df.salvage
     return replace(df.salvage, row_groups=df.salvage.row_groups[:groups])
 
 
@@ -197,7 +199,8 @@ def build_stats(
         for n, d in numeric_features(plan.inventory.info).items()
         if any(k in (stats.get(n) or {}) for k in QUANTILE_KEYS)
     }
-    rels = sorted({e.data.rel for e in plan.kept})
+    data = plan.inventory.data
+    rels = sorted({data[f].rel for f in np.unique(files_of(plan.kept, data)).tolist()})
     quantiles = {}
     if feats:  # a file under a new footer is read by windows of row groups (staged.salvaged)
         quantiles = exact_from_counts(str(staging), rels, counts or {}, windows=staged.salvaged)

@@ -39,6 +39,7 @@ class RecoveredColumns:
         self._done: dict[int, int] = {}  # file -> its rows added
         self.num_rows = 0
         self.names: list[str] = []
+        self.let_go: set[str] = set()  # columns :meth:`keep_only` dropped
 
     def mark(self) -> tuple:
         """Where the rows added so far end (:meth:`rollback`)."""
@@ -110,6 +111,8 @@ class RecoveredColumns:
 
     def getter(self, name: str) -> Callable[[int], Any]:
         """Row ``i``'s value of column ``name`` (what ``to_pylist`` gives)."""
+        if name in self.let_go:
+            raise RuntimeError(f"column {name} was let go after the plan (inspect the root again)")
         parts = self._parts.get(name, [])
         kinds = {k for k, _ in parts}
         if kinds == {"np"}:
@@ -137,6 +140,15 @@ class RecoveredColumns:
     def getters(self) -> dict[str, Callable[[int], Any]]:
         """:meth:`getter` of every column held."""
         return {name: self.getter(name) for name in self.names}
+
+    def keep_only(self, names: tuple[str, ...]) -> None:
+        """Let go of every column but ``names`` (those the plan alone reads, once it is made:
+        ~40 bytes an episode)."""
+        for name in [n for n in self.names if n not in names]:
+            self.let_go.add(name)
+            self._parts.pop(name, None)
+            self._words.pop(name, None)
+        self.names = [n for n in self.names if n in names]
 
     @property
     def file_of(self) -> np.ndarray:

@@ -96,7 +96,7 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
     record them in ``staged``; return LeRobot's stats.json of the kept episodes."""
     inv = plan.inventory
     kept = plan.kept
-    where = np.array(repair_meta.meta_files(plan), np.int64).reshape(-1, 2)
+    where = repair_meta.meta_files(plan)
     rec = plan.recovered
     meta_row = column(kept, "meta_row")
     index = column(kept, "index")
@@ -107,7 +107,7 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
     stats = repair_schema.DatasetStats(inv.info)
     key = where[:, 0] * (1 << 32) + where[:, 1]
     outputs: dict[int, tuple[str, bool]] = {}  # key -> (rel, written)
-    for k in dict.fromkeys(key.tolist()):
+    for k in _in_order(key):
         chunk, file = k >> 32, k & 0xFFFFFFFF
         rel = f"meta/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
         pos = np.flatnonzero(key == k)
@@ -139,7 +139,7 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
             hi = min(lo + BLOCK, len(kept))
             block = _block(plan, sources, schema, lo, hi, meta_row, file_of, row_in, where)
             stats.add(block)
-            for k in dict.fromkeys(key[lo:hi].tolist()):
+            for k in _in_order(key[lo:hi]):
                 rel, write = outputs[k]
                 if not write:
                     continue
@@ -154,6 +154,13 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
             del block
             pa.default_memory_pool().release_unused()
     return stats.result()
+
+
+def _in_order(values: np.ndarray) -> list[int]:
+    """The distinct values of ``values`` in the order they first appear (no Python object per
+    value: ``dict.fromkeys(values.tolist())`` made one per episode)."""
+    distinct, first = np.unique(values, return_index=True)
+    return distinct[np.argsort(first)].tolist()
 
 
 def _block(plan, sources, schema, lo, hi, meta_row, file_of, row_in, where) -> pa.Table:

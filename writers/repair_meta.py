@@ -33,6 +33,7 @@ from episodekit.metadata.image_stats import (
 )
 from episodekit.metadata.stats import feature_values
 from episodekit.writers import repair_schema
+from episodekit.writers.repair_kept import column
 from episodekit.writers.repair_plan import Episode, RepairPlan, episode_rows
 
 
@@ -41,25 +42,38 @@ def next_file(chunk: int, file: int, chunks_size: int) -> tuple[int, int]:
     return (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
 
 
-def meta_files(plan: RepairPlan) -> list[tuple[int, int]]:
+def meta_files(plan: RepairPlan) -> np.ndarray:
     """The ``meta/episodes`` (chunk, file) of each kept episode's row (see the module
-    docstring)."""
+    docstring), one row of two int64 each: column operations, no Python object per episode.
+
+    A row found on disk (kept as it is, or rebuilt because it disagreed) stays in its file; a
+    rebuilt row without one goes where the last row found before it is, or, when that file was
+    closed (it has its footer: the recorder had rolled over), to the next file (every such row
+    up to the next found one); before any found row, to (0, 0)."""
     inv = plan.inventory
-    file_of = plan.recovered.file_of if plan.recovered is not None else None
-    chunks_size = int(inv.info.get("chunks_size") or 1000)
-    out: list[tuple[int, int]] = []
-    prev: tuple[int, int] | None = None
-    prev_closed = False
-    for e in plan.kept:
-        row = e.source_row
-        if row is not None:  # recovered, or rebuilt because it disagreed: it stays in its file
-            m = inv.episodes[int(file_of[row])]
-            prev, prev_closed = (m.chunk, m.file), m.intact
-        elif prev is None:
-            prev, prev_closed = (0, 0), False
-        elif prev_closed:
-            prev, prev_closed = next_file(*prev, chunks_size), False
-        out.append(prev)
+    source = column(plan.kept, "source_row")
+    out = np.zeros((len(source), 2), np.int64)
+    found = source >= 0
+    if not found.any():
+        return out
+    assert plan.recovered is not None
+    meta = np.asarray(plan.recovered.file_of, np.int64)[source[found]]
+    places = np.array([(m.chunk, m.file) for m in inv.episodes], np.int64).reshape(-1, 2)
+    closed = np.array([m.intact for m in inv.episodes], bool)
+    out[found] = places[meta]
+    # each episode's last found row at or before it (-1: none yet)
+    last = np.maximum.accumulate(np.where(found, np.arange(len(source)), -1))
+    lost = ~found & (last >= 0)
+    if lost.any():
+        f = np.zeros(len(source), np.int64)
+        f[found] = meta
+        prev = last[lost]
+        at, shut = out[prev], closed[f[prev]]
+        chunks_size = int(inv.info.get("chunks_size") or 1000)
+        roll = shut & (at[:, 1] + 1 >= chunks_size)
+        nxt = np.where(roll[:, None], np.c_[at[:, 0] + 1, np.zeros(len(at), np.int64)], at)
+        nxt[shut & ~roll, 1] += 1
+        out[lost] = np.where(shut[:, None], nxt, at)
     return out
 
 

@@ -32,7 +32,7 @@ from episodekit.core.words import noun_for
 from episodekit.writers import repair_schema
 from episodekit.writers.repair_columns import RecoveredColumns
 from episodekit.writers.repair_inspect import DataFile, Inventory, VideoState
-from episodekit.writers.repair_kept import Episode, Kept, column
+from episodekit.writers.repair_kept import Episode, Kept, column, task_lists
 
 HALF = 0.5  # of a frame: where a frame belongs when its time sits near a boundary
 
@@ -197,7 +197,8 @@ def _cut_off(f: VideoState, end: int) -> str:
 
 
 def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
-    """Decide what to keep, rebuild and drop (see the module docstring)."""
+    """Decide what to keep, rebuild and drop (see the module docstring). Once per
+    ``inv``: the recovered columns only the plan reads are let go when it is made."""
     damages: list[tuple[str, str]] = list(inv.info_damages)
     for m in inv.episodes:
         what = m.damage()
@@ -220,11 +221,12 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
     if saved_count is None:  # info.json cut short (LeRobot rewrites it in place) or damaged
         saved_count = _saved_from_stats(inv, runs, columns.get("length"), rows)
     tasks = inv.tasks["task"].to_pylist() if inv.tasks is not None else []
-    kept = Kept(inv.data, list(inv.videos))
+    candidates = np.union1d(runs.keys, rows.keys)
+    kept = Kept(inv.data, list(inv.videos), capacity=len(candidates))
     dropped: list[Dropped] = []
     cursors = {k: _Cursor(files) for k, files in inv.videos.items()}
     shared: dict[tuple, list[str]] = {}  # one list per set of tasks, not one per episode
-    for ep in np.union1d(runs.keys, rows.keys).tolist():
+    for ep in candidates.tolist():
         ri = rows.get(ep)
         row = {c: value(ri) for c, value in columns.items()} if ri is not None else None
         if ep not in runs:
@@ -262,11 +264,15 @@ def plan_repair(inv: Inventory, keep_partial: bool = False) -> RepairPlan:
             dropped.append(Dropped(ep, n, why))
             continue
         kept.append(e)
-    lost = [e.index for e in kept if e.rebuilt and e.source_row is None]
+    no_row = (column(kept, "meta_row") < 0) & (column(kept, "source_row") < 0)
+    lost = column(kept, "index")[no_row].tolist()
     if lost:  # whatever the footers say: every file may be whole (the writer rolled over)
         if no_file in damages:  # one line says both
             damages.remove(no_file)
         damages.append(("meta/episodes", _no_rows(lost, no_file[1] if not inv.episodes else "")))
+    if recovered is not None:  # what is read after the plan: each row's file, row, episode
+        del columns, rows
+        recovered.keep_only(("episode_index",))
     plan = RepairPlan(inv, damages, kept, dropped, recovered, [], {})
     _tasks_and_totals(plan, tasks)
     _staged(plan)
@@ -373,7 +379,7 @@ def _place_videos(e: Episode, row: dict | None, cursors: dict[str, _Cursor]) -> 
 def _tasks_and_totals(plan: RepairPlan, tasks: list[str]) -> None:
     """The output's tasks: the table's up to the last one a kept episode uses (a task only the
     dropped episode brought is not kept)."""
-    used = {t for e in plan.kept for t in e.tasks}
+    used = {t for ts in task_lists(plan.kept) for t in ts}
     last = max((i for i, t in enumerate(tasks) if t in used), default=-1)
     plan.tasks = tasks[: last + 1]
     missing = sorted(used - set(plan.tasks))
