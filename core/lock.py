@@ -177,6 +177,27 @@ def writer_lock(
         _release(*held)
 
 
+def remove_unheld_lock(folder: str | os.PathLike) -> bool:
+    """Delete ``folder``'s lock file (next to it) when no process holds it: what a writer killed
+    in a folder that is gone since left behind (a killed run's staging folder, removed by the
+    next run's clean-up, is never written again, so no later writer of it deletes the file).
+    Taken, deleted and released as a holder does, so a lock in use is never removed; whether
+    one was removed."""
+    path = str(lock_path(folder))
+    try:
+        fd = os.open(path, os.O_RDONLY | _FLAGS)
+    except OSError:
+        return False  # none (or not ours to open)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)  # held: its writer deletes it
+        return False
+    gone = _same_file(fd, path)
+    _release(fd, path)
+    return gone
+
+
 def remove_if_only_lock(folder: str | os.PathLike) -> None:
     """Remove ``folder`` when it holds nothing but a lock file (an older version's, or the
     fallback's of a run killed in it): a failed first write into a new folder leaves no

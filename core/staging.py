@@ -38,6 +38,7 @@ from pathlib import Path
 
 from episodekit.core import crashpoint, interrupt
 from episodekit.core.errors import EnvironmentProblem
+from episodekit.core.lock import remove_unheld_lock
 from episodekit.core.spill import owner_gone, owner_record
 
 STAGING_MARKER = ".episodekit-staging"  # inside every staging/backup folder: whose it is
@@ -349,14 +350,12 @@ def remove_stale(out: str | os.PathLike) -> list[Path]:
         named = _named(name, out)
         if named is None or p.is_symlink() or not p.is_dir():
             continue
-        if _empty(p):
+        if _empty(p) or (
+            named[0] in STALE_KINDS and owned(p, out) and _writer_gone(_marker(p) or {})
+        ):
             if remove_marked(p):
                 removed.append(p)
-            continue
-        if named[0] not in STALE_KINDS or not owned(p, out):
-            continue
-        if _writer_gone(_marker(p) or {}) and remove_marked(p):
-            removed.append(p)
+                remove_unheld_lock(p)  # its killed writer's lock file, next to it
     stray = _marker(out) if out.is_dir() and not out.is_symlink() else None
     if stray is not None and stray.get("out") == out.name and _writer_gone(stray):
         with contextlib.suppress(OSError):

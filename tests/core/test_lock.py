@@ -108,3 +108,28 @@ def test_an_empty_or_absent_folder_is_fine(tmp_path):
     remove_if_only_lock(tmp_path / "empty")
     remove_if_only_lock(tmp_path / "absent")
     assert not (tmp_path / "empty").exists()
+
+
+def test_remove_unheld_lock_never_removes_a_held_lock(tmp_path):
+    import subprocess
+    import sys
+
+    from episodekit.core.lock import lock_path, remove_unheld_lock
+
+    folder = tmp_path / "gone"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from episodekit.core.lock import writer_lock\n"
+         "with writer_lock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
+         str(folder)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert not remove_unheld_lock(folder) and lock_path(folder).is_file()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert not lock_path(folder).exists()  # its holder deleted it
+    lock_path(folder).write_text("")  # a killed holder's
+    assert remove_unheld_lock(folder) and not lock_path(folder).exists()
+    assert not remove_unheld_lock(folder)  # none

@@ -263,3 +263,25 @@ def test_an_output_moved_aside_by_a_killed_two_rename_publish_is_put_back(tmp_pa
     staging.remove_stale(out)
     assert (out / "n.txt").read_text() == "old" and sorted(os.listdir(out)) == ["n.txt"]
     assert os.listdir(tmp_path) == ["out"]
+
+
+def test_a_killed_writers_lock_file_goes_with_its_staging_folder(tmp_path):
+    """A run killed while writing its staging folder leaves the folder and, next to it, the
+    folder's (empty, unheld) lock file: the next run's clean-up removes both. A lock file of
+    a folder that is not removed, or one still held, stays."""
+    from episodekit.core.lock import lock_path
+
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = _orphan(out)
+    code = (
+        "import os, sys; from episodekit.core.lock import writer_lock\n"
+        "with writer_lock(sys.argv[1]):\n    os.kill(os.getpid(), 9)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(dead)], check=False)
+    assert lock_path(dead).is_file()  # what kill -9 leaves
+    live = staging.new_staging(out)
+    lock_path(live).write_text("")  # not removed with its folder: stays
+    assert staging.remove_stale(out) == [dead]
+    assert not lock_path(dead).exists()
+    assert lock_path(live).is_file()
