@@ -2,10 +2,10 @@
 
 Rows are read batch by batch (row groups holding no kept episode are skipped through the
 footer's ``episode_index`` statistics), filtered, renumbered (``episode_index``, ``index``) and
-remapped (``task_index`` to the new tasks table), and written in the planned episode-aligned row
-groups by the writer ``prep rowgroups`` uses (:mod:`episodekit.core.parquet_write`: page index,
-layout marker), so ``prepare`` skips its row-group step on the output. Memory: about one output
-row group.
+remapped (``task_index`` to the new tasks table), and written through the episode sink's data
+files (:class:`~episodekit.writers.sink_data.DataFiles`, ``planned`` row groups: the plan's
+episode-aligned groups, by the writer ``prep rowgroups`` uses, page index, layout marker), so
+``prepare`` skips its row-group step on the output. Memory: about one output row group.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from episodekit.core.checksum import TableChecksum
 from episodekit.core.dataset import Dataset
 from episodekit.core.errors import DatasetError
 from episodekit.core.executor import imap_files
-from episodekit.core.layout.files import chunk_file, file_path
 from episodekit.core.memory import release_memory
 from episodekit.core.parquet_read import open_data_file
-from episodekit.core.parquet_write import Encoding, RowGroupPlanError, RowGroupWriter
-from episodekit.core.paths import DATA_PATH_V3, MIB
+from episodekit.core.parquet_write import Encoding, RowGroupPlanError
+from episodekit.core.paths import MIB
 from episodekit.writers.frame_rows import FrameCutter
 from episodekit.writers.plan import OutputPlan
+from episodekit.writers.sink_data import DataFiles, DataPolicy
 from episodekit.writers.stream_stats import StreamedStats
 
 RENUMBERED = ("index", "episode_index")  # checked structurally, not by checksum
@@ -90,10 +90,6 @@ class DataResult:
     tasks: TaskValues
     # stats of the episodes reduced while their rows were written (writers/stream_stats.py)
     streamed: StreamedStats | None = None
-
-
-def data_relpath(file_seq: int, chunks_size: int) -> str:
-    return file_path(DATA_PATH_V3, *chunk_file(file_seq, chunks_size))
 
 
 def _drop_from_hf_metadata(meta: dict, removed: set[str]) -> dict:
@@ -284,12 +280,11 @@ def _file_job(f: int, shared: tuple) -> tuple:
     """One output data file (an executor job): its path, checksums, task pieces and the stats
     of the episodes reduced as they were written (None when none are)."""
     plan, staging, schema, task_maps, codec, marker, chunks_size = shared
-    rel = data_relpath(f, chunks_size)
-    path = Path(staging) / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
     streamed = StreamedStats(plan.stream) if plan.stream else None
     seen = FileSeen(TableChecksum(), TaskValues(), streamed)
-    _write_file(plan, f, path, schema, task_maps, codec, marker, seen)
+    policy = DataPolicy("planned", Encoding(codec, sorted_index=True), verify=False, marker=marker)
+    files = DataFiles(staging, schema, chunks_size, policy=policy, on_group=seen.group(schema))
+    rel = _write_file(plan, f, files, task_maps, seen.tasks)
     release_memory()  # the file's decoded row groups: memory stays about one row group
     return f, rel, seen.checksum.digests(), seen.tasks.pieces, streamed
 
@@ -303,35 +298,39 @@ class FileSeen:
     tasks: TaskValues
     streamed: StreamedStats | None = None
 
+    def group(self, schema: pa.Schema):
+        """The per-row-group hook (the sink's ``on_group``): the checksums of the kept rows
+        without the renumbered columns, and the stats of the group's episodes."""
+        checked = [n for n in schema.names if n not in RENUMBERED]
+
+        def on_group(group: pa.Table) -> None:
+            # one checksum pass per row group, not per (small) source batch: the sums are over
+            # the rows in order, so the result is the same
+            self.checksum.update(group.select(checked), contiguous=True)
+            if self.streamed is not None:  # a group holds whole episodes: their stats
+                self.streamed.add(group)
+
+        return on_group
+
 
 def _write_file(
-    plan: OutputPlan,
-    f: int,
-    path: Path,
-    schema: pa.Schema,
-    task_maps: list[np.ndarray],
-    codec: str,
-    marker: str,
-    seen: FileSeen,
-) -> None:
-    checked = [n for n in schema.names if n not in RENUMBERED]
-    tasks = seen.tasks
-
-    def on_group(group: pa.Table) -> None:
-        # one checksum pass per row group, not per (small) source batch: the sums are over the
-        # rows in order, so the result is the same
-        seen.checksum.update(group.select(checked), contiguous=True)
-        if seen.streamed is not None:  # a group holds whole episodes: their stats, no re-read
-            seen.streamed.add(group)
-
-    encoding = Encoding(compression=codec, sorted_index=True)
-    with RowGroupWriter(path, schema, plan.group_rows[f], encoding, marker, on_group) as writer:
-        try:
-            for batches in _read_ahead(plan, plan.runs(f), schema, task_maps):
-                for batch, out_ep in batches:
-                    tasks.add(out_ep, batch.column("task_index").to_numpy())
-                    writer.write(batch)
-            writer.finish()
-        except RowGroupPlanError as exc:
-            msg = "the kept rows do not fill the planned row groups"
-            raise DatasetError(msg, str(path)) from exc
+    plan: OutputPlan, f: int, files: DataFiles, task_maps: list[np.ndarray], tasks: TaskValues
+) -> str:
+    """Output data file ``f``'s kept rows, streamed into ``files`` (its planned row groups);
+    its path relative to the staging folder."""
+    first = int(plan.from_index[np.flatnonzero(plan.file_seq == f)[0]])
+    rel = files.open_file(f, first, plan.group_rows[f])
+    try:
+        for batches in _read_ahead(plan, plan.runs(f), files.schema, task_maps):
+            for batch, out_ep in batches:
+                tasks.add(out_ep, batch.column("task_index").to_numpy())
+                files.write(batch)
+        files.close()
+    except RowGroupPlanError as exc:
+        files.abort()
+        msg = "the kept rows do not fill the planned row groups"
+        raise DatasetError(msg, str(files.folder / rel)) from exc
+    except BaseException:
+        files.abort()
+        raise
+    return rel

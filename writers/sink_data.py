@@ -1,26 +1,32 @@
 """The episode sink's data files: rows in, episode by episode, ``data/chunk-XXX/file-YYY.parquet``
-out (:class:`DataFiles`, used by :class:`~episodekit.writers.sink.EpisodeSink` and by the sample
-writer, :mod:`episodekit.sample.writer`).
+out (:class:`DataFiles`, used by :class:`~episodekit.writers.sink.EpisodeSink`, by the sample
+writer, :mod:`episodekit.sample.writer`, and by the surgery writer, :mod:`episodekit.writers.data`).
 
 A new file starts when LeRobot's roll-over rule says
 (:func:`~episodekit.core.layout.files.roll_over` on each episode's size: its Arrow bytes, or the
 caller's estimate). How a file is cut into row groups and encoded is a :class:`DataPolicy`, one
-of three layouts:
+of four layouts:
 
 - ``target``: groups of about ``target_mb`` of rows, written as they fill, targeted dictionaries
   and the page index (the import's: what a streaming reader wants);
 - ``episode``: one group per episode, pyarrow's default encoding (what LeRobot's recorder writes:
   one ``write_table`` per episode);
 - ``file``: one group per file, pyarrow's default encoding (what LeRobot's editing tools write,
-  through pandas); the file's rows are held until it closes.
+  through pandas); the file's rows are held until it closes;
+- ``planned``: the row groups of a plan (rows per group, from the band rule: the surgery writer's,
+  :mod:`episodekit.writers.plan`), the caller's file numbers instead of the roll-over: each file is
+  started by :meth:`DataFiles.open_file` (its number, first ``index``, group sizes) and its rows
+  streamed in batches of any size by :meth:`DataFiles.write`; ``marker`` is recorded in its footer
+  once the plan is filled (the encoding: the source's compression, a sorted ``index``).
 
 With ``verify`` each group's rows are checksummed as written (:class:`~episodekit.core.checksum.
-TableChecksum`) and :meth:`DataFiles.verify` reads a closed file back against them.
+TableChecksum`) and :meth:`DataFiles.verify` reads a closed file back against them; ``on_group``
+sees each group's rows too (the surgery writer's own checksums and streamed stats).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +41,7 @@ from episodekit.core.parquet_read import open_data_file
 from episodekit.core.parquet_write import Encoding, RowGroupWriter, VerificationError
 from episodekit.core.paths import MIB
 
-ROW_GROUPS = ("target", "episode", "file")
+ROW_GROUPS = ("target", "episode", "file", "planned")
 # Rows a data file is read back in: a 100 MB file's check peaked ~150 MiB above the import
 # in 64K-row batches, ~70 at 8K (the checksums do not depend on the batches).
 VERIFY_BATCH_ROWS = 8192
@@ -48,12 +54,14 @@ VERIFY_BUFFER = MIB
 @dataclass(frozen=True)
 class DataPolicy:
     """How data files are laid out (see the module docstring): ``row_groups`` (``target``,
-    ``episode`` or ``file``), ``encoding``, ``target_mb`` (``target`` only) and ``verify``."""
+    ``episode``, ``file`` or ``planned``), ``encoding``, ``target_mb`` (``target`` only),
+    ``verify`` and ``marker`` (the layout marker a file's footer records once filled)."""
 
     row_groups: str = "target"
     encoding: Encoding = Encoding()
     target_mb: float = 32.0
     verify: bool = True
+    marker: str | None = None
 
     def __post_init__(self) -> None:
         if self.row_groups not in ROW_GROUPS:
@@ -68,7 +76,7 @@ EDITOR = DataPolicy("file", LEROBOT_ENCODING, verify=False)  # LeRobot's editing
 class DataFiles:
     """Episodes' rows (in ``index`` order, ``schema``) as data files in ``folder``: a file rolls
     over at ``data_mb`` (LeRobot's rule), ``chunks_size`` files a chunk, row groups and encoding
-    by ``policy``."""
+    by ``policy``; ``on_group`` sees each row group's rows as it is written."""
 
     def __init__(
         self,
@@ -77,12 +85,14 @@ class DataFiles:
         chunks_size: int = 1000,
         data_mb: float = 100.0,
         policy: DataPolicy = DataPolicy(),
+        on_group: Callable[[pa.Table], None] | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.schema = schema
         self.chunks_size = chunks_size
         self.limit = data_mb * MIB
         self.policy = policy
+        self.on_group = on_group
         self.rows = 0  # rows added so far (the next row's ``index``)
         self.file_no = -1
         self.checksums: dict[str, Any] = {}  # rel -> TableChecksum (or Digests: resumed)
@@ -121,6 +131,8 @@ class DataFiles:
         file number of each. With ``file`` row groups the episodes that land in one file are
         kept as one slice of ``table``: a file of the caller's one table is written without a
         copy (a file made of several tables is copied into one: the same bytes)."""
+        if self.policy.row_groups == "planned":
+            raise ValueError("planned row groups: open_file() then write()")
         lengths = np.asarray(lengths, dtype=np.int64)
         files = np.empty(len(lengths), dtype=np.int64)
         whole = self.policy.row_groups == "file"
@@ -154,16 +166,40 @@ class DataFiles:
         """Bytes of rows a ``target`` row group holds."""
         return self.policy.target_mb * MIB
 
-    def _open(self) -> None:
+    def open_file(
+        self, file_no: int, first_index: int, group_rows: Sequence[int] | np.ndarray
+    ) -> str:
+        """Start data file ``file_no`` (``planned`` row groups: ``group_rows`` rows each), its
+        first row's ``index`` ``first_index`` (any open file closed first); its path."""
+        if self.policy.row_groups != "planned":
+            raise ValueError("open_file() is for planned row groups")
+        self.close()
+        self.file_no, self.rows = int(file_no) - 1, int(first_index)
+        self._open(group_rows)
+        return self.rel()
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Rows of the open file (``planned``), in order, in batches of any size: cut at the
+        plan's boundaries, each group written as it fills."""
+        assert self._writer is not None, "open_file() first"
+        self._writer.write(batch)
+        self.rows += batch.num_rows
+
+    def _open(self, group_rows: Sequence[int] | np.ndarray | None = None) -> None:
         self.file_no += 1
         rel = self.rel()
         (self.folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        on_group = None
+        hooks = [self.on_group] if self.on_group is not None else []
         if self.policy.verify:
-            on_group = self.checksums.setdefault(rel, TableChecksum()).update
+            hooks.insert(0, self.checksums.setdefault(rel, TableChecksum()).update)
         self.file_rows[rel] = (self.rows, 0)
         self._writer = RowGroupWriter(
-            self.folder / rel, self.schema, encoding=self.policy.encoding, on_group=on_group
+            self.folder / rel,
+            self.schema,
+            group_rows,
+            self.policy.encoding,
+            self.policy.marker,
+            hooks[0] if len(hooks) == 1 else (_both(*hooks) if hooks else None),
         )
         self._file_bytes = 0.0
 
@@ -187,6 +223,8 @@ class DataFiles:
         self._flush()
         self._writer.finish()
         self._writer = None
+        first = self.file_rows[self.rel()][0]
+        self.file_rows[self.rel()] = (first, self.rows - first)
         return self.rel()
 
     def abort(self) -> None:
@@ -232,6 +270,14 @@ class DataFiles:
         if got.digests() != want.digests():
             bad = sorted(c for c, d in got.digests().items() if want.digests().get(c) != d)
             raise VerificationError(f"{rel}: values differ from those written in {bad}")
+
+
+def _both(a: Callable[[pa.Table], None], b: Callable[[pa.Table], None]) -> Callable:
+    def hook(table: pa.Table) -> None:
+        a(table)
+        b(table)
+
+    return hook
 
 
 @dataclass(frozen=True)

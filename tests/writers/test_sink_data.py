@@ -1,6 +1,7 @@
 """The episode sink's data files (writers.sink_data.DataFiles): files by LeRobot's roll-over rule
 on the sizes given, row groups by the policy (``target`` bytes, one per ``episode``, one per
-``file``), the same bytes as a whole file written at once, checksums read back."""
+``file``, ``planned``: the caller's file numbers and group sizes, rows streamed in batches), the
+same bytes as a whole file written at once, checksums read back."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from episodekit.core.band import MARKER_KEY
 from episodekit.core.layout.files import roll_over
-from episodekit.core.parquet_write import VerificationError, write_table
+from episodekit.core.parquet_write import (
+    Encoding,
+    RowGroupPlanError,
+    RowGroupWriter,
+    VerificationError,
+    write_table,
+)
 from episodekit.writers.sink_data import EDITOR, RECORDER, DataFiles, DataPolicy
 
 LENGTHS = [7, 3, 12, 5, 9, 4]
@@ -95,7 +103,7 @@ def test_verify_reads_the_file_back_against_its_checksums(tmp_path):
         sink.verify(rel)
 
 
-def test_a_policy_is_one_of_the_three_layouts():
+def test_a_policy_is_one_of_the_four_layouts():
     with pytest.raises(ValueError, match="row_groups"):
         DataPolicy("chunk")
 
@@ -114,3 +122,37 @@ def test_episodes_added_at_once_land_as_added_one_by_one(tmp_path, policy):
         rel = path.relative_to(tmp_path / "one")
         assert (tmp_path / "many" / rel).read_bytes() == path.read_bytes(), rel
     assert many.file_no == one.file_no
+
+
+def test_planned_row_groups_stream_batches_into_the_callers_file(tmp_path):
+    whole = pa.concat_tables(_episodes()).combine_chunks()
+    plan = [10, 12, 18]  # episode-aligned groups of the caller's plan
+    enc = Encoding("zstd", sorted_index=True)
+    policy = DataPolicy("planned", enc, marker='{"m": 1}')
+    seen: list[int] = []
+    sink = DataFiles(tmp_path / "sink", whole.schema, 2, policy=policy, on_group=seen.append)
+    rel = sink.open_file(3, 100, plan)  # file 3: chunk 1 of 2-file chunks; index from 100
+    for batch in whole.to_batches(max_chunksize=7):  # batches that straddle the groups
+        sink.write(batch)
+    assert sink.close() == rel == "data/chunk-001/file-001.parquet"
+    assert _groups(tmp_path / "sink" / rel) == plan
+    assert [t.num_rows for t in seen] == plan  # the caller's hook saw each group
+    assert sink.file_rows[rel] == (100, sum(LENGTHS))
+    meta = pq.ParquetFile(tmp_path / "sink" / rel).metadata.metadata
+    assert meta[MARKER_KEY.encode()] == b'{"m": 1}'
+    with RowGroupWriter(tmp_path / "direct.parquet", whole.schema, plan, enc, '{"m": 1}') as w:
+        w.write(whole.to_batches()[0])
+        w.finish()
+    assert (tmp_path / "sink" / rel).read_bytes() == (tmp_path / "direct.parquet").read_bytes()
+    with pytest.raises(ValueError, match="open_file"):
+        sink.add(_episodes()[0])
+
+
+def test_planned_rows_that_do_not_fill_the_plan_are_refused(tmp_path):
+    whole = pa.concat_tables(_episodes()).combine_chunks()
+    sink = DataFiles(tmp_path, whole.schema, policy=DataPolicy("planned", verify=False))
+    sink.open_file(0, 0, [10, 100])
+    sink.write(whole.to_batches()[0])
+    with pytest.raises(RowGroupPlanError):
+        sink.close()
+    sink.abort()
