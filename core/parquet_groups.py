@@ -1,8 +1,9 @@
 """The whole row groups a salvage found (:mod:`episodekit.core.parquet_salvage`), held packed:
-their places and rows in int64 arrays, their encoded ``RowGroup`` structs (what a footer lists)
-concatenated and zlib-compressed :data:`BLOCK` at a time, each full block spilled to an unnamed
-temporary file (read back with ``pread`` when asked): what stays in memory is ~32 bytes a group
-and the last, partial block, however many groups.
+their places and rows in arrays (uint32 where the values fit), their encoded ``RowGroup``
+structs (what a footer lists) concatenated and zlib-compressed :data:`BLOCK` at a time, each
+full block spilled to an unnamed temporary file (read back with ``pread`` when asked): what
+stays in memory is ~20 bytes a group (its start, byte length, rows and struct size) and the
+last, partial block, however many groups.
 
 A recording LeRobot's recorder left has one row group per episode: held as one Python object
 and one ``bytes`` each, 100,000 of them took ~85 MB (data file, ~750 bytes a struct) and
@@ -26,6 +27,15 @@ from typing import NamedTuple, overload
 import numpy as np
 
 BLOCK = 256  # structs compressed together (~190 KB of a data file's, ~2.5 MB of meta's)
+_NP = {"I": np.uint32, "q": np.int64}
+
+
+def _add(values: array, v: int) -> array:
+    """``values`` with ``v`` appended: a uint32 array becomes int64 when ``v`` does not fit."""
+    if values.typecode == "I" and not 0 <= v <= 0xFFFFFFFF:
+        values = array("q", values)
+    values.append(v)
+    return values
 
 
 class Group(NamedTuple):
@@ -71,9 +81,9 @@ class Groups(Sequence[Group]):
 
     def __init__(self, groups: Sequence[Group] = ()) -> None:
         self._start = array("q")
-        self._end = array("q")
-        self._rows = array("q")
-        self._size = array("q")  # bytes of each struct
+        self._len = array("I")  # end - start
+        self._rows = array("I")
+        self._size = array("I")  # bytes of each struct
         self._blocks: list[tuple[int, int]] = []  # places in _spill, BLOCK structs each
         self._spill: _Spill | None = None  # shared by prefixes
         self._tail = bytearray()  # the structs after the last full block, as they are
@@ -83,9 +93,9 @@ class Groups(Sequence[Group]):
 
     def append(self, g: Group) -> None:
         self._start.append(g.start)
-        self._end.append(g.end)
-        self._rows.append(g.num_rows)
-        self._size.append(len(g.meta))
+        self._len = _add(self._len, g.end - g.start)
+        self._rows = _add(self._rows, g.num_rows)
+        self._size = _add(self._size, len(g.meta))
         self._tail += g.meta
         if len(self._size) % BLOCK == 0:
             if self._spill is None:
@@ -111,7 +121,7 @@ class Groups(Sequence[Group]):
             i += n
         if not 0 <= i < n:
             raise IndexError("row group index out of range")
-        return Group(self._start[i], self._end[i], self._rows[i], self.struct(i))
+        return Group(self._start[i], self._start[i] + self._len[i], self._rows[i], self.struct(i))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Groups, list, tuple)):
@@ -133,7 +143,8 @@ class Groups(Sequence[Group]):
             data = zlib.decompress(self._spill.get(self._blocks[b]))
         else:
             data = bytes(self._tail)
-        sizes = np.frombuffer(self._size, np.int64)[b * BLOCK : (b + 1) * BLOCK]
+        sizes = np.frombuffer(self._size, _NP[self._size.typecode])[b * BLOCK : (b + 1) * BLOCK]
+        sizes = sizes.astype(np.int64)
         offsets = np.r_[0, np.cumsum(sizes)]
         self._cached = (b, data, offsets)
         return data, offsets
@@ -150,7 +161,7 @@ class Groups(Sequence[Group]):
 
     def __iter__(self) -> Iterator[Group]:
         for i in range(len(self)):
-            yield Group(self._start[i], self._end[i], self._rows[i], self.struct(i))
+            yield self[i]
 
     def rows(self) -> np.ndarray:
         """Rows of each group (int64)."""
@@ -158,13 +169,13 @@ class Groups(Sequence[Group]):
 
     def last_end(self) -> int:
         """Where the last group ends (no struct read)."""
-        return self._end[-1]
+        return self._start[-1] + self._len[-1]
 
     def prefix(self, n: int) -> Groups:
         """The first ``n`` groups (the full blocks shared, not copied)."""
         n = max(0, min(n, len(self)))
         out = Groups()
-        out._start, out._end = self._start[:n], self._end[:n]
+        out._start, out._len = self._start[:n], self._len[:n]
         out._rows, out._size = self._rows[:n], self._size[:n]
         full = n // BLOCK
         out._blocks, out._spill = self._blocks[:full], self._spill
@@ -176,8 +187,8 @@ class Groups(Sequence[Group]):
     def places(self) -> Groups:
         """The same groups without their structs (each ``meta`` is ``b""``)."""
         out = Groups()
-        out._start, out._end, out._rows = self._start[:], self._end[:], self._rows[:]
-        out._size = array("q", bytes(8 * len(self)))
+        out._start, out._len, out._rows = self._start[:], self._len[:], self._rows[:]
+        out._size = array("I", bytes(4 * len(self)))
         return out
 
     def held_bytes(self) -> int:
@@ -191,13 +202,13 @@ class Groups(Sequence[Group]):
     def __reduce__(self):  # pickled for executor jobs: the compressed blocks themselves
         spill = self._spill
         blocks = [spill.get(p) for p in self._blocks] if spill is not None else []
-        state = (self._start, self._end, self._rows, self._size, blocks, bytes(self._tail))
+        state = (self._start, self._len, self._rows, self._size, blocks, bytes(self._tail))
         return _unpickle, state
 
 
-def _unpickle(start, end, rows, size, blocks, tail) -> Groups:
+def _unpickle(start, length, rows, size, blocks, tail) -> Groups:
     out = Groups()
-    out._start, out._end, out._rows, out._size = start, end, rows, size
+    out._start, out._len, out._rows, out._size = start, length, rows, size
     if blocks:
         out._spill = _Spill()
         out._blocks = [out._spill.put(b) for b in blocks]

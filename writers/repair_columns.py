@@ -34,8 +34,7 @@ class RecoveredColumns:
     def __init__(self) -> None:
         self._parts: dict[str, list[tuple[str, Any]]] = {}
         self._words: dict[str, dict[Any, int]] = {}  # column -> value -> code
-        self._files: list[np.ndarray] = []
-        self._rows: list[np.ndarray] = []
+        self._added: list[tuple[int, int, int]] = []  # each table's (file, first row, rows)
         self._done: dict[int, int] = {}  # file -> its rows added
         self.num_rows = 0
         self.names: list[str] = []
@@ -44,12 +43,12 @@ class RecoveredColumns:
     def mark(self) -> tuple:
         """Where the rows added so far end (:meth:`rollback`)."""
         parts = {k: len(v) for k, v in self._parts.items()}
-        return self.num_rows, len(self._files), dict(self._done), list(self.names), parts
+        return self.num_rows, len(self._added), dict(self._done), list(self.names), parts
 
     def rollback(self, mark: tuple) -> None:
         """Forget the rows added after ``mark`` (a file that failed part way)."""
         self.num_rows, files, self._done, self.names, parts = mark
-        del self._files[files:], self._rows[files:]
+        del self._added[files:]
         for name in list(self._parts):
             if name not in parts:
                 del self._parts[name]
@@ -66,8 +65,7 @@ class RecoveredColumns:
                     self._parts[name] = [("py", [None] * self.num_rows)]
         done = self._done.get(file, 0)
         self._done[file] = done + n
-        self._files.append(np.full(n, file, np.int32))
-        self._rows.append(np.arange(done, done + n, dtype=np.int64))
+        self._added.append((file, done, n))
         self.num_rows += n
         for name in self.names:
             if name in table.column_names:
@@ -152,13 +150,15 @@ class RecoveredColumns:
 
     @property
     def file_of(self) -> np.ndarray:
-        """Each row's file (int32)."""
-        return np.concatenate(self._files) if self._files else np.zeros(0, np.int32)
+        """Each row's file (int32; made when asked: a number per table is held)."""
+        files = np.array([f for f, _, _ in self._added], np.int32)
+        return np.repeat(files, [n for _, _, n in self._added])
 
     @property
     def row_in_file(self) -> np.ndarray:
-        """Each row's row in its file (int64)."""
-        return np.concatenate(self._rows) if self._rows else np.zeros(0, np.int64)
+        """Each row's row in its file (int64; made when asked)."""
+        parts = [np.arange(a, a + n, dtype=np.int64) for _, a, n in self._added]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def episode_index(self) -> np.ndarray:
         """Each row's ``episode_index`` (int64)."""

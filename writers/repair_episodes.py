@@ -126,6 +126,7 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
             staged.written[rel] = f"{len(pos)} rows ({rebuilt} rebuilt)"
     written = {rel for rel, _ in outputs.values()}
     staged.removed += [m.rel for m in inv.episodes if m.rel not in written]
+    del index, on_disk  # not read by the blocks: let go before the first
     with contextlib.ExitStack() as stack:
         used = sorted({int(f) for f in file_of[meta_row[meta_row >= 0]].tolist()})
         every = sorted({int(f) for f in np.unique(file_of).tolist()})

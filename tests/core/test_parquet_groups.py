@@ -64,3 +64,13 @@ def test_groups_spill_full_blocks_to_disk():
     assert list(g[: 2 * BLOCK + 1]) == made[: 2 * BLOCK + 1]
     again = pickle.loads(pickle.dumps(g))
     assert again == made and again.held_bytes() == g.held_bytes()
+
+
+def test_groups_hold_values_past_uint32():
+    """A group's length or rows past 2**32 (held as uint32 while they fit) read back."""
+    big = 1 << 33
+    made = [Group(4, 10, 3, b"a"), Group(10, 10 + big, big, b"bc"), Group(big, big + 1, 1, b"")]
+    made += _made(BLOCK + 1)
+    g = Groups(made)
+    assert list(g) == made and g.rows().tolist() == [m.num_rows for m in made]
+    assert pickle.loads(pickle.dumps(g)) == made and list(g[:2]) == made[:2]
