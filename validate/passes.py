@@ -245,9 +245,7 @@ def _videos(ctx: Context) -> list[Finding]:
     from episodekit.validate.video import check_videos
 
     # Narrower scopes: each mp4's boxes only (no frame); what they do not settle is a note.
-    return check_videos(
-        ctx.raw, ctx.want, deep=ctx.deep, boxes=not ctx.scope.full, notes=ctx.notes
-    )
+    return check_videos(ctx.raw, ctx.want, deep=ctx.deep, boxes=not ctx.scope.full, notes=ctx.notes)
 
 
 def _speed(ctx: Context) -> list[Finding]:
@@ -272,7 +270,7 @@ def _stats(ctx: Context) -> list[Finding]:
     from episodekit.validate.stats import check_stats
 
     deep = "stats.recompute" in ctx.want
-    return check_stats(ctx.raw, deep=deep, executor=ctx.executor)
+    return check_stats(ctx.raw, deep=deep, executor=ctx.executor, ds=ctx.dataset())
 
 
 DATA_SCAN = (

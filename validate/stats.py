@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -98,8 +99,15 @@ def dataset_part(raw: RawRoot, feats: dict[str, int]) -> tuple[list[Finding], di
     return out, parsed
 
 
-def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> list[Finding]:
-    """Every ``stats.*`` finding of a v3.0 root."""
+_UNSET: Any = object()
+
+
+def check_stats(
+    raw: RawRoot, deep: bool = False, executor: str = "local", ds: Any = _UNSET
+) -> list[Finding]:
+    """Every ``stats.*`` finding of a v3.0 root. ``ds``: the root's
+    :func:`~episodekit.validate.artifacts.dataset_from_raw` when the caller holds it already
+    (the validate run's, shared with the artifact checks), else built here."""
     if raw.version != V3:
         return []
     feats = numeric_features(raw.info)
@@ -109,7 +117,8 @@ def check_stats(raw: RawRoot, deep: bool = False, executor: str = "local") -> li
     per = episode_part(raw, feats, keep=deep)
     out += per.findings
     out += consistency_findings(feats, dataset, per.merged)
-    ds = dataset_from_raw(raw)
+    if ds is _UNSET:
+        ds = dataset_from_raw(raw)
     meta = read_summary_meta(ds) if ds is not None else None
     if ds is not None and meta is not None:
         why = stale_reason(ds, meta)

@@ -201,3 +201,36 @@ def test_merge_of_chunks_is_the_merge_of_all():
     empty = EpisodeMerge()
     empty.add({k: v[:40] for k, v in got.items()})
     assert empty.merged() is None  # no frames to weigh: nothing to compare
+
+
+def test_one_column_read_at_a_time_and_one_dataset_per_run(multi, monkeypatch):
+    """The driver's transient under ``prepare --executor ray`` (issue 49): a feature's stats
+    columns are read one per call, and a validate run builds the root's Dataset once (the
+    artifact checks' and the stats pass's), with the same findings."""
+    import pyarrow.parquet as pq_mod
+
+    from episodekit.validate import artifacts
+    from episodekit.validate.runner import validate
+
+    before = validate(str(multi), checks="stats,speed").to_dict()["findings"]
+    widths, built = [], []
+    read = pq_mod.ParquetFile.read
+
+    def one_read(self, columns=None, **kw):
+        if columns and all(c.startswith("stats/") for c in columns):
+            widths.append(len(columns))
+        return read(self, columns=columns, **kw)
+
+    make = artifacts.dataset_from_raw
+
+    def counted(raw):
+        built.append(1)
+        return make(raw)
+
+    monkeypatch.setattr(pq_mod.ParquetFile, "read", one_read)
+    monkeypatch.setattr(artifacts, "dataset_from_raw", counted)
+    monkeypatch.setattr(checks_stats, "dataset_from_raw", counted)
+    after = validate(str(multi), checks="stats,speed").to_dict()["findings"]
+    assert after == before
+    assert widths and max(widths) == 1
+    assert len(built) == 1
