@@ -196,22 +196,29 @@ def _run(
     yield from _run_pool(fn, jobs, workers, shared)
 
 
+def _spawn_pool(workers: int) -> Any:
+    """A process pool of ``workers`` whose workers die with this process (:mod:`lifeline`)."""
+    # Imported here: the CLI imports this module for EXECUTORS and must start fast.
+    import multiprocessing  # noqa: PLC0415
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+    # "spawn": forking a process that already runs duckdb's or pyarrow's threads can deadlock.
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=lifeline.follow,
+        initargs=(os.getpid(),),
+    )
+
+
 def _run_pool(
     fn: Callable[[T], R], jobs: list[tuple[int, T]], workers: int, shared: Any
 ) -> Iterator[tuple[int, R]]:
     """The jobs in a 'spawn' process pool whose workers die with this process; stopped (not
     drained) when the caller stops early, an interrupt arrives, or a job raises."""
-    # Imported here: the CLI imports this module for EXECUTORS and must start fast.
-    import multiprocessing  # noqa: PLC0415
-    from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: PLC0415
+    from concurrent.futures import as_completed  # noqa: PLC0415
 
-    # "spawn": forking a process that already runs duckdb's or pyarrow's threads can deadlock.
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(jobs)),
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=lifeline.follow,
-        initargs=(os.getpid(),),
-    )
+    pool = _spawn_pool(min(workers, len(jobs)))
     try:
         with interrupt.deferred():  # submit starts the workers: not cut half-way
             futures = {pool.submit(_call_job, fn, item, *_extra(shared)): i for i, item in jobs}
@@ -346,16 +353,9 @@ def imap_ordered(
         for item in items:
             yield _call(fn, item, *extra)
         return
-    import multiprocessing  # noqa: PLC0415
     from collections import deque  # noqa: PLC0415
-    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
 
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=lifeline.follow,
-        initargs=(os.getpid(),),
-    )
+    pool = _spawn_pool(workers)
 
     def submit(item: Any) -> Any:
         with interrupt.deferred():  # submit may start a worker: not cut half-way
