@@ -515,6 +515,15 @@ class VideoFile:
         return [arrays[j] for j in pos]
 
 
+def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR of two uint8 images in dB (inf when equal). The squared differences are summed
+    in int64: an int32 sum wraps past 2**31 (a 1080p frame off by 200 everywhere gave NaN,
+    which no ``q < MIN_PSNR_DB`` refuses)."""
+    d = (a.astype(np.int64) - b.astype(np.int64)).ravel()
+    mse = float(np.dot(d, d)) / max(d.size, 1)
+    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
+
+
 def container_comment(path: str | os.PathLike) -> str | None:
     """The container's ``comment`` tag (where ``prep videos`` records its settings)."""
     container = _open(os.fspath(path))
@@ -578,5 +587,6 @@ __all__ = [
     "mp4_sample_table",
     "mp4_samples",
     "probe",
+    "psnr_db",
     "require_av",
 ]

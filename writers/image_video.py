@@ -44,6 +44,7 @@ from episodekit.core.errors import DatasetError
 from episodekit.core.layout.files import chunk_file, file_path
 from episodekit.core.paths import MIB, VIDEO_PATH_V3
 from episodekit.core.progress import current
+from episodekit.core.video import psnr_db  # noqa: F401 - also this module's API
 from episodekit.core.video_writer import LEROBOT_RGB  # noqa: F401 - also this module's API
 from episodekit.writers.plan import OutputPlan
 
@@ -351,15 +352,6 @@ def planes(frame) -> np.ndarray:
         rows = np.frombuffer(p, dtype=np.uint8).reshape(p.height, p.line_size)
         out.append(rows[:, : p.width].ravel())
     return np.concatenate(out)
-
-
-def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR of two uint8 images in dB (inf when equal). The squared differences are summed
-    in int64: an int32 sum wraps past 2**31 (a 1080p frame off by 200 everywhere gave NaN,
-    which no ``q < MIN_PSNR_DB`` refuses)."""
-    d = (a.astype(np.int64) - b.astype(np.int64)).ravel()
-    mse = float(np.dot(d, d)) / max(d.size, 1)
-    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
 def verify_encoded(staging: Path, plan: OutputPlan, enc: Encoded, executor: str = "local") -> None:

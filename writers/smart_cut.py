@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from episodekit.core.errors import EnvironmentProblem, os_problem
-from episodekit.core.video import VideoError, canonical_codec, require_av
+from episodekit.core.video import VideoError, canonical_codec, psnr_db, require_av
 from episodekit.prep.remux import Placed, signature_difference, stream_signature
 
 MIN_PSNR = 40.0  # dB: the floor for a re-encoded frame against the source frame
@@ -206,14 +206,6 @@ def _decode(stream: Any, packets: list[Any], rank: np.ndarray, lo: int, hi: int)
     return [got[r] for r in range(lo, hi)]
 
 
-def psnr(a: Any, b: Any) -> float:
-    """PSNR (dB) of frame ``b`` against ``a``, as the RGB pictures a loader decodes."""
-    x = a.to_ndarray(format="rgb24").astype(np.float64)
-    y = b.to_ndarray(format="rgb24").astype(np.float64)
-    mse = float(np.mean((x - y) ** 2))
-    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
-
-
 def _encode(
     stream: Any, frames: list[Any], first_pts: int, ticks: Fraction, gop: int, delay: int = 0
 ) -> tuple[list[Any], float]:
@@ -252,7 +244,10 @@ def _encode(
             decoded += dec.decode(p)
         if len(decoded) != len(frames) or not packets[0].is_keyframe:
             continue
-        worst = min(psnr(a, b) for a, b in zip(frames, decoded))
+        worst = min(
+            psnr_db(a.to_ndarray(format="rgb24"), b.to_ndarray(format="rgb24"))
+            for a, b in zip(frames, decoded)
+        )
         if best is None or worst > best[1]:
             best = (_as_stored(stream, codec, packets, delay), worst)
         if worst >= TARGET_PSNR:
