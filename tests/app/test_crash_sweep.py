@@ -156,6 +156,7 @@ def test_repair_out_swap_stopped_at_every_step(tmp_path, sig, exchange):
     steps = points(tmp_path, "repair", ref, "--out", ref.parent / "out", "--keep-partial", env=env)
     shutil.rmtree(ref.parent / "out")
     os.rename(tmp_path / "old", ref.parent / "out")
+    source = tree(copy_fixture("crash_rec7", tmp_path / "pristine"))
     assert [s for s in steps if s.startswith("publish:")], steps
     for n, step in enumerate(steps, 1):
         parent = tmp_path / f"{sig}-{exchange}-{n}"
@@ -167,6 +168,7 @@ def test_repair_out_swap_stopped_at_every_step(tmp_path, sig, exchange):
         run = crash(sig, n, *args, env=env)
         where = f"{sig} at {n} ({step}): exit {run.returncode}\n{run.stderr}"
         check_exit(sig, run, where)
+        assert tree(src) == source, where  # --out never writes into the source
         if not exchange and not out.exists():  # killed between the two renames: the next
             staging.remove_stale(out)  # run (its clean-up) puts the replaced output back
             assert tree(out) == old, where
@@ -182,7 +184,9 @@ def test_repair_out_swap_stopped_at_every_step(tmp_path, sig, exchange):
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_repair_new_out_stopped_at_every_step(tmp_path, sig):
     ref = copy_fixture("crash_rec7", tmp_path / "ref" / "rec")
+    source = tree(ref)
     steps = points(tmp_path, "repair", ref, "--out", ref.parent / "out")
+    assert tree(ref) == source
     for n, step in enumerate(steps, 1):
         parent = tmp_path / f"{sig}-{n}"
         src = copy_fixture("crash_rec7", parent / "rec")
@@ -190,6 +194,7 @@ def test_repair_new_out_stopped_at_every_step(tmp_path, sig):
         run = crash(sig, n, "repair", src, "--out", out)
         where = f"{sig} at {n} ({step}): exit {run.returncode}\n{run.stderr}"
         check_exit(sig, run, where)
+        assert tree(src) == source, where  # --out never writes into the source
         state = published(out) if out.exists() else None
         if sig == "INT":
             assert near(parent) in (["rec"], ["out", "rec"]), where
