@@ -79,6 +79,23 @@ class CopyRecord:
         self._saved = dict(self.files)
 
 
+def copied_without(fs, root: str, sub: str) -> str | None:
+    """The source of ``root`` when ``root`` is an ``--out`` copy whose record holds no file under
+    ``sub`` (e.g. ``videos``: a copy made without ``--videos``), else None (no record, another
+    format, or ``sub`` copied)."""
+    try:
+        with fs.open(posixpath.join(root, RECORD_FILE), "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
+        return None
+    files = doc.get("files") or {}
+    if any(str(k).startswith(sub + "/") for k in files):
+        return None
+    return str(doc.get("source") or "its source")
+
+
 def copy_tree(fs, root: str, out: Path, sub: str, record: CopyRecord) -> list[str]:
     """Copy every file under ``root/sub`` to ``out/sub`` (each write atomic) unless DIR's copy
     was made from the source file as it is now; returns the relative paths copied."""

@@ -254,12 +254,24 @@ def check_paths(raw: RawRoot) -> list[Finding]:
             if why:
                 out.append(Finding("info.paths", ERROR, why, rel, int(ep[i])))
             elif not raw.fs.exists(raw.join(rel)):
-                out.append(
-                    Finding(
-                        "info.videos", ERROR, "referenced video file is missing", rel, int(ep[i])
-                    )
-                )
+                out.append(_missing_video(raw, rel, int(ep[i])))
     return out
+
+
+def _missing_video(raw: RawRoot, rel: str, episode: int) -> Finding:
+    """``info.videos`` for a missing video file: an error, but a warning in a copy ``prepare
+    --out`` made without ``--videos`` (data and metadata only, as its record says: prepare's own
+    validation leaves the videos out), naming the option that copies them."""
+    from episodekit.prep.outcopy import copied_without
+
+    source = copied_without(raw.fs, raw.path, "videos")
+    if source is None:
+        return Finding("info.videos", ERROR, "referenced video file is missing", rel, episode)
+    why = (
+        f"referenced video file is not here: a copy of {source} made without --videos "
+        f"(`episodekit prepare {source} --out {raw.root} --videos` copies them)"
+    )
+    return Finding("info.videos", WARNING, why, rel, episode)
 
 
 def check_unreferenced(raw: RawRoot) -> list[Finding]:
