@@ -53,6 +53,7 @@ docs: $(TEST_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # LeRobot 0.6.1 reads every import fixture's output (tests/fixtures/import) with the source's
 # values: our CLI imports, the formats' own libraries dump the source, LeRobot's venv reads back

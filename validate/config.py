@@ -94,4 +94,3 @@ def load_config(root: str) -> ValidateConfig:
         fail_on=fail_on,
         baseline=baseline,
     )
-

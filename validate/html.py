@@ -120,7 +120,7 @@ def _summary(report: Report) -> str:
                 f'<span class="{_e(sev)}">{_e(sev)}</span>',
                 count,
                 _e(c.title),
-                f"{_e(c.description)} <span class=\"note\">({_e(c.help)})</span>",
+                f'{_e(c.description)} <span class="note">({_e(c.help)})</span>',
             ]
         )
     return _table(["check", "severity", "count", "title", "what it guards against"], rows, (2,))
@@ -356,8 +356,10 @@ def _trace_plot(raw: Any, f: Finding) -> str:
     x = _matrix(t[f.feature])
     if x is None or not len(x):
         return ""
-    dims = [f.dimension] if f.dimension is not None and f.dimension < x.shape[1] else range(
-        min(x.shape[1], 8)
+    dims = (
+        [f.dimension]
+        if f.dimension is not None and f.dimension < x.shape[1]
+        else range(min(x.shape[1], 8))
     )
     fig, ax = plt.subplots(figsize=(9, 2.2))
     for j in dims:
@@ -481,7 +483,7 @@ def format_html(report: Report, plots: bool = True) -> tuple[str, str]:
     elif raw is None:
         body.append(f'<p class="note">No plots: {_e(INFO_FILE)} unreadable.</p>')
     page = (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>Validation report: {_e(report.root)}</title><style>{CSS}</style></head>\n"
         "<body>\n" + "\n".join(body) + "\n</body></html>\n"
     )

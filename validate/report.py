@@ -149,7 +149,7 @@ def _baseline_lines(report) -> list[str]:
     ]
     if base.gone:
         lines += ["", "| gone | where |", "|---|---|"]
-        lines += [f"| `{e.check}` | {_cell(e.where())} |" for e in base.gone[:WORST * 5]]
+        lines += [f"| `{e.check}` | {_cell(e.where())} |" for e in base.gone[: WORST * 5]]
         if len(base.gone) > WORST * 5:
             lines.append(f"| ... | {len(base.gone) - WORST * 5} more |")
     return lines
@@ -185,9 +185,7 @@ def write_plots(report, folder: str | Path, per_check: int = 3) -> dict[int, str
     return out
 
 
-def write_markdown(
-    report, checks: dict[str, str] | None, path: str | Path, plots_dir=None
-) -> str:
+def write_markdown(report, checks: dict[str, str] | None, path: str | Path, plots_dir=None) -> str:
     """Write the Markdown report atomically (plots first when ``plots_dir``); returns a note
     for the user when plots were asked for but matplotlib is missing, else ''."""
     plots, note = {}, ""

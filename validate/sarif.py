@@ -38,7 +38,9 @@ from episodekit.validate.scope import FULL, scope_lines
 if TYPE_CHECKING:
     from episodekit.validate.runner import Report
 
-SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+SCHEMA = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
 MAX_RESULTS = 25_000  # GitHub: results per run
 MAX_GZIP_BYTES = 10 * 1024 * 1024  # GitHub: the uploaded file, gzipped
 SRCROOT = "%SRCROOT%"

@@ -221,4 +221,3 @@ def scan_sample(
     if not parts:
         return None, problems, notes, read
     return pl.concat(parts, how="diagonal_relaxed"), problems, notes, read
-

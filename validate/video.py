@@ -257,8 +257,11 @@ def check_videos(
                 out.append(Finding("video.readable", ERROR, msg, rel, first_ep))
                 continue
             if index is None:
-                _note(notes, f"{rel}: its mp4 boxes do not describe it (fragmented, several "
-                      "edits): no video check judged it")
+                _note(
+                    notes,
+                    f"{rel}: its mp4 boxes do not describe it (fragmented, several "
+                    "edits): no video check judged it",
+                )
                 continue
             found = _stream_findings(index, decl, rel, first_ep)
             found += stream_findings(index, feat, rel, first_ep)  # channels, audio, GOP
@@ -266,8 +269,11 @@ def check_videos(
                 drop = {c for fact in index.undecided for c in _UNDECIDED_CHECKS[fact]}
                 found = [f for f in found if f.check not in drop]
                 facts = " and ".join(index.undecided)
-                _note(notes, f"{rel}: its boxes do not settle the {facts}: "
-                      f"{', '.join(sorted(drop))} not judged")
+                _note(
+                    notes,
+                    f"{rel}: its boxes do not settle the {facts}: "
+                    f"{', '.join(sorted(drop))} not judged",
+                )
             out += found
             if raw.version in V2:
                 start = np.zeros(len(rows))

@@ -239,8 +239,10 @@ def _arrow_values(col: pa.Array, where: str) -> np.ndarray:
     expect = "numbers or bools, or fixed-length lists of numbers"
     if col.null_count:
         raise ValueError(f"{where}: {col.null_count} frames have a null value")
-    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or (
-        pa.types.is_fixed_size_list(col.type)
+    if (
+        pa.types.is_list(col.type)
+        or pa.types.is_large_list(col.type)
+        or (pa.types.is_fixed_size_list(col.type))
     ):
         if not _numeric(col.type.value_type):
             raise ValueError(f"{where}: values of type {col.type} (expected {expect})")
@@ -337,8 +339,7 @@ def read_feature(ds: Dataset, name: str, path: str | Path) -> AddedFeature:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(
-            f"{where}: row {i}: episode {int(ep[i])} frame {int(fi[i])} is not a frame of "
-            f"{ds.root}"
+            f"{where}: row {i}: episode {int(ep[i])} frame {int(fi[i])} is not a frame of {ds.root}"
         )
     order = np.argsort(pos, kind="stable")
     pos, vals = pos[order], vals[order]
@@ -408,6 +409,7 @@ class FeatureChanges:
                 names.append(a.name)
                 cols.append(a.column(ep, fi, path, need))
         return pa.RecordBatch.from_arrays(cols, names=names)
+
     def schema(self, schema: pa.Schema) -> pa.Schema:
         """The output data schema: renamed fields, added fields, ``huggingface`` metadata."""
         fields = [f.with_name(self.renamed.get(f.name, f.name)) for f in schema]

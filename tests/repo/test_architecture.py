@@ -40,7 +40,15 @@ ALLOWED = {
     # and the import map; on core only (the writers' import pipeline feeds them to the sink)
     "importers": {"core", "importers"},
     "top": {
-        "core", "prep", "metadata", "loaders", "validate", "writers", "sample", "importers", "top",
+        "core",
+        "prep",
+        "metadata",
+        "loaders",
+        "validate",
+        "writers",
+        "sample",
+        "importers",
+        "top",
     },  # fmt: skip
 }
 GUARD_ERRORS = {"ImportError", "ModuleNotFoundError"}

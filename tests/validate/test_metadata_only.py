@@ -212,9 +212,7 @@ def test_a_data_page_corruption_is_not_claimed_as_checked(fixtures, tmp_path):
     assert "data.nan" in meta["checks_skipped"] and "data.nan" not in meta["checks_run"]
 
 
-def test_sample_is_deterministic_and_catches_a_corruption_in_a_sampled_episode(
-    fixtures, tmp_path
-):
+def test_sample_is_deterministic_and_catches_a_corruption_in_a_sampled_episode(fixtures, tmp_path):
     root = copy(fixtures / "rec40", tmp_path / "rec40")
     _, first = validate(root, "--sample-episodes", "6")
     _, again = validate(root, "--sample-episodes", "6")

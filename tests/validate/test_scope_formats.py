@@ -108,9 +108,7 @@ def test_metadata_only_in_every_format(corrupted):
     (why,) = cases["data.nan"].result
     assert isinstance(why, junitparser.Skipped)
     assert why.message == "metadata-only run: not run (reads data pages)"
-    assert {n for n, c in cases.items() if not c.is_passed and not c.is_skipped} == {
-        "info.totals"
-    }
+    assert {n for n, c in cases.items() if not c.is_passed and not c.is_skipped} == {"info.totals"}
     assert suite.skipped == len(skipped) and suite.tests == len(cases)
     assert "run on the parquet footers only" in cases["data.read"].system_out
 

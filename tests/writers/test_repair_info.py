@@ -71,6 +71,7 @@ def test_infinite_fps_is_rebuilt_from_the_timestamps(tmp_path):
     """``"fps": 1e999`` (JSON reads it as infinity; copied, it was written back as
     ``Infinity``, which no JSON reader takes): rebuilt as the integer fps whose
     frame_index / fps gives every timestamp bit for bit."""
+
     def change(d):
         return json.dumps(d, indent=4).replace('"fps": 30', '"fps": 1e999')
 
