@@ -2,7 +2,7 @@
 images, language columns), ``features`` and the ``huggingface`` schema metadata, per-episode
 stats columns and ``stats.json`` (LeRobot's aggregation). LeRobot's file roll-over rule lives in
 core (:mod:`episodekit.core.layout`), the tasks table with the writers
-(:func:`episodekit.writers.meta.tasks_table`)."""
+(:func:`episodekit.writers.sink_meta.tasks_table`)."""
 
 from __future__ import annotations
 

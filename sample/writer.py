@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core import staging
-from episodekit.core.atomic import atomic_write_text
 from episodekit.core.layout.files import chunk_file, roll_over
 from episodekit.core.layout.info import Info
 from episodekit.core.outdir import check_output_dir, mark_output_dir
@@ -42,6 +41,7 @@ from episodekit.sample.tables import (
 )
 from episodekit.sample.video import encode_file, write_camera_v30
 from episodekit.writers import meta as meta_mod
+from episodekit.writers import sink_meta
 from episodekit.writers.sink_data import EDITOR, RECORDER, DataFiles
 
 
@@ -166,28 +166,27 @@ def _write_v30(root: Path, spec: SampleSpec) -> None:
     }
     # Episode metadata files roll over like data files (by an estimate of their row size).
     meta_row_bytes = 2000 + 300 * (spec.state_dim + spec.action_dim)
-    meta_seq = roll_over(
-        np.full(n_ep, meta_row_bytes, dtype=np.float64), spec.data_files_size_in_mb * MIB
+    meta_chunk, meta_file = sink_meta.places(
+        n_ep, meta_row_bytes, spec.data_files_size_in_mb * MIB, spec.chunks_size
     )
-    meta_chunk, meta_file = chunk_file(meta_seq, spec.chunks_size)
     cols["meta/episodes/chunk_index"] = pa.array(meta_chunk)
     cols["meta/episodes/file_index"] = pa.array(meta_file)
     episodes = pa.table(cols)
-    # the metadata as the dataset writers write theirs (writers.meta): the episodes files, the
-    # tasks table, info.json (parsed strictly: one LeRobot could not read is never written)
-    # and stats.json, LeRobot 0.4.4's aggregation of the episodes' stats (count-weighted mean
-    # and quantiles, parallel-variance std)
-    meta_mod.write_episodes(root, episodes)
-    write_table(meta_mod.tasks_table(tasks, spec.tasks_index_name), root / "meta/tasks.parquet")
+    # the metadata as every dataset writer writes its own (writers.sink_meta): the episodes
+    # files, the tasks table, info.json (parsed strictly: one LeRobot could not read is never
+    # written) and stats.json, LeRobot 0.4.4's aggregation of the episodes' stats
+    # (count-weighted mean and quantiles, parallel-variance std: the SAMPLE policy)
+    sink_meta.write_episodes(root, episodes, sink_meta.SAMPLE)
+    sink_meta.write_tasks(root, tasks, spec.tasks_index_name)
     base = _info_base(spec, features, lengths)
     base.update(
         data_files_size_in_mb=spec.data_files_size_in_mb,
         video_files_size_in_mb=spec.video_files_size_in_mb,
     )
     plan = SimpleNamespace(num_episodes=n_ep, num_frames=int(lengths.sum()))
-    meta_mod.write_info(root / INFO_FILE, meta_mod.info_json(base, plan, spec.tasks, features))
+    sink_meta.write_info(root, meta_mod.info_json(base, plan, spec.tasks, features))
     stats = meta_mod.dataset_stats(episodes, features, {})
-    atomic_write_text(root / "meta/stats.json", json.dumps(stats, indent=4))
+    sink_meta.finish_stats(root, stats, sink_meta.SAMPLE)
 
 
 def _info_base(spec: SampleSpec, features: dict, lengths: np.ndarray) -> dict:
@@ -243,5 +242,5 @@ def _write_v21(root: Path, spec: SampleSpec) -> None:
         video_path=VIDEO_PATH_V2 if spec.videos else None,
     )
     # parsed strictly: a sample whose info.json LeRobot could not read is a bug, never written
-    atomic_write_text(root / INFO_FILE, Info.parse(info, INFO_FILE).to_json())
-    atomic_write_text(root / "meta/stats.json", json.dumps(v21_dataset_stats(per_episode)))
+    sink_meta.write_info(root, Info.parse(info, INFO_FILE))
+    sink_meta.write_stats(root, v21_dataset_stats(per_episode), indent=None)

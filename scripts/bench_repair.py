@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from episodekit.writers import repair_schema as rs
 from episodekit.metadata.stats import feature_values
-from episodekit.writers.meta import tasks_table
+from episodekit.writers.sink_meta import tasks_table
 
 spec = json.loads(sys.argv[1])
 root, frames, dims, tasks = Path(spec["root"]), spec["frames"], spec["dims"], spec["tasks"]

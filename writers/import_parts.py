@@ -6,8 +6,9 @@ Each episode's ``meta/episodes`` row (its stats, its kept source values) and its
 ``sketch-NNNNNN.parquet``, atomically) in the staging folder's :data:`PARTS_DIR`; a checkpoint
 (:meth:`EpisodeParts.flush`) writes a shorter part, so the parts a resumed run keeps end where
 its data files do. :meth:`EpisodeParts.write_meta` streams them into ``meta/episodes`` (a row
-group a part) and the sidecar, one part in memory at a time; :meth:`EpisodeParts.stats_table`
-reads one feature's ``stats/*`` columns of every episode (the dataset stats).
+group a part, through :class:`~episodekit.writers.sink_meta.EpisodesFiles`) and the sidecar,
+one part in memory at a time; :meth:`EpisodeParts.stats_table` reads one feature's ``stats/*``
+columns of every episode (the dataset stats).
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core.atomic import atomic_path
-from episodekit.core.layout.files import chunk_file, roll_over
 from episodekit.core.parquet_read import local_batches, read_schema, read_table
-from episodekit.core.parquet_write import RowGroupWriter, plain_writer, write_table
+from episodekit.core.parquet_write import RowGroupWriter, write_table
 from episodekit.metadata.stats.blocks import block_stats, feature_values
 from episodekit.metadata.stats.episode_sketch import (
     ENCODING,
@@ -37,9 +37,10 @@ from episodekit.metadata.stats.episode_sketch import (
 )
 from episodekit.metadata.stats.keys import DEFAULT_SKETCH_POINTS
 from episodekit.writers import repair_schema
+from episodekit.writers.sink_meta import IMPORT, PLACE, EpisodesFiles, places
 
 PARTS_DIR = ".episodekit-import"  # inside the staging folder; removed before the publish
-ROWS_BATCH = 256  # episodes buffered in memory before they become a part
+ROWS_BATCH = IMPORT.group_rows  # episodes buffered in memory before they become a part
 SKETCH_BATCH = 64  # episodes a sketch part is read back in (see EpisodeParts._sketch_part)
 
 
@@ -124,36 +125,19 @@ class EpisodeParts:
         nbytes = 0.0
         for t in self._read("rows"):
             nbytes += _conform(t, schema).nbytes
-        meta_seq = roll_over(np.full(n, nbytes / n), data_limit)
-        chunk, file = chunk_file(meta_seq, chunks_size)
-        writers: dict[tuple[int, int], Any] = {}
+        chunk, file = places(n, nbytes / n, data_limit, chunks_size)
         lengths = []
         at = 0
-        try:
+        with EpisodesFiles(folder, IMPORT, schema) as files:
             for t in self._read("rows"):
                 t = _conform(t, schema)
                 m = t.num_rows
-                c, f = chunk[at : at + m], file[at : at + m]
-                for col, values in (
-                    ("meta/episodes/chunk_index", c),
-                    ("meta/episodes/file_index", f),
-                ):
+                for col, values in zip(PLACE, (chunk[at : at + m], file[at : at + m])):
                     i = t.schema.get_field_index(col)
                     t = t.set_column(i, col, pa.array(values, t.schema.field(i).type))
-                key = c * (1 << 32) + f
-                for k in np.unique(key).tolist():
-                    sel = np.flatnonzero(key == k)
-                    where = (int(k >> 32), int(k & 0xFFFFFFFF))
-                    if where not in writers:
-                        rel = f"meta/episodes/chunk-{where[0]:03d}/file-{where[1]:03d}.parquet"
-                        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                        writers[where] = plain_writer(folder / rel, schema)
-                    writers[where].write_table(t.slice(int(sel[0]), len(sel)))
+                files.write(t)
                 lengths.append(t["length"].combine_chunks())
                 at += m
-        finally:
-            for w in writers.values():
-                w.close()
         return pa.concat_arrays(lengths)
 
     def write_sketches(self, folder: Path, meta: dict[str, object]) -> None:

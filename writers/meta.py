@@ -1,5 +1,6 @@
-"""The output's metadata: tasks table, episodes table (every column LeRobot writes), info.json
-and stats.json, built from the sources' metadata and what the data and video stages wrote.
+"""The output's metadata: tasks, episodes table (every column LeRobot writes), info.json
+and stats.json, built from the sources' metadata and what the data and video stages wrote
+(written by :mod:`episodekit.writers.sink_meta`, every writer's metadata side).
 
 Per-episode stats of the kept episodes are reused as they are; those of the renumbered columns
 (``index``, ``episode_index``, ``task_index``) are recomputed from the new values (LeRobot's
@@ -9,15 +10,11 @@ stats (``metadata/lerobot_stats.py``: count-weighted mean and quantiles, paralle
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from episodekit.core.atomic import atomic_write_text
-from episodekit.core.layout.files import chunk_file, roll_over
+from episodekit.core.layout.files import chunk_file
 from episodekit.core.layout.info import Info
 from episodekit.core.layout.rules import (
     DATA_PATH_V3,
@@ -27,11 +24,11 @@ from episodekit.core.layout.rules import (
     V3,
     VIDEO_PATH_V3,
 )
-from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import INFO_FILE, MIB
 from episodekit.metadata import lerobot_stats
 from episodekit.writers.data import TaskValues
 from episodekit.writers.plan import OutputPlan
+from episodekit.writers.sink_meta import places
 
 STAT_KEYS = ("min", "max", "mean", "std", "count", *lerobot_stats.LEROBOT_QUANTILE_KEYS)
 V2_ONLY_KEYS = ("total_chunks", "total_videos")
@@ -65,31 +62,6 @@ def unify_tasks(
             m[i] = order.get(rename.get(t, t), -1)
         maps.append(m)
     return list(order), maps, ep_tasks
-
-
-def tasks_table(tasks: list[str], index_name: str | None = None) -> pa.Table:
-    """meta/tasks.parquet as LeRobot writes it: the task string is the pandas index, unnamed
-    (column ``__index_level_0__``, older LeRobot) or ``index_name`` (newer: ``task``)."""
-    col = index_name or "__index_level_0__"
-    pandas_meta = {
-        "index_columns": [col],
-        "column_indexes": [
-            {"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
-             "metadata": {"encoding": "UTF-8"}}
-        ],
-        "columns": [
-            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
-             "numpy_type": "int64", "metadata": None},
-            {"name": index_name, "field_name": col, "pandas_type": "unicode",
-             "numpy_type": "object", "metadata": None},
-        ],
-        "creator": {"library": "pyarrow", "version": pa.__version__},
-        "pandas_version": "2.2.3",
-    }  # fmt: skip
-    table = pa.table(
-        {"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), col: pa.array(tasks)}
-    )
-    return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
 
 
 def _list_column(matrix: np.ndarray, like: pa.DataType | None) -> pa.Array:
@@ -234,26 +206,10 @@ def episodes_table(
         cols[name] = src[name].combine_chunks()
     cols.update(renumbered_stats(plan, tasks, types))
     row_bytes = pa.table(cols).nbytes / max(n, 1)
-    meta_seq = roll_over(np.full(n, row_bytes), file_limit_mb * MIB)
-    meta_chunk, meta_file = chunk_file(meta_seq, chunks_size)
+    meta_chunk, meta_file = places(n, row_bytes, file_limit_mb * MIB, chunks_size)
     cols["meta/episodes/chunk_index"] = pa.array(meta_chunk)
     cols["meta/episodes/file_index"] = pa.array(meta_file)
     return pa.table(cols)
-
-
-def write_episodes(staging: Path, episodes: pa.Table) -> list[str]:
-    """Write meta/episodes/chunk-XXX/file-YYY.parquet; return their relative paths."""
-    chunk = episodes["meta/episodes/chunk_index"].to_numpy()
-    fidx = episodes["meta/episodes/file_index"].to_numpy()
-    key = chunk * (1 << 32) + fidx
-    written = []
-    for k in np.unique(key).tolist():
-        sel = np.flatnonzero(key == k)
-        rel = f"meta/episodes/chunk-{k >> 32:03d}/file-{k & 0xFFFFFFFF:03d}.parquet"
-        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-        write_table(episodes.slice(int(sel[0]), len(sel)), staging / rel)
-        written.append(rel)
-    return written
 
 
 def dataset_stats(episodes: pa.Table, features: dict, fallback: dict) -> dict[str, dict[str, list]]:
@@ -307,8 +263,3 @@ def info_json(base: dict, plan: OutputPlan, n_tasks: int, features: dict) -> Inf
         features=features,
     )
     return Info.parse(info, INFO_FILE)
-
-
-def write_info(path: Path, info: Info) -> None:
-    """info.json written atomically (:meth:`Info.to_json`, LeRobot's indent)."""
-    atomic_write_text(path, info.to_json())

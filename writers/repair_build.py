@@ -12,12 +12,13 @@
   by packet copy (:func:`~episodekit.prep.remux.remux`);
 - info.json totals and splits (and the keys :mod:`~episodekit.writers.repair_info` rebuilt;
   never a number that is not finite), tasks.parquet without tasks no kept episode uses, stats.json
-  when the old one disagrees with the kept episodes (LeRobot's aggregation of their stats).
+  when the old one disagrees with the kept episodes (LeRobot's aggregation of their stats),
+  written through the sink's metadata side (:mod:`episodekit.writers.sink_meta`, policy
+  ``REPAIR``: the recorder's places of the episodes rows, exact quantiles).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,18 +28,17 @@ import pyarrow as pa
 
 from episodekit.core import parquet_salvage as ps
 from episodekit.core import thrift_compact as tc
-from episodekit.core.atomic import atomic_path, atomic_write_text
-from episodekit.core.dataset import open_dataset
+from episodekit.core.atomic import atomic_path
 from episodekit.core.parquet_read import read_table
 from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
-from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, numeric_features
-from episodekit.metadata.stats.range_counts import RangeCounts, exact_from_counts
-from episodekit.writers import meta as meta_mod
-from episodekit.writers import repair_episodes, repair_info
+from episodekit.metadata.stats import QUANTILE_KEYS, numeric_features
+from episodekit.metadata.stats.range_counts import RangeCounts
+from episodekit.writers import repair_episodes, repair_info, sink_meta
 from episodekit.writers.repair_kept import column, files_of
 from episodekit.writers.repair_plan import RepairPlan
 
 INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
+SELECT_ROWS = 65_536  # rows a read of the quantiles' selection pass (over the kept data files)
 
 
 @dataclass
@@ -135,10 +135,10 @@ def build_tables(plan: RepairPlan, staging: Path, staged: Staged) -> None:
             staged.unchanged.append(TASKS)
         else:
             keep = inv.tasks_raw["task_index"].to_numpy() < len(plan.tasks)
-            write_table(inv.tasks_raw.filter(pa.array(keep)), _dest(staging, TASKS))
+            sink_meta.write_tasks(staging, inv.tasks_raw.filter(pa.array(keep)))
             staged.written[TASKS] = f"{len(plan.tasks)} tasks"
     else:
-        write_table(meta_mod.tasks_table(plan.tasks), _dest(staging, TASKS))
+        sink_meta.write_tasks(staging, plan.tasks)
         staged.written[TASKS] = f"{len(plan.tasks)} tasks (rebuilt)"
     info = dict(inv.info)  # damaged keys already rebuilt (repair_info)
     info.update(
@@ -151,7 +151,11 @@ def build_tables(plan: RepairPlan, staging: Path, staged: Staged) -> None:
     if info == old:
         staged.unchanged.append(INFO)
         return
-    atomic_write_text(_dest(staging, INFO), repair_info.info_json(info))
+    try:
+        sink_meta.write_info(staging, info)
+    except ValueError as exc:  # a check of repair_info missed a key: never publish it
+        refused = f"would hold a number that is not finite ({exc})"
+        raise repair_info.InfoRefused(refused, INFO) from exc
     if old is None:
         staged.written[INFO] = "rebuilt from the data (every key)"
         return
@@ -201,18 +205,11 @@ def build_stats(
     }
     data = plan.inventory.data
     rels = sorted({data[f].rel for f in np.unique(files_of(plan.kept, data)).tolist()})
-    quantiles = {}
-    if feats:  # a file under a new footer is read by windows of row groups (staged.salvaged)
-        quantiles = exact_from_counts(str(staging), rels, counts or {}, windows=staged.salvaged)
-    rest = [n for n in feats if n not in quantiles]
-    if rest:
-        res = compute_stats(open_dataset(str(staging)), features=rest)
-        quantiles.update({n: res.dataset[n].quantiles for n in rest})
-    for n, q in quantiles.items():
-        for i, key in enumerate(QUANTILE_KEYS):
-            if key in stats[n]:
-                stats[n][key] = q[i].tolist()
-    atomic_write_text(_dest(staging, STATS), json.dumps(stats, indent=4))
+    # a file under a new footer is read by windows of row groups (staged.salvaged)
+    sink_meta.finish_stats(
+        staging, stats, sink_meta.REPAIR, rels, feats, counts or {}, staged.salvaged,
+        batch_rows=SELECT_ROWS,
+    )  # fmt: skip
     staged.written[STATS] = (
         f"recomputed for the {len(plan.kept)} kept episodes"
         if plan.stats_reason

@@ -7,7 +7,8 @@ window of row groups at a time: :mod:`episodekit.core.parquet_window`), rebuilt 
 (:mod:`episodekit.writers.repair_meta`), their ``meta/episodes/chunk_index``/``file_index``
 set to where they now live. The block feeds LeRobot's stats recurrence
 (:class:`~episodekit.writers.repair_schema.DatasetStats`) and is written to the episodes files
-it belongs to, one row group each (a file of at most :data:`BLOCK` rows is one row group, as
+it belongs to (:class:`~episodekit.writers.sink_meta.EpisodesFiles`, policy ``REPAIR``), one
+row group each (a file of at most :data:`BLOCK` rows is one row group, as
 before; a longer one is several, as LeRobot's recorder writes it: a row group per flush). A file
 whose rows are those on disk, unchanged, is not written but its rows still feed the stats.
 """
@@ -21,14 +22,13 @@ import numpy as np
 import pyarrow as pa
 
 from episodekit.core.parquet_window import WINDOW_CHUNKS
-from episodekit.core.parquet_write import plain_writer
 from episodekit.writers import repair_meta, repair_schema
 from episodekit.writers.repair_inspect import MetaFile
 from episodekit.writers.repair_kept import column
 from episodekit.writers.repair_plan import RepairPlan
+from episodekit.writers.sink_meta import EPISODES_PATH, PLACE, REPAIR, EpisodesFiles, in_order
 
-BLOCK = 4096  # kept rows taken, fed to the stats and written at a time (a row group each)
-PLACE = ("meta/episodes/chunk_index", "meta/episodes/file_index")
+BLOCK = REPAIR.group_rows  # kept rows taken, fed to the stats and written at a time
 
 
 class _Source:
@@ -107,9 +107,9 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
     stats = repair_schema.DatasetStats(inv.info)
     key = where[:, 0] * (1 << 32) + where[:, 1]
     outputs: dict[int, tuple[str, bool]] = {}  # key -> (rel, written)
-    for k in _in_order(key):
+    for k in in_order(key):
         chunk, file = k >> 32, k & 0xFFFFFFFF
-        rel = f"meta/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
+        rel = EPISODES_PATH.format(chunk=chunk, file=file)
         pos = np.flatnonzero(key == k)
         src = next((i for i, m in enumerate(inv.episodes) if m.rel == rel), None)
         same = (
@@ -135,33 +135,20 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
         for f in every:
             if f not in used:
                 del sources[f]
-        writers: dict[int, object] = {}
+        files = stack.enter_context(EpisodesFiles(staging, REPAIR))
+        changed = np.array([k for k, (_, w) in outputs.items() if w], np.int64)
         for lo in range(0, len(kept), BLOCK):
             hi = min(lo + BLOCK, len(kept))
             block = _block(plan, sources, schema, lo, hi, meta_row, file_of, row_in, where)
             stats.add(block)
-            for k in _in_order(key[lo:hi]):
-                rel, write = outputs[k]
-                if not write:
-                    continue
-                if k not in writers:
-                    path = staging / rel
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    writers[k] = stack.enter_context(plain_writer(str(path), block.schema))
-                mine = np.flatnonzero(key[lo:hi] == k)
-                rows = block if len(mine) == hi - lo else block.take(pa.array(mine))
-                writers[k].write_table(rows)  # type: ignore[attr-defined]
-                del rows
+            write = np.isin(key[lo:hi], changed)
+            if write.all():
+                files.write(block)
+            elif write.any():  # rows of files kept as they are on disk: only fed to the stats
+                files.write(block.filter(pa.array(write)))
             del block
             pa.default_memory_pool().release_unused()
     return stats.result()
-
-
-def _in_order(values: np.ndarray) -> list[int]:
-    """The distinct values of ``values`` in the order they first appear (no Python object per
-    value: ``dict.fromkeys(values.tolist())`` made one per episode)."""
-    distinct, first = np.unique(values, return_index=True)
-    return distinct[np.argsort(first)].tolist()
 
 
 def _block(plan, sources, schema, lo, hi, meta_row, file_of, row_in, where) -> pa.Table:

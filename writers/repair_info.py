@@ -506,12 +506,3 @@ def derive_fps(timestamps: np.ndarray, frame_index: np.ndarray, problem: str, ro
         "recording's fps into meta/info.json",
         path,
     )
-
-
-def info_json(info: dict) -> str:
-    """info.json's text as repair writes it (LeRobot's indent); a number that is not finite
-    is an error, never written as ``Infinity``."""
-    try:
-        return json.dumps(info, indent=4, allow_nan=False)
-    except ValueError as exc:  # a check above missed a key: never publish it
-        raise InfoRefused(f"would hold a number that is not finite ({exc})", INFO) from exc

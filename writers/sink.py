@@ -28,12 +28,13 @@ frame. :class:`EpisodeSink` writes into a folder (the caller's staging folder):
 checksums of the rows meant for it (row counts, ``index``), each mp4's frame count against its
 episodes, the root read back as a dataset. Memory: one episode and one row group's rows (about
 ``target_mb``), plus what reading a data file back costs, plus per camera its process (numpy
-and PyAV, ~66 MiB) and the frames in flight to it; the episodes' metadata rows and
-sketch points go to disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the
-dataset quantiles are exact by range counts over the written files
-(:mod:`~episodekit.writers.import_stats`). A checkpoint's read-back (with the cameras alive)
-goes through small column buffers, Arrow's pool released after each batch: peak 1.07x from
-1,000 to 4,000 episodes of 100 steps (docs/import.md).
+and PyAV, ~66 MiB) and the frames in flight to it; the episodes' metadata rows and sketch
+points go to disk every 256 episodes (:mod:`~episodekit.writers.import_parts`), the dataset
+quantiles are exact by range counts over the written files
+(:mod:`~episodekit.writers.stats_exact`); the metadata files are written by the sink's metadata
+side (:mod:`~episodekit.writers.sink_meta`, policy ``IMPORT``). A checkpoint's read-back (with
+the cameras alive) goes through small column buffers, Arrow's pool released after each batch:
+peak 1.07x from 1,000 to 4,000 episodes of 100 steps (docs/import.md).
 
 Checkpoints (resuming a killed import): when a data file is full, it is closed, read back
 and checked, the cameras' mp4s are closed with it (the next episode starts new ones) and the
@@ -45,7 +46,6 @@ file is what lets one episode boundary end every file at once.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,16 +55,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from episodekit.core.atomic import atomic_write_text
 from episodekit.core.errors import DatasetError
 from episodekit.core.layout.files import chunk_file
 from episodekit.core.layout.rules import DATA_PATH_V3, VIDEO_PATH_V3
-from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import MIB
 from episodekit.importers.mapping import MappedEpisode
 from episodekit.metadata.stats import numeric_features
 from episodekit.writers import meta as meta_mod
-from episodekit.writers import repair_schema
+from episodekit.writers import repair_schema, sink_meta
 from episodekit.writers.camera_encoder import Camera, CameraProcess
 from episodekit.writers.import_parts import EpisodeParts
 from episodekit.writers.sink_data import DataFiles, DataPolicy
@@ -332,7 +330,6 @@ class EpisodeSink:
         """Close the files, write the metadata, verify the folder (see the module docstring)."""
         from episodekit.core.dataset import open_dataset
         from episodekit.metadata.stats import data_state
-        from episodekit.writers.import_stats import set_exact_quantiles
 
         if not self._episodes:
             raise DatasetError("no episodes to write (every episode was skipped or none found)")
@@ -344,20 +341,19 @@ class EpisodeSink:
         self.parts.flush()
         lengths = self.parts.write_meta(self.folder, n, self.data_limit, self.chunks_size)
         tasks = list(self.tasks)
-        write_table(meta_mod.tasks_table(tasks), self.folder / "meta/tasks.parquet")
+        sink_meta.write_tasks(self.folder, tasks)
         plan = SimpleNamespace(num_episodes=n, num_frames=self.frames, length=lengths.to_numpy())
         info = meta_mod.info_json(self.info, plan, len(tasks), self.info["features"])
-        meta_mod.write_info(self.folder / "meta/info.json", info)
+        sink_meta.write_info(self.folder, info)
         stats: dict[str, dict[str, list]] = {}
         for name, feat in self.info["features"].items():  # one feature's columns at a time
             stats.update(meta_mod.dataset_stats(self.parts.stats_table(name), {name: feat}, {}))
         stats = {k: stats[k] for k in self.info["features"] if k in stats}
-        feats = self.parts.feats
-        set_exact_quantiles(self.folder, list(self.data.checksums), stats, feats)
+        rels = list(self.data.checksums)
+        sink_meta.finish_stats(self.folder, stats, sink_meta.IMPORT, rels, self.parts.feats)
         ds = open_dataset(str(self.folder))
         meta = {"fingerprint": ds.fingerprint, "data_state": data_state(ds), "stats": "quantiles"}
         self.parts.write_sketches(self.folder, meta)
-        atomic_write_text(self.folder / "meta/stats.json", json.dumps(stats, indent=4))
         self.verify(plan)
         return SinkResult(
             episodes=n,

@@ -27,13 +27,11 @@ episode cut inside, and of an added feature, are the streamed ones.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from episodekit.core.atomic import atomic_write_text
 from episodekit.core.dataset import V3, DatasetError, open_dataset, read_json
 from episodekit.core.errors import EnvironmentProblem
 from episodekit.metadata.stats import QUANTILE_KEYS, compute_stats, data_state, numeric_features
@@ -47,6 +45,7 @@ from episodekit.metadata.stats.episode_sketch import (
 from episodekit.metadata.stats.keys import QUANTILES
 from episodekit.metadata.stats.range_counts import exact_from_counts
 from episodekit.metadata.stats.sketch import lerp_quantile, order_indices
+from episodekit.writers import sink_meta
 from episodekit.writers.data import TaskValues
 from episodekit.writers.plan import OutputPlan
 from episodekit.writers.stream_stats import StreamedStats, StreamWant
@@ -264,5 +263,5 @@ def write_stats_json(
             points = {n: points[n] for n in feats if n in points}  # info.json's order
             write_sketches(staging, EpisodeSketches(index, lengths, points), ds.info, meta)
             sidecar = True
-    atomic_write_text(staging / "meta/stats.json", json.dumps(stats, indent=4))
+    sink_meta.finish_stats(staging, stats, sink_meta.SURGERY)
     return sidecar

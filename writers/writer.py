@@ -34,11 +34,11 @@ from episodekit.core.layout.rules import DEFAULT_SIZES
 from episodekit.core.lock import remove_if_only_lock, writer_lock
 from episodekit.core.memory import release_memory
 from episodekit.core.outdir import check_output_dir, mark_output_dir
-from episodekit.core.parquet_write import write_table
 from episodekit.core.paths import DEFAULT_TARGET_MB, MAX_TARGET_MB, MIB
 from episodekit.core.progress import current
 from episodekit.core.words import plural
 from episodekit.writers import meta as meta_mod
+from episodekit.writers import sink_meta
 from episodekit.writers.data import output_schema, write_data
 from episodekit.writers.plan import OutputPlan, plan_output
 from episodekit.writers.recipe import combined_key
@@ -334,19 +334,18 @@ def _build(
         episodes = changes.episodes(episodes)
     if data.streamed is not None:  # episodes cut inside, added features: their new stats
         episodes = patch_episodes(episodes, data.streamed)
-    meta_mod.write_episodes(staging, episodes)
+    sink_meta.write_episodes(staging, episodes, sink_meta.SURGERY)
     del metas
     release_memory()
-    write_table(meta_mod.tasks_table(tasks), staging / "meta/tasks.parquet")
-    info = meta_mod.info_json(info0, plan, len(tasks), features)
-    meta_mod.write_info(staging / "meta/info.json", info)
+    sink_meta.write_tasks(staging, tasks)
+    sink_meta.write_info(staging, meta_mod.info_json(info0, plan, len(tasks), features))
     if plan.frames:  # image/video stats of the episodes cut inside: their sampled frames
         from episodekit.writers.frame_rows import cut_image_stats
 
         patched = cut_image_stats(staging, episodes, np.array(sorted(plan.frames)))
         if patched is not None:
             episodes = patched
-            meta_mod.write_episodes(staging, episodes)
+            sink_meta.write_episodes(staging, episodes, sink_meta.SURGERY)
     fallback = _source_stats(datasets[0]) if len(datasets) == 1 else {}
     if changes:
         fallback = changes.stats(fallback)
