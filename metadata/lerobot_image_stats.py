@@ -117,16 +117,6 @@ def _float32_sums(planes: np.ndarray, exact: np.ndarray, square: bool) -> np.nda
     return out
 
 
-def _edges(start: np.ndarray, stop: np.ndarray) -> np.ndarray:
-    """``np.linspace(start[j], stop[j], NUM_BINS + 1)`` for every channel ``j`` as one
-    ``(NUM_BINS + 1, C)`` array, each column the bits of its own call (linspace takes another
-    path for every column once one column's step is 0: those channels are called alone)."""
-    bins = lerobot_stats.NUM_BINS
-    if np.all((stop - start) / bins != 0):
-        return np.linspace(start, stop, bins + 1)
-    return np.stack([np.linspace(a, b, bins + 1) for a, b in zip(start, stop)], axis=1)
-
-
 def _count_quantiles(
     counts: np.ndarray, lo: np.ndarray, hi: np.ndarray, rows: int
 ) -> dict[str, np.ndarray]:
@@ -139,7 +129,7 @@ def _count_quantiles(
     bins = lerobot_stats.NUM_BINS
     pad = lerobot_stats.PAD
     c = len(counts)
-    edges = _edges(lo - pad, hi + pad).T  # (C, bins + 1), float32 like lo and hi
+    edges = lerobot_stats.edge_rows(lo - pad, hi + pad)  # (C, bins + 1), float32 as lo, hi
     levels = np.arange(256, dtype=np.float32)
     below = np.zeros((c, 257), np.int64)  # below[j, m]: channel j's pixels under level m
     np.cumsum(counts, axis=1, out=below[:, 1:])
