@@ -12,11 +12,15 @@ yuv420p, preset 12: LeRobot's), one process per camera, both at once.
         .venv/bin/python scripts/bench_import.py DIR/ek_rlds_fixture/1.0.0 \
             --lerobot-python LR61/bin/python [--fps 10] [--jobs 1] [--skip-lerobot]
 
-Each tool runs once, under `scripts/peak_rss.py`'s poller: wall seconds of the process and the
-largest sum of RSS over its process tree (LeRobot's image-writer threads and encoder, our
-`--jobs` processes). The encode floor's frames are decoded first (not timed) into one raw file
-per camera; its time is that of the two encoder processes reading those files. Prints one table
-(tool, wall s, peak RSS MiB, ratios vs ours) and a JSON line with every figure.
+Each tool runs once, under `scripts/peak_rss.py`'s poller: wall seconds of the process, the CPU
+seconds of its process tree (user + system, every process it waited for) and the largest sum of
+RSS over the tree (LeRobot's image-writer threads and encoder, our camera and `--jobs`
+processes). `--base-python MAIN_PY` runs the same import with another install too (a
+before/after in one run); `--our-encoder` times the import's own encoder settings (low-delay
+prediction, a keyframe per episode) on the same frames beside the floor. The encode floor's
+frames are decoded first (not timed) into one raw file per camera; its time is that of the two
+encoder processes reading those files. Prints one table (tool, wall s, CPU s, peak RSS MiB,
+ratios vs ours), the ratios to the floors and a JSON line with every figure.
 """
 
 from __future__ import annotations
