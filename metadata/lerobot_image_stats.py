@@ -72,10 +72,10 @@ def lerobot_image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     float32; quantiles: :func:`_quantiles_as_recorded`), as ``(C, 1, 1)``; ``count`` is N.
 
     The same bits as :func:`lerobot_stats.episode_stats` on the float32 pixels, from cheaper
-    passes (uint8 frames of 2 pixels or more): min/max and the 5000-bin histograms from each
-    channel's 256 value counts (a bin holds a value's every pixel), and the float32 sums of
-    ``x`` and ``x**2`` by ``cumsum`` over each channel's pixels in order, which adds them one
-    after another as numpy's ``mean(axis=0)`` of ``(pixels, C)`` does (tests compare the two)."""
+    passes (uint8 frames of 2 pixels or more): min/max and the quantiles from each channel's
+    256 value counts (:func:`_count_quantiles`), and the float32 sums of ``x`` and ``x**2`` as
+    numpy's ``mean(axis=0)`` of ``(pixels, C)`` adds them, one after another
+    (:func:`_float32_sums`). Tests compare the two."""
     n, c = len(frames), frames.shape[-1]
     if frames.dtype != np.uint8 or frames.size < 2 * c:
         return _image_stats(frames.reshape(-1, c).astype(np.float32), n, c)
@@ -83,25 +83,78 @@ def lerobot_image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     rows = planes.shape[1]
     counts = np.stack([np.bincount(ch, minlength=256) for ch in planes])
     levels = np.arange(256, dtype=np.float32)
-    lo = np.array([levels[np.flatnonzero(h)[0]] for h in counts], dtype=np.float32)
-    hi = np.array([levels[np.flatnonzero(h)[-1]] for h in counts], dtype=np.float32)
-    x = planes.astype(np.float32)
+    lo = levels[np.argmax(counts > 0, axis=1)]
+    hi = levels[255 - np.argmax(counts[:, ::-1] > 0, axis=1)]
     # np.mean: the float32 sum divided by an intp count, written back as float32
-    mean = np.true_divide(np.cumsum(x, axis=1)[:, -1], np.intp(rows), casting="unsafe")
-    mean = mean.astype(np.float32)
-    x *= x
-    mean_sq = np.true_divide(np.cumsum(x, axis=1)[:, -1], np.intp(rows), casting="unsafe")
-    mean_sq = mean_sq.astype(np.float32)
-    del x
+    value = np.arange(256, dtype=np.int64)
+    sums = _float32_sums(planes, counts @ value, square=False)
+    mean = np.true_divide(sums, np.intp(rows), casting="unsafe").astype(np.float32)
+    sums = _float32_sums(planes, counts @ (value * value), square=True)
+    mean_sq = np.true_divide(sums, np.intp(rows), casting="unsafe").astype(np.float32)
     std = np.sqrt(np.maximum(0, mean_sq - mean**2))
     x = {k: np.asarray(v, dtype=np.float64) for k, v in zip(_MOMENTS, (lo, hi, mean, std))}
-
-    def histogram(j: int, edges: np.ndarray) -> np.ndarray:
-        seen = np.flatnonzero(counts[j])
-        return np.histogram(levels[seen], bins=edges, weights=counts[j][seen])[0]
-
-    x.update(_quantiles_as_recorded(lo, hi, rows, histogram))
+    x.update(_count_quantiles(counts, lo, hi, rows))
     return _scaled(x, n, c, rows)
+
+
+EXACT_SUM = 2**24  # float32 holds every integer up to here: partial sums below it are exact
+
+
+def _float32_sums(planes: np.ndarray, exact: np.ndarray, square: bool) -> np.ndarray:
+    """Per channel the float32 sum of the pixels ``x`` (or ``x**2``) added one after another
+    (numpy's ``cumsum``, as its ``mean(axis=0)`` of ``(pixels, C)``): the exact integer sum
+    ``exact`` where it is at most :data:`EXACT_SUM` (every partial sum is then an integer
+    float32 holds, so nothing rounds), else the float32 ``cumsum`` itself."""
+    out = np.empty(len(planes), np.float32)
+    for j, total in enumerate(exact.tolist()):
+        if total <= EXACT_SUM:
+            out[j] = np.float32(total)
+        else:
+            x = planes[j].astype(np.float32)
+            if square:
+                x *= x
+            out[j] = np.cumsum(x)[-1]
+    return out
+
+
+def _count_quantiles(
+    counts: np.ndarray, lo: np.ndarray, hi: np.ndarray, rows: int
+) -> dict[str, np.ndarray]:
+    """:func:`_quantiles_as_recorded` of uint8 pixels from their per-channel value ``counts``
+    ``(C, 256)``, every channel and quantile at once, without the 5000-bin histograms: its
+    cumulative count first reaches ``q * rows`` in the bin holding the ``k``-th smallest value
+    (``k = ceil(q * rows)``), and the counts before and inside that bin are the counts of the
+    values below its edges (``np.histogram``'s comparisons: left edges exclusive, the last edge
+    inclusive). The same bits and dtypes (tests compare the two)."""
+    bins = lerobot_stats.NUM_BINS
+    pad = lerobot_stats.PAD
+    c = len(counts)
+    edges = lerobot_stats.edge_rows(lo - pad, hi + pad)  # (C, bins + 1), float32 as lo, hi
+    levels = np.arange(256, dtype=np.float32)
+    below = np.zeros((c, 257), np.int64)  # below[j, m]: channel j's pixels under level m
+    np.cumsum(counts, axis=1, out=below[:, 1:])
+    target = np.array([q * rows for q in lerobot_stats.LEROBOT_QUANTILES])  # (5,)
+    k = np.clip(np.ceil(target), 1, rows).astype(np.int64)
+    kth = levels[(below[:, None, 1:] < k[None, :, None]).sum(axis=2)]  # (C, 5)
+    idx = np.minimum((edges[:, None, :] <= kth[:, :, None]).sum(axis=2) - 1, bins - 1)
+    ch = np.arange(c)[:, None]
+    e0, e1 = edges[ch, idx], edges[ch, idx + 1]
+    before = below[ch, np.searchsorted(levels, e0, "left")].astype(np.float64)
+    upto = np.where(
+        idx < bins - 1,
+        below[ch, np.searchsorted(levels, e1, "left")],
+        below[ch, np.searchsorted(levels, e1, "right")],
+    ).astype(np.float64)
+    in_bin = upto - before
+    on_edge = (idx == 0) | (in_bin == 0)
+    edge = np.where(idx == 0, edges[:, :1], e0)  # float32
+    fraction = (target - before) / np.where(on_edge, 1.0, in_bin)
+    value = np.where(on_edge, edge, e0 + fraction * (e1 - e0))  # float64
+    out = {}
+    for i, key in enumerate(lerobot_stats.LEROBOT_QUANTILE_KEYS):
+        # per quantile the channels' values as one array: float32 when each is an edge
+        out[key] = edge[:, i].copy() if on_edge[:, i].all() else value[:, i].copy()
+    return out
 
 
 _MOMENTS = ("min", "max", "mean", "std")

@@ -25,7 +25,7 @@ import pyarrow as pa
 from episodekit.core.atomic import atomic_path
 from episodekit.core.parquet_read import local_batches, read_schema, read_table
 from episodekit.core.parquet_write import RowGroupWriter, write_table
-from episodekit.metadata.stats.blocks import block_stats, feature_values
+from episodekit.metadata.stats.blocks import episode_points, feature_values
 from episodekit.metadata.stats.episode_sketch import (
     ENCODING,
     POINTS,
@@ -35,12 +35,14 @@ from episodekit.metadata.stats.episode_sketch import (
     point_dtypes,
     sketch_record,
 )
-from episodekit.metadata.stats.keys import DEFAULT_SKETCH_POINTS
 from episodekit.writers import repair_schema
 from episodekit.writers.sink_meta import IMPORT, PLACE, EpisodesFiles, places
 
 PARTS_DIR = ".episodekit-import"  # inside the staging folder; removed before the publish
 ROWS_BATCH = IMPORT.group_rows  # episodes buffered in memory before they become a part
+# Rows of episodes whose sketch points are computed at once (their numeric values held, copied
+# out of the rows: a few MiB; one sort per episode length, not a block's stats per episode).
+POINTS_ROWS = 16384
 SKETCH_BATCH = 64  # episodes a sketch part is read back in (see EpisodeParts._sketch_part)
 
 
@@ -56,30 +58,46 @@ class EpisodeParts:
         self.parts = parts
         self.rows: list[dict[str, Any]] = []
         self.extra: list[dict[str, Any]] = []
-        self.points: list[dict[str, np.ndarray]] = []
+        self.points: list[dict[str, np.ndarray]] = []  # per batch of episodes: (D, points)
+        self.values: list[dict[str, np.ndarray]] = []  # per episode: its values, points to come
+        self.waiting = 0  # their rows
         self.index: list[int] = []
         self.length: list[int] = []
 
     def add(self, row: dict[str, Any], extra: dict[str, Any], table: pa.Table) -> None:
-        """One episode: its row, its source values, its written rows (the sketch points)."""
+        """One episode: its row, its source values, its written rows (the sketch points,
+        computed for :data:`POINTS_ROWS` rows of episodes at once)."""
         n = table.num_rows
-        pts = {}
-        for name, dims in self.feats.items():
-            x = feature_values(table.column(name), dims, name)
-            r = block_stats([x], np.zeros(1, np.int64), np.array([n]), DEFAULT_SKETCH_POINTS, None)
-            pts[name] = r["points"]
+        self.values.append(
+            {
+                name: feature_values(table.column(name), dims, name).copy()
+                for name, dims in self.feats.items()
+            }
+        )
+        self.waiting += n
         self.rows.append(row)
         self.extra.append(dict(extra))
-        self.points.append(pts)
         self.index.append(int(row["episode_index"]))
         self.length.append(n)
+        if self.waiting >= POINTS_ROWS:
+            self._points()
         if len(self.rows) >= ROWS_BATCH:
             self.flush()
+
+    def _points(self) -> None:
+        """The sketch points of the episodes whose values wait (:func:`episode_points`: the
+        bits of each episode's own block stats)."""
+        if self.values:
+            self.points.append(
+                {name: episode_points([v[name] for v in self.values]) for name in self.feats}
+            )
+        self.values, self.waiting = [], 0
 
     def flush(self) -> None:
         """The buffered episodes as one part (nothing when none)."""
         if not self.rows:
             return
+        self._points()
         table = repair_schema.episodes_table(self.rows)
         keys: dict[str, None] = {}
         for e in self.extra:

@@ -176,3 +176,28 @@ def block_stats(
         "points": sk,
         "runs": runs,
     }
+
+
+def episode_points(episodes: list[np.ndarray]) -> np.ndarray:
+    """The sketch points (:mod:`.episode_sketch`) of whole episodes, each a ``(rows, D)`` array
+    of one feature: ``(D, points)``, episode after episode, the bits :func:`block_stats` gives
+    each episode alone (its ``points``), from one sort per episode length instead of a block's
+    stats per episode. As there, a dimension ascending inside an episode keeps its values in
+    place, the others are sorted."""
+    lens = np.array([len(x) for x in episodes], dtype=np.int64)
+    dims = episodes[0].shape[1]
+    ranks, k = sketch_ranks(lens, POINTS)
+    out = np.empty((dims, int(k.sum())), episodes[0].dtype)
+    at = np.cumsum(k) - k
+    for n in np.unique(lens).tolist():
+        sel = np.flatnonzero(lens == n)
+        if n == 0:
+            continue
+        xt = np.stack([episodes[i] for i in sel.tolist()]).transpose(2, 0, 1)  # (D, E, n)
+        ascending = (xt[..., 1:] >= xt[..., :-1]).all(axis=-1)  # (D, E); NaN: not ascending
+        r = ranks[at[sel[0]] : at[sel[0]] + k[sel[0]]]  # every episode of n keeps these ranks
+        pts = np.sort(xt, axis=-1)[..., r]
+        pts = np.where(ascending[..., None], xt[..., r], pts)  # (D, E, k)
+        cols = (at[sel][:, None] + np.arange(len(r))[None, :]).reshape(-1)
+        out[:, cols] = pts.reshape(dims, -1)
+    return out

@@ -4,6 +4,7 @@ quantiles of any union of episodes within it, and the sidecar's round trip."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from episodekit.metadata.stats import QUANTILES
 from episodekit.metadata.stats.episode_sketch import (
@@ -76,3 +77,41 @@ def test_sidecar_table_round_trips():
     # parts concatenated out of order come back sorted by episode
     both = concat([sk.select(np.array([2, 3])), sk.select(np.array([0, 1]))])
     np.testing.assert_array_equal(both.points["x"], sk.points["x"])
+
+
+def _feature_episodes(seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dtype = [np.float32, np.float64, np.int64, np.uint8, np.int32][seed % 5]
+    dims = int(rng.integers(1, 6))
+    out = []
+    for _ in range(int(rng.integers(1, 12))):
+        n = int(rng.choice([1, 2, 3, 20, 20, 20, 50, 300]))
+        x = rng.normal(size=(n, dims)) * 3
+        if seed % 3 == 0:  # ascending dimensions: kept in place, not sorted
+            x = np.sort(x, axis=0)
+        if seed % 7 == 0:  # -0.0 beside 0.0: the in-place values' bits
+            x[:, 0] = 0.0
+            x[::2, 0] = -0.0
+        if dtype in (np.float32, np.float64) and seed % 11 == 0:
+            x[rng.integers(0, n), 0] = np.nan
+        out.append(x.astype(dtype))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_episode_points_are_each_episodes_block_points(seed: int) -> None:
+    from episodekit.metadata.stats.blocks import block_stats, episode_points
+    from episodekit.metadata.stats.keys import DEFAULT_SKETCH_POINTS
+
+    episodes = _feature_episodes(seed)
+    one = np.zeros(1, np.int64)
+    want = np.concatenate(
+        [
+            block_stats([x], one, np.array([len(x)]), DEFAULT_SKETCH_POINTS, None)["points"]
+            for x in episodes
+        ],
+        axis=1,
+    )
+    got = episode_points(episodes)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()

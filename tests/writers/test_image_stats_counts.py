@@ -19,6 +19,9 @@ def _frames() -> list[np.ndarray]:
         np.clip(rng.normal(128, 30, (12, 48, 40, 3)), 0, 255),
         np.zeros((1, 1, 2, 3)),  # two pixels: the smallest the counts take
         np.full((3, 5, 5, 3), 9),  # one value: min == max
+        np.concatenate(  # one channel of one value beside two of many: linspace's step 0
+            [np.full((4, 16, 16, 1), 255), rng.integers(0, 256, (4, 16, 16, 2))], axis=-1
+        ),
     ]
     for _ in range(30):
         n, h, w = (int(x) for x in rng.integers(1, 40, 3))
