@@ -1,9 +1,12 @@
 """The episode sink's data files (writers.sink_data.DataFiles): files by LeRobot's roll-over rule
 on the sizes given, row groups by the policy (``target`` bytes, one per ``episode``, one per
 ``file``, ``planned``: the caller's file numbers and group sizes, rows streamed in batches), the
-same bytes as a whole file written at once, checksums read back."""
+same bytes as a whole file written at once, checksums read back; a file at the caller's own path,
+an episode a row group (repair's rewrite)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +22,13 @@ from episodekit.core.parquet_write import (
     VerificationError,
     write_table,
 )
-from episodekit.writers.sink_data import EDITOR, RECORDER, DataFiles, DataPolicy
+from episodekit.writers.sink_data import (
+    EDITOR,
+    LEROBOT_ENCODING,
+    RECORDER,
+    DataFiles,
+    DataPolicy,
+)
 
 LENGTHS = [7, 3, 12, 5, 9, 4]
 
@@ -156,3 +165,42 @@ def test_planned_rows_that_do_not_fill_the_plan_are_refused(tmp_path):
     with pytest.raises(RowGroupPlanError):
         sink.close()
     sink.abort()
+
+
+def test_episode_row_groups_into_the_callers_own_file(tmp_path):
+    """Repair's rewrite: a file opened at the caller's path, each write one episode's row
+    group in LeRobot's encoding (the bytes RowGroupWriter wrote directly), ``index`` the rows'
+    own (a dropped episode leaves a gap) and checked by the digests on the read-back."""
+    eps = [t for e, t in enumerate(_episodes()) if e != 2]  # episode 2 dropped: a gap
+    policy = replace(RECORDER, verify=True)
+    sink = DataFiles(tmp_path / "sink", eps[0].schema, policy=policy)
+    own = "data/chunk-003/file-007.parquet"
+    assert sink.open_file(7, None, rel=own) == own
+    for i, t in enumerate(eps):
+        sink.write(t if i % 2 else t.to_batches()[0])  # a table or a batch: one group each
+    assert sink.close() == own
+    kept = [n for e, n in enumerate(LENGTHS) if e != 2]
+    assert _groups(tmp_path / "sink" / own) == kept
+    assert sink.file_rows[own] == (None, sum(kept))
+    with RowGroupWriter(tmp_path / "direct.parquet", eps[0].schema, encoding=LEROBOT_ENCODING) as w:
+        for t in eps:
+            w.write_group(t)
+        w.finish()
+    assert (tmp_path / "sink" / own).read_bytes() == (tmp_path / "direct.parquet").read_bytes()
+    sink.verify(own)
+    table = pq.read_table(tmp_path / "sink" / own)
+    index = table["index"].to_numpy().copy()
+    index[-1] += 1
+    pq.write_table(table.set_column(2, "index", pa.array(index)), tmp_path / "sink" / own)
+    with pytest.raises(VerificationError, match="index"):
+        sink.verify(own)
+
+
+def test_open_file_takes_group_sizes_for_planned_row_groups_only(tmp_path):
+    schema = _episodes()[0].schema
+    with pytest.raises(ValueError, match="group_rows"):
+        DataFiles(tmp_path, schema, policy=RECORDER).open_file(0, 0, [10])
+    with pytest.raises(ValueError, match="group_rows"):
+        DataFiles(tmp_path, schema, policy=DataPolicy("planned")).open_file(0, 0)
+    with pytest.raises(ValueError, match="open_file"):
+        DataFiles(tmp_path, schema, policy=EDITOR).open_file(0, 0)
