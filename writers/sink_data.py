@@ -274,30 +274,63 @@ class DataFiles:
             self.checksums[rel] = Digests(digests)
 
     def verify(self, rel: str) -> None:
-        """Data file ``rel`` read back: its rows, ``index`` and column digests as written
-        (``index`` only through the digests when the caller's: :meth:`open_file`)."""
-        want = self.checksums[rel]
+        """Data file ``rel`` read back (:func:`read_back`): its schema, rows, ``index`` and
+        column digests as written."""
         first, rows = self.file_rows[rel]
-        got, at = TableChecksum(), 0
-        pool = pa.default_memory_pool()
-        path = str(self.folder / rel)
-        with open_data_file(path, stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
-            if not df.schema.remove_metadata().equals(self.schema.remove_metadata()):
-                raise VerificationError(f"{rel}: schema differs from the one written")
-            for batch in df.batches(VERIFY_BATCH_ROWS):
-                if first is not None:
-                    idx = batch.column("index").to_numpy()
-                    if not np.array_equal(idx, np.arange(first + at, first + at + batch.num_rows)):
-                        raise VerificationError(f"{rel}: index is not {first + at}.. in order")
-                got.update(batch)
-                at += batch.num_rows
-                batch = idx = None
-                pool.release_unused()  # else mimalloc keeps each batch's pages
-        if at != rows:
-            raise VerificationError(f"{rel}: {at} rows, {rows} were written")
-        if got.digests() != want.digests():
-            bad = sorted(c for c, d in got.digests().items() if want.digests().get(c) != d)
-            raise VerificationError(f"{rel}: values differ from those written in columns {bad}")
+        want = self.checksums[rel].digests()
+        read_back(self.folder / rel, rel, self.schema, want, rows, first)
+
+
+def read_back(
+    path: str | Path,
+    rel: str,
+    schema: pa.Schema,
+    digests: dict[str, str],
+    rows: int,
+    first: int | None = None,
+    columns: Sequence[str] | None = None,
+    check_metadata: bool = False,
+    group_rows: Sequence[int] | np.ndarray | None = None,
+    each: Callable[[pa.RecordBatch, int], None] | None = None,
+) -> None:
+    """Written data file ``path`` (``rel`` in messages) streamed back against what was written:
+    its schema (with its metadata when ``check_metadata``), its row groups (``group_rows``,
+    when given), ``rows`` rows, ``index`` ``first``, ``first + 1``, ... (None: only through the
+    digests), ``each(batch, row)`` the caller's check of every batch (``row``: its first row's
+    place in the file) and the digests of ``columns`` (default all) equal to ``digests``; raise
+    :class:`VerificationError` naming the file and the first difference. Memory: batches of
+    :data:`VERIFY_BATCH_ROWS` through :data:`VERIFY_BUFFER` per column, Arrow's pool given back
+    after each one."""
+    got, at = TableChecksum(), 0
+    pool = pa.default_memory_pool()
+    with open_data_file(str(path), stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
+        if group_rows is not None and not np.array_equal(df.row_group_rows(), group_rows):
+            raise VerificationError(f"{rel}: row groups {df.row_group_rows().tolist()} differ")
+        if not (
+            df.schema.equals(schema, check_metadata=True)
+            if check_metadata
+            else df.schema.remove_metadata().equals(schema.remove_metadata())
+        ):
+            raise VerificationError(f"{rel}: schema differs from the one written")
+        for batch in df.batches(VERIFY_BATCH_ROWS):
+            n = batch.num_rows
+            if first is not None:
+                idx = batch.column("index").to_numpy()
+                if not np.array_equal(idx, np.arange(first + at, first + at + n)):
+                    raise VerificationError(f"{rel}: index is not {first + at}.. in order")
+                idx = None
+            if each is not None:
+                each(batch, at)
+            got.update(batch if columns is None else batch.select(columns))
+            at += n
+            batch = None
+            pool.release_unused()  # else mimalloc keeps each batch's pages
+    if at != rows:
+        raise VerificationError(f"{rel}: {at} rows, {rows} were written")
+    found = got.digests()
+    bad = sorted(c for c in set(found) | set(digests) if found.get(c) != digests.get(c))
+    if bad:
+        raise VerificationError(f"{rel}: values differ from those written in columns {bad}")
 
 
 def _both(a: Callable[[pa.Table], None], b: Callable[[pa.Table], None]) -> Callable:

@@ -1,8 +1,9 @@
 """The episode sink's data files (writers.sink_data.DataFiles): files by LeRobot's roll-over rule
 on the sizes given, row groups by the policy (``target`` bytes, one per ``episode``, one per
 ``file``, ``planned``: the caller's file numbers and group sizes, rows streamed in batches), the
-same bytes as a whole file written at once, checksums read back; a file at the caller's own path,
-an episode a row group (repair's rewrite)."""
+same bytes as a whole file written at once, checksums read back (``read_back``: the sink's and the
+dataset writer's one read-back); a file at the caller's own path, an episode a row group (repair's
+rewrite)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from episodekit.writers.sink_data import (
     RECORDER,
     DataFiles,
     DataPolicy,
+    read_back,
 )
 
 LENGTHS = [7, 3, 12, 5, 9, 4]
@@ -204,3 +206,39 @@ def test_open_file_takes_group_sizes_for_planned_row_groups_only(tmp_path):
         DataFiles(tmp_path, schema, policy=DataPolicy("planned")).open_file(0, 0)
     with pytest.raises(ValueError, match="open_file"):
         DataFiles(tmp_path, schema, policy=EDITOR).open_file(0, 0)
+
+
+def test_read_back_checks_groups_schema_metadata_and_the_callers_rows(tmp_path):
+    """The dataset writer's checks through the same read-back: the planned row groups, the
+    schema with its metadata, a check of each batch (its first row's place), the digests of
+    some columns only."""
+    sink = _write(tmp_path, DataPolicy(target_mb=0.0))
+    rel = "data/chunk-000/file-000.parquet"
+    path, schema, rows = tmp_path / rel, sink.schema, sum(LENGTHS)
+    want = sink.checksums[rel].digests()
+    read_back(path, rel, schema, want, rows, 0, group_rows=LENGTHS)
+    with pytest.raises(VerificationError, match="row groups"):
+        read_back(path, rel, schema, want, rows, 0, group_rows=[sum(LENGTHS)])
+    other = schema.with_metadata({"x": "1"})
+    read_back(path, rel, other, want, rows, 0)  # metadata not checked unless asked
+    with pytest.raises(VerificationError, match="schema"):
+        read_back(path, rel, other, want, rows, 0, check_metadata=True)
+    with pytest.raises(VerificationError, match="rows"):
+        read_back(path, rel, schema, want, rows + 1, 0)
+    with pytest.raises(VerificationError, match="index is not 5"):
+        read_back(path, rel, schema, want, rows, 5)
+    seen: list[tuple[int, int]] = []
+    some = {c: want[c] for c in ("observation.state",)}
+    read_back(
+        path,
+        rel,
+        schema,
+        some,
+        rows,
+        columns=list(some),
+        each=lambda b, at: seen.append((at, b.num_rows)),
+    )
+    assert seen[0][0] == 0 and sum(n for _, n in seen) == rows
+    assert [a for a, _ in seen] == np.cumsum([0] + [n for _, n in seen])[:-1].tolist()
+    with pytest.raises(VerificationError, match="episode_index"):
+        read_back(path, rel, schema, want, rows, columns=["observation.state"])
