@@ -278,32 +278,33 @@ class DataFiles:
         column digests as written."""
         first, rows = self.file_rows[rel]
         want = self.checksums[rel].digests()
-        read_back(self.folder / rel, rel, self.schema, want, rows, first)
+        read_back(self.folder, rel, self.schema, want, rows, first)
 
 
 def read_back(
-    path: str | Path,
+    folder: str | Path,
     rel: str,
     schema: pa.Schema,
     digests: dict[str, str],
     rows: int,
     first: int | None = None,
-    columns: Sequence[str] | None = None,
     check_metadata: bool = False,
     group_rows: Sequence[int] | np.ndarray | None = None,
     each: Callable[[pa.RecordBatch, int], None] | None = None,
 ) -> None:
-    """Written data file ``path`` (``rel`` in messages) streamed back against what was written:
+    """Data file ``rel`` written under ``folder`` streamed back against what was written:
     its schema (with its metadata when ``check_metadata``), its row groups (``group_rows``,
     when given), ``rows`` rows, ``index`` ``first``, ``first + 1``, ... (None: only through the
     digests), ``each(batch, row)`` the caller's check of every batch (``row``: its first row's
-    place in the file) and the digests of ``columns`` (default all) equal to ``digests``; raise
+    place in the file) and the digests of the columns ``digests`` names equal to them; raise
     :class:`VerificationError` naming the file and the first difference. Memory: batches of
     :data:`VERIFY_BATCH_ROWS` through :data:`VERIFY_BUFFER` per column, Arrow's pool given back
     after each one."""
     got, at = TableChecksum(), 0
+    columns = [c for c in schema.names if c in digests]  # the others: checked otherwise
     pool = pa.default_memory_pool()
-    with open_data_file(str(path), stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
+    path = str(Path(folder) / rel)
+    with open_data_file(path, stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
         if group_rows is not None and not np.array_equal(df.row_group_rows(), group_rows):
             raise VerificationError(f"{rel}: row groups {df.row_group_rows().tolist()} differ")
         if not (
@@ -321,7 +322,7 @@ def read_back(
                 idx = None
             if each is not None:
                 each(batch, at)
-            got.update(batch if columns is None else batch.select(columns))
+            got.update(batch if len(columns) == batch.num_columns else batch.select(columns))
             at += n
             batch = None
             pool.release_unused()  # else mimalloc keeps each batch's pages

@@ -14,7 +14,7 @@ import numpy as np
 from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
 from episodekit.core.parquet_write import VerificationError
-from episodekit.writers.data import RENUMBERED, DataResult
+from episodekit.writers.data import DataResult
 from episodekit.writers.plan import OutputPlan
 from episodekit.writers.sink_data import read_back
 
@@ -50,13 +50,12 @@ def _verify_file(job: tuple[int, int, int], shared: tuple) -> None:
             raise VerificationError(f"{rel}: episode_index differs from the episodes")
 
     read_back(
-        Path(staging) / rel,
+        staging,
         rel,
         result.schema,
         result.checksums[f],
         end - row,
-        first=row,
-        columns=[n for n in result.schema.names if n not in RENUMBERED],
+        first=row,  # its digests: every column but the renumbered ones (data.RENUMBERED)
         check_metadata=True,
         group_rows=plan.group_rows[f],
         each=episodes,
