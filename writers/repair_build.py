@@ -3,8 +3,9 @@
 
 - data files: a footer-less one is its whole row groups up to the last kept episode under a new
   footer (bytes copied, nothing decoded: :func:`~episodekit.core.parquet_salvage.write_salvaged`);
-  one that must lose rows inside it is rewritten from its kept rows (one row group per episode,
-  as the recorder writes);
+  one that must lose rows inside it is rewritten from its kept rows by the episode sink's data
+  files (:class:`~episodekit.writers.sink_data.DataFiles`: one row group per episode, as the
+  recorder writes) and read back against their checksums;
 - ``meta/episodes``: recovered rows as they were, rebuilt rows
   (:mod:`episodekit.writers.repair_meta`), written a block of rows at a time
   (:mod:`episodekit.writers.repair_episodes`);
@@ -30,12 +31,15 @@ from episodekit.core import parquet_salvage as ps
 from episodekit.core import thrift_compact as tc
 from episodekit.core.atomic import atomic_path
 from episodekit.core.parquet_read import read_table
-from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
+from episodekit.core.parquet_write import write_table
 from episodekit.metadata.stats import QUANTILE_KEYS, numeric_features
 from episodekit.metadata.stats.range_counts import RangeCounts
 from episodekit.writers import repair_episodes, repair_info, sink_meta
 from episodekit.writers.repair_kept import column, files_of
 from episodekit.writers.repair_plan import RepairPlan
+from episodekit.writers.sink_data import RECORDER, DataFiles
+
+REWRITE = replace(RECORDER, verify=True)  # a rewritten data file: the recorder's, read back
 
 INFO, STATS, TASKS = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
 SELECT_ROWS = 65_536  # rows a read of the quantiles' selection pass (over the kept data files)
@@ -74,17 +78,25 @@ def _prefix(df, runs: list[int]) -> ps.Salvage | None:
     return replace(df.salvage, row_groups=df.salvage.row_groups[:groups])
 
 
-def _rewrite(plan: RepairPlan, df, runs: list[int], dest: Path) -> None:
-    """``df`` without the rows of dropped episodes: one row group per kept episode (``runs``:
-    the kept ones' runs in ``df``)."""
+def _rewrite(plan: RepairPlan, df, runs: list[int], staging: Path) -> None:
+    """``df`` without the rows of dropped episodes, at its own path under ``staging``, through
+    the episode sink's data files: one row group per kept episode in LeRobot's encoding (as its
+    recorder writes; ``runs``: the kept ones' runs in ``df``), then read back against the
+    checksums of the rows written (repair's own verification checks the rows' ``index`` and
+    episodes, not their values)."""
     root = plan.inventory.root
     ends = np.cumsum(df.group_rows(root))
-    lerobot = Encoding(dictionary=True, page_index=False)  # how LeRobot's recorder writes
-    with RowGroupWriter(dest, df.schema(root), encoding=lerobot) as w:
+    files = DataFiles(staging, df.schema(root), policy=REWRITE)
+    files.open_file(df.file, None, rel=df.rel)  # index: the rows' own (dropped ones leave gaps)
+    try:
         for run in runs:
             a, n = int(df.first_row[run]), int(df.rows[run])
-            w.write_group(df.read_rows(root, a, n, ends=ends))
-        w.finish()
+            files.write(df.read_rows(root, a, n, ends=ends))
+        files.close()
+    except BaseException:
+        files.abort()
+        raise
+    files.verify(df.rel)
 
 
 def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
@@ -102,7 +114,7 @@ def build_data(plan: RepairPlan, staging: Path, staged: Staged) -> None:
             staged.salvaged[df.rel] = (cut, df.template)
             staged.written[df.rel] = f"new footer over {len(cut.row_groups)} whole row groups"
         else:
-            _rewrite(plan, df, runs, _dest(staging, df.rel))
+            _rewrite(plan, df, runs, staging)
             staged.written[df.rel] = f"rewritten with the rows of {len(runs)} kept episodes"
 
 

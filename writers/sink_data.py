@@ -96,9 +96,11 @@ class DataFiles:
         self.rows = 0  # rows added so far (the next row's ``index``)
         self.file_no = -1
         self.checksums: dict[str, Any] = {}  # rel -> TableChecksum (or Digests: resumed)
-        self.file_rows: dict[str, tuple[int, int]] = {}  # rel -> (first index, rows)
+        self.file_rows: dict[str, tuple[int | None, int]] = {}  # rel -> (first index, rows)
         self._file_bytes = 0.0
         self._writer: RowGroupWriter | None = None
+        self._rel: str | None = None  # the caller's path of the current file (open_file)
+        self._opened_at = 0  # ``rows`` when the current file was opened
         self._pending: list[pa.Table] = []
         self._pending_bytes = 0
 
@@ -109,6 +111,8 @@ class DataFiles:
 
     def rel(self) -> str:
         """The current (or last) file's path relative to the folder."""
+        if self._rel is not None:
+            return self._rel
         return file_path(DATA_PATH_V3, *chunk_file(self.file_no, self.chunks_size))
 
     def rolls_over(self, size: float) -> bool:
@@ -167,32 +171,54 @@ class DataFiles:
         return self.policy.target_mb * MIB
 
     def open_file(
-        self, file_no: int, first_index: int, group_rows: Sequence[int] | np.ndarray
+        self,
+        file_no: int,
+        first_index: int | None,
+        group_rows: Sequence[int] | np.ndarray | None = None,
+        rel: str | None = None,
     ) -> str:
-        """Start data file ``file_no`` (``planned`` row groups: ``group_rows`` rows each), its
-        first row's ``index`` ``first_index`` (any open file closed first); its path."""
-        if self.policy.row_groups != "planned":
-            raise ValueError("open_file() is for planned row groups")
+        """Start the caller's data file ``file_no`` at ``rel`` (default: the layout's path of
+        ``file_no``), any open file closed first; its path. ``planned``: ``group_rows`` rows
+        each; ``episode``: a row group per :meth:`write`. ``first_index``: its first row's
+        ``index``, the rows' ``index`` running on from it (None: the caller's own values,
+        checked by :meth:`verify` through the digests only)."""
+        planned = self.policy.row_groups == "planned"
+        if self.policy.row_groups not in ("planned", "episode"):
+            raise ValueError("open_file() is for planned or episode row groups")
+        if planned == (group_rows is None):
+            raise ValueError("group_rows are for planned row groups, and only for them")
         self.close()
-        self.file_no, self.rows = int(file_no) - 1, int(first_index)
-        self._open(group_rows)
+        self.file_no = int(file_no) - 1
+        self.rows = 0 if first_index is None else int(first_index)
+        self._open(group_rows, rel, known_index=first_index is not None)
         return self.rel()
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        """Rows of the open file (``planned``), in order, in batches of any size: cut at the
-        plan's boundaries, each group written as it fills."""
+    def write(self, rows: pa.RecordBatch | pa.Table) -> None:
+        """Rows of the file :meth:`open_file` started, in order: ``planned``, in batches of any
+        size, cut at the plan's boundaries (each group written as it fills); ``episode``, each
+        call's rows one row group (an episode's, as LeRobot's recorder writes)."""
         assert self._writer is not None, "open_file() first"
-        self._writer.write(batch)
-        self.rows += batch.num_rows
+        if self.policy.row_groups == "planned":
+            self._writer.write(rows)
+        else:
+            self._write([rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])])
+        self.rows += rows.num_rows
 
-    def _open(self, group_rows: Sequence[int] | np.ndarray | None = None) -> None:
+    def _open(
+        self,
+        group_rows: Sequence[int] | np.ndarray | None = None,
+        rel: str | None = None,
+        known_index: bool = True,
+    ) -> None:
         self.file_no += 1
+        self._rel = rel
         rel = self.rel()
         (self.folder / rel).parent.mkdir(parents=True, exist_ok=True)
         hooks = [self.on_group] if self.on_group is not None else []
         if self.policy.verify:
             hooks.insert(0, self.checksums.setdefault(rel, TableChecksum()).update)
-        self.file_rows[rel] = (self.rows, 0)
+        self.file_rows[rel] = (self.rows if known_index else None, 0)
+        self._opened_at = self.rows
         self._writer = RowGroupWriter(
             self.folder / rel,
             self.schema,
@@ -224,7 +250,7 @@ class DataFiles:
         self._writer.finish()
         self._writer = None
         first = self.file_rows[self.rel()][0]
-        self.file_rows[self.rel()] = (first, self.rows - first)
+        self.file_rows[self.rel()] = (first, self.rows - self._opened_at)
         return self.rel()
 
     def abort(self) -> None:
@@ -244,32 +270,68 @@ class DataFiles:
         """Carry on after a checkpoint's files (:meth:`state`), ``rows`` rows added so far."""
         self.file_no, self.rows = int(file_no), int(rows)
         for rel, (first, count, digests) in data.items():
-            self.file_rows[rel] = (int(first), int(count))
+            self.file_rows[rel] = (None if first is None else int(first), int(count))
             self.checksums[rel] = Digests(digests)
 
     def verify(self, rel: str) -> None:
-        """Data file ``rel`` read back: its rows, ``index`` and column digests as written."""
-        want = self.checksums[rel]
+        """Data file ``rel`` read back (:func:`read_back`): its schema, rows, ``index`` and
+        column digests as written."""
         first, rows = self.file_rows[rel]
-        got, at = TableChecksum(), first
-        pool = pa.default_memory_pool()
-        path = str(self.folder / rel)
-        with open_data_file(path, stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
-            if not df.schema.remove_metadata().equals(self.schema.remove_metadata()):
-                raise VerificationError(f"{rel}: schema differs from the one written")
-            for batch in df.batches(VERIFY_BATCH_ROWS):
+        want = self.checksums[rel].digests()
+        read_back(self.folder, rel, self.schema, want, rows, first)
+
+
+def read_back(
+    folder: str | Path,
+    rel: str,
+    schema: pa.Schema,
+    digests: dict[str, str],
+    rows: int,
+    first: int | None = None,
+    check_metadata: bool = False,
+    group_rows: Sequence[int] | np.ndarray | None = None,
+    each: Callable[[pa.RecordBatch, int], None] | None = None,
+) -> None:
+    """Data file ``rel`` written under ``folder`` streamed back against what was written:
+    its schema (with its metadata when ``check_metadata``), its row groups (``group_rows``,
+    when given), ``rows`` rows, ``index`` ``first``, ``first + 1``, ... (None: only through the
+    digests), ``each(batch, row)`` the caller's check of every batch (``row``: its first row's
+    place in the file) and the digests of the columns ``digests`` names equal to them; raise
+    :class:`VerificationError` naming the file and the first difference. Memory: batches of
+    :data:`VERIFY_BATCH_ROWS` through :data:`VERIFY_BUFFER` per column, Arrow's pool given back
+    after each one."""
+    got, at = TableChecksum(), 0
+    columns = [c for c in schema.names if c in digests]  # the others: checked otherwise
+    pool = pa.default_memory_pool()
+    path = str(Path(folder) / rel)
+    with open_data_file(path, stream=True, shared_footer=False, buffer=VERIFY_BUFFER) as df:
+        if group_rows is not None and not np.array_equal(df.row_group_rows(), group_rows):
+            raise VerificationError(f"{rel}: row groups {df.row_group_rows().tolist()} differ")
+        if not (
+            df.schema.equals(schema, check_metadata=True)
+            if check_metadata
+            else df.schema.remove_metadata().equals(schema.remove_metadata())
+        ):
+            raise VerificationError(f"{rel}: schema differs from the one written")
+        for batch in df.batches(VERIFY_BATCH_ROWS):
+            n = batch.num_rows
+            if first is not None:
                 idx = batch.column("index").to_numpy()
-                if not np.array_equal(idx, np.arange(at, at + batch.num_rows)):
-                    raise VerificationError(f"{rel}: index is not {at}.. in order")
-                got.update(batch)
-                at += batch.num_rows
-                batch = idx = None
-                pool.release_unused()  # else mimalloc keeps each batch's pages
-        if at - first != rows:
-            raise VerificationError(f"{rel}: {at - first} rows, {rows} were written")
-        if got.digests() != want.digests():
-            bad = sorted(c for c, d in got.digests().items() if want.digests().get(c) != d)
-            raise VerificationError(f"{rel}: values differ from those written in {bad}")
+                if not np.array_equal(idx, np.arange(first + at, first + at + n)):
+                    raise VerificationError(f"{rel}: index is not {first + at}.. in order")
+                idx = None
+            if each is not None:
+                each(batch, at)
+            got.update(batch if len(columns) == batch.num_columns else batch.select(columns))
+            at += n
+            batch = None
+            pool.release_unused()  # else mimalloc keeps each batch's pages
+    if at != rows:
+        raise VerificationError(f"{rel}: {at} rows, {rows} were written")
+    found = got.digests()
+    bad = sorted(c for c in set(found) | set(digests) if found.get(c) != digests.get(c))
+    if bad:
+        raise VerificationError(f"{rel}: values differ from those written in columns {bad}")
 
 
 def _both(a: Callable[[pa.Table], None], b: Callable[[pa.Table], None]) -> Callable:

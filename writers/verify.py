@@ -1,7 +1,8 @@
-"""Check a staged output before it is published: every data file streamed back (row count, row
-groups as planned, schema with its metadata, ``index`` and ``episode_index`` as renumbered,
-per-column checksums equal to those of the kept source rows), the staged root read back as a
-dataset (totals, ranges, files), and each video file's frame count against its episodes.
+"""Check a staged output before it is published: every data file streamed back by the episode
+sink's read-back (:func:`~episodekit.writers.sink_data.read_back`: row count, row groups as
+planned, schema with its metadata, ``index`` and ``episode_index`` as renumbered, per-column
+checksums equal to those of the kept source rows), the staged root read back as a dataset
+(totals, ranges, files), and each video file's frame count against its episodes.
 """
 
 from __future__ import annotations
@@ -10,15 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from episodekit.core.checksum import TableChecksum
 from episodekit.core.dataset import open_dataset
 from episodekit.core.executor import imap_files
-from episodekit.core.parquet_read import open_data_file
 from episodekit.core.parquet_write import VerificationError
-from episodekit.writers.data import RENUMBERED, DataResult
+from episodekit.writers.data import DataResult
 from episodekit.writers.plan import OutputPlan
-
-READ_BATCH = 64 * 1024
+from episodekit.writers.sink_data import read_back
 
 
 def verify_data(
@@ -41,35 +39,27 @@ def verify_data(
 
 def _verify_file(job: tuple[int, int, int], shared: tuple) -> None:
     """One written data file (its output rows ``[row, end)``) against the plan and its source
-    rows' checksums."""
+    rows' checksums (:func:`~episodekit.writers.sink_data.read_back`: the sink's read-back)."""
     (f, row, end), (staging, plan, result) = job, shared
     rel = result.files[f]
-    written = TableChecksum()
-    checked = [n for n in result.schema.names if n not in RENUMBERED]
     expect_ep = _episode_of_rows(plan.from_index, plan.length, row, end)
-    with open_data_file(str(Path(staging) / rel), stream=True, shared_footer=False) as df:
-        rows = df.row_group_rows().tolist()
-        if not np.array_equal(rows, plan.group_rows[f]):
-            raise VerificationError(f"{rel}: row groups {rows} differ from the plan")
-        if not df.schema.equals(result.schema, check_metadata=True):
-            raise VerificationError(f"{rel}: schema differs from the source's")
-        at = row
-        for batch in df.batches(READ_BATCH):
-            n = batch.num_rows
-            idx = batch.column("index").to_numpy()
-            ep = batch.column("episode_index").to_numpy()
-            if not np.array_equal(idx, np.arange(at, at + n)):
-                raise VerificationError(f"{rel}: index is not renumbered 0..N-1 in order")
-            if not np.array_equal(ep, expect_ep[at - row : at - row + n]):
-                raise VerificationError(f"{rel}: episode_index differs from the episodes")
-            written.update(batch.select(checked))
-            at += n
-    if at != end:
-        raise VerificationError(f"{rel}: {at - row} rows, the plan has {end - row}")
-    got, want = written.digests(), result.checksums[f]
-    bad = sorted(c for c in set(got) | set(want) if got.get(c) != want.get(c))
-    if bad:
-        raise VerificationError(f"{rel}: values differ from the source rows in columns {bad}")
+
+    def episodes(batch, at: int) -> None:
+        ep = batch.column("episode_index").to_numpy()
+        if not np.array_equal(ep, expect_ep[at : at + batch.num_rows]):
+            raise VerificationError(f"{rel}: episode_index differs from the episodes")
+
+    read_back(
+        staging,
+        rel,
+        result.schema,
+        result.checksums[f],
+        end - row,
+        first=row,  # its digests: every column but the renumbered ones (data.RENUMBERED)
+        check_metadata=True,
+        group_rows=plan.group_rows[f],
+        each=episodes,
+    )
 
 
 def _episode_of_rows(start: np.ndarray, length: np.ndarray, row: int, end: int) -> np.ndarray:

@@ -392,6 +392,40 @@ def test_episodes_lost_in_the_middle_are_renumbered(tmp_path):
     assert repair(src, RepairOptions(out=str(out))).status == "unchanged"
 
 
+def test_a_rewritten_data_file_is_read_back_against_the_rows_written(tmp_path, monkeypatch):
+    """vid24 (LeRobot's recorder) with its last wrist mp4 cut short: the data file loses its
+    last episodes, rewritten by the episode sink's data files (one row group per kept episode)
+    and read back against the checksums of the rows written. A value changed between those
+    checksums and the file's bytes (a pipeline bug; repair's own verification checks the
+    rows' index and episodes, not their values) stops the run: nothing is published."""
+    from episodekit.core.parquet_write import RowGroupWriter, VerificationError
+
+    src = copy("vid24", tmp_path)
+    mp4 = src / "videos/observation.images.wrist/chunk-000/file-001.mp4"
+    mp4.write_bytes(mp4.read_bytes()[: int(mp4.stat().st_size * 0.6)])
+    result = repair(src, RepairOptions(out=str(tmp_path / "out")))
+    rel = "data/chunk-000/file-000.parquet"
+    assert result.files[rel].startswith("rewritten")
+    source = pq.read_table(src / rel)
+    got = data_of(tmp_path / "out")
+    assert got.equals(source.slice(0, got.num_rows))
+    assert pq.read_metadata(tmp_path / "out" / rel).num_row_groups == result.episodes
+    real = RowGroupWriter._put
+
+    def corrupt(writer, table):  # after the group's checksum, before its bytes
+        if "action" not in table.column_names:
+            return real(writer, table)
+        i = table.schema.get_field_index("timestamp")
+        ts = table.column(i).to_numpy().copy()
+        ts[-1] += 1.0
+        real(writer, table.set_column(i, "timestamp", pa.array(ts, table.schema.field(i).type)))
+
+    monkeypatch.setattr(RowGroupWriter, "_put", corrupt)
+    with pytest.raises(VerificationError, match=r"columns \['timestamp'\]"):
+        repair(src, RepairOptions(out=str(tmp_path / "bad")))
+    assert not (tmp_path / "bad").exists()
+
+
 # -- staging, backup and signals (core/staging, core/interrupt) -------------------------------
 
 

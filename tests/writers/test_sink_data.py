@@ -1,9 +1,13 @@
 """The episode sink's data files (writers.sink_data.DataFiles): files by LeRobot's roll-over rule
 on the sizes given, row groups by the policy (``target`` bytes, one per ``episode``, one per
 ``file``, ``planned``: the caller's file numbers and group sizes, rows streamed in batches), the
-same bytes as a whole file written at once, checksums read back."""
+same bytes as a whole file written at once, checksums read back (``read_back``: the sink's and the
+dataset writer's one read-back); a file at the caller's own path, an episode a row group (repair's
+rewrite)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +23,14 @@ from episodekit.core.parquet_write import (
     VerificationError,
     write_table,
 )
-from episodekit.writers.sink_data import EDITOR, RECORDER, DataFiles, DataPolicy
+from episodekit.writers.sink_data import (
+    EDITOR,
+    LEROBOT_ENCODING,
+    RECORDER,
+    DataFiles,
+    DataPolicy,
+    read_back,
+)
 
 LENGTHS = [7, 3, 12, 5, 9, 4]
 
@@ -156,3 +167,70 @@ def test_planned_rows_that_do_not_fill_the_plan_are_refused(tmp_path):
     with pytest.raises(RowGroupPlanError):
         sink.close()
     sink.abort()
+
+
+def test_episode_row_groups_into_the_callers_own_file(tmp_path):
+    """Repair's rewrite: a file opened at the caller's path, each write one episode's row
+    group in LeRobot's encoding (the bytes RowGroupWriter wrote directly), ``index`` the rows'
+    own (a dropped episode leaves a gap) and checked by the digests on the read-back."""
+    eps = [t for e, t in enumerate(_episodes()) if e != 2]  # episode 2 dropped: a gap
+    policy = replace(RECORDER, verify=True)
+    sink = DataFiles(tmp_path / "sink", eps[0].schema, policy=policy)
+    own = "data/chunk-003/file-007.parquet"
+    assert sink.open_file(7, None, rel=own) == own
+    for i, t in enumerate(eps):
+        sink.write(t if i % 2 else t.to_batches()[0])  # a table or a batch: one group each
+    assert sink.close() == own
+    kept = [n for e, n in enumerate(LENGTHS) if e != 2]
+    assert _groups(tmp_path / "sink" / own) == kept
+    assert sink.file_rows[own] == (None, sum(kept))
+    with RowGroupWriter(tmp_path / "direct.parquet", eps[0].schema, encoding=LEROBOT_ENCODING) as w:
+        for t in eps:
+            w.write_group(t)
+        w.finish()
+    assert (tmp_path / "sink" / own).read_bytes() == (tmp_path / "direct.parquet").read_bytes()
+    sink.verify(own)
+    table = pq.read_table(tmp_path / "sink" / own)
+    index = table["index"].to_numpy().copy()
+    index[-1] += 1
+    pq.write_table(table.set_column(2, "index", pa.array(index)), tmp_path / "sink" / own)
+    with pytest.raises(VerificationError, match="index"):
+        sink.verify(own)
+
+
+def test_open_file_takes_group_sizes_for_planned_row_groups_only(tmp_path):
+    schema = _episodes()[0].schema
+    with pytest.raises(ValueError, match="group_rows"):
+        DataFiles(tmp_path, schema, policy=RECORDER).open_file(0, 0, [10])
+    with pytest.raises(ValueError, match="group_rows"):
+        DataFiles(tmp_path, schema, policy=DataPolicy("planned")).open_file(0, 0)
+    with pytest.raises(ValueError, match="open_file"):
+        DataFiles(tmp_path, schema, policy=EDITOR).open_file(0, 0)
+
+
+def test_read_back_checks_groups_schema_metadata_and_the_callers_rows(tmp_path):
+    """The dataset writer's checks through the same read-back: the planned row groups, the
+    schema with its metadata, a check of each batch (its first row's place), the digests of
+    some columns only."""
+    sink = _write(tmp_path, DataPolicy(target_mb=0.0))
+    rel = "data/chunk-000/file-000.parquet"
+    folder, schema, rows = tmp_path, sink.schema, sum(LENGTHS)
+    want = sink.checksums[rel].digests()
+    read_back(folder, rel, schema, want, rows, 0, group_rows=LENGTHS)
+    with pytest.raises(VerificationError, match="row groups"):
+        read_back(folder, rel, schema, want, rows, 0, group_rows=[sum(LENGTHS)])
+    other = schema.with_metadata({"x": "1"})
+    read_back(folder, rel, other, want, rows, 0)  # metadata not checked unless asked
+    with pytest.raises(VerificationError, match="schema"):
+        read_back(folder, rel, other, want, rows, 0, check_metadata=True)
+    with pytest.raises(VerificationError, match="rows"):
+        read_back(folder, rel, schema, want, rows + 1, 0)
+    with pytest.raises(VerificationError, match="index is not 5"):
+        read_back(folder, rel, schema, want, rows, 5)
+    seen: list[tuple[int, int]] = []
+    some = {c: want[c] for c in ("observation.state",)}  # only the columns the digests name
+    read_back(folder, rel, schema, some, rows, each=lambda b, at: seen.append((at, b.num_rows)))
+    assert seen[0][0] == 0 and sum(n for _, n in seen) == rows
+    assert [a for a, _ in seen] == np.cumsum([0] + [n for _, n in seen])[:-1].tolist()
+    with pytest.raises(VerificationError, match=r"columns \['episode_index'\]"):
+        read_back(folder, rel, schema, {**want, "episode_index": "0" * 40}, rows)
