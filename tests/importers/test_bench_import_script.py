@@ -47,8 +47,8 @@ def test_decode_then_encode_every_frame(tmp_path: Path) -> None:
 
 def test_table_ratios() -> None:
     bench = _bench()
-    ours = {"tool": "ours", "seconds": 10.0, "tree_mib": 100.0}
-    theirs = {"tool": "theirs", "seconds": 80.0, "tree_mib": 800.0}
+    ours = {"tool": "ours", "seconds": 10.0, "cpu_s": 15.0, "tree_mib": 100.0}
+    theirs = {"tool": "theirs", "seconds": 80.0, "cpu_s": 160.0, "tree_mib": 800.0}
     text = bench.table([ours, theirs], ours)
-    assert "| theirs | 80.0 | 800 | 8.00x | 0.125 |" in text
+    assert "| theirs | 80.0 | 160.0 | 800 | 8.00x | 0.125 |" in text
     assert bench.ratio(1.0, 0.0) == 0.0
