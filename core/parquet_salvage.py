@@ -46,7 +46,7 @@ from episodekit.core.parquet_pages import (
 from episodekit.core.parquet_read import DataFile, FileMetaData
 from episodekit.core.parquet_regular import RegularWalk
 from episodekit.core.parquet_window import RowGroupWindows, encode_footer
-from episodekit.core.parquet_write import Encoding, RowGroupWriter
+from episodekit.core.parquet_write import LEROBOT_ENCODING, RowGroupWriter
 
 MISFIT = "pages do not fit the schema's column types"
 
@@ -142,7 +142,7 @@ def schema_template(schema: pa.Schema) -> tc.Struct:
     """The footer pyarrow writes for ``schema`` (schema elements, ``ARROW:schema`` and the
     schema's own metadata), from an empty file written in memory."""
     sink = io.BytesIO()
-    with RowGroupWriter(sink, schema, encoding=Encoding(dictionary=True, page_index=False)) as w:
+    with RowGroupWriter(sink, schema, encoding=LEROBOT_ENCODING) as w:
         w.finish()
     data = sink.getvalue()
     n = int.from_bytes(data[-8:-4], "little")

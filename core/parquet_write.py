@@ -53,6 +53,9 @@ class Encoding:
     sorted_index: bool = False  # declare ``index`` ascending (only when it is)
 
 
+LEROBOT_ENCODING = Encoding(dictionary=True, page_index=False)  # pyarrow's default, LeRobot's
+
+
 def _parquet_writer(path: Any, schema: pa.Schema, enc: Encoding) -> pq.ParquetWriter:
     dictionary = (
         enc.dictionary

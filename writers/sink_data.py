@@ -38,7 +38,12 @@ from episodekit.core.checksum import TableChecksum
 from episodekit.core.layout.files import chunk_file, file_path, roll_over
 from episodekit.core.layout.rules import DATA_PATH_V3
 from episodekit.core.parquet_read import open_data_file
-from episodekit.core.parquet_write import Encoding, RowGroupWriter, VerificationError
+from episodekit.core.parquet_write import (
+    LEROBOT_ENCODING,
+    Encoding,
+    RowGroupWriter,
+    VerificationError,
+)
 from episodekit.core.paths import MIB
 
 ROW_GROUPS = ("target", "episode", "file", "planned")
@@ -68,7 +73,6 @@ class DataPolicy:
             raise ValueError(f"row_groups must be one of {ROW_GROUPS}, got {self.row_groups!r}")
 
 
-LEROBOT_ENCODING = Encoding(dictionary=True, page_index=False)  # pyarrow's default, LeRobot's
 RECORDER = DataPolicy("episode", LEROBOT_ENCODING, verify=False)  # LeRobot's recorder
 EDITOR = DataPolicy("file", LEROBOT_ENCODING, verify=False)  # LeRobot's editing tools
 

@@ -19,7 +19,7 @@ from episodekit.core.errors import EnvironmentProblem
 from episodekit.core.logs import log_once
 from episodekit.core.memory import release_memory
 from episodekit.core.parquet_read import open_data_file, read_schema, read_table
-from episodekit.core.parquet_write import Encoding, RowGroupWriter, write_table
+from episodekit.core.parquet_write import LEROBOT_ENCODING, RowGroupWriter, write_table
 from episodekit.core.world import rank_info
 from episodekit.metadata.stats.compute import (
     StatsResult,
@@ -69,7 +69,6 @@ def episode_columns(res: StatsResult, episode_index: np.ndarray) -> dict[str, pa
     return cols
 
 
-PYARROW_DEFAULT = Encoding(dictionary=True, page_index=False)
 EPISODES_PER_ROW_GROUP = 2048  # rows of an episodes file built and written at a time
 
 
@@ -88,7 +87,7 @@ def _rewrite_episodes_file(path: str, res: StatsResult, replaced: set[str]) -> N
 
     with atomic_path(path) as tmp:
         first = rows(0)  # pyarrow's default encoding, as LeRobot writes the file
-        with RowGroupWriter(tmp, first.schema, encoding=PYARROW_DEFAULT) as writer:
+        with RowGroupWriter(tmp, first.schema, encoding=LEROBOT_ENCODING) as writer:
             writer.write_group(first)
             for start in range(EPISODES_PER_ROW_GROUP, table.num_rows, EPISODES_PER_ROW_GROUP):
                 writer.write_group(rows(start))
