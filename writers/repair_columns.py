@@ -25,6 +25,14 @@ def plan_columns(names: list[str]) -> list[str]:
     return [c for c in names if c in PLAN_COLUMNS or c.startswith("videos/")]
 
 
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Integer ``values`` as int32 when they fit (any other values as they are)."""
+    if values.dtype.kind not in "iu" or values.dtype.itemsize <= 4 or not len(values):
+        return values
+    fits = -(1 << 31) <= int(values.min()) and int(values.max()) < (1 << 31)
+    return values.astype(np.int32) if fits else values
+
+
 class RecoveredColumns:
     """The plan's columns of every recovered row (all files, in file order), added a table at
     a time (:meth:`add`), read a row at a time (:meth:`getter`) as the Python value
@@ -147,6 +155,8 @@ class RecoveredColumns:
             self._parts.pop(name, None)
             self._words.pop(name, None)
         self.names = [n for n in self.names if n in names]
+        for name in self.names:  # held to the end of the build: int32 while the values fit
+            self._parts[name] = [(k, _narrow(v) if k == "np" else v) for k, v in self._parts[name]]
 
     @property
     def file_of(self) -> np.ndarray:
@@ -159,6 +169,20 @@ class RecoveredColumns:
         """Each row's row in its file (int64; made when asked)."""
         parts = [np.arange(a, a + n, dtype=np.int64) for _, a, n in self._added]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def place(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The file (int32) and the row in that file (int64) of each of ``rows`` (positions in
+        the recovered rows): made from one (file, first row, rows) per table, for the rows
+        asked (no column of every row's place held)."""
+        files = np.array([f for f, _, _ in self._added], np.int32)
+        firsts = np.array([a for _, a, _ in self._added], np.int64)
+        starts = np.cumsum([0] + [n for _, _, n in self._added])[:-1].astype(np.int64)
+        t = np.searchsorted(starts, rows, side="right") - 1
+        return files[t], firsts[t] + (np.asarray(rows, np.int64) - starts[t])
+
+    def files(self) -> list[int]:
+        """The files with recovered rows, in order."""
+        return sorted({f for f, _, n in self._added if n})
 
     def episode_index(self) -> np.ndarray:
         """Each row's ``episode_index`` (int64)."""

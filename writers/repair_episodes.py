@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from episodekit.core.memory import release_memory
 from episodekit.core.parquet_window import WINDOW_CHUNKS
 from episodekit.writers import repair_meta, repair_schema
 from episodekit.writers.repair_inspect import MetaFile
-from episodekit.writers.repair_kept import column
+from episodekit.writers.repair_kept import Kept, column
 from episodekit.writers.repair_plan import RepairPlan
 from episodekit.writers.sink_meta import EPISODES_PATH, PLACE, REPAIR, EpisodesFiles, in_order
 
@@ -93,24 +94,29 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
     """Write the ``meta/episodes`` files that change (module docstring) into ``staging``;
-    record them in ``staged``; return LeRobot's stats.json of the kept episodes."""
+    record them in ``staged``; return LeRobot's stats.json of the kept episodes. Held per
+    kept episode through the blocks: its row's output file as an int32 code and the plan's
+    ``meta_row`` (int32 while it fits); a recovered row's file and row in it are found a
+    block at a time (:meth:`~episodekit.writers.repair_columns.RecoveredColumns.place`)."""
     inv = plan.inventory
     kept = plan.kept
-    where = repair_meta.meta_files(plan)
     rec = plan.recovered
-    meta_row = column(kept, "meta_row")
+    meta_row = kept.held("meta_row") if isinstance(kept, Kept) else column(kept, "meta_row")
+    where = repair_meta.meta_files(plan)
+    distinct, code = np.unique(where[:, 0] * (1 << 32) + where[:, 1], return_inverse=True)
+    del where
+    code = code.astype(np.int32)  # each kept row's output file: a code into ``places``
+    places = np.c_[distinct >> 32, distinct & 0xFFFFFFFF]
     index = column(kept, "index")
     file_of = rec.file_of if rec is not None else np.zeros(0, np.int32)
-    row_in = rec.row_in_file if rec is not None else np.zeros(0, np.int64)
     on_disk = rec.episode_index() if rec is not None else np.zeros(0, np.int64)
     staged.rebuilt += index[meta_row < 0].tolist()
     stats = repair_schema.DatasetStats(inv.info)
-    key = where[:, 0] * (1 << 32) + where[:, 1]
-    outputs: dict[int, tuple[str, bool]] = {}  # key -> (rel, written)
-    for k in in_order(key):
-        chunk, file = k >> 32, k & 0xFFFFFFFF
+    outputs: dict[int, tuple[str, bool]] = {}  # code -> (rel, written)
+    for c in in_order(code):
+        chunk, file = (int(v) for v in places[c])
         rel = EPISODES_PATH.format(chunk=chunk, file=file)
-        pos = np.flatnonzero(key == k)
+        pos = np.flatnonzero(code == c)
         src = next((i for i, m in enumerate(inv.episodes) if m.rel == rel), None)
         same = (
             src is not None
@@ -118,30 +124,35 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
             and bool(np.all(meta_row[pos] >= 0))
             and np.array_equal(on_disk[file_of == src], index[pos])
         )
-        outputs[k] = (rel, not same)
+        outputs[c] = (rel, not same)
         if same:
             staged.unchanged.append(rel)
         else:
             rebuilt = int(np.sum(meta_row[pos] < 0))
             staged.written[rel] = f"{len(pos)} rows ({rebuilt} rebuilt)"
+        del pos
     written = {rel for rel, _ in outputs.values()}
     staged.removed += [m.rel for m in inv.episodes if m.rel not in written]
-    del index, on_disk  # not read by the blocks: let go before the first
+    del index, on_disk, file_of  # not read by the blocks: let go before the first
     with contextlib.ExitStack() as stack:
-        used = sorted({int(f) for f in file_of[meta_row[meta_row >= 0]].tolist()})
-        every = sorted({int(f) for f in np.unique(file_of).tolist()})
+        used: list[int] = []
+        if rec is not None:
+            used = np.unique(rec.place(meta_row[meta_row >= 0])[0]).tolist()
+        every = rec.files() if rec is not None else []
         sources = {f: _Source(inv.episodes[f], inv.root, stack) for f in every}
         schema = _schema(plan, sources)
         for f in every:
             if f not in used:
                 del sources[f]
+        release_memory()  # what the plan and the lines above left in the heap
         files = stack.enter_context(EpisodesFiles(staging, REPAIR))
-        changed = np.array([k for k, (_, w) in outputs.items() if w], np.int64)
+        changed = np.array([c for c, (_, w) in outputs.items() if w], np.int32)
         for lo in range(0, len(kept), BLOCK):
             hi = min(lo + BLOCK, len(kept))
-            block = _block(plan, sources, schema, lo, hi, meta_row, file_of, row_in, where)
+            where = places[code[lo:hi]]
+            block = _block(plan, sources, schema, lo, hi, meta_row, where)
             stats.add(block)
-            write = np.isin(key[lo:hi], changed)
+            write = np.isin(code[lo:hi], changed)
             if write.all():
                 files.write(block)
             elif write.any():  # rows of files kept as they are on disk: only fed to the stats
@@ -151,31 +162,31 @@ def build_episodes(plan: RepairPlan, staging: Path, staged) -> dict:
     return stats.result()
 
 
-def _block(plan, sources, schema, lo, hi, meta_row, file_of, row_in, where) -> pa.Table:
-    """The kept rows ``lo`` .. ``hi - 1`` in order (module docstring)."""
+def _block(plan, sources, schema, lo, hi, meta_row, where) -> pa.Table:
+    """The kept rows ``lo`` .. ``hi - 1`` in order (module docstring); ``where``: their
+    output files' (chunk, file)."""
     parts: list[pa.Table] = []
     order: list[np.ndarray] = []
     ks = np.arange(lo, hi)
     rec = ks[meta_row[lo:hi] >= 0]
     if len(rec):
-        files = file_of[meta_row[rec]]
+        files, rows = plan.recovered.place(meta_row[rec])
         for f in dict.fromkeys(files.tolist()):
-            mine = rec[files == f]
-            parts.append(sources[f].take(row_in[meta_row[mine]]))
-            order.append(mine)
+            parts.append(sources[f].take(rows[files == f]))
+            order.append(rec[files == f])
     new = ks[meta_row[lo:hi] < 0]
     if len(new):
-        rows = [
-            repair_meta.rebuilt_row(plan, plan.kept[k], (int(where[k, 0]), int(where[k, 1])))
-            for k in new.tolist()
+        rebuilt = [
+            repair_meta.rebuilt_row(plan, plan.kept[k], (int(w[0]), int(w[1])))
+            for k, w in zip(new.tolist(), where[new - lo])
         ]
-        parts.append(repair_schema.episodes_table(rows, schema))
+        parts.append(repair_schema.episodes_table(rebuilt, schema))
         order.append(new)
     block = _conform(pa.concat_tables(parts, promote_options="permissive"), schema)
     del parts
     at = np.concatenate(order)
     if not np.array_equal(at, ks):
         block = block.take(pa.array(np.argsort(at, kind="stable")))
-    for name, values in zip(PLACE, (where[lo:hi, 0], where[lo:hi, 1])):  # where it now lives
+    for name, values in zip(PLACE, (where[:, 0], where[:, 1])):  # where it now lives
         block = block.set_column(block.schema.get_field_index(name), name, pa.array(values))
     return block.combine_chunks()

@@ -159,7 +159,8 @@ class ParquetState:
 
 @dataclass
 class DataFile(ParquetState):
-    """A data file and the episodes in it: one entry per run of one ``episode_index``."""
+    """A data file and the episodes in it: one entry per run of one ``episode_index`` (int32
+    columns while their values fit, else int64: read them with ``int()`` or sums)."""
 
     episode: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     first_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -335,12 +336,19 @@ def _runs_from_statistics(df: DataFile, footers: Iterator[parquet_read.FileMetaD
     new = np.r_[True, ep[1:] != ep[:-1]] if n else np.zeros(0, bool)
     starts = np.flatnonzero(new)
     offsets = np.r_[0, np.cumsum(rows)]
-    df.episode, df.first_index = ep[starts], lo[starts]
-    df.first_row = offsets[starts]
-    df.rows = np.diff(np.r_[df.first_row, offsets[-1]])
+    first_row = offsets[starts]
+    _set_runs(df, ep[starts], lo[starts], np.diff(np.r_[first_row, offsets[-1]]), first_row)
     df.group_end = np.ones(len(starts), bool)
     df.index_gaps = int(np.sum(~new[1:] & (lo[1:] != hi[:-1] + 1)))
     return True
+
+
+def _set_runs(df: DataFile, *columns: np.ndarray) -> None:
+    """``df``'s episode, first_index, rows and first_row: each int32 while its values are below
+    2**30 in size (a sum of two still fits), else int64 (~33 bytes an episode as int64)."""
+    fit = [not len(c) or int(np.abs(c).max()) < (1 << 30) for c in columns]
+    narrow = [c.astype(np.int32 if f else np.int64) for c, f in zip(columns, fit)]
+    df.episode, df.first_index, df.rows, df.first_row = narrow
 
 
 def _runs(df: DataFile, root: Path) -> None:
@@ -369,10 +377,8 @@ def _runs(df: DataFile, root: Path) -> None:
     cat = (lambda parts: np.concatenate(parts).astype(np.int64)) if ep_parts else None
     starts = cat(start_parts) if cat else np.zeros(0, np.int64)
     ends = np.r_[starts[1:], at].astype(np.int64)
-    df.episode = cat(ep_parts) if cat else starts
-    df.first_index = cat(first_parts) if cat else starts
-    df.rows = ends - starts
-    df.first_row = starts
+    episode = cat(ep_parts) if cat else starts
+    _set_runs(df, episode, cat(first_parts) if cat else starts, ends - starts, starts)
     df.group_end = np.isin(ends, np.cumsum(df.group_rows(root)))
     df.index_gaps = gaps
 

@@ -177,6 +177,11 @@ class Kept(Sequence[Episode]):
         """Each kept episode's data file (its position in the inventory's, int64)."""
         return self._file.values().astype(np.int64)
 
+    def held(self, name: str) -> np.ndarray:
+        """One of :data:`INTS` but :data:`RUN` as held (int32 while its values fit; -1 for a
+        None): a view, not a copy, not to be changed."""
+        return self._ints[name].values()
+
     def column(self, name: str) -> np.ndarray:
         """One of :data:`INTS` for every kept episode (int64; -1 for a None)."""
         if name not in RUN:
