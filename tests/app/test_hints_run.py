@@ -442,9 +442,20 @@ def repair_in_place_undo(tmp: Path):
     return proc.stdout, None, gone
 
 
+def copy_without_videos(tmp: Path):
+    """A copy `prepare --out` made without --videos (LeRobot's vid24): validate warns that its
+    videos are not there, naming the rerun with --videos, after which they are."""
+    src = tmp / "vid24"
+    shutil.copytree(LEROBOT / "vid24", src)
+    out = tmp / "out"
+    assert cli("prepare", src, "--out", out, "--quiet").returncode == 0
+    return finding(out, "info.videos", "--videos"), None, finding_gone(out, "info.videos")
+
+
 # (file, a piece of the hint's literal text) -> the situation that prints it.
 HINTS: dict[tuple[str, str], Callable] = {
     ("validate/raw.py", "episodekit repair"): validate_crashed_recording,
+    ("validate/meta.py", "made without --videos"): copy_without_videos,
     ("writers/repair_backup.py", "undo: episodekit repair"): repair_in_place_undo,
     ("writers/convert.py", "prepare it with `episodekit prepare"): convert_v3_root,
     ("validate/flagged.py", "episodekit validate ROOT --json --checks"): flags_report_missing_check,

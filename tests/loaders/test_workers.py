@@ -390,6 +390,11 @@ def test_a_worker_that_dies_is_reported(root):
         next(it)
         pids = loader.pool.pids
         os.kill(pids[1], signal.SIGKILL)
+        # the kill lands when the kernel next runs it: under load the other worker could make
+        # every remaining batch first, and a worker dying after the epoch is said by the next
+        deadline = time.monotonic() + 30
+        while alive(pids[1]) and time.monotonic() < deadline:
+            time.sleep(0.01)
         with pytest.raises(WorkerError, match=r"loader worker 1 \(pid \d+\) died"):
             for _ in range(100):
                 next(it)
