@@ -39,17 +39,7 @@ ALLOWED = {
     # importers (episodekit.importers): readers of other formats (RLDS, HDF5, zarr, ROS bags)
     # and the import map; on core only (the writers' import pipeline feeds them to the sink)
     "importers": {"core", "importers"},
-    "top": {
-        "core",
-        "prep",
-        "metadata",
-        "loaders",
-        "validate",
-        "writers",
-        "sample",
-        "importers",
-        "top",
-    },  # fmt: skip
+    "top": set(FOLDERS.values()),
 }
 GUARD_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
@@ -59,16 +49,7 @@ def layer_of_module(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] != "episodekit":
         return None
-    if len(parts) > 1 and parts[1] in (
-        "core",
-        "prep",
-        "metadata",
-        "loaders",
-        "validate",
-        "writers",
-        "sample",
-        "importers",
-    ):
+    if len(parts) > 1 and parts[1] in FOLDERS.values() and parts[1] != "top":
         return parts[1]
     return "top"
 
