@@ -5,6 +5,8 @@ Each function takes the :class:`RawRoot` and returns findings; none of them read
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -223,6 +225,8 @@ def check_paths(raw: RawRoot) -> list[Finding]:
         elif not f.startswith("<") and not raw.fs.exists(raw.join(f)):
             out.append(Finding("info.paths", ERROR, "referenced data file is missing", f, i))
     template = raw.info.get("video_path")
+    # read at the first missing video, once: the source of a copy made without its videos
+    copy_source = functools.cache(lambda: _copied_without_videos(raw))
     for key, feat in raw.features.items():
         if not isinstance(feat, dict) or feat.get("dtype") != "video":
             continue
@@ -254,17 +258,21 @@ def check_paths(raw: RawRoot) -> list[Finding]:
             if why:
                 out.append(Finding("info.paths", ERROR, why, rel, int(ep[i])))
             elif not raw.fs.exists(raw.join(rel)):
-                out.append(_missing_video(raw, rel, int(ep[i])))
+                out.append(_missing_video(raw, rel, int(ep[i]), copy_source()))
     return out
 
 
-def _missing_video(raw: RawRoot, rel: str, episode: int) -> Finding:
-    """``info.videos`` for a missing video file: an error, but a warning in a copy ``prepare
-    --out`` made without ``--videos`` (data and metadata only, as its record says: prepare's own
-    validation leaves the videos out), naming the option that copies them."""
+def _copied_without_videos(raw: RawRoot) -> str | None:
     from episodekit.prep.outcopy import copied_without
 
-    source = copied_without(raw.fs, raw.path, "videos")
+    return copied_without(raw.fs, raw.path, "videos")
+
+
+def _missing_video(raw: RawRoot, rel: str, episode: int, source: str | None) -> Finding:
+    """``info.videos`` for a missing video file: an error, but a warning in a copy ``prepare
+    --out`` made without ``--videos`` (data and metadata only, as its record says: ``source``,
+    its source; prepare's own validation leaves the videos out), naming the option that copies
+    them."""
     if source is None:
         return Finding("info.videos", ERROR, "referenced video file is missing", rel, episode)
     why = (
